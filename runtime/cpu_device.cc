@@ -1,0 +1,313 @@
+#include "runtime/cpu_device.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/status.h"
+
+namespace memwall {
+namespace {
+
+class CpuDevice;
+
+// Event state: `recorded` counts Record() calls; `completed` is the highest
+// recorded generation whose work has run. Waiting for generation g means
+// waiting for completed >= g.
+class CpuEvent final : public Event {
+ public:
+  int64_t NextGeneration() {
+    absl::MutexLock lock(&mu_);
+    return ++recorded_;
+  }
+  int64_t LastGeneration() {
+    absl::MutexLock lock(&mu_);
+    return recorded_;
+  }
+  void Complete(int64_t generation) {
+    absl::MutexLock lock(&mu_);
+    if (generation > completed_) completed_ = generation;
+  }
+  void WaitFor(int64_t generation) {
+    absl::MutexLock lock(&mu_);
+    auto done = [this, generation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return completed_ >= generation;
+    };
+    mu_.Await(absl::Condition(&done));
+  }
+
+  absl::Status Synchronize() override {
+    WaitFor(LastGeneration());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> Query() override {
+    absl::MutexLock lock(&mu_);
+    return completed_ >= recorded_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int64_t recorded_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// One worker thread runs the stream's tasks in submission order.
+class CpuStream final : public Stream {
+ public:
+  CpuStream(CpuDevice* device, std::string name);
+  ~CpuStream() override;
+
+  Device& device() override;
+  const std::string& name() const override { return name_; }
+
+  absl::Status Record(Event& event) override {
+    auto* e = dynamic_cast<CpuEvent*>(&event);
+    if (e == nullptr) return absl::InvalidArgumentError("Record: event is not a CpuDevice event");
+    const int64_t generation = e->NextGeneration();
+    Submit([e, generation] { e->Complete(generation); return absl::OkStatus(); },
+           /*control=*/true);
+    return absl::OkStatus();
+  }
+
+  absl::Status Wait(Event& event) override {
+    auto* e = dynamic_cast<CpuEvent*>(&event);
+    if (e == nullptr) return absl::InvalidArgumentError("Wait: event is not a CpuDevice event");
+    const int64_t generation = e->LastGeneration();
+    if (generation == 0) return absl::OkStatus();
+    Submit([e, generation] { e->WaitFor(generation); return absl::OkStatus(); },
+           /*control=*/true);
+    return absl::OkStatus();
+  }
+
+  absl::Status Synchronize() override {
+    absl::MutexLock lock(&mu_);
+    const int64_t target = submitted_;
+    auto done = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return finished_ >= target;
+    };
+    mu_.Await(absl::Condition(&done));
+    return error_;
+  }
+
+  absl::Status Copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    if (dst == nullptr || src == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("Copy of ", bytes, " bytes on stream '",
+                                                     name_, "': null pointer"));
+    }
+    Submit([dst, src, bytes] {
+      std::memmove(dst, src, bytes);
+      return absl::OkStatus();
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status Memset(void* dst, int value, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    if (dst == nullptr) return absl::InvalidArgumentError("Memset: null pointer");
+    Submit([dst, value, bytes] {
+      std::memset(dst, value, bytes);
+      return absl::OkStatus();
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status EnqueueHost(std::function<absl::Status()> fn) override {
+    Submit(std::move(fn));
+    return absl::OkStatus();
+  }
+
+  // Control tasks (event record/wait, stream-ordered frees) run even after
+  // the stream has failed, so that nothing waiting on them hangs.
+  void Submit(std::function<absl::Status()> fn, bool control = false) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back({std::move(fn), control});
+    ++submitted_;
+  }
+
+ private:
+  struct Task {
+    std::function<absl::Status()> fn;
+    bool control;
+  };
+
+  void Run() {
+    while (true) {
+      Task task;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return !queue_.empty() || stopping_;
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (queue_.empty()) return;  // stopping, and drained
+        task = std::move(queue_.front());
+        queue_.pop_front();
+        if (!task.control && !error_.ok()) {
+          ++finished_;
+          continue;
+        }
+      }
+      absl::Status status = task.fn();
+      absl::MutexLock lock(&mu_);
+      if (!status.ok() && error_.ok()) {
+        error_ = Annotate(status, absl::StrCat("stream '", name_, "'"));
+      }
+      ++finished_;
+    }
+  }
+
+  CpuDevice* const device_;
+  const std::string name_;
+  absl::Mutex mu_;
+  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
+  int64_t submitted_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t finished_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::thread worker_;  // last: starts after the fields it reads exist
+};
+
+// Host memory under a budget. Device memory and pinned host memory of a
+// CpuDevice are two of these with separate accounts.
+class CpuAllocator final : public Allocator {
+ public:
+  CpuAllocator(CpuDevice* device, std::string name, size_t budget)
+      : device_(device), account_(std::move(name), budget) {}
+
+  MemoryAccount& account() override { return account_; }
+  bool host_accessible() const override { return true; }
+
+ protected:
+  absl::StatusOr<void*> AllocateRaw(size_t bytes, MemoryTag tag, Stream* stream) override;
+  void FreeRaw(void* ptr, size_t bytes, MemoryTag tag, Stream* stream) override {
+    if (auto* s = dynamic_cast<CpuStream*>(stream); s != nullptr) {
+      s->Submit(
+          [this, ptr, bytes, tag] {
+            std::free(ptr);
+            account_.Release(tag, bytes);
+            return absl::OkStatus();
+          },
+          /*control=*/true);
+      return;
+    }
+    std::free(ptr);
+    account_.Release(tag, bytes);
+  }
+
+ private:
+  CpuDevice* const device_;
+  MemoryAccount account_;
+};
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(const CpuDeviceOptions& options)
+      : name_(options.name),
+        memory_(this, absl::StrCat(options.name, " device memory"), options.memory_budget_bytes),
+        pinned_(this, absl::StrCat(options.name, " pinned host memory"),
+                options.pinned_budget_bytes) {
+    compute_ = std::make_unique<CpuStream>(this, "compute");
+  }
+  ~CpuDevice() override {
+    compute_.reset();
+    absl::MutexLock lock(&mu_);
+    if (!streams_.empty()) {
+      std::fprintf(stderr, "memwall: %s destroyed while %zu of its streams are alive\n",
+                   name_.c_str(), streams_.size());
+      std::abort();
+    }
+  }
+
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
+  const std::string& name() const override { return name_; }
+  Allocator& memory() override { return memory_; }
+  Allocator& pinned_host() override { return pinned_; }
+  Stream& compute_stream() override { return *compute_; }
+
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStream(absl::string_view name) override {
+    return std::unique_ptr<Stream>(std::make_unique<CpuStream>(this, std::string(name)));
+  }
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override {
+    return std::unique_ptr<Event>(std::make_unique<CpuEvent>());
+  }
+
+  absl::Status Synchronize() override {
+    std::vector<CpuStream*> streams;
+    {
+      absl::MutexLock lock(&mu_);
+      streams.assign(streams_.begin(), streams_.end());
+    }
+    absl::Status first;
+    for (CpuStream* s : streams) {
+      absl::Status status = s->Synchronize();
+      if (first.ok()) first = status;
+    }
+    return first;
+  }
+
+  void Register(CpuStream* s) {
+    absl::MutexLock lock(&mu_);
+    streams_.insert(s);
+  }
+  void Unregister(CpuStream* s) {
+    absl::MutexLock lock(&mu_);
+    streams_.erase(s);
+  }
+
+ private:
+  const std::string name_;
+  CpuAllocator memory_;
+  CpuAllocator pinned_;
+  absl::Mutex mu_;
+  absl::flat_hash_set<CpuStream*> streams_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<CpuStream> compute_;
+};
+
+CpuStream::CpuStream(CpuDevice* device, std::string name)
+    : device_(device), name_(std::move(name)), worker_([this] { Run(); }) {
+  device_->Register(this);
+}
+
+CpuStream::~CpuStream() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  worker_.join();  // runs what was queued first
+  device_->Unregister(this);
+}
+
+Device& CpuStream::device() { return *device_; }
+
+absl::StatusOr<void*> CpuAllocator::AllocateRaw(size_t bytes, MemoryTag tag, Stream* stream) {
+  if (stream != nullptr && &stream->device() != device_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        account_.name(), ": allocation ordered on stream '", stream->name(),
+        "' of another device (", stream->device().name(), ")"));
+  }
+  const size_t rounded = (bytes + kCpuDeviceAlignment - 1) / kCpuDeviceAlignment *
+                         kCpuDeviceAlignment;
+  void* ptr = nullptr;
+  if (posix_memalign(&ptr, kCpuDeviceAlignment, rounded) != 0 || ptr == nullptr) {
+    return MEMWALL_ERROR(absl::StatusCode::kResourceExhausted, account_.name(),
+                         ": host allocation of ", FormatBytes(bytes), " for ",
+                         MemoryTagName(tag), " failed: out of host memory");
+  }
+  return ptr;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Device>> CreateCpuDevice(const CpuDeviceOptions& options) {
+  if (options.name.empty()) return absl::InvalidArgumentError("CpuDeviceOptions.name is empty");
+  return std::unique_ptr<Device>(std::make_unique<CpuDevice>(options));
+}
+
+}  // namespace memwall

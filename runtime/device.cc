@@ -1,0 +1,52 @@
+#include "runtime/device.h"
+
+#include <utility>
+
+namespace memwall {
+
+absl::string_view DeviceKindName(DeviceKind kind) {
+  return kind == DeviceKind::kCuda ? "cuda" : "cpu";
+}
+
+absl::StatusOr<Buffer> Allocator::Allocate(size_t bytes, MemoryTag tag, Stream* stream) {
+  Buffer buffer;
+  if (bytes == 0) return buffer;
+  // Account first: a request past the budget fails without touching memory.
+  if (absl::Status s = account().Reserve(tag, bytes); !s.ok()) return s;
+  absl::StatusOr<void*> ptr = AllocateRaw(bytes, tag, stream);
+  if (!ptr.ok()) {
+    account().Release(tag, bytes);
+    return ptr.status();
+  }
+  buffer.allocator_ = this;
+  buffer.stream_ = stream;
+  buffer.data_ = *ptr;
+  buffer.bytes_ = bytes;
+  buffer.tag_ = tag;
+  return buffer;
+}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    allocator_ = std::exchange(other.allocator_, nullptr);
+    stream_ = std::exchange(other.stream_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+    tag_ = other.tag_;
+  }
+  return *this;
+}
+
+void Buffer::Reset() {
+  if (data_ == nullptr) return;
+  // FreeRaw releases the accounting when the memory is really returned
+  // (immediately, or in stream order).
+  allocator_->FreeRaw(data_, bytes_, tag_, stream_);
+  allocator_ = nullptr;
+  stream_ = nullptr;
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+}  // namespace memwall

@@ -1,0 +1,122 @@
+"""memwall's build macros: the one place for copts, CUDA archs and tags.
+
+  memwall_cc_library    a C++ library of ours
+  memwall_cc_test       a GoogleTest test (linked statically; `gpu` tag opt-in)
+  memwall_cuda_library  .cu sources compiled by nvcc for $(MEMWALL_CUDA_ARCHS);
+                        an empty library when no CUDA toolkit is found
+  memwall_mpi_test      one gtest binary run under `mpirun -np N` for each N
+  memwall_cc_benchmark  a Google Benchmark binary (tag `benchmark`)
+  memwall_cc_binary     a tool or repro binary
+
+CUDA archs: --define=MEMWALL_CUDA_ARCHS=80,90 (the default, set in .bazelrc).
+"""
+
+load("@local_cuda//:defs.bzl", "CUDA_ENABLED", "NVCC")
+
+MEMWALL_COPTS = [
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+    "-Wno-sign-compare",
+    "-Wno-missing-field-initializers",
+]
+
+def memwall_cc_library(name, copts = [], **kwargs):
+    native.cc_library(
+        name = name,
+        copts = MEMWALL_COPTS + copts,
+        **kwargs
+    )
+
+def memwall_cc_binary(name, copts = [], **kwargs):
+    native.cc_binary(
+        name = name,
+        copts = MEMWALL_COPTS + copts,
+        **kwargs
+    )
+
+def memwall_cc_test(name, copts = [], deps = [], tags = [], gtest_main = True, **kwargs):
+    native.cc_test(
+        name = name,
+        copts = MEMWALL_COPTS + copts,
+        deps = deps + (["@com_google_googletest//:gtest_main"] if gtest_main else ["@com_google_googletest//:gtest"]),
+        linkstatic = True,
+        tags = tags,
+        **kwargs
+    )
+
+def memwall_cc_benchmark(name, copts = [], deps = [], tags = [], **kwargs):
+    native.cc_binary(
+        name = name,
+        copts = MEMWALL_COPTS + copts,
+        deps = deps + ["@com_github_google_benchmark//:benchmark_main"],
+        tags = tags + ["benchmark"],
+        **kwargs
+    )
+
+def memwall_cuda_library(name, srcs = [], hdrs = [], deps = [], cuda_hdrs = [], **kwargs):
+    """A cc_library whose .cu sources nvcc compiles into a static archive.
+
+    `hdrs` are the library's public headers (plain C++, includable without
+    CUDA); `cuda_hdrs` are further headers the .cu files include. Without a
+    toolkit the library keeps its headers and has no objects, and callers see
+    no MEMWALL_HAS_CUDA define.
+    """
+    if not CUDA_ENABLED:
+        native.cc_library(name = name, hdrs = hdrs, deps = deps, **kwargs)
+        return
+    archive = "lib%s_cu.a" % name
+    native.genrule(
+        name = name + "_nvcc",
+        srcs = srcs + hdrs + cuda_hdrs,
+        outs = [archive],
+        cmd = """
+archs="$(MEMWALL_CUDA_ARCHS)"
+gencode=""
+last=""
+for a in $${archs//,/ }; do gencode="$$gencode -gencode arch=compute_$$a,code=sm_$$a"; last=$$a; done
+gencode="$$gencode -gencode arch=compute_$$last,code=compute_$$last"
+%s -lib -std=c++20 -O3 -Xcompiler -fPIC -I. -I$(GENDIR) -DMEMWALL_HAS_CUDA=1 $$gencode \
+    -o $@ %s
+""" % (NVCC, " ".join(["$(location %s)" % s for s in srcs])),
+        message = "nvcc " + name,
+    )
+    native.cc_import(
+        name = name + "_cu",
+        static_library = archive,
+        alwayslink = True,
+    )
+    native.cc_library(
+        name = name,
+        hdrs = hdrs,
+        deps = deps + [":" + name + "_cu", "@local_cuda//:cudart"],
+        **kwargs
+    )
+
+def memwall_mpi_test(name, srcs = [], deps = [], ranks = [1, 2, 4], tags = [], size = "medium", copts = [], **kwargs):
+    """Runs one gtest binary under `mpirun -np N --oversubscribe` for each N.
+
+    Creates `<name>_bin` and one sh_test `<name>_np<N>` per N, gathered in the
+    test_suite `<name>`.
+    """
+    native.cc_binary(
+        name = name + "_bin",
+        srcs = srcs,
+        copts = MEMWALL_COPTS + copts,
+        deps = deps + ["@com_google_googletest//:gtest_main", "@openmpi//:mpi"],
+        testonly = True,
+        **kwargs
+    )
+    tests = []
+    for n in ranks:
+        test_name = "%s_np%d" % (name, n)
+        native.sh_test(
+            name = test_name,
+            srcs = ["//tools:mpi_test_runner.sh"],
+            args = [str(n), "$(location :%s_bin)" % name],
+            data = [":" + name + "_bin"],
+            size = size,
+            tags = tags + ["mpi"],
+        )
+        tests.append(":" + test_name)
+    native.test_suite(name = name, tests = tests, tags = tags)
