@@ -1,0 +1,116 @@
+#include "runtime/status.h"
+
+#include <map>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "runtime/launch.h"
+
+namespace memwall {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+absl::StatusOr<LaunchInfo> Discover(const Env& env) {
+  return DiscoverLaunch([&env](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(LaunchTest, NoLauncherIsASingleProcess) {
+  auto info = Discover({});
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->launcher, Launcher::kSingleProcess);
+  EXPECT_EQ(info->rank, 0);
+  EXPECT_EQ(info->world_size, 1);
+  EXPECT_FALSE(info->host.empty());
+}
+
+TEST(LaunchTest, ReadsOpenMpi) {
+  auto info = Discover({{"OMPI_COMM_WORLD_RANK", "3"},
+                        {"OMPI_COMM_WORLD_SIZE", "4"},
+                        {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->launcher, Launcher::kOpenMpi);
+  EXPECT_EQ(info->rank, 3);
+  EXPECT_EQ(info->world_size, 4);
+  EXPECT_EQ(info->local_rank, 1);
+}
+
+TEST(LaunchTest, ReadsSlurm) {
+  auto info = Discover({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->launcher, Launcher::kSlurm);
+  EXPECT_EQ(info->rank, 5);
+  EXPECT_EQ(info->world_size, 8);
+}
+
+TEST(LaunchTest, OpenMpiWinsOverSlurmWhenBothArePresent) {
+  auto info = Discover({{"OMPI_COMM_WORLD_RANK", "1"},
+                        {"OMPI_COMM_WORLD_SIZE", "2"},
+                        {"SLURM_PROCID", "0"},
+                        {"SLURM_NTASKS", "1"}});
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->launcher, Launcher::kOpenMpi);
+  EXPECT_EQ(info->world_size, 2);
+}
+
+TEST(LaunchTest, MalformedEnvironmentNamesTheVariable) {
+  auto bad_int = Discover({{"OMPI_COMM_WORLD_RANK", "x1"}, {"OMPI_COMM_WORLD_SIZE", "2"}});
+  EXPECT_EQ(bad_int.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_int.status().message().find("OMPI_COMM_WORLD_RANK='x1'"), std::string::npos)
+      << bad_int.status();
+  auto out_of_range = Discover({{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "4"}});
+  EXPECT_EQ(out_of_range.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(out_of_range.status().message().find("SLURM_PROCID=4 is outside [0, 4)"),
+            std::string::npos)
+      << out_of_range.status();
+  auto zero = Discover({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "0"}});
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+absl::Status FailIf(bool fail) {
+  return fail ? absl::DataLossError("boom") : absl::OkStatus();
+}
+absl::StatusOr<int> ValueOr(bool fail) {
+  if (fail) return absl::NotFoundError("missing");
+  return 42;
+}
+
+absl::Status UsesReturnIfError(bool fail, int* reached) {
+  MEMWALL_RETURN_IF_ERROR(FailIf(fail));
+  MEMWALL_RETURN_IF_ERROR(ValueOr(fail));
+  *reached = 1;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> UsesAssignOrReturn(bool fail) {
+  MEMWALL_ASSIGN_OR_RETURN(int v, ValueOr(fail));
+  MEMWALL_ASSIGN_OR_RETURN(const int w, ValueOr(false));
+  return v + w;
+}
+
+TEST(StatusMacrosTest, PropagateErrorsAndValues) {
+  int reached = 0;
+  EXPECT_EQ(UsesReturnIfError(true, &reached).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(reached, 0);
+  EXPECT_TRUE(UsesReturnIfError(false, &reached).ok());
+  EXPECT_EQ(reached, 1);
+  EXPECT_EQ(UsesAssignOrReturn(true).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(*UsesAssignOrReturn(false), 84);
+}
+
+TEST(StatusTest, ErrorAtSaysRankHostAndLine) {
+  const absl::Status s = MEMWALL_ERROR(absl::StatusCode::kInternal, "ncclAllReduce: ", 7);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  const std::string m(s.message());
+  EXPECT_NE(m.find("[rank 0 on " + CurrentLaunch().host), std::string::npos) << m;
+  EXPECT_NE(m.find("runtime/status_test.cc:"), std::string::npos) << m;
+  EXPECT_NE(m.find("] ncclAllReduce: 7"), std::string::npos) << m;
+  EXPECT_EQ(Annotate(s, "step 3").message().substr(0, 8), "step 3: ");
+  EXPECT_TRUE(Annotate(absl::OkStatus(), "x").ok());
+}
+
+}  // namespace
+}  // namespace memwall
