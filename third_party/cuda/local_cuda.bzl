@@ -100,7 +100,7 @@ cc_library(
 
 cc_library(
     name = "cuda_headers",
-    hdrs = glob(["include/*.h", "include/crt/*.h", "include/crt/*.hpp", "include/*.hpp"]),
+    hdrs = glob(["include/**"]),
     includes = ["include"],
 )
 

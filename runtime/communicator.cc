@@ -1,0 +1,173 @@
+#include "runtime/communicator.h"
+
+#include "absl/strings/str_cat.h"
+#include "runtime/communicator_internal.h"
+#include "runtime/launch.h"
+#include "runtime/status.h"
+
+namespace memwall {
+
+ShardRange BlockShard(size_t n, int world_size, int rank) {
+  const size_t w = static_cast<size_t>(world_size);
+  const size_t r = static_cast<size_t>(rank);
+  const size_t base = n / w;
+  const size_t extra = n % w;
+  return {r * base + std::min(r, extra), base + (r < extra ? 1 : 0)};
+}
+
+absl::string_view CommBackendName(CommBackend backend) {
+  switch (backend) {
+    case CommBackend::kAuto:
+      return "auto";
+    case CommBackend::kSingleProcess:
+      return "single process";
+    case CommBackend::kMpi:
+      return "mpi";
+    case CommBackend::kNccl:
+      return "nccl";
+  }
+  return "unknown";
+}
+
+namespace {
+
+absl::Status SameDType(const Tensor& a, const Tensor& b, absl::string_view op) {
+  if (a.dtype() == b.dtype()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": send is ", DTypeName(a.dtype()),
+                                                 " but recv is ", DTypeName(b.dtype())));
+}
+
+absl::Status NotNull(const Tensor& t, absl::string_view op, absl::string_view what) {
+  if (t.data() != nullptr || t.numel() == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " has no data"));
+}
+
+}  // namespace
+
+absl::Status Communicator::AllReduce(const Tensor& send, const Tensor& recv, ReduceOp op,
+                                     Stream& stream) {
+  MEMWALL_RETURN_IF_ERROR(SameDType(send, recv, "AllReduce"));
+  if (send.numel() != recv.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat("AllReduce: send has ", send.numel(),
+                                                   " elements but recv has ", recv.numel()));
+  }
+  MEMWALL_RETURN_IF_ERROR(NotNull(send, "AllReduce", "send"));
+  MEMWALL_RETURN_IF_ERROR(NotNull(recv, "AllReduce", "recv"));
+  MEMWALL_RETURN_IF_ERROR(CheckMemory(send, "AllReduce send"));
+  MEMWALL_RETURN_IF_ERROR(CheckMemory(recv, "AllReduce recv"));
+  if (send.numel() == 0) return absl::OkStatus();
+  return DoAllReduce(send, recv, op, stream);
+}
+
+absl::Status Communicator::ReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op,
+                                         Stream& stream) {
+  MEMWALL_RETURN_IF_ERROR(SameDType(send, recv, "ReduceScatter"));
+  const ShardRange block = BlockShard(send.numel(), world_size(), rank());
+  if (static_cast<size_t>(recv.numel()) != block.size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ReduceScatter: recv has ", recv.numel(), " elements but rank ", rank(), "'s block of ",
+        send.numel(), " over ", world_size(), " ranks has ", block.size));
+  }
+  MEMWALL_RETURN_IF_ERROR(NotNull(send, "ReduceScatter", "send"));
+  MEMWALL_RETURN_IF_ERROR(NotNull(recv, "ReduceScatter", "recv"));
+  MEMWALL_RETURN_IF_ERROR(CheckMemory(send, "ReduceScatter send"));
+  MEMWALL_RETURN_IF_ERROR(CheckMemory(recv, "ReduceScatter recv"));
+  if (send.numel() == 0) return absl::OkStatus();
+  return DoReduceScatter(send, recv, op, stream);
+}
+
+absl::Status Communicator::AllGather(const Tensor& send, const Tensor& recv, Stream& stream) {
+  MEMWALL_RETURN_IF_ERROR(SameDType(send, recv, "AllGather"));
+  const ShardRange block = BlockShard(recv.numel(), world_size(), rank());
+  if (static_cast<size_t>(send.numel()) != block.size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AllGather: send has ", send.numel(), " elements but rank ", rank(), "'s block of ",
+        recv.numel(), " over ", world_size(), " ranks has ", block.size));
+  }
+  MEMWALL_RETURN_IF_ERROR(NotNull(send, "AllGather", "send"));
+  MEMWALL_RETURN_IF_ERROR(NotNull(recv, "AllGather", "recv"));
+  MEMWALL_RETURN_IF_ERROR(CheckMemory(send, "AllGather send"));
+  MEMWALL_RETURN_IF_ERROR(CheckMemory(recv, "AllGather recv"));
+  if (recv.numel() == 0) return absl::OkStatus();
+  return DoAllGather(send, recv, stream);
+}
+
+absl::Status Communicator::Broadcast(const Tensor& buffer, int root, Stream& stream) {
+  if (root < 0 || root >= world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Broadcast: root ", root, " is outside [0, ", world_size(), ")"));
+  }
+  MEMWALL_RETURN_IF_ERROR(NotNull(buffer, "Broadcast", "buffer"));
+  MEMWALL_RETURN_IF_ERROR(CheckMemory(buffer, "Broadcast buffer"));
+  if (buffer.numel() == 0) return absl::OkStatus();
+  return DoBroadcast(buffer, root, stream);
+}
+
+absl::Status Communicator::Barrier(Stream& stream) { return DoBarrier(stream); }
+
+namespace {
+
+// World size 1: every collective is the identity, so at most a copy.
+class SingleProcessCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  CommBackend backend() const override { return CommBackend::kSingleProcess; }
+
+ protected:
+  absl::Status DoAllReduce(const Tensor& send, const Tensor& recv, ReduceOp,
+                           Stream& stream) override {
+    return CopyIfDistinct(send, recv, stream);
+  }
+  absl::Status DoReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp,
+                               Stream& stream) override {
+    return CopyIfDistinct(send, recv, stream);
+  }
+  absl::Status DoAllGather(const Tensor& send, const Tensor& recv, Stream& stream) override {
+    return CopyIfDistinct(send, recv, stream);
+  }
+  absl::Status DoBroadcast(const Tensor&, int, Stream&) override { return absl::OkStatus(); }
+  absl::Status DoBarrier(Stream&) override { return absl::OkStatus(); }
+  absl::Status CheckMemory(const Tensor&, absl::string_view) const override {
+    return absl::OkStatus();
+  }
+
+ private:
+  static absl::Status CopyIfDistinct(const Tensor& send, const Tensor& recv, Stream& stream) {
+    if (send.data() == recv.data()) return absl::OkStatus();
+    return stream.Copy(recv.data(), send.data(), recv.bytes());
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Device& device,
+                                                                  CommBackend backend) {
+  MEMWALL_ASSIGN_OR_RETURN(const LaunchInfo launch,
+                           DiscoverLaunch([](const char* n) { return std::getenv(n); }));
+  if (backend == CommBackend::kAuto) {
+    if (launch.world_size == 1) {
+      backend = CommBackend::kSingleProcess;
+    } else {
+      backend = device.kind() == DeviceKind::kCuda ? CommBackend::kNccl : CommBackend::kMpi;
+    }
+  }
+  switch (backend) {
+    case CommBackend::kSingleProcess:
+      if (launch.world_size != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "single-process communicator requested but ", LauncherName(launch.launcher),
+            " launched ", launch.world_size, " ranks"));
+      }
+      return std::unique_ptr<Communicator>(std::make_unique<SingleProcessCommunicator>());
+    case CommBackend::kMpi:
+      return comm_internal::CreateMpiCommunicator(device);
+    case CommBackend::kNccl:
+      return comm_internal::CreateNcclCommunicator(device);
+    case CommBackend::kAuto:
+      break;
+  }
+  return absl::InternalError("unreachable");
+}
+
+}  // namespace memwall

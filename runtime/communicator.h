@@ -1,0 +1,95 @@
+// Collectives across data-parallel ranks, ordered on a stream.
+//
+// Backends:
+//   single process  world size 1; collectives are copies
+//   OpenMPI         host memory (the CpuDevice, pinned host buffers); used by
+//                   CI and every multi-rank CPU test
+//   NCCL            CUDA device memory; the unique id is broadcast over MPI
+//                   when world size > 1
+// Rank and world size come from the launcher (runtime/launch.h).
+//
+// [Note: block distribution]
+// Element counts need not divide by the world size. ReduceScatter and
+// AllGather split n elements into world_size contiguous blocks, the first
+// n % W of them one element longer (BlockShard). The ZeRO engine pads its
+// flat buffers so every block is equal; the collectives do not require it.
+//
+// [Note: 16-bit reductions]
+// fp16/bf16 sums are accumulated in fp32 and rounded once at the end by the
+// MPI backend (so |error| <= 2^-8 |sum| for bf16, 2^-11 for fp16, plus fp32
+// accumulation error); NCCL rounds at every step of its ring or tree, so its
+// error is bounded by (W - 1) * 2^-8 * sum|x_r| for bf16. Tests state which.
+#ifndef MEMWALL_RUNTIME_COMMUNICATOR_H_
+#define MEMWALL_RUNTIME_COMMUNICATOR_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "runtime/device.h"
+#include "runtime/tensor.h"
+
+namespace memwall {
+
+enum class ReduceOp { kSum, kMax };
+
+// The rank's block of n elements: see [Note: block distribution].
+struct ShardRange {
+  size_t offset = 0;
+  size_t size = 0;
+};
+ShardRange BlockShard(size_t n, int world_size, int rank);
+
+enum class CommBackend { kAuto, kSingleProcess, kMpi, kNccl };
+absl::string_view CommBackendName(CommBackend backend);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual CommBackend backend() const = 0;
+
+  // recv = op over ranks of send. send and recv have the same dtype and
+  // element count; send == recv (in place) is allowed.
+  absl::Status AllReduce(const Tensor& send, const Tensor& recv, ReduceOp op, Stream& stream);
+  // send holds n elements on every rank; recv holds BlockShard(n, W, rank)
+  // elements and receives op over ranks of that block.
+  absl::Status ReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op,
+                             Stream& stream);
+  // recv holds n elements; send holds this rank's BlockShard(n, W, rank)
+  // block. Afterwards recv[block r] = send of rank r on every rank. send may
+  // be recv's own block (in place).
+  absl::Status AllGather(const Tensor& send, const Tensor& recv, Stream& stream);
+  // Every rank's `buffer` receives root's.
+  absl::Status Broadcast(const Tensor& buffer, int root, Stream& stream);
+  // Work submitted to `stream` after the barrier runs only once every rank
+  // has reached it.
+  absl::Status Barrier(Stream& stream);
+
+ protected:
+  // Called with validated arguments.
+  virtual absl::Status DoAllReduce(const Tensor& send, const Tensor& recv, ReduceOp op,
+                                   Stream& stream) = 0;
+  virtual absl::Status DoReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op,
+                                       Stream& stream) = 0;
+  virtual absl::Status DoAllGather(const Tensor& send, const Tensor& recv, Stream& stream) = 0;
+  virtual absl::Status DoBroadcast(const Tensor& buffer, int root, Stream& stream) = 0;
+  virtual absl::Status DoBarrier(Stream& stream) = 0;
+  // Whether this backend can read and write `t`'s memory.
+  virtual absl::Status CheckMemory(const Tensor& t, absl::string_view what) const = 0;
+};
+
+// kAuto: a single process when the launch has one rank; otherwise NCCL for a
+// CUDA device and MPI for the CpuDevice. Requesting a backend that was not
+// built in, or one that cannot reach `device`'s memory, is an error. The
+// world size MPI reports must match the launcher's (else InvalidArgument).
+absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
+    Device& device, CommBackend backend = CommBackend::kAuto);
+
+}  // namespace memwall
+
+#endif  // MEMWALL_RUNTIME_COMMUNICATOR_H_

@@ -1,0 +1,23 @@
+// Backend factories behind CreateCommunicator (runtime/communicator.h).
+#ifndef MEMWALL_RUNTIME_COMMUNICATOR_INTERNAL_H_
+#define MEMWALL_RUNTIME_COMMUNICATOR_INTERNAL_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "runtime/communicator.h"
+
+namespace memwall::comm_internal {
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(Device& device);
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(Device& device);
+
+// Initializes MPI once per process (MPI_THREAD_MULTIPLE) and finalizes it at
+// exit. Returns this process's rank and size in MPI_COMM_WORLD.
+absl::Status EnsureMpiInitialized(int* rank, int* size);
+// Broadcasts `bytes` bytes from rank 0 of MPI_COMM_WORLD (NCCL bootstrap).
+absl::Status MpiBroadcastBytes(void* data, int bytes);
+
+}  // namespace memwall::comm_internal
+
+#endif  // MEMWALL_RUNTIME_COMMUNICATOR_INTERNAL_H_

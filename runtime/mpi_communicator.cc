@@ -1,0 +1,220 @@
+// OpenMPI backend: collectives over host memory, run in stream order through
+// Stream::EnqueueHost. See runtime/communicator.h.
+#include <mpi.h>
+
+#include <climits>
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/communicator.h"
+#include "runtime/communicator_internal.h"
+#include "runtime/launch.h"
+#include "runtime/status.h"
+
+namespace memwall::comm_internal {
+namespace {
+
+std::string MpiErrorString(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return absl::StrCat("error ", code);
+  return std::string(text, len);
+}
+
+#define MEMWALL_MPI_RETURN_IF_ERROR(call)                                                \
+  do {                                                                                   \
+    const int memwall_mpi_rc_ = (call);                                                  \
+    if (memwall_mpi_rc_ != MPI_SUCCESS) {                                                \
+      return MEMWALL_ERROR(absl::StatusCode::kInternal, #call, " failed: ",              \
+                           MpiErrorString(memwall_mpi_rc_));                             \
+    }                                                                                    \
+  } while (false)
+
+// Finalizes MPI at process exit if memwall initialized it.
+struct MpiFinalizer {
+  ~MpiFinalizer() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+};
+
+// Largest element count one MPI call may take (its counts are ints).
+constexpr size_t kMaxMpiCount = size_t{1} << 30;
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  ~MpiCommunicator() override { MPI_Comm_free(&comm_); }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return size_; }
+  CommBackend backend() const override { return CommBackend::kMpi; }
+
+ protected:
+  absl::Status CheckMemory(const Tensor& t, absl::string_view what) const override {
+    if (t.on_host()) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is ", t.DebugString(),
+                     ": the MPI backend reads host memory only; use NCCL for CUDA memory"));
+  }
+
+  absl::Status DoAllReduce(const Tensor& send, const Tensor& recv, ReduceOp op,
+                           Stream& stream) override {
+    return stream.EnqueueHost([this, send, recv, op]() -> absl::Status {
+      const size_t n = send.numel();
+      if (send.dtype() == DType::kF32) {
+        return AllReduceF32(send.data_as<float>(), recv.data_as<float>(), n, op);
+      }
+      // See [Note: 16-bit reductions]: widen, reduce in fp32, round once.
+      std::vector<float> wide(n);
+      MEMWALL_RETURN_IF_ERROR(Convert(send.data(), send.dtype(), wide.data(), DType::kF32, n));
+      MEMWALL_RETURN_IF_ERROR(AllReduceF32(wide.data(), wide.data(), n, op));
+      return Convert(wide.data(), DType::kF32, recv.data(), recv.dtype(), n);
+    });
+  }
+
+  absl::Status DoReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op,
+                               Stream& stream) override {
+    MEMWALL_RETURN_IF_ERROR(CheckCount(send.numel(), "ReduceScatter"));
+    return stream.EnqueueHost([this, send, recv, op]() -> absl::Status {
+      const size_t n = send.numel();
+      std::vector<int> counts(size_);
+      for (int r = 0; r < size_; ++r) counts[r] = static_cast<int>(BlockShard(n, size_, r).size);
+      if (send.dtype() == DType::kF32) {
+        MEMWALL_MPI_RETURN_IF_ERROR(MPI_Reduce_scatter(send.data(), recv.data(), counts.data(),
+                                                       MPI_FLOAT, MpiOp(op), comm_));
+        return absl::OkStatus();
+      }
+      std::vector<float> wide(n), block(recv.numel());
+      MEMWALL_RETURN_IF_ERROR(Convert(send.data(), send.dtype(), wide.data(), DType::kF32, n));
+      MEMWALL_MPI_RETURN_IF_ERROR(MPI_Reduce_scatter(wide.data(), block.data(), counts.data(),
+                                                     MPI_FLOAT, MpiOp(op), comm_));
+      return Convert(block.data(), DType::kF32, recv.data(), recv.dtype(), block.size());
+    });
+  }
+
+  absl::Status DoAllGather(const Tensor& send, const Tensor& recv, Stream& stream) override {
+    MEMWALL_RETURN_IF_ERROR(CheckCount(recv.numel(), "AllGather"));
+    return stream.EnqueueHost([this, send, recv]() -> absl::Status {
+      const size_t n = recv.numel();
+      std::vector<int> counts(size_), displs(size_);
+      for (int r = 0; r < size_; ++r) {
+        const ShardRange b = BlockShard(n, size_, r);
+        counts[r] = static_cast<int>(b.size);
+        displs[r] = static_cast<int>(b.offset);
+      }
+      // No arithmetic: move 16-bit elements as uint16 and fp32 as float.
+      MPI_Datatype type = send.dtype() == DType::kF32 ? MPI_FLOAT : MPI_UINT16_T;
+      const void* src = send.data() == recv.Slice(displs[rank_], 0).data()
+                            ? MPI_IN_PLACE
+                            : send.data();
+      MEMWALL_MPI_RETURN_IF_ERROR(MPI_Allgatherv(src, counts[rank_], type, recv.data(),
+                                                 counts.data(), displs.data(), type, comm_));
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status DoBroadcast(const Tensor& buffer, int root, Stream& stream) override {
+    return stream.EnqueueHost([this, buffer, root]() -> absl::Status {
+      char* data = static_cast<char*>(buffer.data());
+      size_t remaining = buffer.bytes();
+      while (remaining > 0) {
+        const size_t chunk = std::min(remaining, kMaxMpiCount);
+        MEMWALL_MPI_RETURN_IF_ERROR(
+            MPI_Bcast(data, static_cast<int>(chunk), MPI_BYTE, root, comm_));
+        data += chunk;
+        remaining -= chunk;
+      }
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status DoBarrier(Stream& stream) override {
+    return stream.EnqueueHost([this]() -> absl::Status {
+      MEMWALL_MPI_RETURN_IF_ERROR(MPI_Barrier(comm_));
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  static MPI_Op MpiOp(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX; }
+
+  absl::Status CheckCount(size_t n, absl::string_view op) const {
+    if (n <= static_cast<size_t>(INT_MAX)) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, " of ", n, " elements exceeds MPI's int counts; split it into calls of at most ",
+        INT_MAX, " elements"));
+  }
+
+  absl::Status AllReduceF32(const float* send, float* recv, size_t n, ReduceOp op) {
+    for (size_t done = 0; done < n; done += kMaxMpiCount) {
+      const int count = static_cast<int>(std::min(kMaxMpiCount, n - done));
+      const void* src = send == recv ? MPI_IN_PLACE : static_cast<const void*>(send + done);
+      MEMWALL_MPI_RETURN_IF_ERROR(
+          MPI_Allreduce(src, recv + done, count, MPI_FLOAT, MpiOp(op), comm_));
+    }
+    return absl::OkStatus();
+  }
+
+  MPI_Comm comm_;
+  const int rank_;
+  const int size_;
+};
+
+}  // namespace
+
+absl::Status EnsureMpiInitialized(int* rank, int* size) {
+  static std::once_flag once;
+  static absl::Status init_status;
+  std::call_once(once, [] {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) return;
+    int provided = 0;
+    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    if (rc != MPI_SUCCESS) {
+      init_status = MEMWALL_ERROR(absl::StatusCode::kUnavailable,
+                                  "MPI_Init_thread failed: ", MpiErrorString(rc));
+      return;
+    }
+    static MpiFinalizer finalizer;
+    if (provided < MPI_THREAD_MULTIPLE) {
+      init_status = MEMWALL_ERROR(absl::StatusCode::kFailedPrecondition,
+                                  "MPI provides thread level ", provided,
+                                  " but memwall's streams need MPI_THREAD_MULTIPLE");
+    }
+  });
+  MEMWALL_RETURN_IF_ERROR(init_status);
+  MPI_Comm_rank(MPI_COMM_WORLD, rank);
+  MPI_Comm_size(MPI_COMM_WORLD, size);
+  return absl::OkStatus();
+}
+
+absl::Status MpiBroadcastBytes(void* data, int bytes) {
+  MEMWALL_MPI_RETURN_IF_ERROR(MPI_Bcast(data, bytes, MPI_BYTE, 0, MPI_COMM_WORLD));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(Device& device) {
+  int rank = 0, size = 1;
+  MEMWALL_RETURN_IF_ERROR(EnsureMpiInitialized(&rank, &size));
+  MEMWALL_ASSIGN_OR_RETURN(const LaunchInfo launch,
+                           DiscoverLaunch([](const char* n) { return std::getenv(n); }));
+  if (launch.launcher != Launcher::kSingleProcess &&
+      (launch.world_size != size || launch.rank != rank)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MPI says rank ", rank, " of ", size, " but ", LauncherName(launch.launcher),
+        " launched rank ", launch.rank, " of ", launch.world_size,
+        ": the world size does not match the launch"));
+  }
+  MPI_Comm comm;
+  MEMWALL_MPI_RETURN_IF_ERROR(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+  // Errors come back as codes (and become Status) instead of aborting the job.
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  return std::unique_ptr<Communicator>(std::make_unique<MpiCommunicator>(comm, rank, size));
+}
+
+}  // namespace memwall::comm_internal
