@@ -10,6 +10,8 @@
 namespace memwall::cuda {
 
 // Each returns a cudaError_t as int (0 = success); `stream` is a cudaStream_t.
+// Built without CUDA, each returns kNotBuiltWithCuda.
+inline constexpr int kNotBuiltWithCuda = 35;  // cudaErrorInsufficientDriver
 int F32ToF16(const float* src, uint16_t* dst, size_t n, void* stream);
 int F16ToF32(const uint16_t* src, float* dst, size_t n, void* stream);
 int F32ToBF16(const float* src, uint16_t* dst, size_t n, void* stream);

@@ -54,16 +54,17 @@ def memwall_cc_benchmark(name, copts = [], deps = [], tags = [], **kwargs):
         **kwargs
     )
 
-def memwall_cuda_library(name, srcs = [], hdrs = [], deps = [], cuda_hdrs = [], **kwargs):
+def memwall_cuda_library(name, srcs = [], hdrs = [], deps = [], cuda_hdrs = [], stub_srcs = [], **kwargs):
     """A cc_library whose .cu sources nvcc compiles into a static archive.
 
     `hdrs` are the library's public headers (plain C++, includable without
     CUDA); `cuda_hdrs` are further headers the .cu files include. Without a
-    toolkit the library keeps its headers and has no objects, and callers see
-    no MEMWALL_HAS_CUDA define.
+    toolkit the library is built from `stub_srcs` instead (C++ definitions of
+    the same functions that report "built without CUDA"), so callers link
+    either way and decide at run time.
     """
     if not CUDA_ENABLED:
-        native.cc_library(name = name, hdrs = hdrs, deps = deps, **kwargs)
+        native.cc_library(name = name, srcs = stub_srcs, hdrs = hdrs, deps = deps, copts = MEMWALL_COPTS, **kwargs)
         return
     archive = "lib%s_cu.a" % name
     native.genrule(
