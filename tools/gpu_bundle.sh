@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Builds memwall's GPU test, benchmark and self-check binaries here (where
+# Bazel and the CUDA toolkit are) and packs them, with the shared libraries a
+# GPU machine lacks, into one folder that runs there without Bazel.
+# See ../shared/design/GPU.md and docs/build.md.
+#
+#   tools/gpu_bundle.sh [OUT_DIR]          (default: gpu_bundle/, git-ignored)
+#   OUT_DIR/run.sh RESULTS_DIR [NAME...]   (on the GPU machine)
+#
+# Contents: bin/ (our code linked statically), lib/ (Abseil, protobuf,
+# OpenMPI, OpenBLAS, ... as found by ldd; also libcudart, which is small and
+# must match the build), run.sh, MANIFEST (what was built, from which commit).
+# The driver (libcuda), cuBLAS and NCCL come from the GPU machine.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+out="${1:-gpu_bundle}"
+
+# What goes in: every test tagged `gpu`, every benchmark, the self-check.
+mapfile -t tests < <(./bazelw query --noshow_progress 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
+mapfile -t benchmarks < <(./bazelw query --noshow_progress 'attr(tags, "\bbenchmark\b", kind(cc_binary, //...))' 2>/dev/null)
+targets=("${tests[@]}" "${benchmarks[@]}" //runtime:selfcheck)
+echo "gpu_bundle: building ${#targets[@]} targets: ${targets[*]}" >&2
+./bazelw build --noshow_progress "${targets[@]}"
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+for t in "${targets[@]}"; do
+  path="bazel-bin/$(sed -e 's|^//||' -e 's|:|/|' <<<"$t")"
+  cp -L "$path" "$out/bin/"
+done
+
+# Shared libraries: everything ldd resolves except the C runtime, the CUDA
+# driver/toolkit libraries the GPU machine provides, and NCCL.
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libcuda\.so|libcublas|libcublasLt|libnccl)'
+for b in "$out"/bin/*; do
+  ldd "$b" | awk '/=> \// { print $1, $3 }'
+done | sort -u | while read -r name path; do
+  if [[ "$name" =~ $skip ]]; then continue; fi
+  cp -L "$path" "$out/lib/$name"
+done
+# OpenMPI loads its components at MPI_Init; a single-rank run never calls it,
+# so the components are not bundled (no mpirun on the GPU machine either).
+
+{
+  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (dirty)')"
+  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
+  echo "nvcc: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | tail -1)"
+  echo "cuda archs: $(grep -o 'MEMWALL_CUDA_ARCHS=[0-9,]*' .bazelrc | head -1)"
+  echo "targets: ${targets[*]}"
+} > "$out/MANIFEST"
+
+cat > "$out/run.sh" <<'RUN'
+#!/usr/bin/env bash
+# Runs bundled memwall binaries on a GPU machine.
+#   run.sh RESULTS_DIR [NAME...]   (default: every binary in bin/)
+# Tests (*_test) write RESULTS_DIR/NAME.xml, benchmarks (*_benchmark)
+# RESULTS_DIR/NAME.json; every binary's output goes to RESULTS_DIR/NAME.log.
+# Exits non-zero if any binary fails.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+results="${1:?usage: run.sh RESULTS_DIR [NAME...]}"; shift
+mkdir -p "$results"
+# NCCL: a system copy, else the one pip's nvidia-nccl package ships.
+nccl_dir=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu; do
+  [[ -e "$d/libnccl.so.2" ]] && { nccl_dir="$d"; break; }
+done
+if [[ -z "$nccl_dir" ]]; then
+  for py in python3 /usr/bin/python3; do
+    d="$("$py" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)" && [[ -e "$d/libnccl.so.2" ]] && { nccl_dir="$d"; break; }
+  done
+fi
+cublas_dir=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [[ -e "$d/libcublas.so.13" ]] && { cublas_dir="$d"; break; }
+done
+export LD_LIBRARY_PATH="$here/lib${nccl_dir:+:$nccl_dir}${cublas_dir:+:$cublas_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+{
+  echo "== machine"
+  cat "$here/MANIFEST"
+  echo "host: $(hostname)  cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)  cores: $(nproc)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+  echo "nccl: ${nccl_dir:-not found}  cublas: ${cublas_dir:-not found}"
+} | tee "$results/machine.txt"
+names=("$@")
+[[ ${#names[@]} -eq 0 ]] && names=($(ls "$here/bin"))
+status=0
+for name in "${names[@]}"; do
+  bin="$here/bin/$name"
+  args=()
+  case "$name" in
+    *_test) args=(--gtest_output="xml:$results/$name.xml") ;;
+    *_benchmark) args=(--benchmark_out="$results/$name.json" --benchmark_out_format=json) ;;
+  esac
+  echo "== $name"
+  if "$bin" "${args[@]}" > "$results/$name.log" 2>&1; then
+    echo "   ok"; tail -n 3 "$results/$name.log"
+  else
+    echo "   FAILED (exit $?)"; tail -n 30 "$results/$name.log"; status=1
+  fi
+done
+exit $status
+RUN
+chmod +x "$out/run.sh"
+du -sh "$out" | awk '{ print "gpu_bundle: " $1 " in '"$out"'" }' >&2
