@@ -1,6 +1,9 @@
 #include "runtime/dtype.h"
 
 #include <immintrin.h>
+#include <unistd.h>
+
+#include <atomic>
 
 #include <algorithm>
 #include <cstring>
@@ -70,17 +73,45 @@ namespace {
 
 // ---- Portable scalar path -------------------------------------------------
 
-void F32ToF16Scalar(const float* src, uint16_t* dst, size_t n) {
+void F32ToF16Scalar(const float* src, uint16_t* dst, size_t n, bool = false) {
   for (size_t i = 0; i < n; ++i) dst[i] = FloatToHalf(src[i]);
 }
-void F16ToF32Scalar(const uint16_t* src, float* dst, size_t n) {
+void F16ToF32Scalar(const uint16_t* src, float* dst, size_t n, bool = false) {
   for (size_t i = 0; i < n; ++i) dst[i] = HalfToFloat(src[i]);
 }
-void F32ToBF16Scalar(const float* src, uint16_t* dst, size_t n) {
+void F32ToBF16Scalar(const float* src, uint16_t* dst, size_t n, bool = false) {
   for (size_t i = 0; i < n; ++i) dst[i] = FloatToBF16(src[i]);
 }
-void BF16ToF32Scalar(const uint16_t* src, float* dst, size_t n) {
+void BF16ToF32Scalar(const uint16_t* src, float* dst, size_t n, bool = false) {
   for (size_t i = 0; i < n; ++i) dst[i] = BF16ToFloat(src[i]);
+}
+
+
+// ---- Streaming (non-temporal) stores ---------------------------------------
+// A conversion larger than the last-level cache is bound by DRAM bandwidth.
+// Ordinary stores first read each destination line (write-allocate), adding
+// |dst| bytes of traffic; non-temporal stores skip that read, as glibc's
+// memcpy does past the same threshold. They need an aligned destination, so
+// a scalar prologue runs up to the first aligned element.
+
+std::atomic<size_t> streaming_threshold{0};  // 0: not yet computed
+
+size_t DefaultStreamingThreshold() {
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return l3 > 0 ? static_cast<size_t>(l3) / 4 * 3 : size_t{24} << 20;
+}
+
+// Elements of `elem` bytes to convert before dst is `align`-byte aligned, or
+// n (all of them, scalar) when dst can never be aligned; clears *stream then.
+size_t StreamPrologue(const void* dst, size_t elem, size_t align, size_t n, bool* stream) {
+  if (!*stream) return 0;
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(dst);
+  if (addr % elem != 0) {
+    *stream = false;
+    return 0;
+  }
+  const size_t k = ((align - addr % align) % align) / elem;
+  return std::min(k, n);
 }
 
 // ---- AVX2 + F16C ----------------------------------------------------------
@@ -89,24 +120,31 @@ void BF16ToF32Scalar(const uint16_t* src, float* dst, size_t n) {
 
 #define MEMWALL_TARGET_AVX2 __attribute__((target("avx2,f16c")))
 
-MEMWALL_TARGET_AVX2 void F32ToF16Avx2(const float* src, uint16_t* dst, size_t n) {
-  size_t i = 0;
+MEMWALL_TARGET_AVX2 void F32ToF16Avx2(const float* src, uint16_t* dst, size_t n, bool stream) {
+  size_t i = StreamPrologue(dst, 2, 16, n, &stream);
+  F32ToF16Scalar(src, dst, i);
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(src + i);
     if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0) {
       F32ToF16Scalar(src + i, dst + i, 8);
       continue;
     }
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
-                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    if (stream) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), h);
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+    }
   }
+  if (stream) _mm_sfence();
   F32ToF16Scalar(src + i, dst + i, n - i);
 }
 
-MEMWALL_TARGET_AVX2 void F16ToF32Avx2(const uint16_t* src, float* dst, size_t n) {
+MEMWALL_TARGET_AVX2 void F16ToF32Avx2(const uint16_t* src, float* dst, size_t n, bool stream) {
   const __m128i abs_mask = _mm_set1_epi16(0x7FFF);
   const __m128i inf = _mm_set1_epi16(0x7C00);
-  size_t i = 0;
+  size_t i = StreamPrologue(dst, 4, 32, n, &stream);
+  F16ToF32Scalar(src, dst, i);
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
     // NaN <=> |h| > 0x7C00 (as signed 16-bit: |h| <= 0x7FFF).
@@ -114,8 +152,13 @@ MEMWALL_TARGET_AVX2 void F16ToF32Avx2(const uint16_t* src, float* dst, size_t n)
       F16ToF32Scalar(src + i, dst + i, 8);
       continue;
     }
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+    if (stream) {
+      _mm256_stream_ps(dst + i, _mm256_cvtph_ps(h));
+    } else {
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+    }
   }
+  if (stream) _mm_sfence();
   F16ToF32Scalar(src + i, dst + i, n - i);
 }
 
@@ -126,8 +169,9 @@ MEMWALL_TARGET_AVX2 inline __m256i RoundToBF16Avx2(__m256i x) {
   return _mm256_srli_epi32(biased, 16);
 }
 
-MEMWALL_TARGET_AVX2 void F32ToBF16Avx2(const float* src, uint16_t* dst, size_t n) {
-  size_t i = 0;
+MEMWALL_TARGET_AVX2 void F32ToBF16Avx2(const float* src, uint16_t* dst, size_t n, bool stream) {
+  size_t i = StreamPrologue(dst, 2, 32, n, &stream);
+  F32ToBF16Scalar(src, dst, i);
   for (; i + 16 <= n; i += 16) {
     const __m256 a = _mm256_loadu_ps(src + i);
     const __m256 b = _mm256_loadu_ps(src + i + 8);
@@ -141,18 +185,29 @@ MEMWALL_TARGET_AVX2 void F32ToBF16Avx2(const float* src, uint16_t* dst, size_t n
     const __m256i rb = RoundToBF16Avx2(_mm256_castps_si256(b));
     // packus interleaves 128-bit lanes (a0 b0 a1 b1); 0xD8 restores a0 a1 b0 b1.
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(ra, rb), 0xD8);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), packed);
+    if (stream) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), packed);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), packed);
+    }
   }
+  if (stream) _mm_sfence();
   F32ToBF16Scalar(src + i, dst + i, n - i);
 }
 
-MEMWALL_TARGET_AVX2 void BF16ToF32Avx2(const uint16_t* src, float* dst, size_t n) {
-  size_t i = 0;
+MEMWALL_TARGET_AVX2 void BF16ToF32Avx2(const uint16_t* src, float* dst, size_t n, bool stream) {
+  size_t i = StreamPrologue(dst, 4, 32, n, &stream);
+  BF16ToF32Scalar(src, dst, i);
   for (; i + 8 <= n; i += 8) {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
     const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), w);
+    if (stream) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), w);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), w);
+    }
   }
+  if (stream) _mm_sfence();
   BF16ToF32Scalar(src + i, dst + i, n - i);
 }
 
@@ -160,39 +215,52 @@ MEMWALL_TARGET_AVX2 void BF16ToF32Avx2(const uint16_t* src, float* dst, size_t n
 
 #define MEMWALL_TARGET_AVX512 __attribute__((target("avx512f,avx2,f16c")))
 
-MEMWALL_TARGET_AVX512 void F32ToF16Avx512(const float* src, uint16_t* dst, size_t n) {
-  size_t i = 0;
+MEMWALL_TARGET_AVX512 void F32ToF16Avx512(const float* src, uint16_t* dst, size_t n, bool stream) {
+  size_t i = StreamPrologue(dst, 2, 32, n, &stream);
+  F32ToF16Scalar(src, dst, i);
   for (; i + 16 <= n; i += 16) {
     const __m512 v = _mm512_loadu_ps(src + i);
     if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) != 0) {
       F32ToF16Scalar(src + i, dst + i, 16);
       continue;
     }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
-                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    if (stream) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), h);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), h);
+    }
   }
+  if (stream) _mm_sfence();
   F32ToF16Scalar(src + i, dst + i, n - i);
 }
 
-MEMWALL_TARGET_AVX512 void F16ToF32Avx512(const uint16_t* src, float* dst, size_t n) {
+MEMWALL_TARGET_AVX512 void F16ToF32Avx512(const uint16_t* src, float* dst, size_t n, bool stream) {
   const __m256i abs_mask = _mm256_set1_epi16(0x7FFF);
   const __m256i inf = _mm256_set1_epi16(0x7C00);
-  size_t i = 0;
+  size_t i = StreamPrologue(dst, 4, 64, n, &stream);
+  F16ToF32Scalar(src, dst, i);
   for (; i + 16 <= n; i += 16) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
     if (_mm256_movemask_epi8(_mm256_cmpgt_epi16(_mm256_and_si256(h, abs_mask), inf)) != 0) {
       F16ToF32Scalar(src + i, dst + i, 16);
       continue;
     }
-    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
+    if (stream) {
+      _mm512_stream_ps(dst + i, _mm512_cvtph_ps(h));
+    } else {
+      _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
+    }
   }
+  if (stream) _mm_sfence();
   F16ToF32Scalar(src + i, dst + i, n - i);
 }
 
-MEMWALL_TARGET_AVX512 void F32ToBF16Avx512(const float* src, uint16_t* dst, size_t n) {
+MEMWALL_TARGET_AVX512 void F32ToBF16Avx512(const float* src, uint16_t* dst, size_t n, bool stream) {
   const __m512i one = _mm512_set1_epi32(1);
   const __m512i bias = _mm512_set1_epi32(0x7FFF);
-  size_t i = 0;
+  size_t i = StreamPrologue(dst, 2, 32, n, &stream);
+  F32ToBF16Scalar(src, dst, i);
   for (; i + 16 <= n; i += 16) {
     const __m512 v = _mm512_loadu_ps(src + i);
     if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) != 0) {
@@ -202,25 +270,38 @@ MEMWALL_TARGET_AVX512 void F32ToBF16Avx512(const float* src, uint16_t* dst, size
     const __m512i x = _mm512_castps_si512(v);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), one);
     const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, bias), lsb), 16);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(r));
+    if (stream) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(r));
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(r));
+    }
   }
+  if (stream) _mm_sfence();
   F32ToBF16Scalar(src + i, dst + i, n - i);
 }
 
-MEMWALL_TARGET_AVX512 void BF16ToF32Avx512(const uint16_t* src, float* dst, size_t n) {
-  size_t i = 0;
+MEMWALL_TARGET_AVX512 void BF16ToF32Avx512(const uint16_t* src, float* dst, size_t n, bool stream) {
+  size_t i = StreamPrologue(dst, 4, 64, n, &stream);
+  BF16ToF32Scalar(src, dst, i);
   for (; i + 16 <= n; i += 16) {
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    _mm512_storeu_si512(dst + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+    const __m512i w = _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16);
+    if (stream) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), w);
+    } else {
+      _mm512_storeu_si512(dst + i, w);
+    }
   }
+  if (stream) _mm_sfence();
   BF16ToF32Scalar(src + i, dst + i, n - i);
 }
 
+// The last argument asks for streaming stores (see StreamPrologue).
 struct Kernels {
-  void (*f32_to_f16)(const float*, uint16_t*, size_t);
-  void (*f16_to_f32)(const uint16_t*, float*, size_t);
-  void (*f32_to_bf16)(const float*, uint16_t*, size_t);
-  void (*bf16_to_f32)(const uint16_t*, float*, size_t);
+  void (*f32_to_f16)(const float*, uint16_t*, size_t, bool);
+  void (*f16_to_f32)(const uint16_t*, float*, size_t, bool);
+  void (*f32_to_bf16)(const float*, uint16_t*, size_t, bool);
+  void (*bf16_to_f32)(const uint16_t*, float*, size_t, bool);
 };
 
 const Kernels& KernelsFor(ConvertPath path) {
@@ -247,6 +328,19 @@ bool Overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 
 }  // namespace
 
+size_t StreamingStoreThreshold() {
+  size_t t = streaming_threshold.load(std::memory_order_relaxed);
+  if (t == 0) {
+    t = DefaultStreamingThreshold();
+    streaming_threshold.store(t, std::memory_order_relaxed);
+  }
+  return t;
+}
+
+void SetStreamingStoreThreshold(size_t bytes) {
+  streaming_threshold.store(bytes == 0 ? 1 : bytes, std::memory_order_relaxed);
+}
+
 absl::Status Convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_t n,
                      ConvertPath path) {
   if (n == 0) return absl::OkStatus();
@@ -270,14 +364,15 @@ absl::Status Convert(const void* src, DType src_dtype, void* dst, DType dst_dtyp
                                                    ": source and destination overlap"));
   }
   const Kernels& k = KernelsFor(path);
+  const bool stream = n * (SizeOf(src_dtype) + SizeOf(dst_dtype)) > StreamingStoreThreshold();
   const auto* s16 = static_cast<const uint16_t*>(src);
   auto* d16 = static_cast<uint16_t*>(dst);
   if (src_dtype == DType::kF32) {
     const auto* s = static_cast<const float*>(src);
-    (dst_dtype == DType::kF16 ? k.f32_to_f16 : k.f32_to_bf16)(s, d16, n);
+    (dst_dtype == DType::kF16 ? k.f32_to_f16 : k.f32_to_bf16)(s, d16, n, stream);
   } else if (dst_dtype == DType::kF32) {
     auto* d = static_cast<float*>(dst);
-    (src_dtype == DType::kF16 ? k.f16_to_f32 : k.bf16_to_f32)(s16, d, n);
+    (src_dtype == DType::kF16 ? k.f16_to_f32 : k.bf16_to_f32)(s16, d, n, stream);
   } else {
     // fp16 <-> bf16 through an fp32 block on the stack (one rounding: the
     // fp32 intermediate is exact).
@@ -285,8 +380,8 @@ absl::Status Convert(const void* src, DType src_dtype, void* dst, DType dst_dtyp
     float block[kBlock];
     for (size_t i = 0; i < n; i += kBlock) {
       const size_t m = std::min(kBlock, n - i);
-      (src_dtype == DType::kF16 ? k.f16_to_f32 : k.bf16_to_f32)(s16 + i, block, m);
-      (dst_dtype == DType::kF16 ? k.f32_to_f16 : k.f32_to_bf16)(block, d16 + i, m);
+      (src_dtype == DType::kF16 ? k.f16_to_f32 : k.bf16_to_f32)(s16 + i, block, m, false);
+      (dst_dtype == DType::kF16 ? k.f32_to_f16 : k.f32_to_bf16)(block, d16 + i, m, stream);
     }
   }
   return absl::OkStatus();

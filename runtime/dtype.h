@@ -43,6 +43,14 @@ absl::string_view ConvertPathName(ConvertPath path);
 bool ConvertPathSupported(ConvertPath path);
 ConvertPath BestConvertPath();
 
+// Bulk conversions that touch more than this many bytes (source plus
+// destination) use non-temporal stores, which skip the write-allocate read of
+// each destination line: the bound for a DRAM-resident conversion. Default:
+// 3/4 of the L3 cache (glibc's memcpy rule). Results are identical either
+// way; `bytes` == 0 streams every SIMD-sized conversion (for tests).
+size_t StreamingStoreThreshold();
+void SetStreamingStoreThreshold(size_t bytes);
+
 // Converts n elements. src and dst must not overlap unless the dtypes are
 // equal and src == dst. An unsupported path is a FailedPrecondition.
 absl::Status Convert(const void* src, DType src_dtype, void* dst,

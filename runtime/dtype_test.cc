@@ -204,26 +204,55 @@ TEST_P(DTypePathTest, NaNStaysNaNWithSignAndTopPayload) {
   }
 }
 
-TEST_P(DTypePathTest, AgreesBitwiseWithScalarPathOnOddLengths) {
+// Every length class (SIMD body, tail, NaN blocks), destinations at every
+// alignment, with ordinary and with streaming stores (threshold 0 forces the
+// streaming path with its scalar alignment prologue).
+TEST_P(DTypePathTest, AgreesBitwiseWithScalarPathOnOddLengthsAndAlignments) {
+  const size_t default_threshold = StreamingStoreThreshold();
   std::mt19937 gen(99);
   std::uniform_int_distribution<uint32_t> bits;
-  for (size_t n : {0, 1, 7, 8, 15, 16, 17, 31, 33, 1023, 4099}) {
-    std::vector<float> in(n);
-    for (auto& x : in) x = BitsToFloat(bits(gen));  // includes NaN, Inf, subnormals
-    for (DType narrow : {DType::kF16, DType::kBF16}) {
-      std::vector<uint16_t> fast(n + 1, 0xABCD), slow(n + 1, 0xABCD);
-      ASSERT_TRUE(Convert(in.data(), DType::kF32, fast.data(), narrow, n, path()).ok());
-      ASSERT_TRUE(
-          Convert(in.data(), DType::kF32, slow.data(), narrow, n, ConvertPath::kScalar).ok());
-      ASSERT_EQ(fast, slow) << "n=" << n << " " << DTypeName(narrow);  // incl. no overrun
-      std::vector<uint32_t> wide_fast(n + 1, 7), wide_slow(n + 1, 7);
-      ASSERT_TRUE(Convert(fast.data(), narrow, wide_fast.data(), DType::kF32, n, path()).ok());
-      ASSERT_TRUE(Convert(slow.data(), narrow, wide_slow.data(), DType::kF32, n,
-                          ConvertPath::kScalar)
-                      .ok());
-      ASSERT_EQ(wide_fast, wide_slow) << "n=" << n << " " << DTypeName(narrow);
+  for (size_t threshold : {default_threshold, size_t{0}}) {
+    SetStreamingStoreThreshold(threshold);
+    for (size_t n : {0, 1, 7, 8, 15, 16, 17, 31, 33, 1023, 4099}) {
+      for (size_t offset : {0, 1, 3, 8}) {
+        std::vector<float> in(n);
+        for (auto& x : in) x = BitsToFloat(bits(gen));  // NaN, Inf, subnormals too
+        for (DType narrow : {DType::kF16, DType::kBF16}) {
+          std::vector<uint16_t> fast(n + 24, 0xABCD), slow(n + 24, 0xABCD);
+          ASSERT_TRUE(Convert(in.data(), DType::kF32, fast.data() + offset, narrow, n, path()).ok());
+          ASSERT_TRUE(Convert(in.data(), DType::kF32, slow.data() + offset, narrow, n,
+                              ConvertPath::kScalar)
+                          .ok());
+          ASSERT_EQ(fast, slow) << "n=" << n << " offset=" << offset << " threshold=" << threshold
+                                << " " << DTypeName(narrow);  // incl. nothing written outside
+          std::vector<uint32_t> wide_fast(n + 24, 7), wide_slow(n + 24, 7);
+          ASSERT_TRUE(Convert(fast.data() + offset, narrow, wide_fast.data() + offset, DType::kF32,
+                              n, path())
+                          .ok());
+          ASSERT_TRUE(Convert(slow.data() + offset, narrow, wide_slow.data() + offset, DType::kF32,
+                              n, ConvertPath::kScalar)
+                          .ok());
+          ASSERT_EQ(wide_fast, wide_slow) << "n=" << n << " offset=" << offset << " "
+                                          << DTypeName(narrow);
+        }
+      }
     }
   }
+  SetStreamingStoreThreshold(default_threshold);
+}
+
+TEST_P(DTypePathTest, StreamingStoresGiveTheSameBitsOnEveryPattern) {
+  const size_t default_threshold = StreamingStoreThreshold();
+  SetStreamingStoreThreshold(0);
+  std::vector<uint16_t> all(65536), back(65536);
+  std::vector<float> wide(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+  for (DType narrow : {DType::kF16, DType::kBF16}) {
+    ASSERT_TRUE(Convert(all.data(), narrow, wide.data(), DType::kF32, 65536, path()).ok());
+    ASSERT_TRUE(Convert(wide.data(), DType::kF32, back.data(), narrow, 65536, path()).ok());
+    EXPECT_EQ(back, all) << DTypeName(narrow);
+  }
+  SetStreamingStoreThreshold(default_threshold);
 }
 
 TEST_P(DTypePathTest, HalfToBF16IsTheComposedConversion) {
