@@ -46,6 +46,10 @@ ShardRange BlockShard(size_t n, int world_size, int rank);
 enum class CommBackend { kAuto, kSingleProcess, kMpi, kNccl };
 absl::string_view CommBackendName(CommBackend backend);
 
+// Collectives are enqueued on the given stream and run later: the
+// communicator and the tensors' memory must outlive that work (synchronize
+// the stream before destroying either). Every rank must issue the same
+// collectives in the same order.
 class Communicator {
  public:
   virtual ~Communicator() = default;

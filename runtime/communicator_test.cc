@@ -174,6 +174,32 @@ TEST_F(CommunicatorTest, ReduceScatterGivesEachRankItsBlock) {
   }
 }
 
+TEST_F(CommunicatorTest, ReduceScatterInPlaceIntoOwnBlock) {
+  // ZeRO's layout: the reduced block lands in this rank's slice of the bucket.
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const size_t n = 4 * 1000 + 3;
+    std::vector<float> mine(n);
+    for (size_t i = 0; i < n; ++i) mine[i] = ExactValue(R(), i);
+    Buffer buf = Upload(mine, dtype);
+    const ShardRange block = BlockShard(n, W(), R());
+    ASSERT_TRUE(comm_->ReduceScatter(View(buf, dtype, n), View(buf, dtype, block.size, block.offset),
+                                     ReduceOp::kSum, stream())
+                    .ok());
+    const std::vector<float> got = Download(buf, n, dtype);
+    for (size_t j = 0; j < block.size; ++j) {
+      const size_t i = block.offset + j;
+      float expected = 0;
+      for (int r = 0; r < W(); ++r) {
+        expected += dtype == DType::kF32 ? ExactValue(r, i) : BF16ToFloat(FloatToBF16(ExactValue(r, i)));
+      }
+      if (dtype == DType::kBF16) expected = BF16ToFloat(FloatToBF16(expected));
+      // Inputs are small multiples of 1/4: the fp32 accumulation is exact,
+      // so MPI's single final rounding gives exactly the rounded sum.
+      ASSERT_EQ(got[i], expected) << DTypeName(dtype) << " i=" << i;
+    }
+  }
+}
+
 TEST_F(CommunicatorTest, AllGatherAssemblesEveryRanksBlock) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (size_t n : kCounts) {

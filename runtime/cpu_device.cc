@@ -186,19 +186,20 @@ class CpuAllocator final : public Allocator {
 
  protected:
   absl::StatusOr<void*> AllocateRaw(size_t bytes, MemoryTag tag, Stream* stream) override;
+  // See [Note: buffer lifetime and streams]: the accounting is released now,
+  // the memory once the stream reaches the free.
   void FreeRaw(void* ptr, size_t bytes, MemoryTag tag, Stream* stream) override {
+    account_.Release(tag, bytes);
     if (auto* s = dynamic_cast<CpuStream*>(stream); s != nullptr) {
       s->Submit(
-          [this, ptr, bytes, tag] {
+          [ptr] {
             std::free(ptr);
-            account_.Release(tag, bytes);
             return absl::OkStatus();
           },
           /*control=*/true);
       return;
     }
     std::free(ptr);
-    account_.Release(tag, bytes);
   }
 
  private:

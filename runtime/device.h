@@ -16,7 +16,10 @@
 // on an event recorded after that work, or the caller synchronizes). A Buffer
 // allocated without a stream is freed immediately, so no queued work may
 // still use it. This is CUDA's stream-ordered allocator contract; the
-// CpuDevice implements the same one.
+// CpuDevice implements the same one. Accounting follows program order, not
+// execution: a Buffer's bytes leave its MemoryAccount when Reset() or the
+// destructor runs (as in CUDA, later work on the same stream may reuse them),
+// so measured peaks are deterministic and identical on both devices.
 //
 // [Note: stream errors]
 // Work enqueued on a stream may fail after the call that enqueued it returned.
@@ -60,8 +63,10 @@ class Allocator {
 
  protected:
   friend class Buffer;
-  // Returns memory for `bytes` (> 0); the accounting is done by Allocate.
+  // Returns memory for `bytes` (> 0); Allocate has already reserved them.
   virtual absl::StatusOr<void*> AllocateRaw(size_t bytes, MemoryTag tag, Stream* stream) = 0;
+  // Releases the accounting at once and the memory in `stream` order (or at
+  // once without a stream).
   virtual void FreeRaw(void* ptr, size_t bytes, MemoryTag tag, Stream* stream) = 0;
 };
 

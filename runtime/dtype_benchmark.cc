@@ -1,18 +1,18 @@
 // Bulk dtype conversion throughput per SIMD path.
 //
-// Counters (all measured in this run, so they survive a noisy machine):
+// Counters (measured in this run, in interleaved rounds of memcpy, scalar
+// and this path, so a shared machine's drift hits all three alike):
 //   bytes_per_second     source + destination bytes moved per second
-//   fraction_of_memcpy   that ÷ the bandwidth of memcpy of the same total
-//                        bytes (the bound for a streaming conversion)
+//   fraction_of_memcpy   memcpy time ÷ this path's time for the same total
+//                        bytes read and written (the bound for a streaming
+//                        conversion); medians of 7 rounds
 //   speedup_vs_scalar    scalar path time ÷ this path's time, same size
 //
 //   ./bazelw run //runtime:dtype_benchmark
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <map>
 #include <random>
-#include <tuple>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -58,31 +58,6 @@ double MedianSeconds(Fn fn, int reps = 7) {
   return t[t.size() / 2];
 }
 
-// Baselines, measured once per size in this process.
-double MemcpyBytesPerSecond(size_t bytes) {
-  static std::map<size_t, double> cache;
-  auto it = cache.find(bytes);
-  if (it != cache.end()) return it->second;
-  std::vector<uint8_t> a(bytes / 2 + 64, 1), b(bytes / 2 + 64);
-  const double s = MedianSeconds([&] {
-    std::memcpy(b.data(), a.data(), bytes / 2);
-    benchmark::DoNotOptimize(b.data());
-  });
-  return cache[bytes] = static_cast<double>(bytes) / s;  // read + write = bytes
-}
-
-double ScalarSeconds(const Case& c, size_t n) {
-  static std::map<std::tuple<int, int, size_t>, double> cache;
-  const auto key = std::make_tuple(static_cast<int>(c.src), static_cast<int>(c.dst), n);
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  Buffers b = MakeBuffers(c, n);
-  const double s = MedianSeconds([&] {
-    (void)Convert(b.src.data(), c.src, b.dst.data(), c.dst, n, ConvertPath::kScalar);
-  });
-  return cache[key] = s;
-}
-
 void BM_Convert(benchmark::State& state, Case c, ConvertPath path) {
   if (!ConvertPathSupported(path)) {
     state.SkipWithError("path not supported by this CPU");
@@ -98,12 +73,32 @@ void BM_Convert(benchmark::State& state, Case c, ConvertPath path) {
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n));
-  const double seconds_per_iter = MedianSeconds(
-      [&] { (void)Convert(b.src.data(), c.src, b.dst.data(), c.dst, n, path); });
-  const double bps = static_cast<double>(bytes) / seconds_per_iter;
-  state.counters["bytes_per_second"] = bps;
-  state.counters["fraction_of_memcpy"] = bps / MemcpyBytesPerSecond(bytes);
-  state.counters["speedup_vs_scalar"] = ScalarSeconds(c, n) / seconds_per_iter;
+
+  // Ratios from interleaved rounds (memcpy, scalar, this path), so drift in
+  // a shared machine's speed hits all three alike; medians of each.
+  std::vector<uint8_t> copy_src(bytes / 2, 1), copy_dst(bytes / 2, 0);
+  std::vector<double> t_memcpy, t_scalar, t_path;
+  for (int round = 0; round < 7; ++round) {
+    t_memcpy.push_back(MedianSeconds(
+        [&] {
+          std::memcpy(copy_dst.data(), copy_src.data(), copy_src.size());
+          benchmark::DoNotOptimize(copy_dst.data());
+        },
+        1));
+    t_scalar.push_back(MedianSeconds(
+        [&] { (void)Convert(b.src.data(), c.src, b.dst.data(), c.dst, n, ConvertPath::kScalar); },
+        1));
+    t_path.push_back(
+        MedianSeconds([&] { (void)Convert(b.src.data(), c.src, b.dst.data(), c.dst, n, path); }, 1));
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  // memcpy of bytes/2 reads bytes/2 and writes bytes/2: the same traffic.
+  state.counters["bytes_per_second"] = static_cast<double>(bytes) / median(t_path);
+  state.counters["fraction_of_memcpy"] = median(t_memcpy) / median(t_path);
+  state.counters["speedup_vs_scalar"] = median(t_scalar) / median(t_path);
 }
 
 int Register() {

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <climits>
+#include <cstring>
 #include <cstdlib>
 #include <mutex>
 #include <vector>
@@ -84,8 +85,14 @@ class MpiCommunicator final : public Communicator {
       std::vector<int> counts(size_);
       for (int r = 0; r < size_; ++r) counts[r] = static_cast<int>(BlockShard(n, size_, r).size);
       if (send.dtype() == DType::kF32) {
-        MEMWALL_MPI_RETURN_IF_ERROR(MPI_Reduce_scatter(send.data(), recv.data(), counts.data(),
+        // MPI forbids recv aliasing send (ZeRO reduces a bucket in place):
+        // stage through a temporary then.
+        const bool aliased = Overlaps(send, recv);
+        std::vector<float> staged(aliased ? recv.numel() : 0);
+        float* out = aliased ? staged.data() : recv.data_as<float>();
+        MEMWALL_MPI_RETURN_IF_ERROR(MPI_Reduce_scatter(send.data(), out, counts.data(),
                                                        MPI_FLOAT, MpiOp(op), comm_));
+        if (aliased) std::memcpy(recv.data(), out, recv.bytes());
         return absl::OkStatus();
       }
       std::vector<float> wide(n), block(recv.numel());
@@ -140,6 +147,12 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  static bool Overlaps(const Tensor& a, const Tensor& b) {
+    const auto* pa = static_cast<const char*>(a.data());
+    const auto* pb = static_cast<const char*>(b.data());
+    return pa < pb + b.bytes() && pb < pa + a.bytes();
+  }
+
   static MPI_Op MpiOp(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX; }
 
   absl::Status CheckCount(size_t n, absl::string_view op) const {
