@@ -44,50 +44,47 @@ absl::Status NotNull(const Tensor& t, absl::string_view op, absl::string_view wh
 
 }  // namespace
 
+absl::Status Communicator::CheckPair(const Tensor& send, const Tensor& recv,
+                                     absl::string_view op) const {
+  MEMWALL_RETURN_IF_ERROR(SameDType(send, recv, op));
+  MEMWALL_RETURN_IF_ERROR(NotNull(send, op, "send"));
+  MEMWALL_RETURN_IF_ERROR(NotNull(recv, op, "recv"));
+  MEMWALL_RETURN_IF_ERROR(CheckMemory(send, absl::StrCat(op, " send")));
+  return CheckMemory(recv, absl::StrCat(op, " recv"));
+}
+
 absl::Status Communicator::AllReduce(const Tensor& send, const Tensor& recv, ReduceOp op,
                                      Stream& stream) {
-  MEMWALL_RETURN_IF_ERROR(SameDType(send, recv, "AllReduce"));
   if (send.numel() != recv.numel()) {
     return absl::InvalidArgumentError(absl::StrCat("AllReduce: send has ", send.numel(),
                                                    " elements but recv has ", recv.numel()));
   }
-  MEMWALL_RETURN_IF_ERROR(NotNull(send, "AllReduce", "send"));
-  MEMWALL_RETURN_IF_ERROR(NotNull(recv, "AllReduce", "recv"));
-  MEMWALL_RETURN_IF_ERROR(CheckMemory(send, "AllReduce send"));
-  MEMWALL_RETURN_IF_ERROR(CheckMemory(recv, "AllReduce recv"));
+  MEMWALL_RETURN_IF_ERROR(CheckPair(send, recv, "AllReduce"));
   if (send.numel() == 0) return absl::OkStatus();
   return DoAllReduce(send, recv, op, stream);
 }
 
 absl::Status Communicator::ReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op,
                                          Stream& stream) {
-  MEMWALL_RETURN_IF_ERROR(SameDType(send, recv, "ReduceScatter"));
   const ShardRange block = BlockShard(send.numel(), world_size(), rank());
   if (static_cast<size_t>(recv.numel()) != block.size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ReduceScatter: recv has ", recv.numel(), " elements but rank ", rank(), "'s block of ",
         send.numel(), " over ", world_size(), " ranks has ", block.size));
   }
-  MEMWALL_RETURN_IF_ERROR(NotNull(send, "ReduceScatter", "send"));
-  MEMWALL_RETURN_IF_ERROR(NotNull(recv, "ReduceScatter", "recv"));
-  MEMWALL_RETURN_IF_ERROR(CheckMemory(send, "ReduceScatter send"));
-  MEMWALL_RETURN_IF_ERROR(CheckMemory(recv, "ReduceScatter recv"));
+  MEMWALL_RETURN_IF_ERROR(CheckPair(send, recv, "ReduceScatter"));
   if (send.numel() == 0) return absl::OkStatus();
   return DoReduceScatter(send, recv, op, stream);
 }
 
 absl::Status Communicator::AllGather(const Tensor& send, const Tensor& recv, Stream& stream) {
-  MEMWALL_RETURN_IF_ERROR(SameDType(send, recv, "AllGather"));
   const ShardRange block = BlockShard(recv.numel(), world_size(), rank());
   if (static_cast<size_t>(send.numel()) != block.size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "AllGather: send has ", send.numel(), " elements but rank ", rank(), "'s block of ",
         recv.numel(), " over ", world_size(), " ranks has ", block.size));
   }
-  MEMWALL_RETURN_IF_ERROR(NotNull(send, "AllGather", "send"));
-  MEMWALL_RETURN_IF_ERROR(NotNull(recv, "AllGather", "recv"));
-  MEMWALL_RETURN_IF_ERROR(CheckMemory(send, "AllGather send"));
-  MEMWALL_RETURN_IF_ERROR(CheckMemory(recv, "AllGather recv"));
+  MEMWALL_RETURN_IF_ERROR(CheckPair(send, recv, "AllGather"));
   if (recv.numel() == 0) return absl::OkStatus();
   return DoAllGather(send, recv, stream);
 }

@@ -85,6 +85,10 @@ class Communicator {
   virtual absl::Status DoBarrier(Stream& stream) = 0;
   // Whether this backend can read and write `t`'s memory.
   virtual absl::Status CheckMemory(const Tensor& t, absl::string_view what) const = 0;
+
+ private:
+  // Same dtype, data present, memory this backend can reach.
+  absl::Status CheckPair(const Tensor& send, const Tensor& recv, absl::string_view op) const;
 };
 
 // kAuto: a single process when the launch has one rank; otherwise NCCL for a

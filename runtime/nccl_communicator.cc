@@ -89,20 +89,11 @@ class NcclCommunicator final : public Communicator {
     }
     // Uneven blocks: one reduce per block to its owner, fused in a group.
     const size_t elem = SizeOf(send.dtype());
-    MEMWALL_NCCL_RETURN_IF_ERROR(ncclGroupStart());
-    for (int r = 0; r < size_; ++r) {
-      const ShardRange b = BlockShard(n, size_, r);
-      if (b.size == 0) continue;
-      ncclResult_t rc = ncclReduce(static_cast<const char*>(send.data()) + b.offset * elem,
-                                   r == rank_ ? recv.data() : nullptr, b.size,
-                                   NcclType(send.dtype()), NcclOp(op), r, comm_, Native(stream));
-      if (rc != ncclSuccess) {
-        ncclGroupEnd();
-        MEMWALL_NCCL_RETURN_IF_ERROR(rc);
-      }
-    }
-    MEMWALL_NCCL_RETURN_IF_ERROR(ncclGroupEnd());
-    return absl::OkStatus();
+    return GroupedPerBlock(n, [&](int r, const ShardRange& b) {
+      return ncclReduce(static_cast<const char*>(send.data()) + b.offset * elem,
+                        r == rank_ ? recv.data() : nullptr, b.size, NcclType(send.dtype()),
+                        NcclOp(op), r, comm_, Native(stream));
+    });
   }
 
   absl::Status DoAllGather(const Tensor& send, const Tensor& recv, Stream& stream) override {
@@ -115,20 +106,11 @@ class NcclCommunicator final : public Communicator {
     }
     // Uneven blocks: every rank broadcasts its block into place, grouped.
     const size_t elem = SizeOf(send.dtype());
-    MEMWALL_NCCL_RETURN_IF_ERROR(ncclGroupStart());
-    for (int r = 0; r < size_; ++r) {
-      const ShardRange b = BlockShard(n, size_, r);
-      if (b.size == 0) continue;
-      ncclResult_t rc = ncclBroadcast(r == rank_ ? send.data() : nullptr,
-                                      static_cast<char*>(recv.data()) + b.offset * elem, b.size,
-                                      NcclType(send.dtype()), r, comm_, Native(stream));
-      if (rc != ncclSuccess) {
-        ncclGroupEnd();
-        MEMWALL_NCCL_RETURN_IF_ERROR(rc);
-      }
-    }
-    MEMWALL_NCCL_RETURN_IF_ERROR(ncclGroupEnd());
-    return absl::OkStatus();
+    return GroupedPerBlock(n, [&](int r, const ShardRange& b) {
+      return ncclBroadcast(r == rank_ ? send.data() : nullptr,
+                           static_cast<char*>(recv.data()) + b.offset * elem, b.size,
+                           NcclType(send.dtype()), r, comm_, Native(stream));
+    });
   }
 
   absl::Status DoBroadcast(const Tensor& buffer, int root, Stream& stream) override {
@@ -150,6 +132,23 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  // Calls fn(r, block r) -> ncclResult_t for every non-empty block of n
+  // elements inside one NCCL group (see [Note: block distribution]).
+  template <typename Fn>
+  absl::Status GroupedPerBlock(size_t n, Fn fn) {
+    MEMWALL_NCCL_RETURN_IF_ERROR(ncclGroupStart());
+    for (int r = 0; r < size_; ++r) {
+      const ShardRange b = BlockShard(n, size_, r);
+      if (b.size == 0) continue;
+      if (const ncclResult_t rc = fn(r, b); rc != ncclSuccess) {
+        ncclGroupEnd();
+        MEMWALL_NCCL_RETURN_IF_ERROR(rc);
+      }
+    }
+    MEMWALL_NCCL_RETURN_IF_ERROR(ncclGroupEnd());
+    return absl::OkStatus();
+  }
+
   static cudaStream_t Native(Stream& stream) {
     return static_cast<cudaStream_t>(stream.native_handle());
   }
