@@ -1,0 +1,168 @@
+#include <cuda_runtime.h>
+
+#include "ops/cuda_kernels.h"
+
+namespace memwall::ops::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+
+unsigned GridFor(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
+}
+
+__global__ void GeluForwardKernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = x[i];
+    const float u = kGeluScale * (v + kGeluCubic * v * v * v);
+    y[i] = 0.5f * v * (1.0f + tanhf(u));
+  }
+}
+
+__global__ void GeluBackwardKernel(const float* __restrict__ x, const float* dy, float* dx,
+                                   int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = x[i];
+    const float u = kGeluScale * (v + kGeluCubic * v * v * v);
+    const float t = tanhf(u);
+    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
+    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+  }
+}
+
+__global__ void AddKernel(const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = a[i] + b[i];
+  }
+}
+
+// Sum of `v` over the block; every thread gets the result. Fixed reduction
+// order (warp shuffles, then warp 0), so results are reproducible.
+__device__ float BlockSum(float v, float* shared) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffff, v, offset);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // `shared` may still be read from a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x / 32;
+  v = lane < warps ? shared[lane] : 0.0f;
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffff, v, offset);
+  return v;
+}
+
+// One block per row: mean, then variance about the mean (two passes, as
+// ops/kernels.h), then the normalized, scaled output.
+__global__ void LayerNormForwardKernel(const float* __restrict__ x, const float* gamma,
+                                       const float* beta, float eps, float* y, float* mean,
+                                       float* rstd, int64_t d) {
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * d;
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) sum += xr[j];
+  const float m = BlockSum(sum, shared) / static_cast<float>(d);
+  float sq = 0.0f;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) sq += (xr[j] - m) * (xr[j] - m);
+  const float s = rsqrtf(BlockSum(sq, shared) / static_cast<float>(d) + eps);
+  float* yr = y + row * d;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) yr[j] = (xr[j] - m) * s * gamma[j] + beta[j];
+  if (threadIdx.x == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
+// dx, one block per row.
+__global__ void LayerNormBackwardInputKernel(const float* dy, const float* x, const float* gamma,
+                                             const float* mean, const float* rstd, float* dx,
+                                             int64_t d) {
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * d;
+  const float* dyr = dy + row * d;
+  const float m = mean[row], s = rstd[row];
+  float g_sum = 0.0f, gx_sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    const float g = dyr[j] * gamma[j];
+    g_sum += g;
+    gx_sum += g * (xr[j] - m) * s;
+  }
+  const float g_mean = BlockSum(g_sum, shared) / static_cast<float>(d);
+  const float gx_mean = BlockSum(gx_sum, shared) / static_cast<float>(d);
+  float* dxr = dx + row * d;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    const float xhat = (xr[j] - m) * s;
+    dxr[j] = s * (dyr[j] * gamma[j] - g_mean - xhat * gx_mean);
+  }
+}
+
+// dgamma, dbeta: one thread per column sums over rows in order (no atomics:
+// deterministic), accumulating into the existing gradients.
+__global__ void LayerNormBackwardParamsKernel(const float* dy, const float* x, const float* mean,
+                                              const float* rstd, float* dgamma, float* dbeta,
+                                              int64_t rows, int64_t d) {
+  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (j >= d) return;
+  float dg = 0.0f, db = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float g = dy[r * d + j];
+    dg += g * (x[r * d + j] - mean[r]) * rstd[r];
+    db += g;
+  }
+  dgamma[j] += dg;
+  dbeta[j] += db;
+}
+
+int Launched() { return static_cast<int>(cudaGetLastError()); }
+
+}  // namespace
+
+const char* ErrorString(int error) { return cudaGetErrorString(static_cast<cudaError_t>(error)); }
+
+int GeluForward(const float* x, float* y, int64_t n, void* stream) {
+  if (n == 0) return 0;
+  GeluForwardKernel<<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, y, n);
+  return Launched();
+}
+
+int GeluBackward(const float* x, const float* dy, float* dx, int64_t n, void* stream) {
+  if (n == 0) return 0;
+  GeluBackwardKernel<<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, dy, dx, n);
+  return Launched();
+}
+
+int Add(const float* a, const float* b, float* y, int64_t n, void* stream) {
+  if (n == 0) return 0;
+  AddKernel<<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a, b, y, n);
+  return Launched();
+}
+
+int LayerNormForward(const float* x, const float* gamma, const float* beta, float eps, float* y,
+                     float* mean, float* rstd, int64_t rows, int64_t d, void* stream) {
+  if (rows == 0) return 0;
+  LayerNormForwardKernel<<<static_cast<unsigned>(rows), kThreads, 0,
+                           static_cast<cudaStream_t>(stream)>>>(x, gamma, beta, eps, y, mean,
+                                                                rstd, d);
+  return Launched();
+}
+
+int LayerNormBackward(const float* dy, const float* x, const float* gamma, const float* mean,
+                      const float* rstd, float* dx, float* dgamma, float* dbeta, int64_t rows,
+                      int64_t d, void* stream) {
+  if (rows == 0) return 0;
+  auto s = static_cast<cudaStream_t>(stream);
+  LayerNormBackwardInputKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(dy, x, gamma, mean,
+                                                                               rstd, dx, d);
+  if (int err = Launched(); err != 0) return err;
+  LayerNormBackwardParamsKernel<<<static_cast<unsigned>((d + kThreads - 1) / kThreads), kThreads,
+                                  0, s>>>(dy, x, mean, rstd, dgamma, dbeta, rows, d);
+  return Launched();
+}
+
+}  // namespace memwall::ops::cuda

@@ -1,0 +1,19 @@
+// ops/ CUDA launchers in a build without CUDA: each reports so.
+#include "ops/cuda_kernels.h"
+
+namespace memwall::ops::cuda {
+
+const char* ErrorString(int) { return "memwall was built without CUDA"; }
+int GeluForward(const float*, float*, int64_t, void*) { return kNotBuiltWithCuda; }
+int GeluBackward(const float*, const float*, float*, int64_t, void*) { return kNotBuiltWithCuda; }
+int Add(const float*, const float*, float*, int64_t, void*) { return kNotBuiltWithCuda; }
+int LayerNormForward(const float*, const float*, const float*, float, float*, float*, float*,
+                     int64_t, int64_t, void*) {
+  return kNotBuiltWithCuda;
+}
+int LayerNormBackward(const float*, const float*, const float*, const float*, const float*, float*,
+                      float*, float*, int64_t, int64_t, void*) {
+  return kNotBuiltWithCuda;
+}
+
+}  // namespace memwall::ops::cuda

@@ -1,0 +1,198 @@
+#include "ops/ops.h"
+
+#include <initializer_list>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ops/cuda_kernels.h"
+#include "ops/kernels.h"
+#include "runtime/status.h"
+
+namespace memwall::ops {
+namespace {
+
+using NamedTensor = std::pair<const char*, const Tensor*>;
+
+std::string ShapeString(const Tensor& t) { return absl::StrCat("[", absl::StrJoin(t.shape(), ", "), "]"); }
+
+// Every tensor is fp32 and lives where `stream` can reach it.
+absl::Status CheckTensors(absl::string_view op, Stream& stream,
+                          std::initializer_list<NamedTensor> tensors) {
+  Device& device = stream.device();
+  for (const auto& [name, t] : tensors) {
+    if (t->dtype() != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " is ", DTypeName(t->dtype()),
+                                                     "; this op takes fp32 for now"));
+    }
+    const bool reachable = t->device() == &device ||
+                           (t->device() == nullptr && device.kind() == DeviceKind::kCpu);
+    if (!reachable) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " is ", t->DebugString(),
+                                                     " but the stream runs on ", device.name()));
+    }
+    if (t->data() == nullptr && t->numel() > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " has no data"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SameShape(absl::string_view op, const NamedTensor& a, const NamedTensor& b) {
+  if (a.second->shape() == b.second->shape()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", a.first, " ", ShapeString(*a.second),
+                                                 " and ", b.first, " ", ShapeString(*b.second),
+                                                 " must have the same shape"));
+}
+
+absl::Status HasElements(absl::string_view op, const NamedTensor& t, int64_t n,
+                         absl::string_view why) {
+  if (t.second->numel() == n) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", t.first, " ",
+                                                 ShapeString(*t.second), " must have ", n,
+                                                 " elements (", why, ")"));
+}
+
+bool OnCpu(Stream& stream) { return stream.device().kind() == DeviceKind::kCpu; }
+
+absl::Status CudaResult(int error, absl::string_view op) {
+  if (error == 0) return absl::OkStatus();
+  return MEMWALL_ERROR(absl::StatusCode::kInternal, op, ": CUDA kernel launch failed: ",
+                       cuda::ErrorString(error));
+}
+
+// The last dimension of a LayerNorm input, and how many rows it has.
+absl::StatusOr<std::pair<int64_t, int64_t>> RowsAndWidth(absl::string_view op, const Tensor& x) {
+  if (x.shape().empty() || x.shape().back() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": x ", ShapeString(x), " needs a non-empty last dimension"));
+  }
+  const int64_t d = x.shape().back();
+  return std::make_pair(x.numel() / d, d);
+}
+
+}  // namespace
+
+absl::Status Gelu(const Tensor& x, const Tensor& y, Stream& stream) {
+  MEMWALL_RETURN_IF_ERROR(CheckTensors("Gelu", stream, {{"x", &x}, {"y", &y}}));
+  MEMWALL_RETURN_IF_ERROR(SameShape("Gelu", {"x", &x}, {"y", &y}));
+  const float* px = x.data_as<float>();
+  float* py = y.data_as<float>();
+  const int64_t n = x.numel();
+  if (OnCpu(stream)) {
+    return stream.EnqueueHost([=] {
+      kernels::GeluForward(px, py, n);
+      return absl::OkStatus();
+    });
+  }
+  return CudaResult(cuda::GeluForward(px, py, n, stream.native_handle()), "Gelu");
+}
+
+absl::Status GeluBackward(const Tensor& x, const Tensor& dy, const Tensor& dx, Stream& stream) {
+  MEMWALL_RETURN_IF_ERROR(
+      CheckTensors("GeluBackward", stream, {{"x", &x}, {"dy", &dy}, {"dx", &dx}}));
+  MEMWALL_RETURN_IF_ERROR(SameShape("GeluBackward", {"x", &x}, {"dy", &dy}));
+  MEMWALL_RETURN_IF_ERROR(SameShape("GeluBackward", {"x", &x}, {"dx", &dx}));
+  const float* px = x.data_as<float>();
+  const float* pdy = dy.data_as<float>();
+  float* pdx = dx.data_as<float>();
+  const int64_t n = x.numel();
+  if (OnCpu(stream)) {
+    return stream.EnqueueHost([=] {
+      kernels::GeluBackward(px, pdy, pdx, n);
+      return absl::OkStatus();
+    });
+  }
+  return CudaResult(cuda::GeluBackward(px, pdy, pdx, n, stream.native_handle()), "GeluBackward");
+}
+
+absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& y, Stream& stream) {
+  MEMWALL_RETURN_IF_ERROR(CheckTensors("Add", stream, {{"a", &a}, {"b", &b}, {"y", &y}}));
+  MEMWALL_RETURN_IF_ERROR(SameShape("Add", {"a", &a}, {"b", &b}));
+  MEMWALL_RETURN_IF_ERROR(SameShape("Add", {"a", &a}, {"y", &y}));
+  const float* pa = a.data_as<float>();
+  const float* pb = b.data_as<float>();
+  float* py = y.data_as<float>();
+  const int64_t n = a.numel();
+  if (OnCpu(stream)) {
+    return stream.EnqueueHost([=] {
+      kernels::Add(pa, pb, py, n);
+      return absl::OkStatus();
+    });
+  }
+  return CudaResult(cuda::Add(pa, pb, py, n, stream.native_handle()), "Add");
+}
+
+absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                       const Tensor& y, const Tensor& mean, const Tensor& rstd, Stream& stream) {
+  constexpr absl::string_view op = "LayerNorm";
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream,
+                                       {{"x", &x}, {"gamma", &gamma}, {"beta", &beta},
+                                        {"y", &y}, {"mean", &mean}, {"rstd", &rstd}}));
+  MEMWALL_ASSIGN_OR_RETURN(const auto rows_d, RowsAndWidth(op, x));
+  const auto [rows, d] = rows_d;
+  MEMWALL_RETURN_IF_ERROR(SameShape(op, {"x", &x}, {"y", &y}));
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"gamma", &gamma}, d, "x's last dimension"));
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"beta", &beta}, d, "x's last dimension"));
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"mean", &mean}, rows, "one per row of x"));
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"rstd", &rstd}, rows, "one per row of x"));
+  if (!(eps > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("LayerNorm: eps must be > 0, got ", eps));
+  }
+  const float* px = x.data_as<float>();
+  const float* pg = gamma.data_as<float>();
+  const float* pb = beta.data_as<float>();
+  float* py = y.data_as<float>();
+  float* pm = mean.data_as<float>();
+  float* pr = rstd.data_as<float>();
+  if (OnCpu(stream)) {
+    return stream.EnqueueHost([=] {
+      kernels::LayerNormForward(px, pg, pb, eps, py, pm, pr, rows, d);
+      return absl::OkStatus();
+    });
+  }
+  return CudaResult(
+      cuda::LayerNormForward(px, pg, pb, eps, py, pm, pr, rows, d, stream.native_handle()), op);
+}
+
+absl::Status LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                               const Tensor& mean, const Tensor& rstd, const Tensor& dx,
+                               const Tensor& dgamma, const Tensor& dbeta, Stream& stream) {
+  constexpr absl::string_view op = "LayerNormBackward";
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream,
+                                       {{"dy", &dy}, {"x", &x}, {"gamma", &gamma},
+                                        {"mean", &mean}, {"rstd", &rstd}, {"dx", &dx},
+                                        {"dgamma", &dgamma}, {"dbeta", &dbeta}}));
+  MEMWALL_ASSIGN_OR_RETURN(const auto rows_d, RowsAndWidth(op, x));
+  const auto [rows, d] = rows_d;
+  MEMWALL_RETURN_IF_ERROR(SameShape(op, {"x", &x}, {"dy", &dy}));
+  MEMWALL_RETURN_IF_ERROR(SameShape(op, {"x", &x}, {"dx", &dx}));
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"gamma", &gamma}, d, "x's last dimension"));
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"dgamma", &dgamma}, d, "x's last dimension"));
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"dbeta", &dbeta}, d, "x's last dimension"));
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"mean", &mean}, rows, "one per row of x"));
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"rstd", &rstd}, rows, "one per row of x"));
+  if (dx.data() == dy.data() && rows > 0) {
+    return absl::InvalidArgumentError(
+        "LayerNormBackward: dx must not alias dy (dgamma and dbeta read dy after dx is written)");
+  }
+  const float* pdy = dy.data_as<float>();
+  const float* px = x.data_as<float>();
+  const float* pg = gamma.data_as<float>();
+  const float* pm = mean.data_as<float>();
+  const float* pr = rstd.data_as<float>();
+  float* pdx = dx.data_as<float>();
+  float* pdg = dgamma.data_as<float>();
+  float* pdb = dbeta.data_as<float>();
+  if (OnCpu(stream)) {
+    return stream.EnqueueHost([=] {
+      kernels::LayerNormBackward(pdy, px, pg, pm, pr, pdx, pdg, pdb, rows, d);
+      return absl::OkStatus();
+    });
+  }
+  return CudaResult(cuda::LayerNormBackward(pdy, px, pg, pm, pr, pdx, pdg, pdb, rows, d,
+                                            stream.native_handle()),
+                    op);
+}
+
+}  // namespace memwall::ops

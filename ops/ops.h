@@ -1,0 +1,49 @@
+// memwall's math on tensors: one entry point per op, a CpuDevice
+// implementation (ops/kernels.h, run in stream order) and a CUDA one
+// (ops/cuda_kernels.cu), chosen by the stream's device.
+//
+// Conventions for every op:
+//   - Work is enqueued on `stream`; tensors must live on the stream's device
+//     (for the CpuDevice, plain host memory is accepted too) and stay alive
+//     until the stream has run the op.
+//   - Shapes and dtypes are checked before anything is enqueued; a mismatch
+//     is an InvalidArgument that names the op, the tensor and both shapes.
+//   - Parameter gradients accumulate (+=) into their buffers, so gradient
+//     accumulation over micro-batches needs no extra pass; input gradients
+//     are overwritten.
+//   - The CUDA kernels reduce in a fixed order (no atomics), so a GPU run is
+//     bitwise reproducible.
+//
+// This slice: GELU, residual add and LayerNorm, fp32. Next (issue 3): 16-bit
+// inputs with fp32 accumulation, GEMM, embedding, attention, cross-entropy,
+// casts, norms, fused Adam.
+#ifndef MEMWALL_OPS_OPS_H_
+#define MEMWALL_OPS_OPS_H_
+
+#include "absl/status/status.h"
+#include "runtime/device.h"
+#include "runtime/tensor.h"
+
+namespace memwall::ops {
+
+// y = gelu(x), tanh approximation (formula in ops/kernels.h). y may be x.
+absl::Status Gelu(const Tensor& x, const Tensor& y, Stream& stream);
+// dx = dy * gelu'(x). dx may be dy.
+absl::Status GeluBackward(const Tensor& x, const Tensor& dy, const Tensor& dx, Stream& stream);
+
+// y = a + b, same shapes (the residual connection). y may be a or b.
+absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& y, Stream& stream);
+
+// LayerNorm over the last dimension (GPT-2: eps 1e-5).
+//   x, y: (..., d); gamma, beta: (d); mean, rstd: (rows) where rows =
+//   numel(x) / d, saved for LayerNormBackward.
+absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                       const Tensor& y, const Tensor& mean, const Tensor& rstd, Stream& stream);
+// dx = d(loss)/dx (overwritten; must not alias dy); dgamma, dbeta accumulate (+=).
+absl::Status LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                               const Tensor& mean, const Tensor& rstd, const Tensor& dx,
+                               const Tensor& dgamma, const Tensor& dbeta, Stream& stream);
+
+}  // namespace memwall::ops
+
+#endif  // MEMWALL_OPS_OPS_H_

@@ -1,0 +1,272 @@
+// ops/: gradients against central finite differences in fp64 (the kernels
+// are templates, so the same code runs in double), the fp32 CpuDevice ops
+// against the fp64 reference, CUDA against the CpuDevice (skipped without a
+// GPU), and argument errors.
+#include "ops/ops.h"
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "ops/kernels.h"
+#include "runtime/cpu_device.h"
+#include "runtime/cuda_device.h"
+
+namespace memwall::ops {
+namespace {
+
+std::vector<double> Random(size_t n, double lo, double hi, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+// Central difference of f at x along every coordinate, step h.
+std::vector<double> NumericGradient(const std::function<double(const std::vector<double>&)>& f,
+                                    std::vector<double> x, double h) {
+  std::vector<double> g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double saved = x[i];
+    x[i] = saved + h;
+    const double up = f(x);
+    x[i] = saved - h;
+    const double down = f(x);
+    x[i] = saved;
+    g[i] = (up - down) / (2 * h);
+  }
+  return g;
+}
+
+double Dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// |analytic - numeric| <= 1e-6 * max(1, |numeric|): central differences with
+// h = 1e-5 in fp64 have truncation error O(h^2 f''') ~ 1e-10 and rounding
+// error ~ eps/h ~ 1e-11 for these O(1) functions.
+void ExpectGradientsMatch(const std::vector<double>& analytic, const std::vector<double>& numeric,
+                          const char* what) {
+  ASSERT_EQ(analytic.size(), numeric.size());
+  for (size_t i = 0; i < analytic.size(); ++i) {
+    EXPECT_NEAR(analytic[i], numeric[i], 1e-6 * std::max(1.0, std::fabs(numeric[i])))
+        << what << "[" << i << "]";
+  }
+}
+
+TEST(GradCheck, Gelu) {
+  const size_t n = 64;
+  const auto x = Random(n, -5, 5, 1);
+  const auto w = Random(n, -1, 1, 2);  // loss = sum(w * gelu(x))
+  auto loss = [&](const std::vector<double>& xv) {
+    std::vector<double> y(n);
+    kernels::GeluForward(xv.data(), y.data(), n);
+    return Dot(w, y);
+  };
+  std::vector<double> dx(n);
+  kernels::GeluBackward(x.data(), w.data(), dx.data(), n);
+  ExpectGradientsMatch(dx, NumericGradient(loss, x, 1e-5), "dx");
+}
+
+TEST(GradCheck, LayerNorm) {
+  const int64_t rows = 3, d = 17;
+  const auto x = Random(rows * d, -2, 3, 3);
+  const auto gamma = Random(d, 0.5, 1.5, 4);
+  const auto beta = Random(d, -0.5, 0.5, 5);
+  const auto w = Random(rows * d, -1, 1, 6);
+  const double eps = 1e-5;
+  auto forward = [&](const std::vector<double>& xv, const std::vector<double>& g,
+                     const std::vector<double>& b) {
+    std::vector<double> y(rows * d), mean(rows), rstd(rows);
+    kernels::LayerNormForward(xv.data(), g.data(), b.data(), eps, y.data(), mean.data(),
+                              rstd.data(), rows, d);
+    return Dot(w, y);
+  };
+  std::vector<double> y(rows * d), mean(rows), rstd(rows), dx(rows * d), dgamma(d, 0.0),
+      dbeta(d, 0.0);
+  kernels::LayerNormForward(x.data(), gamma.data(), beta.data(), eps, y.data(), mean.data(),
+                            rstd.data(), rows, d);
+  kernels::LayerNormBackward(w.data(), x.data(), gamma.data(), mean.data(), rstd.data(), dx.data(),
+                             dgamma.data(), dbeta.data(), rows, d);
+  ExpectGradientsMatch(dx, NumericGradient([&](const auto& v) { return forward(v, gamma, beta); }, x, 1e-5), "dx");
+  ExpectGradientsMatch(dgamma, NumericGradient([&](const auto& v) { return forward(x, v, beta); }, gamma, 1e-5), "dgamma");
+  ExpectGradientsMatch(dbeta, NumericGradient([&](const auto& v) { return forward(x, gamma, v); }, beta, 1e-5), "dbeta");
+}
+
+// ---- Tensor-level ops on a device -----------------------------------------
+
+struct Host {
+  std::vector<float> data;
+  std::vector<int64_t> shape;
+};
+
+class DeviceOps {
+ public:
+  explicit DeviceOps(Device& device) : device_(device) {}
+  Tensor Upload(const Host& h) {
+    buffers_.push_back(*device_.Allocate(h.data.size() * 4 + 4, MemoryTag::kActivations));
+    Stream& s = device_.compute_stream();
+    EXPECT_TRUE(s.Copy(buffers_.back().data(), h.data.data(), h.data.size() * 4).ok());
+    return Tensor(buffers_.back().data(), DType::kF32, h.shape, &device_);
+  }
+  std::vector<float> Download(const Tensor& t) {
+    std::vector<float> out(t.numel());
+    Stream& s = device_.compute_stream();
+    EXPECT_TRUE(s.Copy(out.data(), t.data(), t.bytes()).ok());
+    EXPECT_TRUE(s.Synchronize().ok());
+    return out;
+  }
+  Stream& stream() { return device_.compute_stream(); }
+
+ private:
+  Device& device_;
+  std::vector<Buffer> buffers_;
+};
+
+Host ToFloat(const std::vector<double>& v, std::vector<int64_t> shape) {
+  return Host{std::vector<float>(v.begin(), v.end()), std::move(shape)};
+}
+
+struct LayerNormResult {
+  std::vector<float> y, dx, dgamma, dbeta;
+};
+
+// Runs LayerNorm forward and backward (twice, to check accumulation) and
+// Gelu forward/backward on `device`.
+struct OpsResult {
+  std::vector<float> gelu_y, gelu_dx, add_y;
+  LayerNormResult ln;
+};
+
+OpsResult RunOps(Device& device, int64_t rows, int64_t d) {
+  DeviceOps ops(device);
+  const Host x = ToFloat(Random(rows * d, -3, 3, 11), {rows, d});
+  const Host dy = ToFloat(Random(rows * d, -1, 1, 12), {rows, d});
+  const Host gamma = ToFloat(Random(d, 0.5, 1.5, 13), {d});
+  const Host beta = ToFloat(Random(d, -0.5, 0.5, 14), {d});
+  const Host zeros_d{std::vector<float>(d, 0.0f), {d}};
+  const Host zeros_rows{std::vector<float>(rows, 0.0f), {rows}};
+  const Host zeros_x{std::vector<float>(rows * d, 0.0f), {rows, d}};
+  Tensor tx = ops.Upload(x), tdy = ops.Upload(dy), tg = ops.Upload(gamma), tb = ops.Upload(beta);
+  Tensor ty = ops.Upload(zeros_x), tdx = ops.Upload(zeros_x), tsum = ops.Upload(zeros_x);
+  Tensor tmean = ops.Upload(zeros_rows), trstd = ops.Upload(zeros_rows);
+  Tensor tdg = ops.Upload(zeros_d), tdb = ops.Upload(zeros_d);
+  Tensor gy = ops.Upload(zeros_x), gdx = ops.Upload(zeros_x);
+  Stream& s = ops.stream();
+  EXPECT_TRUE(Gelu(tx, gy, s).ok());
+  EXPECT_TRUE(GeluBackward(tx, tdy, gdx, s).ok());
+  EXPECT_TRUE(Add(tx, tdy, tsum, s).ok());
+  EXPECT_TRUE(LayerNorm(tx, tg, tb, 1e-5f, ty, tmean, trstd, s).ok());
+  for (int micro_batch = 0; micro_batch < 2; ++micro_batch) {
+    EXPECT_TRUE(LayerNormBackward(tdy, tx, tg, tmean, trstd, tdx, tdg, tdb, s).ok());
+  }
+  return {ops.Download(gy), ops.Download(gdx), ops.Download(tsum),
+          {ops.Download(ty), ops.Download(tdx), ops.Download(tdg), ops.Download(tdb)}};
+}
+
+// Same computation in fp64 from the same (fp32-rounded) inputs.
+OpsResult Reference(int64_t rows, int64_t d) {
+  auto round = [](std::vector<double> v) {
+    for (auto& x : v) x = static_cast<float>(x);
+    return v;
+  };
+  const auto x = round(Random(rows * d, -3, 3, 11)), dy = round(Random(rows * d, -1, 1, 12));
+  const auto gamma = round(Random(d, 0.5, 1.5, 13)), beta = round(Random(d, -0.5, 0.5, 14));
+  std::vector<double> gy(rows * d), gdx(rows * d), sum(rows * d), y(rows * d), dx(rows * d),
+      mean(rows), rstd(rows), dg(d, 0.0), db(d, 0.0);
+  kernels::GeluForward(x.data(), gy.data(), rows * d);
+  kernels::GeluBackward(x.data(), dy.data(), gdx.data(), rows * d);
+  kernels::Add(x.data(), dy.data(), sum.data(), rows * d);
+  kernels::LayerNormForward(x.data(), gamma.data(), beta.data(), double(1e-5f), y.data(),
+                            mean.data(), rstd.data(), rows, d);
+  for (int micro_batch = 0; micro_batch < 2; ++micro_batch) {
+    kernels::LayerNormBackward(dy.data(), x.data(), gamma.data(), mean.data(), rstd.data(),
+                               dx.data(), dg.data(), db.data(), rows, d);
+  }
+  auto f = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+  return {f(gy), f(gdx), f(sum), {f(y), f(dx), f(dg), f(db)}};
+}
+
+// |a - b| <= rel * max(1, |b|), elementwise.
+void ExpectClose(const std::vector<float>& a, const std::vector<float>& b, double rel,
+                 const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_NEAR(a[i], b[i], rel * std::max(1.0, std::fabs(double(b[i])))) << what << "[" << i << "]";
+  }
+}
+
+TEST(CpuDeviceOps, Fp32MatchesFp64Reference) {
+  auto device = *CreateCpuDevice();
+  const int64_t rows = 37, d = 768;
+  const OpsResult got = RunOps(*device, rows, d);
+  const OpsResult ref = Reference(rows, d);
+  // fp32 with O(d) accumulation: rows of 768 sum with relative error
+  // ~ d * 2^-24 ~ 5e-5 in the worst case; typically far less.
+  ExpectClose(got.gelu_y, ref.gelu_y, 1e-6, "gelu y");
+  ExpectClose(got.gelu_dx, ref.gelu_dx, 1e-6, "gelu dx");
+  ExpectClose(got.add_y, ref.add_y, 0, "add y");  // one rounding of an exact sum: identical
+  ExpectClose(got.ln.y, ref.ln.y, 1e-5, "layernorm y");
+  ExpectClose(got.ln.dx, ref.ln.dx, 1e-4, "layernorm dx");
+  ExpectClose(got.ln.dgamma, ref.ln.dgamma, 1e-4, "layernorm dgamma (2 micro-batches)");
+  ExpectClose(got.ln.dbeta, ref.ln.dbeta, 1e-4, "layernorm dbeta (2 micro-batches)");
+}
+
+TEST(CudaOps, MatchTheCpuDevice) {
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto gpu = *CreateCudaDevice();
+  auto cpu = *CreateCpuDevice();
+  for (auto [rows, d] : {std::pair<int64_t, int64_t>{37, 768}, {5, 4099}, {1000, 64}}) {
+    const OpsResult g = RunOps(*gpu, rows, d);
+    const OpsResult c = RunOps(*cpu, rows, d);
+    // Different summation orders and tanhf: fp32 rounding only.
+    ExpectClose(g.gelu_y, c.gelu_y, 1e-6, "gelu y");
+    ExpectClose(g.gelu_dx, c.gelu_dx, 1e-6, "gelu dx");
+    ExpectClose(g.add_y, c.add_y, 0, "add y");
+    ExpectClose(g.ln.y, c.ln.y, 1e-5, "layernorm y");
+    ExpectClose(g.ln.dx, c.ln.dx, 1e-4, "layernorm dx");
+    ExpectClose(g.ln.dgamma, c.ln.dgamma, 1e-4, "layernorm dgamma");
+    ExpectClose(g.ln.dbeta, c.ln.dbeta, 1e-4, "layernorm dbeta");
+    // Fixed reduction order: a second GPU run is bitwise identical.
+    const OpsResult g2 = RunOps(*gpu, rows, d);
+    EXPECT_EQ(g.ln.dgamma, g2.ln.dgamma);
+    EXPECT_EQ(g.ln.dx, g2.ln.dx);
+  }
+}
+
+TEST(OpsErrors, NameTheOpTheTensorAndTheShapes) {
+  auto device = *CreateCpuDevice();
+  auto other = *CreateCpuDevice({.name = "cpu:1"});
+  std::vector<float> a(12), b(12), c(4);
+  std::vector<uint16_t> h(12);
+  Stream& s = device->compute_stream();
+  const Tensor ta(a.data(), DType::kF32, {3, 4});
+  absl::Status st = Add(ta, Tensor(b.data(), DType::kF32, {4, 3}), ta, s);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("Add: a [3, 4] and b [4, 3] must have the same shape"), std::string::npos) << st;
+  st = Gelu(Tensor(h.data(), DType::kBF16, {12}), Tensor(h.data(), DType::kBF16, {12}), s);
+  EXPECT_NE(st.message().find("Gelu: x is bf16"), std::string::npos) << st;
+  st = Gelu(Tensor(a.data(), DType::kF32, {12}, other.get()), Tensor(b.data(), DType::kF32, {12}), s);
+  EXPECT_NE(st.message().find("but the stream runs on cpu:0"), std::string::npos) << st;
+  Tensor mean(c.data(), DType::kF32, {2});
+  st = LayerNorm(ta, Tensor(c.data(), DType::kF32, {4}), Tensor(c.data(), DType::kF32, {4}), 1e-5f,
+                 ta, mean, mean, s);
+  EXPECT_NE(st.message().find("mean [2] must have 3 elements (one per row of x)"), std::string::npos) << st;
+  st = LayerNorm(ta, Tensor(c.data(), DType::kF32, {4}), Tensor(c.data(), DType::kF32, {4}), 0.0f,
+                 ta, Tensor(c.data(), DType::kF32, {3}), Tensor(c.data(), DType::kF32, {3}), s);
+  EXPECT_NE(st.message().find("eps must be > 0"), std::string::npos) << st;
+  st = LayerNormBackward(ta, ta, Tensor(c.data(), DType::kF32, {4}), Tensor(c.data(), DType::kF32, {3}),
+                         Tensor(c.data(), DType::kF32, {3}), ta, Tensor(c.data(), DType::kF32, {4}),
+                         Tensor(c.data(), DType::kF32, {4}), s);
+  EXPECT_NE(st.message().find("dx must not alias dy"), std::string::npos) << st;
+  ASSERT_TRUE(s.Synchronize().ok());
+}
+
+}  // namespace
+}  // namespace memwall::ops
