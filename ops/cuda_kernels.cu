@@ -1,4 +1,8 @@
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
 
 #include "ops/cuda_kernels.h"
 
@@ -123,7 +127,47 @@ int Launched() { return static_cast<int>(cudaGetLastError()); }
 
 }  // namespace
 
-const char* ErrorString(int error) { return cudaGetErrorString(static_cast<cudaError_t>(error)); }
+const char* ErrorString(int error) {
+  if (error == kCublasError) return "cuBLAS call failed";
+  return cudaGetErrorString(static_cast<cudaError_t>(error));
+}
+
+namespace {
+// One cuBLAS handle per device for the process (creating one costs ~ms).
+cublasHandle_t HandleForCurrentDevice() {
+  static std::mutex mu;
+  static std::map<int, cublasHandle_t> handles;
+  int device = 0;
+  cudaGetDevice(&device);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = handles.find(device);
+  if (it != handles.end()) return it->second;
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return nullptr;
+  cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH);  // full fp32: no TF32
+  handles[device] = handle;
+  return handle;
+}
+}  // namespace
+
+// cuBLAS is column-major: a row-major (m, n) matrix is its (n, m) transpose,
+// so row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, i.e.
+// one cublasSgemm with A and B swapped.
+int Sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+          int64_t ldc, void* stream) {
+  if (m == 0 || n == 0) return 0;
+  cublasHandle_t handle = HandleForCurrentDevice();
+  if (handle == nullptr) return kCublasError;
+  if (cublasSetStream(handle, static_cast<cudaStream_t>(stream)) != CUBLAS_STATUS_SUCCESS) {
+    return kCublasError;
+  }
+  const cublasStatus_t st = cublasSgemm(
+      handle, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+      static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
+      static_cast<int>(ldb), a, static_cast<int>(lda), &beta, c, static_cast<int>(ldc));
+  return st == CUBLAS_STATUS_SUCCESS ? 0 : kCublasError;
+}
 
 int GeluForward(const float* x, float* y, int64_t n, void* stream) {
   if (n == 0) return 0;

@@ -12,6 +12,13 @@ namespace memwall::ops::cuda {
 inline constexpr int kNotBuiltWithCuda = 35;  // cudaErrorInsufficientDriver
 const char* ErrorString(int error);
 
+// Row-major C(m,n) = alpha op(A) op(B) + beta C with cuBLAS (see ops.h).
+// The cuBLAS handle is per process and per current device, created on first
+// use; errors from cuBLAS come back as kCublasError.
+inline constexpr int kCublasError = 1000;
+int Sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+          int64_t ldc, void* stream);
 int GeluForward(const float* x, float* y, int64_t n, void* stream);
 int GeluBackward(const float* x, const float* dy, float* dx, int64_t n, void* stream);
 int Add(const float* a, const float* b, float* y, int64_t n, void* stream);

@@ -4,6 +4,10 @@
 namespace memwall::ops::cuda {
 
 const char* ErrorString(int) { return "memwall was built without CUDA"; }
+int Sgemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+          int64_t, float, float*, int64_t, void*) {
+  return kNotBuiltWithCuda;
+}
 int GeluForward(const float*, float*, int64_t, void*) { return kNotBuiltWithCuda; }
 int GeluBackward(const float*, const float*, float*, int64_t, void*) { return kNotBuiltWithCuda; }
 int Add(const float*, const float*, float*, int64_t, void*) { return kNotBuiltWithCuda; }

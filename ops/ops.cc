@@ -3,6 +3,10 @@
 #include <initializer_list>
 #include <utility>
 
+#include <cblas.h>
+
+#include <climits>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ops/cuda_kernels.h"
@@ -72,6 +76,55 @@ absl::StatusOr<std::pair<int64_t, int64_t>> RowsAndWidth(absl::string_view op, c
 }
 
 }  // namespace
+
+absl::Status Matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                    const Tensor& c, float alpha, float beta, Stream& stream) {
+  constexpr absl::string_view op = "Matmul";
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"a", &a}, {"b", &b}, {"c", &c}}));
+  for (const auto& [name, t] : {NamedTensor{"a", &a}, NamedTensor{"b", &b}, NamedTensor{"c", &c}}) {
+    if (t->shape().size() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": ", name, " ", ShapeString(*t), " must be 2-D"));
+    }
+  }
+  // Row-major storage: a is (rows_a, cols_a); op(a) swaps them if transposed.
+  const int64_t m = transpose_a ? a.shape()[1] : a.shape()[0];
+  const int64_t k = transpose_a ? a.shape()[0] : a.shape()[1];
+  const int64_t kb = transpose_b ? b.shape()[1] : b.shape()[0];
+  const int64_t n = transpose_b ? b.shape()[0] : b.shape()[1];
+  if (k != kb || c.shape()[0] != m || c.shape()[1] != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": op(a) is (", m, ", ", k, "), op(b) is (", kb, ", ", n, ") and c is ",
+        ShapeString(c), "; need op(a) (M, K), op(b) (K, N), c (M, N)"));
+  }
+  for (int64_t dim : {m, n, k}) {
+    if (dim > INT_MAX) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": dimension ", dim, " exceeds the BLAS int limit"));
+    }
+  }
+  const int64_t lda = a.shape()[1], ldb = b.shape()[1], ldc = n;
+  const float* pa = a.data_as<float>();
+  const float* pb = b.data_as<float>();
+  float* pc = c.data_as<float>();
+  if (OnCpu(stream)) {
+    return stream.EnqueueHost([=] {
+      if (m == 0 || n == 0) return absl::OkStatus();
+      if (k == 0) {  // BLAS leaves C untouched when K = 0 only for beta = 1
+        for (int64_t i = 0; i < m * n; ++i) pc[i] = beta == 0.0f ? 0.0f : beta * pc[i];
+        return absl::OkStatus();
+      }
+      cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
+                  transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+                  static_cast<int>(n), static_cast<int>(k), alpha, pa, static_cast<int>(lda), pb,
+                  static_cast<int>(ldb), beta, pc, static_cast<int>(ldc));
+      return absl::OkStatus();
+    });
+  }
+  return CudaResult(cuda::Sgemm(transpose_a, transpose_b, m, n, k, alpha, pa, lda, pb, ldb, beta,
+                                pc, ldc, stream.native_handle()),
+                    op);
+}
 
 absl::Status Gelu(const Tensor& x, const Tensor& y, Stream& stream) {
   MEMWALL_RETURN_IF_ERROR(CheckTensors("Gelu", stream, {{"x", &x}, {"y", &y}}));

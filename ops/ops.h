@@ -14,8 +14,8 @@
 //   - The CUDA kernels reduce in a fixed order (no atomics), so a GPU run is
 //     bitwise reproducible.
 //
-// This slice: GELU, residual add and LayerNorm, fp32. Next (issue 3): 16-bit
-// inputs with fp32 accumulation, GEMM, embedding, attention, cross-entropy,
+// This slice: GEMM, GELU, residual add and LayerNorm, fp32. Next (issue 3):
+// 16-bit inputs with fp32 accumulation, embedding, attention, cross-entropy,
 // casts, norms, fused Adam.
 #ifndef MEMWALL_OPS_OPS_H_
 #define MEMWALL_OPS_OPS_H_
@@ -25,6 +25,15 @@
 #include "runtime/tensor.h"
 
 namespace memwall::ops {
+
+// General matrix multiply, row-major:
+//   C = alpha * op(A) * op(B) + beta * C,  op(X) = X or X^T
+// op(A) is (M, K), op(B) is (K, N), C is (M, N). A, B and C are 2-D; a
+// linear layer flattens its leading dimensions first. beta = 1 accumulates
+// (weight gradients over micro-batches); beta = 0 overwrites even NaN.
+// CpuDevice: OpenBLAS sgemm; CUDA: cuBLAS sgemm (full fp32, no TF32).
+absl::Status Matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                    const Tensor& c, float alpha, float beta, Stream& stream);
 
 // y = gelu(x), tanh approximation (formula in ops/kernels.h). y may be x.
 absl::Status Gelu(const Tensor& x, const Tensor& y, Stream& stream);

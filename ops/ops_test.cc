@@ -112,6 +112,7 @@ class DeviceOps {
     buffers_.push_back(*device_.Allocate(h.data.size() * 4 + 4, MemoryTag::kActivations));
     Stream& s = device_.compute_stream();
     EXPECT_TRUE(s.Copy(buffers_.back().data(), h.data.data(), h.data.size() * 4).ok());
+    EXPECT_TRUE(s.Synchronize().ok());  // `h` may be a temporary
     return Tensor(buffers_.back().data(), DType::kF32, h.shape, &device_);
   }
   std::vector<float> Download(const Tensor& t) {
@@ -237,6 +238,110 @@ TEST(CudaOps, MatchTheCpuDevice) {
     const OpsResult g2 = RunOps(*gpu, rows, d);
     EXPECT_EQ(g.ln.dgamma, g2.ln.dgamma);
     EXPECT_EQ(g.ln.dx, g2.ln.dx);
+  }
+}
+
+// ---- GEMM -------------------------------------------------------------------
+
+struct GemmCase {
+  int64_t m, n, k;
+  bool ta, tb;
+  float alpha, beta;
+};
+
+const GemmCase kGemmCases[] = {
+    {1, 1, 1, false, false, 1.0f, 0.0f},   {7, 13, 5, false, false, 1.0f, 0.0f},
+    {7, 13, 5, true, false, 0.5f, 1.0f},   {7, 13, 5, false, true, 1.0f, 1.0f},
+    {7, 13, 5, true, true, -2.0f, 0.25f},  {65, 33, 17, false, true, 1.0f, 0.0f},
+    {128, 96, 300, true, false, 1.0f, 1.0f}, {3, 4, 0, false, false, 1.0f, 0.5f},
+};
+
+// C = alpha op(A) op(B) + beta C in fp64 from the fp32 inputs.
+std::vector<double> GemmReference(const GemmCase& g, const std::vector<float>& a,
+                                  const std::vector<float>& b, const std::vector<float>& c) {
+  std::vector<double> out(g.m * g.n);
+  for (int64_t i = 0; i < g.m; ++i) {
+    for (int64_t j = 0; j < g.n; ++j) {
+      double acc = 0;
+      for (int64_t p = 0; p < g.k; ++p) {
+        const double av = g.ta ? a[p * g.m + i] : a[i * g.k + p];
+        const double bv = g.tb ? b[j * g.k + p] : b[p * g.n + j];
+        acc += av * bv;
+      }
+      out[i * g.n + j] = g.alpha * acc + (g.beta == 0 ? 0.0 : g.beta * double(c[i * g.n + j]));
+    }
+  }
+  return out;
+}
+
+std::vector<float> RunGemm(Device& device, const GemmCase& g, const std::vector<float>& a,
+                           const std::vector<float>& b, const std::vector<float>& c) {
+  DeviceOps ops(device);
+  Tensor ta = ops.Upload({a, g.ta ? std::vector<int64_t>{g.k, g.m} : std::vector<int64_t>{g.m, g.k}});
+  Tensor tb = ops.Upload({b, g.tb ? std::vector<int64_t>{g.n, g.k} : std::vector<int64_t>{g.k, g.n}});
+  Tensor tc = ops.Upload({c, {g.m, g.n}});
+  const absl::Status st = Matmul(ta, g.ta, tb, g.tb, tc, g.alpha, g.beta, ops.stream());
+  EXPECT_TRUE(st.ok()) << st;
+  return ops.Download(tc);
+}
+
+std::vector<float> RandomFloats(size_t n, uint32_t seed) {
+  auto d = Random(n, -1, 1, seed);
+  return std::vector<float>(d.begin(), d.end());
+}
+
+TEST(Gemm, CpuDeviceMatchesFp64ReferenceForEveryTransposeAndScale) {
+  auto device = *CreateCpuDevice();
+  for (const GemmCase& g : kGemmCases) {
+    const auto a = RandomFloats(g.m * g.k, 21), b = RandomFloats(g.k * g.n, 22);
+    auto c = RandomFloats(g.m * g.n, 23);
+    if (g.beta == 0) c[0] = std::nanf("");  // beta = 0 must not read C
+    const std::vector<float> got = RunGemm(*device, g, a, b, c);
+    const std::vector<double> ref = GemmReference(g, a, b, c);
+    for (size_t i = 0; i < got.size(); ++i) {
+      // fp32 dot products of length k with |terms| <= 1: error <= k * 2^-24
+      // * sum|terms| <= k^2 2^-24 (loose); 1e-6 * (k + 1) covers it here.
+      ASSERT_NEAR(got[i], ref[i], 1e-6 * (g.k + 1) * std::max(1.0, std::fabs(ref[i])))
+          << "m=" << g.m << " n=" << g.n << " k=" << g.k << " ta=" << g.ta << " tb=" << g.tb
+          << " i=" << i;
+    }
+  }
+}
+
+TEST(Gemm, RejectsMismatchedShapes) {
+  auto device = *CreateCpuDevice();
+  std::vector<float> buf(64);
+  Stream& s = device->compute_stream();
+  const absl::Status st = Matmul(Tensor(buf.data(), DType::kF32, {2, 3}), false,
+                                 Tensor(buf.data(), DType::kF32, {4, 5}), false,
+                                 Tensor(buf.data(), DType::kF32, {2, 5}), 1.0f, 0.0f, s);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("op(a) is (2, 3), op(b) is (4, 5)"), std::string::npos) << st;
+  EXPECT_NE(Matmul(Tensor(buf.data(), DType::kF32, {2, 3, 1}), false,
+                   Tensor(buf.data(), DType::kF32, {3, 5}), false,
+                   Tensor(buf.data(), DType::kF32, {2, 5}), 1.0f, 0.0f, s)
+                .message()
+                .find("must be 2-D"),
+            std::string::npos);
+  ASSERT_TRUE(s.Synchronize().ok());
+}
+
+TEST(CudaOps, GemmMatchesTheCpuDevice) {
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto gpu = *CreateCudaDevice();
+  auto cpu = *CreateCpuDevice();
+  std::vector<GemmCase> cases(std::begin(kGemmCases), std::end(kGemmCases));
+  cases.push_back({512, 3072, 768, false, false, 1.0f, 0.0f});  // a GPT-2 MLP up-projection
+  for (const GemmCase& g : cases) {
+    const auto a = RandomFloats(g.m * g.k, 31), b = RandomFloats(g.k * g.n, 32),
+               c = RandomFloats(g.m * g.n, 33);
+    const std::vector<float> on_gpu = RunGemm(*gpu, g, a, b, c);
+    const std::vector<float> on_cpu = RunGemm(*cpu, g, a, b, c);
+    for (size_t i = 0; i < on_gpu.size(); ++i) {
+      ASSERT_NEAR(on_gpu[i], on_cpu[i], 1e-6 * (g.k + 1) * std::max(1.0f, std::fabs(on_cpu[i])))
+          << "m=" << g.m << " n=" << g.n << " k=" << g.k << " i=" << i;
+    }
   }
 }
 
