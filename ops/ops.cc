@@ -5,6 +5,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <climits>
 
 #include "absl/strings/str_cat.h"
@@ -103,7 +104,11 @@ absl::Status Matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool tra
           absl::StrCat(op, ": dimension ", dim, " exceeds the BLAS int limit"));
     }
   }
-  const int64_t lda = a.shape()[1], ldb = b.shape()[1], ldc = n;
+  // Leading dimensions are the row lengths; BLAS wants them >= 1 even for an
+  // empty K (then C = beta * C).
+  const int64_t lda = std::max<int64_t>(a.shape()[1], 1);
+  const int64_t ldb = std::max<int64_t>(b.shape()[1], 1);
+  const int64_t ldc = std::max<int64_t>(n, 1);
   const float* pa = a.data_as<float>();
   const float* pb = b.data_as<float>();
   float* pc = c.data_as<float>();
