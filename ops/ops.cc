@@ -66,6 +66,19 @@ absl::Status CudaResult(int error, absl::string_view op) {
                        cuda::ErrorString(error));
 }
 
+// Runs `cpu()` in stream order on the CpuDevice, or `cuda(cudaStream_t)` (a
+// kernel launcher returning a cudaError_t) on a CUDA stream.
+template <typename CpuFn, typename CudaFn>
+absl::Status Dispatch(Stream& stream, absl::string_view op, CpuFn cpu, CudaFn cuda) {
+  if (OnCpu(stream)) {
+    return stream.EnqueueHost([cpu] {
+      cpu();
+      return absl::OkStatus();
+    });
+  }
+  return CudaResult(cuda(stream.native_handle()), op);
+}
+
 // The last dimension of a LayerNorm input, and how many rows it has.
 absl::StatusOr<std::pair<int64_t, int64_t>> RowsAndWidth(absl::string_view op, const Tensor& x) {
   if (x.shape().empty() || x.shape().back() <= 0) {
@@ -112,23 +125,23 @@ absl::Status Matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool tra
   const float* pa = a.data_as<float>();
   const float* pb = b.data_as<float>();
   float* pc = c.data_as<float>();
-  if (OnCpu(stream)) {
-    return stream.EnqueueHost([=] {
-      if (m == 0 || n == 0) return absl::OkStatus();
-      if (k == 0) {  // BLAS leaves C untouched when K = 0 only for beta = 1
-        for (int64_t i = 0; i < m * n; ++i) pc[i] = beta == 0.0f ? 0.0f : beta * pc[i];
-        return absl::OkStatus();
-      }
-      cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-                  transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-                  static_cast<int>(n), static_cast<int>(k), alpha, pa, static_cast<int>(lda), pb,
-                  static_cast<int>(ldb), beta, pc, static_cast<int>(ldc));
-      return absl::OkStatus();
-    });
-  }
-  return CudaResult(cuda::Sgemm(transpose_a, transpose_b, m, n, k, alpha, pa, lda, pb, ldb, beta,
-                                pc, ldc, stream.native_handle()),
-                    op);
+  return Dispatch(
+      stream, op,
+      [=] {
+        if (m == 0 || n == 0) return;
+        if (k == 0) {  // C = beta * C; beta = 0 overwrites (even NaN)
+          for (int64_t i = 0; i < m * n; ++i) pc[i] = beta == 0.0f ? 0.0f : beta * pc[i];
+          return;
+        }
+        cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
+                    transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+                    static_cast<int>(n), static_cast<int>(k), alpha, pa, static_cast<int>(lda), pb,
+                    static_cast<int>(ldb), beta, pc, static_cast<int>(ldc));
+      },
+      [=](void* s) {
+        return cuda::Sgemm(transpose_a, transpose_b, m, n, k, alpha, pa, lda, pb, ldb, beta, pc,
+                           ldc, s);
+      });
 }
 
 absl::Status Gelu(const Tensor& x, const Tensor& y, Stream& stream) {
@@ -137,13 +150,9 @@ absl::Status Gelu(const Tensor& x, const Tensor& y, Stream& stream) {
   const float* px = x.data_as<float>();
   float* py = y.data_as<float>();
   const int64_t n = x.numel();
-  if (OnCpu(stream)) {
-    return stream.EnqueueHost([=] {
-      kernels::GeluForward(px, py, n);
-      return absl::OkStatus();
-    });
-  }
-  return CudaResult(cuda::GeluForward(px, py, n, stream.native_handle()), "Gelu");
+  return Dispatch(
+      stream, "Gelu", [=] { kernels::GeluForward(px, py, n); },
+      [=](void* s) { return cuda::GeluForward(px, py, n, s); });
 }
 
 absl::Status GeluBackward(const Tensor& x, const Tensor& dy, const Tensor& dx, Stream& stream) {
@@ -155,13 +164,9 @@ absl::Status GeluBackward(const Tensor& x, const Tensor& dy, const Tensor& dx, S
   const float* pdy = dy.data_as<float>();
   float* pdx = dx.data_as<float>();
   const int64_t n = x.numel();
-  if (OnCpu(stream)) {
-    return stream.EnqueueHost([=] {
-      kernels::GeluBackward(px, pdy, pdx, n);
-      return absl::OkStatus();
-    });
-  }
-  return CudaResult(cuda::GeluBackward(px, pdy, pdx, n, stream.native_handle()), "GeluBackward");
+  return Dispatch(
+      stream, "GeluBackward", [=] { kernels::GeluBackward(px, pdy, pdx, n); },
+      [=](void* s) { return cuda::GeluBackward(px, pdy, pdx, n, s); });
 }
 
 absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& y, Stream& stream) {
@@ -172,13 +177,9 @@ absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& y, Stream& stre
   const float* pb = b.data_as<float>();
   float* py = y.data_as<float>();
   const int64_t n = a.numel();
-  if (OnCpu(stream)) {
-    return stream.EnqueueHost([=] {
-      kernels::Add(pa, pb, py, n);
-      return absl::OkStatus();
-    });
-  }
-  return CudaResult(cuda::Add(pa, pb, py, n, stream.native_handle()), "Add");
+  return Dispatch(
+      stream, "Add", [=] { kernels::Add(pa, pb, py, n); },
+      [=](void* s) { return cuda::Add(pa, pb, py, n, s); });
 }
 
 absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
@@ -203,14 +204,9 @@ absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   float* py = y.data_as<float>();
   float* pm = mean.data_as<float>();
   float* pr = rstd.data_as<float>();
-  if (OnCpu(stream)) {
-    return stream.EnqueueHost([=] {
-      kernels::LayerNormForward(px, pg, pb, eps, py, pm, pr, rows, d);
-      return absl::OkStatus();
-    });
-  }
-  return CudaResult(
-      cuda::LayerNormForward(px, pg, pb, eps, py, pm, pr, rows, d, stream.native_handle()), op);
+  return Dispatch(
+      stream, op, [=] { kernels::LayerNormForward(px, pg, pb, eps, py, pm, pr, rows, d); },
+      [=](void* s) { return cuda::LayerNormForward(px, pg, pb, eps, py, pm, pr, rows, d, s); });
 }
 
 absl::Status LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
@@ -242,15 +238,11 @@ absl::Status LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& 
   float* pdx = dx.data_as<float>();
   float* pdg = dgamma.data_as<float>();
   float* pdb = dbeta.data_as<float>();
-  if (OnCpu(stream)) {
-    return stream.EnqueueHost([=] {
-      kernels::LayerNormBackward(pdy, px, pg, pm, pr, pdx, pdg, pdb, rows, d);
-      return absl::OkStatus();
-    });
-  }
-  return CudaResult(cuda::LayerNormBackward(pdy, px, pg, pm, pr, pdx, pdg, pdb, rows, d,
-                                            stream.native_handle()),
-                    op);
+  return Dispatch(
+      stream, op, [=] { kernels::LayerNormBackward(pdy, px, pg, pm, pr, pdx, pdg, pdb, rows, d); },
+      [=](void* s) {
+        return cuda::LayerNormBackward(pdy, px, pg, pm, pr, pdx, pdg, pdb, rows, d, s);
+      });
 }
 
 }  // namespace memwall::ops
