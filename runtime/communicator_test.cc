@@ -123,6 +123,28 @@ TEST_F(CommunicatorTest, AllReduceSumBf16WithinStatedBound) {
   }
 }
 
+TEST_F(CommunicatorTest, Int32ReducesAndGathersExactly) {
+  const size_t n = 1001;
+  std::vector<int32_t> mine(n);
+  for (size_t i = 0; i < n; ++i) mine[i] = static_cast<int32_t>(i * 1000 + R());
+  Buffer buf = *device_->Allocate(n * 4, MemoryTag::kCommBuffers);
+  Buffer all = *device_->Allocate(n * 4, MemoryTag::kCommBuffers);
+  ASSERT_TRUE(stream().Copy(buf.data(), mine.data(), n * 4).ok());
+  ASSERT_TRUE(comm_->AllReduce(View(buf, DType::kI32, n), View(buf, DType::kI32, n),
+                               ReduceOp::kSum, stream())
+                  .ok());
+  const ShardRange block = BlockShard(n, W(), R());
+  ASSERT_TRUE(comm_->AllGather(View(buf, DType::kI32, block.size, block.offset),
+                               View(all, DType::kI32, n), stream())
+                  .ok());
+  std::vector<int32_t> got(n);
+  ASSERT_TRUE(stream().Copy(got.data(), all.data(), n * 4).ok());
+  ASSERT_TRUE(stream().Synchronize().ok());
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(got[i], static_cast<int32_t>(W() * i * 1000 + W() * (W() - 1) / 2)) << i;
+  }
+}
+
 TEST_F(CommunicatorTest, AllReduceMax) {
   const size_t n = 1001;
   std::vector<float> mine(n);

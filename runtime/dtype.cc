@@ -20,6 +20,8 @@ absl::string_view DTypeName(DType dtype) {
       return "fp16";
     case DType::kBF16:
       return "bf16";
+    case DType::kI32:
+      return "int32";
   }
   return "unknown";
 }
@@ -28,8 +30,9 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
   if (name == "fp32" || name == "float32") return DType::kF32;
   if (name == "fp16" || name == "float16") return DType::kF16;
   if (name == "bf16" || name == "bfloat16") return DType::kBF16;
+  if (name == "int32") return DType::kI32;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype '", name, "'; expected fp32, fp16 or bf16"));
+      absl::StrCat("unknown dtype '", name, "'; expected fp32, fp16, bf16 or int32"));
 }
 
 absl::string_view ConvertPathName(ConvertPath path) {
@@ -357,6 +360,11 @@ absl::Status Convert(const void* src, DType src_dtype, void* dst, DType dst_dtyp
   if (src_dtype == dst_dtype) {
     if (src != dst) std::memmove(dst, src, n * SizeOf(src_dtype));
     return absl::OkStatus();
+  }
+  if (!IsFloating(src_dtype) || !IsFloating(dst_dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("Convert ", DTypeName(src_dtype), "->",
+                                                   DTypeName(dst_dtype),
+                                                   ": only floating types convert"));
   }
   if (Overlaps(src, n * SizeOf(src_dtype), dst, n * SizeOf(dst_dtype))) {
     return absl::InvalidArgumentError(absl::StrCat("Convert ", DTypeName(src_dtype), "->",

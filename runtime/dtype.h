@@ -30,10 +30,15 @@
 
 namespace memwall {
 
-enum class DType : uint8_t { kF32, kF16, kBF16 };
+// kI32 holds integers (token ids, targets); it moves through collectives and
+// copies but is not a floating type: Convert refuses it.
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32 };
 
-constexpr size_t SizeOf(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
-absl::string_view DTypeName(DType dtype);  // "fp32", "fp16", "bf16"
+constexpr size_t SizeOf(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kI32 ? 4 : 2;
+}
+constexpr bool IsFloating(DType dtype) { return dtype != DType::kI32; }
+absl::string_view DTypeName(DType dtype);  // "fp32", "fp16", "bf16", "int32"
 absl::StatusOr<DType> ParseDType(absl::string_view name);
 
 // Bulk conversion paths. kBest resolves to the fastest one this CPU has.

@@ -302,6 +302,18 @@ TEST(DTypeTest, RejectsNullAndOverlappingBuffers) {
   EXPECT_TRUE(Convert(nullptr, DType::kF32, nullptr, DType::kF16, 0).ok());
 }
 
+TEST(DTypeTest, Int32CopiesButDoesNotConvert) {
+  int32_t a[3] = {1, -2, 3}, b[3] = {};
+  float f[3] = {};
+  ASSERT_TRUE(Convert(a, DType::kI32, b, DType::kI32, 3).ok());
+  EXPECT_EQ(b[1], -2);
+  const absl::Status s = Convert(a, DType::kI32, f, DType::kF32, 3);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("only floating types convert"), std::string::npos) << s;
+  EXPECT_EQ(SizeOf(DType::kI32), 4u);
+  EXPECT_EQ(*ParseDType("int32"), DType::kI32);
+}
+
 TEST(DTypeTest, ParsesNames) {
   EXPECT_EQ(*ParseDType("bf16"), DType::kBF16);
   EXPECT_EQ(*ParseDType("float16"), DType::kF16);

@@ -66,13 +66,13 @@ class MpiCommunicator final : public Communicator {
                            Stream& stream) override {
     return stream.EnqueueHost([this, send, recv, op]() -> absl::Status {
       const size_t n = send.numel();
-      if (send.dtype() == DType::kF32) {
-        return AllReduceF32(send.data_as<float>(), recv.data_as<float>(), n, op);
+      if (HasNativeType(send.dtype())) {
+        return AllReduceNative(send.data(), recv.data(), n, send.dtype(), op);
       }
       // See [Note: 16-bit reductions]: widen, reduce in fp32, round once.
       std::vector<float> wide(n);
       MEMWALL_RETURN_IF_ERROR(Convert(send.data(), send.dtype(), wide.data(), DType::kF32, n));
-      MEMWALL_RETURN_IF_ERROR(AllReduceF32(wide.data(), wide.data(), n, op));
+      MEMWALL_RETURN_IF_ERROR(AllReduceNative(wide.data(), wide.data(), n, DType::kF32, op));
       return Convert(wide.data(), DType::kF32, recv.data(), recv.dtype(), n);
     });
   }
@@ -84,14 +84,15 @@ class MpiCommunicator final : public Communicator {
       const size_t n = send.numel();
       std::vector<int> counts(size_);
       for (int r = 0; r < size_; ++r) counts[r] = static_cast<int>(BlockShard(n, size_, r).size);
-      if (send.dtype() == DType::kF32) {
+      if (HasNativeType(send.dtype())) {
         // MPI forbids recv aliasing send (ZeRO reduces a bucket in place):
         // stage through a temporary then.
         const bool aliased = Overlaps(send, recv);
-        std::vector<float> staged(aliased ? recv.numel() : 0);
-        float* out = aliased ? staged.data() : recv.data_as<float>();
+        std::vector<char> staged(aliased ? recv.bytes() : 0);
+        void* out = aliased ? staged.data() : recv.data();
         MEMWALL_MPI_RETURN_IF_ERROR(MPI_Reduce_scatter(send.data(), out, counts.data(),
-                                                       MPI_FLOAT, MpiOp(op), comm_));
+                                                       NativeType(send.dtype()), MpiOp(op),
+                                                       comm_));
         if (aliased) std::memcpy(recv.data(), out, recv.bytes());
         return absl::OkStatus();
       }
@@ -114,7 +115,7 @@ class MpiCommunicator final : public Communicator {
         displs[r] = static_cast<int>(b.offset);
       }
       // No arithmetic: move 16-bit elements as uint16 and fp32 as float.
-      MPI_Datatype type = send.dtype() == DType::kF32 ? MPI_FLOAT : MPI_UINT16_T;
+      MPI_Datatype type = HasNativeType(send.dtype()) ? NativeType(send.dtype()) : MPI_UINT16_T;
       const void* src = send.data() == recv.Slice(displs[rank_], 0).data()
                             ? MPI_IN_PLACE
                             : send.data();
@@ -162,12 +163,22 @@ class MpiCommunicator final : public Communicator {
         INT_MAX, " elements"));
   }
 
-  absl::Status AllReduceF32(const float* send, float* recv, size_t n, ReduceOp op) {
+  // fp32 and int32 reduce as themselves; fp16/bf16 are widened to fp32 (MPI
+  // has no 16-bit float types).
+  static bool HasNativeType(DType dtype) { return dtype == DType::kF32 || dtype == DType::kI32; }
+  static MPI_Datatype NativeType(DType dtype) {
+    return dtype == DType::kI32 ? MPI_INT : MPI_FLOAT;
+  }
+
+  absl::Status AllReduceNative(const void* send, void* recv, size_t n, DType dtype, ReduceOp op) {
+    const size_t elem = SizeOf(dtype);
     for (size_t done = 0; done < n; done += kMaxMpiCount) {
       const int count = static_cast<int>(std::min(kMaxMpiCount, n - done));
-      const void* src = send == recv ? MPI_IN_PLACE : static_cast<const void*>(send + done);
-      MEMWALL_MPI_RETURN_IF_ERROR(
-          MPI_Allreduce(src, recv + done, count, MPI_FLOAT, MpiOp(op), comm_));
+      const void* src = send == recv ? MPI_IN_PLACE
+                                     : static_cast<const void*>(static_cast<const char*>(send) +
+                                                                done * elem);
+      MEMWALL_MPI_RETURN_IF_ERROR(MPI_Allreduce(src, static_cast<char*>(recv) + done * elem,
+                                                count, NativeType(dtype), MpiOp(op), comm_));
     }
     return absl::OkStatus();
   }

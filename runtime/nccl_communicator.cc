@@ -43,6 +43,8 @@ ncclDataType_t NcclType(DType dtype) {
       return ncclFloat16;
     case DType::kBF16:
       return ncclBfloat16;
+    case DType::kI32:
+      return ncclInt32;
   }
   return ncclFloat32;
 }
