@@ -123,6 +123,49 @@ __global__ void LayerNormBackwardParamsKernel(const float* dy, const float* x, c
   dbeta[j] += db;
 }
 
+// Max of `v` over the block; every thread gets the result.
+__device__ float BlockMax(float v, float* shared) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, offset));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x / 32;
+  v = lane < warps ? shared[lane] : -INFINITY;
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, offset));
+  return v;
+}
+
+// One block per row; the formula is in ops/kernels.h. An out-of-range
+// target yields NaN loss and gradient (the host-side check is on the CPU
+// path only; NaN makes the error impossible to miss here).
+__global__ void SoftmaxCrossEntropyKernel(float* logits, const int32_t* targets, float* losses,
+                                          float grad_scale, int64_t v) {
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  float* l = logits + row * v;
+  const int32_t t = targets[row];
+  if (t < 0 || t >= v) {
+    const float fill = t < 0 ? 0.0f : NAN;
+    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) l[j] = fill;
+    if (threadIdx.x == 0) losses[row] = fill;
+    return;
+  }
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, l[j]);
+  m = BlockMax(m, shared);
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += expf(l[j] - m);
+  s = BlockSum(s, shared);
+  const float target_logit = l[t];  // read by every thread before anyone writes
+  __syncthreads();
+  const float inv_s = 1.0f / s;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
+    l[j] = (expf(l[j] - m) * inv_s - (j == t ? 1.0f : 0.0f)) * grad_scale;
+  }
+  if (threadIdx.x == 0) losses[row] = logf(s) + m - target_logit;
+}
+
 int Launched() { return static_cast<int>(cudaGetLastError()); }
 
 }  // namespace
@@ -206,6 +249,15 @@ int LayerNormBackward(const float* dy, const float* x, const float* gamma, const
   if (int err = Launched(); err != 0) return err;
   LayerNormBackwardParamsKernel<<<static_cast<unsigned>((d + kThreads - 1) / kThreads), kThreads,
                                   0, s>>>(dy, x, mean, rstd, dgamma, dbeta, rows, d);
+  return Launched();
+}
+
+int SoftmaxCrossEntropy(float* logits, const int32_t* targets, float* losses, float grad_scale,
+                        int64_t rows, int64_t v, void* stream) {
+  if (rows == 0) return 0;
+  SoftmaxCrossEntropyKernel<<<static_cast<unsigned>(rows), kThreads, 0,
+                              static_cast<cudaStream_t>(stream)>>>(logits, targets, losses,
+                                                                   grad_scale, v);
   return Launched();
 }
 

@@ -28,6 +28,9 @@ int LayerNormBackward(const float* dy, const float* x, const float* gamma, const
                       const float* rstd, float* dx, float* dgamma, float* dbeta, int64_t rows,
                       int64_t d, void* stream);
 
+int SoftmaxCrossEntropy(float* logits, const int32_t* targets, float* losses, float grad_scale,
+                        int64_t rows, int64_t v, void* stream);
+
 }  // namespace memwall::ops::cuda
 
 #endif  // MEMWALL_OPS_CUDA_KERNELS_H_

@@ -96,6 +96,40 @@ void LayerNormBackward(const T* dy, const T* x, const T* gamma, const T* mean, c
   }
 }
 
+// Softmax cross-entropy over the vocabulary, fused with its gradient, for
+// logits (rows, v) and integer targets (rows):
+//   m = max_j l_j,  s = sum_j exp(l_j - m)
+//   loss = log(s) + m - l_t                           (per row)
+//   dl_j = (exp(l_j - m) / s - [j == t]) * grad_scale  (written over the logits)
+// A negative target is ignored: loss 0, gradient 0. grad_scale is
+// 1 / (tokens in the global batch), times the loss scale under fp16.
+// Overwriting the logits is the point: no second vocab-sized buffer.
+// Returns the first row whose target is >= v, or -1.
+template <typename T>
+int64_t SoftmaxCrossEntropy(T* logits, const int32_t* targets, T* losses, T grad_scale,
+                            int64_t rows, int64_t v) {
+  int64_t bad_row = -1;
+  for (int64_t r = 0; r < rows; ++r) {
+    T* l = logits + r * v;
+    const int32_t t = targets[r];
+    if (t < 0 || t >= v) {
+      if (t >= v && bad_row < 0) bad_row = r;
+      losses[r] = t < 0 ? T(0) : T(NAN);
+      for (int64_t j = 0; j < v; ++j) l[j] = t < 0 ? T(0) : T(NAN);
+      continue;
+    }
+    T m = l[0];
+    for (int64_t j = 1; j < v; ++j) m = l[j] > m ? l[j] : m;
+    T s = 0;
+    for (int64_t j = 0; j < v; ++j) s += std::exp(l[j] - m);
+    losses[r] = std::log(s) + m - l[t];
+    const T inv_s = T(1) / s;
+    for (int64_t j = 0; j < v; ++j) l[j] = std::exp(l[j] - m) * inv_s * grad_scale;
+    l[t] -= grad_scale;
+  }
+  return bad_row;
+}
+
 }  // namespace memwall::ops::kernels
 
 #endif  // MEMWALL_OPS_KERNELS_H_

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -17,18 +18,24 @@
 namespace memwall::ops {
 namespace {
 
-using NamedTensor = std::pair<const char*, const Tensor*>;
+// An argument: its name in messages, the tensor, and the dtype it must have.
+struct NamedTensor {
+  const char* first;
+  const Tensor* second;
+  DType dtype = DType::kF32;
+};
 
 std::string ShapeString(const Tensor& t) { return absl::StrCat("[", absl::StrJoin(t.shape(), ", "), "]"); }
 
-// Every tensor is fp32 and lives where `stream` can reach it.
+// Every tensor has its expected dtype and lives where `stream` can reach it.
 absl::Status CheckTensors(absl::string_view op, Stream& stream,
                           std::initializer_list<NamedTensor> tensors) {
   Device& device = stream.device();
-  for (const auto& [name, t] : tensors) {
-    if (t->dtype() != DType::kF32) {
+  for (const auto& [name, t, dtype] : tensors) {
+    if (t->dtype() != dtype) {
       return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " is ", DTypeName(t->dtype()),
-                                                     "; this op takes fp32 for now"));
+                                                     "; this op takes ", DTypeName(dtype),
+                                                     " here for now"));
     }
     const bool reachable = t->device() == &device ||
                            (t->device() == nullptr && device.kind() == DeviceKind::kCpu);
@@ -95,7 +102,8 @@ absl::Status Matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool tra
                     const Tensor& c, float alpha, float beta, Stream& stream) {
   constexpr absl::string_view op = "Matmul";
   MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"a", &a}, {"b", &b}, {"c", &c}}));
-  for (const auto& [name, t] : {NamedTensor{"a", &a}, NamedTensor{"b", &b}, NamedTensor{"c", &c}}) {
+  for (const auto& [name, t, dtype] :
+       {NamedTensor{"a", &a}, NamedTensor{"b", &b}, NamedTensor{"c", &c}}) {
     if (t->shape().size() != 2) {
       return absl::InvalidArgumentError(
           absl::StrCat(op, ": ", name, " ", ShapeString(*t), " must be 2-D"));
@@ -243,6 +251,39 @@ absl::Status LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& 
       [=](void* s) {
         return cuda::LayerNormBackward(pdy, px, pg, pm, pr, pdx, pdg, pdb, rows, d, s);
       });
+}
+
+absl::Status SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets,
+                                 const Tensor& losses, float grad_scale, Stream& stream) {
+  constexpr absl::string_view op = "SoftmaxCrossEntropy";
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream,
+                                       {{"logits", &logits},
+                                        {"targets", &targets, DType::kI32},
+                                        {"losses", &losses}}));
+  if (logits.shape().size() != 2 || logits.shape()[1] <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": logits ", ShapeString(logits), " must be (rows, vocabulary) with vocabulary > 0"));
+  }
+  const int64_t rows = logits.shape()[0], v = logits.shape()[1];
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"targets", &targets}, rows, "one per row of logits"));
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"losses", &losses}, rows, "one per row of logits"));
+  if (!std::isfinite(grad_scale)) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": grad_scale ", grad_scale, " is not finite"));
+  }
+  float* pl = logits.data_as<float>();
+  const int32_t* pt = targets.data_as<int32_t>();
+  float* ploss = losses.data_as<float>();
+  if (OnCpu(stream)) {
+    // Not Dispatch: the CPU path can report a bad target precisely.
+    return stream.EnqueueHost([=]() -> absl::Status {
+      const int64_t bad = kernels::SoftmaxCrossEntropy(pl, pt, ploss, grad_scale, rows, v);
+      if (bad < 0) return absl::OkStatus();
+      return absl::InvalidArgumentError(absl::StrCat(op, ": target ", pt[bad], " at row ", bad,
+                                                     " is outside the vocabulary [0, ", v, ")"));
+    });
+  }
+  return CudaResult(
+      cuda::SoftmaxCrossEntropy(pl, pt, ploss, grad_scale, rows, v, stream.native_handle()), op);
 }
 
 }  // namespace memwall::ops

@@ -14,9 +14,9 @@
 //   - The CUDA kernels reduce in a fixed order (no atomics), so a GPU run is
 //     bitwise reproducible.
 //
-// This slice: GEMM, GELU, residual add and LayerNorm, fp32. Next (issue 3):
-// 16-bit inputs with fp32 accumulation, embedding, attention, cross-entropy,
-// casts, norms, fused Adam.
+// This slice: GEMM, GELU, residual add, LayerNorm and fused softmax
+// cross-entropy, fp32. Next (issue 3): 16-bit inputs with fp32
+// accumulation, embedding, attention, casts, norms, fused Adam.
 #ifndef MEMWALL_OPS_OPS_H_
 #define MEMWALL_OPS_OPS_H_
 
@@ -52,6 +52,16 @@ absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 absl::Status LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                                const Tensor& dgamma, const Tensor& dbeta, Stream& stream);
+
+// Fused softmax cross-entropy over the vocabulary (formula in ops/kernels.h).
+//   logits (rows, v) fp32: overwritten by d(sum of losses)/d(logits) *
+//     grad_scale, so no second vocab-sized buffer exists;
+//   targets (rows) int32: a negative target is ignored (loss 0, gradient 0);
+//   losses (rows) fp32: per-row loss.
+// A target >= v is an InvalidArgument from the stream on the CpuDevice and a
+// NaN loss and gradient on CUDA.
+absl::Status SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets,
+                                 const Tensor& losses, float grad_scale, Stream& stream);
 
 }  // namespace memwall::ops
 

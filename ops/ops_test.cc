@@ -98,6 +98,31 @@ TEST(GradCheck, LayerNorm) {
   ExpectGradientsMatch(dbeta, NumericGradient([&](const auto& v) { return forward(x, gamma, v); }, beta, 1e-5), "dbeta");
 }
 
+TEST(GradCheck, SoftmaxCrossEntropy) {
+  const int64_t rows = 4, v = 11;
+  const auto logits = Random(rows * v, -4, 4, 7);
+  const std::vector<int32_t> targets = {3, 0, -1, 10};  // row 2 is ignored
+  const double grad_scale = 0.25;
+  auto loss = [&](const std::vector<double>& l) {
+    std::vector<double> copy = l, losses(rows);
+    kernels::SoftmaxCrossEntropy(copy.data(), targets.data(), losses.data(), 1.0, rows, v);
+    double sum = 0;
+    for (double x : losses) sum += x;
+    return sum * grad_scale;
+  };
+  std::vector<double> grad = logits, losses(rows);
+  ASSERT_EQ(kernels::SoftmaxCrossEntropy(grad.data(), targets.data(), losses.data(), grad_scale,
+                                         rows, v),
+            -1);
+  ExpectGradientsMatch(grad, NumericGradient(loss, logits, 1e-5), "dlogits");
+  EXPECT_EQ(losses[2], 0.0);
+  for (int64_t j = 0; j < v; ++j) EXPECT_EQ(grad[2 * v + j], 0.0);
+  // The loss itself: log(sum exp) - l_t, computed directly.
+  double direct = 0;
+  for (int64_t j = 0; j < v; ++j) direct += std::exp(logits[j]);
+  EXPECT_NEAR(losses[0], std::log(direct) - logits[3], 1e-12);
+}
+
 // ---- Tensor-level ops on a device -----------------------------------------
 
 struct Host {
@@ -345,6 +370,99 @@ TEST(CudaOps, GemmMatchesTheCpuDevice) {
   }
 }
 
+// ---- Softmax cross-entropy on devices ----------------------------------------
+
+struct CrossEntropyResult {
+  std::vector<float> losses, grad;
+};
+
+CrossEntropyResult RunCrossEntropy(Device& device, int64_t rows, int64_t v,
+                                   const std::vector<int32_t>& targets, float grad_scale) {
+  DeviceOps ops(device);
+  const auto logits = Random(rows * v, -6, 6, 41);
+  Tensor tl = ops.Upload({std::vector<float>(logits.begin(), logits.end()), {rows, v}});
+  Tensor tloss = ops.Upload({std::vector<float>(rows, -1.0f), {rows}});
+  Buffer tb = *device.Allocate(rows * 4, MemoryTag::kActivations);
+  EXPECT_TRUE(ops.stream().Copy(tb.data(), targets.data(), rows * 4).ok());
+  const Tensor tt(tb.data(), DType::kI32, {rows}, &device);
+  const absl::Status st = SoftmaxCrossEntropy(tl, tt, tloss, grad_scale, ops.stream());
+  EXPECT_TRUE(st.ok()) << st;
+  CrossEntropyResult r{ops.Download(tloss), ops.Download(tl)};
+  return r;
+}
+
+std::vector<int32_t> Targets(int64_t rows, int64_t v) {
+  std::vector<int32_t> t(rows);
+  for (int64_t r = 0; r < rows; ++r) t[r] = static_cast<int32_t>((r * 7919) % v);
+  t[rows / 2] = -1;  // an ignored (padding) position
+  return t;
+}
+
+TEST(CrossEntropy, CpuDeviceMatchesFp64AtGpt2VocabularySize) {
+  auto device = *CreateCpuDevice();
+  const int64_t rows = 6, v = 50257;
+  const auto targets = Targets(rows, v);
+  const float grad_scale = 1.0f / 5;  // mean over the 5 counted tokens
+  const CrossEntropyResult got = RunCrossEntropy(*device, rows, v, targets, grad_scale);
+  const auto logits64 = Random(rows * v, -6, 6, 41);
+  std::vector<double> ref(logits64.size()), losses(rows);
+  for (size_t i = 0; i < ref.size(); ++i) ref[i] = static_cast<float>(logits64[i]);
+  kernels::SoftmaxCrossEntropy(ref.data(), targets.data(), losses.data(), double(grad_scale),
+                               rows, v);
+  for (int64_t r = 0; r < rows; ++r) {
+    // A sum of 50257 exponentials in fp32: relative error <= v * 2^-24 ~ 3e-3
+    // in the worst case, ~sqrt(v) * 2^-24 ~ 1e-5 typically (5e-5 seen);
+    // log() turns it into an absolute error of the same size.
+    EXPECT_NEAR(got.losses[r], losses[r], 1e-4) << "row " << r;
+  }
+  // Every gradient is exp(l - m) / s * grad_scale, so it inherits the
+  // relative error of s (above): 3e-4 relative, plus 1e-12 absolute for
+  // probabilities that underflow to (near) zero.
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_NEAR(got.grad[i], ref[i], 3e-4 * std::fabs(ref[i]) + 1e-12) << i;
+  }
+}
+
+TEST(CrossEntropy, TargetOutsideTheVocabularyIsAnError) {
+  auto device = *CreateCpuDevice();
+  std::vector<float> logits(2 * 5, 0.0f), losses(2);
+  std::vector<int32_t> targets = {1, 5};
+  Stream& s = device->compute_stream();
+  ASSERT_TRUE(SoftmaxCrossEntropy(Tensor(logits.data(), DType::kF32, {2, 5}),
+                                  Tensor(targets.data(), DType::kI32, {2}),
+                                  Tensor(losses.data(), DType::kF32, {2}), 1.0f, s)
+                  .ok());
+  const absl::Status st = s.Synchronize();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("target 5 at row 1 is outside the vocabulary [0, 5)"),
+            std::string::npos)
+      << st;
+  auto fresh = *CreateCpuDevice();
+  const absl::Status wrong_type = SoftmaxCrossEntropy(
+      Tensor(logits.data(), DType::kF32, {2, 5}), Tensor(logits.data(), DType::kF32, {2}),
+      Tensor(losses.data(), DType::kF32, {2}), 1.0f, fresh->compute_stream());
+  EXPECT_NE(wrong_type.message().find("targets is fp32; this op takes int32"), std::string::npos)
+      << wrong_type;
+}
+
+TEST(CudaOps, CrossEntropyMatchesTheCpuDevice) {
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto gpu = *CreateCudaDevice();
+  auto cpu = *CreateCpuDevice();
+  for (auto [rows, v] : {std::pair<int64_t, int64_t>{6, 50257}, {300, 257}, {3, 5}}) {
+    const auto targets = Targets(rows, v);
+    const CrossEntropyResult g = RunCrossEntropy(*gpu, rows, v, targets, 0.5f);
+    const CrossEntropyResult c = RunCrossEntropy(*cpu, rows, v, targets, 0.5f);
+    for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(g.losses[r], c.losses[r], 1e-4) << r;
+    for (size_t i = 0; i < g.grad.size(); ++i) {
+      // Both sides carry the fp32 error of their sum over v (see above).
+      ASSERT_NEAR(g.grad[i], c.grad[i], 3e-4 * std::fabs(c.grad[i]) + 1e-12)
+          << "rows=" << rows << " v=" << v << " i=" << i;
+    }
+  }
+}
+
 TEST(OpsErrors, NameTheOpTheTensorAndTheShapes) {
   auto device = *CreateCpuDevice();
   auto other = *CreateCpuDevice({.name = "cpu:1"});
@@ -356,7 +474,7 @@ TEST(OpsErrors, NameTheOpTheTensorAndTheShapes) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("Add: a [3, 4] and b [4, 3] must have the same shape"), std::string::npos) << st;
   st = Gelu(Tensor(h.data(), DType::kBF16, {12}), Tensor(h.data(), DType::kBF16, {12}), s);
-  EXPECT_NE(st.message().find("Gelu: x is bf16"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("Gelu: x is bf16; this op takes fp32"), std::string::npos) << st;
   st = Gelu(Tensor(a.data(), DType::kF32, {12}, other.get()), Tensor(b.data(), DType::kF32, {12}), s);
   EXPECT_NE(st.message().find("but the stream runs on cpu:0"), std::string::npos) << st;
   Tensor mean(c.data(), DType::kF32, {2});
