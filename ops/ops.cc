@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "ops/cuda_kernels.h"
 #include "ops/kernels.h"
+#include "runtime/cuda_convert.h"
 #include "runtime/status.h"
 
 namespace memwall::ops {
@@ -284,6 +285,44 @@ absl::Status SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets,
   }
   return CudaResult(
       cuda::SoftmaxCrossEntropy(pl, pt, ploss, grad_scale, rows, v, stream.native_handle()), op);
+}
+
+absl::Status Cast(const Tensor& src, const Tensor& dst, Stream& stream) {
+  constexpr absl::string_view op = "Cast";
+  if (!IsFloating(src.dtype()) || !IsFloating(dst.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", DTypeName(src.dtype()), " -> ",
+                                                   DTypeName(dst.dtype()),
+                                                   ": only fp32, fp16 and bf16 cast"));
+  }
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(
+      op, stream, {{"src", &src, src.dtype()}, {"dst", &dst, dst.dtype()}}));
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"dst", &dst}, src.numel(), "as many as src"));
+  const int64_t n = src.numel();
+  if (n == 0 || (src.dtype() == dst.dtype() && src.data() == dst.data())) {
+    return absl::OkStatus();
+  }
+  if (src.dtype() == dst.dtype()) return stream.Copy(dst.data(), src.data(), src.bytes());
+  const void* ps = src.data();
+  void* pd = dst.data();
+  const DType from = src.dtype(), to = dst.dtype();
+  if (OnCpu(stream)) {
+    return stream.EnqueueHost([=] { return Convert(ps, from, pd, to, n); });
+  }
+  const auto* s16 = static_cast<const uint16_t*>(ps);
+  auto* d16 = static_cast<uint16_t*>(pd);
+  void* native = stream.native_handle();
+  int error = 0;
+  if (from == DType::kF32) {
+    error = to == DType::kF16 ? memwall::cuda::F32ToF16(static_cast<const float*>(ps), d16, n, native)
+                              : memwall::cuda::F32ToBF16(static_cast<const float*>(ps), d16, n, native);
+  } else if (to == DType::kF32) {
+    error = from == DType::kF16 ? memwall::cuda::F16ToF32(s16, static_cast<float*>(pd), n, native)
+                                : memwall::cuda::BF16ToF32(s16, static_cast<float*>(pd), n, native);
+  } else {
+    error = from == DType::kF16 ? memwall::cuda::F16ToBF16(s16, d16, n, native)
+                                : memwall::cuda::BF16ToF16(s16, d16, n, native);
+  }
+  return CudaResult(error, op);
 }
 
 }  // namespace memwall::ops

@@ -53,6 +53,11 @@ absl::Status LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& 
                                const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                                const Tensor& dgamma, const Tensor& dbeta, Stream& stream);
 
+// dst = src converted to dst's dtype (fp32, fp16, bf16; same element count),
+// with runtime/dtype.h's rounding on both devices, bit for bit. Same dtype:
+// a copy (or nothing when dst is src).
+absl::Status Cast(const Tensor& src, const Tensor& dst, Stream& stream);
+
 // Fused softmax cross-entropy over the vocabulary (formula in ops/kernels.h).
 //   logits (rows, v) fp32: overwritten by d(sum of losses)/d(logits) *
 //     grad_scale, so no second vocab-sized buffer exists;

@@ -463,6 +463,78 @@ TEST(CudaOps, CrossEntropyMatchesTheCpuDevice) {
   }
 }
 
+// ---- Cast ---------------------------------------------------------------------
+
+// Inputs for a cast from `from`: every 16-bit pattern, or 2^20 random fp32 bit
+// patterns (NaN, Inf and subnormals included), as raw bytes.
+std::vector<uint8_t> CastInputs(DType from) {
+  std::mt19937 gen(77);
+  if (from == DType::kF32) {
+    std::vector<uint32_t> v(1 << 20);
+    for (auto& x : v) x = gen();
+    return std::vector<uint8_t>(reinterpret_cast<uint8_t*>(v.data()),
+                                reinterpret_cast<uint8_t*>(v.data() + v.size()));
+  }
+  std::vector<uint16_t> v(65536);
+  for (uint32_t i = 0; i < 65536; ++i) v[i] = static_cast<uint16_t>(i);
+  return std::vector<uint8_t>(reinterpret_cast<uint8_t*>(v.data()),
+                              reinterpret_cast<uint8_t*>(v.data() + v.size()));
+}
+
+std::vector<uint8_t> RunCast(Device& device, const std::vector<uint8_t>& in, DType from, DType to) {
+  const int64_t n = static_cast<int64_t>(in.size() / SizeOf(from));
+  Buffer src = *device.Allocate(in.size(), MemoryTag::kActivations);
+  Buffer dst = *device.Allocate(n * SizeOf(to), MemoryTag::kActivations);
+  Stream& s = device.compute_stream();
+  EXPECT_TRUE(s.Copy(src.data(), in.data(), in.size()).ok());
+  const absl::Status st = Cast(Tensor(src.data(), from, {n}, &device), Tensor(dst.data(), to, {n}, &device), s);
+  EXPECT_TRUE(st.ok()) << st;
+  std::vector<uint8_t> out(n * SizeOf(to));
+  EXPECT_TRUE(s.Copy(out.data(), dst.data(), out.size()).ok());
+  EXPECT_TRUE(s.Synchronize().ok());
+  return out;
+}
+
+const DType kFloatTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+
+TEST(Cast, CpuDeviceEqualsTheScalarReferenceForEveryPair) {
+  auto device = *CreateCpuDevice();
+  for (DType from : kFloatTypes) {
+    for (DType to : kFloatTypes) {
+      const std::vector<uint8_t> in = CastInputs(from);
+      const size_t n = in.size() / SizeOf(from);
+      std::vector<uint8_t> want(n * SizeOf(to));
+      ASSERT_TRUE(Convert(in.data(), from, want.data(), to, n, ConvertPath::kScalar).ok());
+      EXPECT_EQ(RunCast(*device, in, from, to), want) << DTypeName(from) << " -> " << DTypeName(to);
+    }
+  }
+}
+
+TEST(Cast, RejectsIntegersAndSizeMismatches) {
+  auto device = *CreateCpuDevice();
+  std::vector<float> f(8);
+  std::vector<uint16_t> h(4);
+  Stream& s = device->compute_stream();
+  absl::Status st = Cast(Tensor(f.data(), DType::kF32, {8}), Tensor(h.data(), DType::kBF16, {4}), s);
+  EXPECT_NE(st.message().find("dst [4] must have 8 elements"), std::string::npos) << st;
+  st = Cast(Tensor(f.data(), DType::kI32, {8}), Tensor(f.data(), DType::kF32, {8}), s);
+  EXPECT_NE(st.message().find("only fp32, fp16 and bf16 cast"), std::string::npos) << st;
+}
+
+TEST(CudaOps, CastMatchesTheCpuDeviceBitForBit) {
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto gpu = *CreateCudaDevice();
+  auto cpu = *CreateCpuDevice();
+  for (DType from : kFloatTypes) {
+    for (DType to : kFloatTypes) {
+      const std::vector<uint8_t> in = CastInputs(from);
+      EXPECT_EQ(RunCast(*gpu, in, from, to), RunCast(*cpu, in, from, to))
+          << DTypeName(from) << " -> " << DTypeName(to);
+    }
+  }
+}
+
 TEST(OpsErrors, NameTheOpTheTensorAndTheShapes) {
   auto device = *CreateCpuDevice();
   auto other = *CreateCpuDevice({.name = "cpu:1"});

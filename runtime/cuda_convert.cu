@@ -38,6 +38,13 @@ struct FromBF16 {
   __device__ float operator()(uint16_t b) const { return BF16ToFloat(b); }
 };
 
+struct HalfToBF16 {
+  __device__ uint16_t operator()(uint16_t h) const { return FloatToBF16(HalfToFloat(h)); }
+};
+struct BF16ToHalf {
+  __device__ uint16_t operator()(uint16_t b) const { return FloatToHalf(BF16ToFloat(b)); }
+};
+
 }  // namespace
 
 int F32ToF16(const float* src, uint16_t* dst, size_t n, void* stream) {
@@ -51,6 +58,13 @@ int F32ToBF16(const float* src, uint16_t* dst, size_t n, void* stream) {
 }
 int BF16ToF32(const uint16_t* src, float* dst, size_t n, void* stream) {
   return Launch(src, dst, n, stream, FromBF16{});
+}
+
+int F16ToBF16(const uint16_t* src, uint16_t* dst, size_t n, void* stream) {
+  return Launch(src, dst, n, stream, HalfToBF16{});
+}
+int BF16ToF16(const uint16_t* src, uint16_t* dst, size_t n, void* stream) {
+  return Launch(src, dst, n, stream, BF16ToHalf{});
 }
 
 }  // namespace memwall::cuda

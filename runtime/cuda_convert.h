@@ -16,6 +16,9 @@ int F32ToF16(const float* src, uint16_t* dst, size_t n, void* stream);
 int F16ToF32(const uint16_t* src, float* dst, size_t n, void* stream);
 int F32ToBF16(const float* src, uint16_t* dst, size_t n, void* stream);
 int BF16ToF32(const uint16_t* src, float* dst, size_t n, void* stream);
+// fp16 <-> bf16 through an exact fp32 intermediate (one rounding).
+int F16ToBF16(const uint16_t* src, uint16_t* dst, size_t n, void* stream);
+int BF16ToF16(const uint16_t* src, uint16_t* dst, size_t n, void* stream);
 
 }  // namespace memwall::cuda
 
