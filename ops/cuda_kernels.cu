@@ -1,6 +1,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -258,6 +259,424 @@ int SoftmaxCrossEntropy(float* logits, const int32_t* targets, float* losses, fl
   SoftmaxCrossEntropyKernel<<<static_cast<unsigned>(rows), kThreads, 0,
                               static_cast<cudaStream_t>(stream)>>>(logits, targets, losses,
                                                                    grad_scale, v);
+  return Launched();
+}
+
+}  // namespace memwall::ops::cuda
+
+// ---------------------------------------------------------------------------
+// Embedding, bias, attention, norms, Adam. Formulas in ops/kernels.h.
+namespace memwall::ops::cuda {
+namespace {
+
+__global__ void EmbeddingForwardKernel(const int32_t* ids, const float* table, float* y,
+                                       int64_t rows, int64_t v, int64_t d) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < rows * d;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / d, j = i % d;
+    const int32_t id = ids[r];
+    y[i] = (id < 0 || id >= v) ? NAN : table[int64_t{id} * d + j];
+  }
+}
+
+// Deterministic scatter-add without atomics: thread (column j, partition p)
+// owns the table entries (id, j) with id % kEmbeddingPartitions == p and adds
+// their rows in row order, so each sum has one fixed order.
+constexpr int kEmbeddingPartitions = 32;
+__global__ void EmbeddingBackwardKernel(const int32_t* ids, const float* dy, float* dtable,
+                                        int64_t rows, int64_t v, int64_t d) {
+  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int p = blockIdx.y;
+  if (j >= d) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t id = ids[r];
+    if (id < 0 || id >= v || id % kEmbeddingPartitions != p) continue;
+    dtable[int64_t{id} * d + j] += dy[r * d + j];
+  }
+}
+
+__global__ void AddBiasKernel(float* y, const float* bias, int64_t rows, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < rows * n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] += bias[i % n];
+  }
+}
+
+// One thread per column, rows in order (coalesced across the warp).
+__global__ void BiasBackwardKernel(const float* dy, float* dbias, int64_t rows, int64_t n) {
+  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (j >= n) return;
+  float sum = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) sum += dy[r * n + j];
+  dbias[j] += sum;
+}
+
+// --- Fused causal attention -------------------------------------------------
+// A block holds kAttnRows rows (one warp each) of one (batch, head); the
+// rows it pairs them with stream through shared memory kAttnTile at a time.
+// Each lane holds head-dimension elements lane, lane+32, ... in registers,
+// so a dot product is a warp reduction. Per head the kernels keep O(t)
+// state (lse, delta); the (t, t) score matrix never exists.
+constexpr int kAttnRows = 8;
+constexpr int kAttnTile = 32;
+constexpr int kPerLane = kMaxAttentionHeadDim / 32;
+
+__device__ float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffff, v, offset);
+  return v;
+}
+
+struct AttnShape {
+  int64_t t, c;  // tokens per sequence, heads * hd
+  int heads, hd;
+  // Offset of token `i` of (batch b)'s q (part 0), k (1) or v (2) for head h.
+  __device__ int64_t Qkv(int64_t b, int64_t i, int part, int h) const {
+    return (b * t + i) * 3 * c + part * c + int64_t{h} * hd;
+  }
+  __device__ int64_t Out(int64_t b, int64_t i, int h) const { return (b * t + i) * c + int64_t{h} * hd; }
+};
+
+__device__ void LoadRow(const float* src, bool active, int hd, float (&r)[kPerLane]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) {
+    const int d = lane + 32 * e;
+    r[e] = (active && d < hd) ? src[d] : 0.0f;
+  }
+}
+
+__device__ float Dot(const float (&r)[kPerLane], const float* shared_row, int hd) {
+  const int lane = threadIdx.x % 32;
+  float s = 0.0f;
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) {
+    const int d = lane + 32 * e;
+    if (d < hd) s += r[e] * shared_row[d];
+  }
+  return WarpSum(s);
+}
+
+// Copies rows [j0, j0 + kAttnTile) ∩ [0, t) of two qkv/out-like row sets
+// into shared memory: tile_a from a_part, tile_b from b_part.
+__device__ void LoadTile(const float* src_a, int64_t stride_a, const float* src_b, int64_t stride_b,
+                         int64_t j0, int64_t t, int hd, float (*tile_a)[kMaxAttentionHeadDim],
+                         float (*tile_b)[kMaxAttentionHeadDim]) {
+  for (int idx = threadIdx.x; idx < kAttnTile * hd; idx += blockDim.x) {
+    const int r = idx / hd, d = idx % hd;
+    const int64_t j = j0 + r;
+    if (j < t) {
+      tile_a[r][d] = src_a[j * stride_a + d];
+      tile_b[r][d] = src_b[j * stride_b + d];
+    }
+  }
+}
+
+__global__ void AttentionForwardKernel(const float* qkv, float* out, float* lse, AttnShape sh) {
+  __shared__ float ks[kAttnTile][kMaxAttentionHeadDim];
+  __shared__ float vs[kAttnTile][kMaxAttentionHeadDim];
+  const int64_t b = blockIdx.y / sh.heads;
+  const int h = blockIdx.y % sh.heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t i0 = int64_t{blockIdx.x} * kAttnRows, i = i0 + warp;
+  const bool active = i < sh.t;
+  const float scale = rsqrtf(static_cast<float>(sh.hd));
+  float q[kPerLane], acc[kPerLane] = {};
+  LoadRow(qkv + sh.Qkv(b, active ? i : 0, 0, h), active, sh.hd, q);
+  float m = -INFINITY, l = 0.0f;
+  const int64_t last_key = min(i0 + kAttnRows, sh.t) - 1;
+  const int64_t stride = 3 * sh.c;
+  for (int64_t j0 = 0; j0 <= last_key; j0 += kAttnTile) {
+    __syncthreads();  // the previous tile is no longer read
+    LoadTile(qkv + sh.Qkv(b, 0, 1, h), stride, qkv + sh.Qkv(b, 0, 2, h), stride, j0, sh.t, sh.hd,
+             ks, vs);
+    __syncthreads();
+    if (!active) continue;
+    const int64_t keys = min(int64_t{kAttnTile}, i - j0 + 1);  // j <= i
+    for (int r = 0; r < keys; ++r) {
+      const float s = Dot(q, ks[r], sh.hd) * scale;
+      const float m_new = fmaxf(m, s);
+      const float correction = expf(m - m_new);
+      const float p = expf(s - m_new);
+      l = l * correction + p;
+#pragma unroll
+      for (int e = 0; e < kPerLane; ++e) {
+        const int d = lane + 32 * e;
+        if (d < sh.hd) acc[e] = acc[e] * correction + p * vs[r][d];
+      }
+      m = m_new;
+    }
+  }
+  if (!active) return;
+  float* o = out + sh.Out(b, i, h);
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) {
+    const int d = lane + 32 * e;
+    if (d < sh.hd) o[d] = acc[e] / l;
+  }
+  if (lane == 0) lse[blockIdx.y * sh.t + i] = m + logf(l);
+}
+
+// dq_i, plus delta_i = dout_i . out_i for the dk/dv kernel.
+__global__ void AttentionBackwardQueryKernel(const float* qkv, const float* out, const float* dout,
+                                             const float* lse, float* delta, float* dqkv,
+                                             AttnShape sh) {
+  __shared__ float ks[kAttnTile][kMaxAttentionHeadDim];
+  __shared__ float vs[kAttnTile][kMaxAttentionHeadDim];
+  const int64_t b = blockIdx.y / sh.heads;
+  const int h = blockIdx.y % sh.heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t i0 = int64_t{blockIdx.x} * kAttnRows, i = i0 + warp;
+  const bool active = i < sh.t;
+  const int64_t ii = active ? i : 0;
+  const float scale = rsqrtf(static_cast<float>(sh.hd));
+  float q[kPerLane], o[kPerLane], g[kPerLane], dq[kPerLane] = {};
+  LoadRow(qkv + sh.Qkv(b, ii, 0, h), active, sh.hd, q);
+  LoadRow(out + sh.Out(b, ii, h), active, sh.hd, o);
+  LoadRow(dout + sh.Out(b, ii, h), active, sh.hd, g);
+  float d_i = 0.0f;
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) d_i += g[e] * o[e];
+  d_i = WarpSum(d_i);
+  const float lse_i = active ? lse[blockIdx.y * sh.t + i] : 0.0f;
+  const int64_t last_key = min(i0 + kAttnRows, sh.t) - 1;
+  const int64_t stride = 3 * sh.c;
+  for (int64_t j0 = 0; j0 <= last_key; j0 += kAttnTile) {
+    __syncthreads();
+    LoadTile(qkv + sh.Qkv(b, 0, 1, h), stride, qkv + sh.Qkv(b, 0, 2, h), stride, j0, sh.t, sh.hd,
+             ks, vs);
+    __syncthreads();
+    if (!active) continue;
+    const int64_t keys = min(int64_t{kAttnTile}, i - j0 + 1);
+    for (int r = 0; r < keys; ++r) {
+      const float p = expf(Dot(q, ks[r], sh.hd) * scale - lse_i);
+      const float ds = p * (Dot(g, vs[r], sh.hd) - d_i);
+#pragma unroll
+      for (int e = 0; e < kPerLane; ++e) {
+        const int d = lane + 32 * e;
+        if (d < sh.hd) dq[e] += scale * ds * ks[r][d];
+      }
+    }
+  }
+  if (!active) return;
+  float* dst = dqkv + sh.Qkv(b, i, 0, h);
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) {
+    const int d = lane + 32 * e;
+    if (d < sh.hd) dst[d] = dq[e];
+  }
+  if (lane == 0) delta[blockIdx.y * sh.t + i] = d_i;
+}
+
+// dk_j and dv_j: one warp per key row, queries i >= j streamed through
+// shared memory.
+__global__ void AttentionBackwardKeyValueKernel(const float* qkv, const float* dout,
+                                                const float* lse, const float* delta, float* dqkv,
+                                                AttnShape sh) {
+  __shared__ float qs[kAttnTile][kMaxAttentionHeadDim];
+  __shared__ float gs[kAttnTile][kMaxAttentionHeadDim];
+  __shared__ float lse_tile[kAttnTile], delta_tile[kAttnTile];
+  const int64_t b = blockIdx.y / sh.heads;
+  const int h = blockIdx.y % sh.heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t j0 = int64_t{blockIdx.x} * kAttnRows, j = j0 + warp;
+  const bool active = j < sh.t;
+  const int64_t jj = active ? j : 0;
+  const float scale = rsqrtf(static_cast<float>(sh.hd));
+  float k[kPerLane], v[kPerLane], dk[kPerLane] = {}, dv[kPerLane] = {};
+  LoadRow(qkv + sh.Qkv(b, jj, 1, h), active, sh.hd, k);
+  LoadRow(qkv + sh.Qkv(b, jj, 2, h), active, sh.hd, v);
+  for (int64_t i0 = j0; i0 < sh.t; i0 += kAttnTile) {
+    __syncthreads();
+    LoadTile(qkv + sh.Qkv(b, 0, 0, h), 3 * sh.c, dout + sh.Out(b, 0, h), sh.c, i0, sh.t, sh.hd,
+             qs, gs);
+    if (threadIdx.x < kAttnTile && i0 + threadIdx.x < sh.t) {
+      lse_tile[threadIdx.x] = lse[blockIdx.y * sh.t + i0 + threadIdx.x];
+      delta_tile[threadIdx.x] = delta[blockIdx.y * sh.t + i0 + threadIdx.x];
+    }
+    __syncthreads();
+    if (!active) continue;
+    const int queries = static_cast<int>(min(int64_t{kAttnTile}, sh.t - i0));
+    for (int r = 0; r < queries; ++r) {
+      if (i0 + r < j) continue;  // causal: only queries i >= j see key j
+      const float p = expf(Dot(k, qs[r], sh.hd) * scale - lse_tile[r]);
+      const float ds = p * (Dot(v, gs[r], sh.hd) - delta_tile[r]);
+#pragma unroll
+      for (int e = 0; e < kPerLane; ++e) {
+        const int d = lane + 32 * e;
+        if (d < sh.hd) {
+          dv[e] += p * gs[r][d];
+          dk[e] += scale * ds * qs[r][d];
+        }
+      }
+    }
+  }
+  if (!active) return;
+  float* dk_dst = dqkv + sh.Qkv(b, j, 1, h);
+  float* dv_dst = dqkv + sh.Qkv(b, j, 2, h);
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) {
+    const int d = lane + 32 * e;
+    if (d < sh.hd) {
+      dk_dst[d] = dk[e];
+      dv_dst[d] = dv[e];
+    }
+  }
+}
+
+// --- Squared norm: fixed grid, fixed reduction order -----------------------
+constexpr int kNormBlocks = 1024;
+
+__device__ double BlockSumDouble(double v, double* shared) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffff, v, offset);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x / 32) ? shared[lane] : 0.0;
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffff, v, offset);
+  return v;
+}
+
+__global__ void SquaredNormPartialKernel(const float* x, int64_t n, double* partial_sums,
+                                         int* partial_flags) {
+  __shared__ double shared[32];
+  double sum = 0.0;
+  int nonfinite = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const double v = x[i];
+    sum += v * v;
+    nonfinite |= !isfinite(v);
+  }
+  sum = BlockSumDouble(sum, shared);
+  nonfinite = __syncthreads_or(nonfinite);
+  if (threadIdx.x == 0) {
+    partial_sums[blockIdx.x] = sum;
+    partial_flags[blockIdx.x] = nonfinite;
+  }
+}
+
+__global__ void SquaredNormFinalKernel(const double* partial_sums, const int* partial_flags,
+                                       int blocks, float* result, bool accumulate) {
+  __shared__ double shared[32];
+  double sum = 0.0;
+  int nonfinite = 0;
+  for (int i = threadIdx.x; i < blocks; i += blockDim.x) {
+    sum += partial_sums[i];
+    nonfinite |= partial_flags[i];
+  }
+  sum = BlockSumDouble(sum, shared);
+  nonfinite = __syncthreads_or(nonfinite);
+  if (threadIdx.x == 0) {
+    const float previous_sum = accumulate ? result[0] : 0.0f;
+    const float previous_flag = accumulate ? result[1] : 0.0f;
+    result[0] = static_cast<float>(static_cast<double>(previous_sum) + sum);
+    result[1] = (nonfinite || previous_flag != 0.0f) ? 1.0f : 0.0f;
+  }
+}
+
+__global__ void AdamStepKernel(float* p, const float* grad, float* m, float* v,
+                               AdamKernelScalars a, int64_t n) {
+  const float step_size = a.lr / a.bias_correction1;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    float g = grad[i] * a.grad_scale;
+    if (!a.decoupled_weight_decay) g += a.weight_decay * p[i];
+    const float mi = a.beta1 * m[i] + (1.0f - a.beta1) * g;
+    const float vi = a.beta2 * v[i] + (1.0f - a.beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float x = p[i];
+    if (a.decoupled_weight_decay) x *= 1.0f - a.lr * a.weight_decay;
+    p[i] = x - step_size * mi / (sqrtf(vi) / a.bias_correction2_sqrt + a.eps);
+  }
+}
+
+}  // namespace
+
+int EmbeddingForward(const int32_t* ids, const float* table, float* y, int64_t rows, int64_t v,
+                     int64_t d, void* stream) {
+  if (rows * d == 0) return 0;
+  EmbeddingForwardKernel<<<GridFor(rows * d), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      ids, table, y, rows, v, d);
+  return Launched();
+}
+
+int EmbeddingBackward(const int32_t* ids, const float* dy, float* dtable, int64_t rows, int64_t v,
+                      int64_t d, void* stream) {
+  if (rows * d == 0) return 0;
+  const dim3 grid(static_cast<unsigned>((d + kThreads - 1) / kThreads), kEmbeddingPartitions);
+  EmbeddingBackwardKernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(ids, dy, dtable,
+                                                                                   rows, v, d);
+  return Launched();
+}
+
+int AddBias(float* y, const float* bias, int64_t rows, int64_t n, void* stream) {
+  if (rows * n == 0) return 0;
+  AddBiasKernel<<<GridFor(rows * n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(y, bias,
+                                                                                       rows, n);
+  return Launched();
+}
+
+int BiasBackward(const float* dy, float* dbias, int64_t rows, int64_t n, void* stream) {
+  if (n == 0) return 0;
+  BiasBackwardKernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0,
+                       static_cast<cudaStream_t>(stream)>>>(dy, dbias, rows, n);
+  return Launched();
+}
+
+int AttentionForward(const float* qkv, float* out, float* lse, int64_t batch, int64_t t,
+                     int64_t heads, int64_t hd, void* stream) {
+  if (batch * t * heads == 0) return 0;
+  const AttnShape sh{t, heads * hd, static_cast<int>(heads), static_cast<int>(hd)};
+  const dim3 grid(static_cast<unsigned>((t + kAttnRows - 1) / kAttnRows),
+                  static_cast<unsigned>(batch * heads));
+  AttentionForwardKernel<<<grid, kAttnRows * 32, 0, static_cast<cudaStream_t>(stream)>>>(qkv, out,
+                                                                                       lse, sh);
+  return Launched();
+}
+
+int AttentionBackward(const float* qkv, const float* out, const float* dout, const float* lse,
+                      float* delta, float* dqkv, int64_t batch, int64_t t, int64_t heads,
+                      int64_t hd, void* stream) {
+  if (batch * t * heads == 0) return 0;
+  auto s = static_cast<cudaStream_t>(stream);
+  const AttnShape sh{t, heads * hd, static_cast<int>(heads), static_cast<int>(hd)};
+  const dim3 grid(static_cast<unsigned>((t + kAttnRows - 1) / kAttnRows),
+                  static_cast<unsigned>(batch * heads));
+  AttentionBackwardQueryKernel<<<grid, kAttnRows * 32, 0, s>>>(qkv, out, dout, lse, delta, dqkv,
+                                                              sh);
+  if (int err = Launched(); err != 0) return err;
+  AttentionBackwardKeyValueKernel<<<grid, kAttnRows * 32, 0, s>>>(qkv, dout, lse, delta, dqkv, sh);
+  return Launched();
+}
+
+int SquaredNorm(const float* x, int64_t n, float* result, bool accumulate, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  const int blocks = static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>(kNormBlocks, (n + kThreads - 1) / kThreads)));
+  void* scratch = nullptr;
+  if (cudaError_t err = cudaMallocAsync(&scratch, blocks * (sizeof(double) + sizeof(int)), s);
+      err != cudaSuccess) {
+    return static_cast<int>(err);
+  }
+  auto* sums = static_cast<double*>(scratch);
+  auto* flags = reinterpret_cast<int*>(sums + blocks);
+  SquaredNormPartialKernel<<<blocks, kThreads, 0, s>>>(x, n, sums, flags);
+  int err = Launched();
+  if (err == 0) {
+    SquaredNormFinalKernel<<<1, kThreads, 0, s>>>(sums, flags, blocks, result, accumulate);
+    err = Launched();
+  }
+  cudaFreeAsync(scratch, s);
+  return err;
+}
+
+int AdamStep(float* p, const float* grad, float* m, float* v, const AdamKernelScalars& scalars,
+             int64_t n, void* stream) {
+  if (n == 0) return 0;
+  AdamStepKernel<<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(p, grad, m, v,
+                                                                                  scalars, n);
   return Launched();
 }
 

@@ -31,6 +31,35 @@ int LayerNormBackward(const float* dy, const float* x, const float* gamma, const
 int SoftmaxCrossEntropy(float* logits, const int32_t* targets, float* losses, float grad_scale,
                         int64_t rows, int64_t v, void* stream);
 
+// Embedding, bias, attention, norm and Adam launchers (see ops.h).
+int EmbeddingForward(const int32_t* ids, const float* table, float* y, int64_t rows, int64_t v,
+                     int64_t d, void* stream);
+int EmbeddingBackward(const int32_t* ids, const float* dy, float* dtable, int64_t rows, int64_t v,
+                      int64_t d, void* stream);
+int AddBias(float* y, const float* bias, int64_t rows, int64_t n, void* stream);
+int BiasBackward(const float* dy, float* dbias, int64_t rows, int64_t n, void* stream);
+
+// The fused attention keeps a head's row in registers (head_dim / 32 per lane).
+inline constexpr int kMaxAttentionHeadDim = 128;
+int AttentionForward(const float* qkv, float* out, float* lse, int64_t batch, int64_t t,
+                     int64_t heads, int64_t hd, void* stream);
+// delta: (batch, heads, t) scratch.
+int AttentionBackward(const float* qkv, const float* out, const float* dout, const float* lse,
+                      float* delta, float* dqkv, int64_t batch, int64_t t, int64_t heads,
+                      int64_t hd, void* stream);
+
+// result[0] (+)= sum of squares; result[1] = 1 if any element (or, when
+// accumulating, an earlier call) was inf/NaN, else 0.
+int SquaredNorm(const float* x, int64_t n, float* result, bool accumulate, void* stream);
+
+struct AdamKernelScalars {
+  float lr, beta1, beta2, eps, weight_decay;
+  bool decoupled_weight_decay;
+  float grad_scale, bias_correction1, bias_correction2_sqrt;
+};
+int AdamStep(float* p, const float* grad, float* m, float* v, const AdamKernelScalars& scalars,
+             int64_t n, void* stream);
+
 }  // namespace memwall::ops::cuda
 
 #endif  // MEMWALL_OPS_CUDA_KERNELS_H_

@@ -24,4 +24,24 @@ int SoftmaxCrossEntropy(float*, const int32_t*, float*, float, int64_t, int64_t,
   return kNotBuiltWithCuda;
 }
 
+int EmbeddingForward(const int32_t*, const float*, float*, int64_t, int64_t, int64_t, void*) {
+  return kNotBuiltWithCuda;
+}
+int EmbeddingBackward(const int32_t*, const float*, float*, int64_t, int64_t, int64_t, void*) {
+  return kNotBuiltWithCuda;
+}
+int AddBias(float*, const float*, int64_t, int64_t, void*) { return kNotBuiltWithCuda; }
+int BiasBackward(const float*, float*, int64_t, int64_t, void*) { return kNotBuiltWithCuda; }
+int AttentionForward(const float*, float*, float*, int64_t, int64_t, int64_t, int64_t, void*) {
+  return kNotBuiltWithCuda;
+}
+int AttentionBackward(const float*, const float*, const float*, const float*, float*, float*,
+                      int64_t, int64_t, int64_t, int64_t, void*) {
+  return kNotBuiltWithCuda;
+}
+int SquaredNorm(const float*, int64_t, float*, bool, void*) { return kNotBuiltWithCuda; }
+int AdamStep(float*, const float*, float*, float*, const AdamKernelScalars&, int64_t, void*) {
+  return kNotBuiltWithCuda;
+}
+
 }  // namespace memwall::ops::cuda

@@ -130,6 +130,191 @@ int64_t SoftmaxCrossEntropy(T* logits, const int32_t* targets, T* losses, T grad
   return bad_row;
 }
 
+// Embedding lookup for ids (rows) into table (v, d):  y[r, :] = table[ids[r], :].
+// An id outside [0, v) gives a NaN row. Returns the first such row, or -1.
+template <typename T>
+int64_t EmbeddingForward(const int32_t* ids, const T* table, T* y, int64_t rows, int64_t v,
+                         int64_t d) {
+  int64_t bad_row = -1;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t id = ids[r];
+    T* yr = y + r * d;
+    if (id < 0 || id >= v) {
+      if (bad_row < 0) bad_row = r;
+      for (int64_t j = 0; j < d; ++j) yr[j] = T(NAN);
+      continue;
+    }
+    const T* row = table + int64_t{id} * d;
+    for (int64_t j = 0; j < d; ++j) yr[j] = row[j];
+  }
+  return bad_row;
+}
+
+// dtable[ids[r], :] += dy[r, :], rows in order (ids outside [0, v) skipped).
+template <typename T>
+void EmbeddingBackward(const int32_t* ids, const T* dy, T* dtable, int64_t rows, int64_t v,
+                       int64_t d) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t id = ids[r];
+    if (id < 0 || id >= v) continue;
+    T* row = dtable + int64_t{id} * d;
+    for (int64_t j = 0; j < d; ++j) row[j] += dy[r * d + j];
+  }
+}
+
+// y (rows, n) += bias (n): the bias of a linear layer, in place.
+template <typename T>
+void AddBias(T* y, const T* bias, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < n; ++j) y[r * n + j] += bias[j];
+  }
+}
+
+// dbias (n) += sum over rows of dy (rows, n).
+template <typename T>
+void BiasBackward(const T* dy, T* dbias, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < n; ++j) dbias[j] += dy[r * n + j];
+  }
+}
+
+// Causal multi-head self-attention on a fused qkv projection.
+//   qkv (batch, t, 3c): per token [q | k | v], head h owning columns
+//   [h*hd, (h+1)*hd) of each (c = heads * hd). out (batch, t, c);
+//   lse (batch, heads, t) is saved for the backward pass.
+// For query i of one head, with scale = 1/sqrt(hd):
+//   s_ij = scale * q_i . k_j  (j <= i),  lse_i = log sum_j exp(s_ij)
+//   p_ij = exp(s_ij - lse_i),  out_i = sum_j p_ij v_j
+// Computed one query row at a time with a running max and sum (the online
+// softmax), as the tiled CUDA kernel does: no (t, t) matrix exists.
+template <typename T>
+void AttentionForward(const T* qkv, T* out, T* lse, int64_t batch, int64_t t, int64_t heads,
+                      int64_t hd) {
+  const int64_t c = heads * hd;
+  const T scale = T(1) / std::sqrt(T(hd));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < t; ++i) {
+        const T* q = qkv + (b * t + i) * 3 * c + h * hd;
+        T* o = out + (b * t + i) * c + h * hd;
+        for (int64_t e = 0; e < hd; ++e) o[e] = 0;
+        T m = -INFINITY, l = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          const T* k = qkv + (b * t + j) * 3 * c + c + h * hd;
+          const T* v = k + c;
+          T s = 0;
+          for (int64_t e = 0; e < hd; ++e) s += q[e] * k[e];
+          s *= scale;
+          const T m_new = s > m ? s : m;
+          const T correction = std::exp(m - m_new);
+          const T p = std::exp(s - m_new);
+          l = l * correction + p;
+          for (int64_t e = 0; e < hd; ++e) o[e] = o[e] * correction + p * v[e];
+          m = m_new;
+        }
+        for (int64_t e = 0; e < hd; ++e) o[e] /= l;
+        lse[(b * heads + h) * t + i] = m + std::log(l);
+      }
+    }
+  }
+}
+
+// Backward of AttentionForward; dqkv (batch, t, 3c) is overwritten. With
+// D_i = dout_i . out_i,  dp_ij = dout_i . v_j,  ds_ij = p_ij (dp_ij - D_i):
+//   dq_i = scale sum_j ds_ij k_j,  dk_j = scale sum_i ds_ij q_i,
+//   dv_j = sum_i p_ij dout_i      (i >= j)
+// p_ij is recomputed from lse rather than stored.
+template <typename T>
+void AttentionBackward(const T* qkv, const T* out, const T* dout, const T* lse, T* dqkv,
+                       int64_t batch, int64_t t, int64_t heads, int64_t hd) {
+  const int64_t c = heads * hd;
+  const T scale = T(1) / std::sqrt(T(hd));
+  for (int64_t i = 0; i < batch * t * 3 * c; ++i) dqkv[i] = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < t; ++i) {
+        const int64_t row_i = b * t + i;
+        const T* q = qkv + row_i * 3 * c + h * hd;
+        const T* o = out + row_i * c + h * hd;
+        const T* dout_i = dout + row_i * c + h * hd;
+        T* dq = dqkv + row_i * 3 * c + h * hd;
+        T d_i = 0;
+        for (int64_t e = 0; e < hd; ++e) d_i += dout_i[e] * o[e];
+        const T lse_i = lse[(b * heads + h) * t + i];
+        for (int64_t j = 0; j <= i; ++j) {
+          const int64_t row_j = b * t + j;
+          const T* k = qkv + row_j * 3 * c + c + h * hd;
+          const T* v = k + c;
+          T* dk = dqkv + row_j * 3 * c + c + h * hd;
+          T* dv = dk + c;
+          T s = 0, dp = 0;
+          for (int64_t e = 0; e < hd; ++e) {
+            s += q[e] * k[e];
+            dp += dout_i[e] * v[e];
+          }
+          const T p = std::exp(s * scale - lse_i);
+          const T ds = p * (dp - d_i);
+          for (int64_t e = 0; e < hd; ++e) {
+            dq[e] += scale * ds * k[e];
+            dk[e] += scale * ds * q[e];
+            dv[e] += p * dout_i[e];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Sum of squares of x, accumulated in double, and whether any element is
+// inf or NaN: the global gradient norm is sqrt of the sum over all
+// gradients, and the flag is fp16's overflow check.
+struct SquaredNormResult {
+  double sum_of_squares = 0;
+  bool nonfinite = false;
+};
+template <typename T>
+SquaredNormResult SquaredNorm(const T* x, int64_t n) {
+  SquaredNormResult r;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = static_cast<double>(x[i]);
+    r.sum_of_squares += v * v;
+    r.nonfinite |= !std::isfinite(v);
+  }
+  return r;
+}
+
+// One Adam/AdamW step over flat buffers, as PyTorch's torch.optim.Adam and
+// AdamW define it. With g = grad * grad_scale (the unscale and clip factor)
+// and t the 1-based step:
+//   Adam (L2):  g += weight_decay * p
+//   m = beta1 m + (1 - beta1) g,   v = beta2 v + (1 - beta2) g^2
+//   AdamW:      p *= 1 - lr * weight_decay
+//   p -= (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+struct AdamScalars {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  bool decoupled_weight_decay = true;  // AdamW
+  float grad_scale = 1.0f;
+  float bias_correction1 = 1.0f;       // 1 - beta1^t
+  float bias_correction2_sqrt = 1.0f;  // sqrt(1 - beta2^t)
+};
+template <typename T>
+void AdamStep(T* p, const T* grad, T* m, T* v, const AdamScalars& a, int64_t n) {
+  const T step_size = T(a.lr) / T(a.bias_correction1);
+  for (int64_t i = 0; i < n; ++i) {
+    T g = grad[i] * T(a.grad_scale);
+    if (!a.decoupled_weight_decay) g += T(a.weight_decay) * p[i];
+    m[i] = T(a.beta1) * m[i] + (T(1) - T(a.beta1)) * g;
+    v[i] = T(a.beta2) * v[i] + (T(1) - T(a.beta2)) * g * g;
+    T x = p[i];
+    if (a.decoupled_weight_decay) x *= T(1) - T(a.lr) * T(a.weight_decay);
+    p[i] = x - step_size * m[i] / (std::sqrt(v[i]) / T(a.bias_correction2_sqrt) + T(a.eps));
+  }
+}
+
 }  // namespace memwall::ops::kernels
 
 #endif  // MEMWALL_OPS_KERNELS_H_

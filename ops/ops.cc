@@ -325,4 +325,221 @@ absl::Status Cast(const Tensor& src, const Tensor& dst, Stream& stream) {
   return CudaResult(error, op);
 }
 
+absl::Status Embedding(const Tensor& ids, const Tensor& table, const Tensor& y, Stream& stream) {
+  constexpr absl::string_view op = "Embedding";
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(
+      op, stream, {{"ids", &ids, DType::kI32}, {"table", &table}, {"y", &y}}));
+  if (table.shape().size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": table ", ShapeString(table), " must be (vocabulary, d)"));
+  }
+  const int64_t v = table.shape()[0], d = table.shape()[1], rows = ids.numel();
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"y", &y}, rows * d, "ids x d"));
+  const int32_t* pi = ids.data_as<int32_t>();
+  const float* pt = table.data_as<float>();
+  float* py = y.data_as<float>();
+  if (OnCpu(stream)) {
+    return stream.EnqueueHost([=]() -> absl::Status {
+      const int64_t bad = kernels::EmbeddingForward(pi, pt, py, rows, v, d);
+      if (bad < 0) return absl::OkStatus();
+      return absl::InvalidArgumentError(absl::StrCat(op, ": id ", pi[bad], " at row ", bad,
+                                                     " is outside the table [0, ", v, ")"));
+    });
+  }
+  return CudaResult(cuda::EmbeddingForward(pi, pt, py, rows, v, d, stream.native_handle()), op);
+}
+
+absl::Status EmbeddingBackward(const Tensor& ids, const Tensor& dy, const Tensor& dtable,
+                               Stream& stream) {
+  constexpr absl::string_view op = "EmbeddingBackward";
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(
+      op, stream, {{"ids", &ids, DType::kI32}, {"dy", &dy}, {"dtable", &dtable}}));
+  if (dtable.shape().size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": dtable ", ShapeString(dtable), " must be (vocabulary, d)"));
+  }
+  const int64_t v = dtable.shape()[0], d = dtable.shape()[1], rows = ids.numel();
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"dy", &dy}, rows * d, "ids x d"));
+  const int32_t* pi = ids.data_as<int32_t>();
+  const float* pdy = dy.data_as<float>();
+  float* pdt = dtable.data_as<float>();
+  return Dispatch(
+      stream, op, [=] { kernels::EmbeddingBackward(pi, pdy, pdt, rows, v, d); },
+      [=](void* s) { return cuda::EmbeddingBackward(pi, pdy, pdt, rows, v, d, s); });
+}
+
+absl::Status AddBias(const Tensor& y, const Tensor& bias, Stream& stream) {
+  constexpr absl::string_view op = "AddBias";
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"y", &y}, {"bias", &bias}}));
+  MEMWALL_ASSIGN_OR_RETURN(const auto rows_n, RowsAndWidth(op, y));
+  const auto [rows, n] = rows_n;
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"bias", &bias}, n, "y's last dimension"));
+  float* py = y.data_as<float>();
+  const float* pb = bias.data_as<float>();
+  return Dispatch(
+      stream, op, [=] { kernels::AddBias(py, pb, rows, n); },
+      [=](void* s) { return cuda::AddBias(py, pb, rows, n, s); });
+}
+
+absl::Status BiasBackward(const Tensor& dy, const Tensor& dbias, Stream& stream) {
+  constexpr absl::string_view op = "BiasBackward";
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"dy", &dy}, {"dbias", &dbias}}));
+  MEMWALL_ASSIGN_OR_RETURN(const auto rows_n, RowsAndWidth(op, dy));
+  const auto [rows, n] = rows_n;
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"dbias", &dbias}, n, "dy's last dimension"));
+  const float* pdy = dy.data_as<float>();
+  float* pdb = dbias.data_as<float>();
+  return Dispatch(
+      stream, op, [=] { kernels::BiasBackward(pdy, pdb, rows, n); },
+      [=](void* s) { return cuda::BiasBackward(pdy, pdb, rows, n, s); });
+}
+
+namespace {
+struct AttentionShape {
+  int64_t batch, t, heads, hd;
+};
+
+absl::StatusOr<AttentionShape> CheckAttentionShape(absl::string_view op, const Tensor& qkv,
+                                                   int64_t heads, Stream& stream) {
+  if (qkv.shape().size() != 3 || qkv.shape()[2] % 3 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": qkv ", ShapeString(qkv), " must be (batch, t, 3 * hidden)"));
+  }
+  const int64_t c = qkv.shape()[2] / 3;
+  if (heads <= 0 || c % heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": hidden size ", c, " is not divisible into ", heads, " heads"));
+  }
+  const int64_t hd = c / heads;
+  if (!OnCpu(stream) && hd > cuda::kMaxAttentionHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": head dimension ", hd,
+                                                   " exceeds the CUDA kernel's limit of ",
+                                                   cuda::kMaxAttentionHeadDim));
+  }
+  return AttentionShape{qkv.shape()[0], qkv.shape()[1], heads, hd};
+}
+}  // namespace
+
+absl::Status Attention(const Tensor& qkv, int64_t heads, const Tensor& out, const Tensor& lse,
+                       Stream& stream) {
+  constexpr absl::string_view op = "Attention";
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"qkv", &qkv}, {"out", &out}, {"lse", &lse}}));
+  MEMWALL_ASSIGN_OR_RETURN(const AttentionShape sh, CheckAttentionShape(op, qkv, heads, stream));
+  MEMWALL_RETURN_IF_ERROR(
+      HasElements(op, {"out", &out}, sh.batch * sh.t * sh.heads * sh.hd, "batch x t x hidden"));
+  MEMWALL_RETURN_IF_ERROR(
+      HasElements(op, {"lse", &lse}, sh.batch * sh.heads * sh.t, "batch x heads x t"));
+  const float* pq = qkv.data_as<float>();
+  float* po = out.data_as<float>();
+  float* pl = lse.data_as<float>();
+  return Dispatch(
+      stream, op, [=] { kernels::AttentionForward(pq, po, pl, sh.batch, sh.t, sh.heads, sh.hd); },
+      [=](void* s) {
+        return cuda::AttentionForward(pq, po, pl, sh.batch, sh.t, sh.heads, sh.hd, s);
+      });
+}
+
+absl::Status AttentionBackward(const Tensor& qkv, const Tensor& out, const Tensor& dout,
+                               const Tensor& lse, int64_t heads, const Tensor& delta,
+                               const Tensor& dqkv, Stream& stream) {
+  constexpr absl::string_view op = "AttentionBackward";
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream,
+                                       {{"qkv", &qkv}, {"out", &out}, {"dout", &dout},
+                                        {"lse", &lse}, {"delta", &delta}, {"dqkv", &dqkv}}));
+  MEMWALL_ASSIGN_OR_RETURN(const AttentionShape sh, CheckAttentionShape(op, qkv, heads, stream));
+  const int64_t tokens = sh.batch * sh.t, c = sh.heads * sh.hd;
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"out", &out}, tokens * c, "batch x t x hidden"));
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"dout", &dout}, tokens * c, "batch x t x hidden"));
+  MEMWALL_RETURN_IF_ERROR(SameShape(op, {"qkv", &qkv}, {"dqkv", &dqkv}));
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"lse", &lse}, tokens * sh.heads, "batch x heads x t"));
+  MEMWALL_RETURN_IF_ERROR(
+      HasElements(op, {"delta", &delta}, tokens * sh.heads, "batch x heads x t"));
+  if (dqkv.data() == qkv.data() && tokens > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": dqkv must not alias qkv"));
+  }
+  const float* pq = qkv.data_as<float>();
+  const float* po = out.data_as<float>();
+  const float* pdo = dout.data_as<float>();
+  const float* pl = lse.data_as<float>();
+  float* pdelta = delta.data_as<float>();
+  float* pdq = dqkv.data_as<float>();
+  return Dispatch(
+      stream, op,
+      [=] { kernels::AttentionBackward(pq, po, pdo, pl, pdq, sh.batch, sh.t, sh.heads, sh.hd); },
+      [=](void* s) {
+        return cuda::AttentionBackward(pq, po, pdo, pl, pdelta, pdq, sh.batch, sh.t, sh.heads,
+                                       sh.hd, s);
+      });
+}
+
+absl::Status SquaredNorm(const Tensor& x, const Tensor& result, bool accumulate, Stream& stream) {
+  constexpr absl::string_view op = "SquaredNorm";
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"x", &x}, {"result", &result}}));
+  MEMWALL_RETURN_IF_ERROR(
+      HasElements(op, {"result", &result}, 2, "sum of squares and the inf/NaN flag"));
+  const float* px = x.data_as<float>();
+  float* pr = result.data_as<float>();
+  const int64_t n = x.numel();
+  return Dispatch(
+      stream, op,
+      [=] {
+        const kernels::SquaredNormResult r = kernels::SquaredNorm(px, n);
+        const double previous = accumulate ? pr[0] : 0.0;
+        const bool previous_flag = accumulate && pr[1] != 0.0f;
+        pr[0] = static_cast<float>(previous + r.sum_of_squares);
+        pr[1] = (r.nonfinite || previous_flag) ? 1.0f : 0.0f;
+      },
+      [=](void* s) { return cuda::SquaredNorm(px, n, pr, accumulate, s); });
+}
+
+kernels::AdamScalars AdamStepScalars(const AdamOptions& o, int64_t step, float grad_scale) {
+  kernels::AdamScalars a;
+  a.lr = o.lr;
+  a.beta1 = o.beta1;
+  a.beta2 = o.beta2;
+  a.eps = o.eps;
+  a.weight_decay = o.weight_decay;
+  a.decoupled_weight_decay = o.adamw;
+  a.grad_scale = grad_scale;
+  a.bias_correction1 = static_cast<float>(1.0 - std::pow(double{o.beta1}, double(step)));
+  a.bias_correction2_sqrt =
+      static_cast<float>(std::sqrt(1.0 - std::pow(double{o.beta2}, double(step))));
+  return a;
+}
+
+absl::Status AdamStep(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                      const AdamOptions& options, int64_t step, float grad_scale,
+                      Stream& stream) {
+  constexpr absl::string_view op = "AdamStep";
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(
+      op, stream, {{"param", &param}, {"grad", &grad}, {"m", &m}, {"v", &v}}));
+  const int64_t n = param.numel();
+  for (const NamedTensor& t : {NamedTensor{"grad", &grad}, NamedTensor{"m", &m},
+                               NamedTensor{"v", &v}}) {
+    MEMWALL_RETURN_IF_ERROR(HasElements(op, t, n, "as many as param"));
+  }
+  if (step < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": step is 1-based, got ", step));
+  }
+  if (!(options.lr >= 0) || !(options.beta1 >= 0 && options.beta1 < 1) ||
+      !(options.beta2 >= 0 && options.beta2 < 1) || !(options.eps > 0) ||
+      !(options.weight_decay >= 0) || !std::isfinite(grad_scale)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": need lr >= 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0 and a finite "
+            "grad_scale; got lr=", options.lr, " beta1=", options.beta1, " beta2=", options.beta2,
+        " eps=", options.eps, " weight_decay=", options.weight_decay, " grad_scale=", grad_scale));
+  }
+  const kernels::AdamScalars a = AdamStepScalars(options, step, grad_scale);
+  float* pp = param.data_as<float>();
+  const float* pg = grad.data_as<float>();
+  float* pm = m.data_as<float>();
+  float* pv = v.data_as<float>();
+  const cuda::AdamKernelScalars ka{a.lr,         a.beta1,      a.beta2,
+                                   a.eps,        a.weight_decay, a.decoupled_weight_decay,
+                                   a.grad_scale, a.bias_correction1, a.bias_correction2_sqrt};
+  return Dispatch(
+      stream, op, [=] { kernels::AdamStep(pp, pg, pm, pv, a, n); },
+      [=](void* s) { return cuda::AdamStep(pp, pg, pm, pv, ka, n, s); });
+}
+
 }  // namespace memwall::ops

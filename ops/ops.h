@@ -14,13 +14,13 @@
 //   - The CUDA kernels reduce in a fixed order (no atomics), so a GPU run is
 //     bitwise reproducible.
 //
-// This slice: GEMM, GELU, residual add, LayerNorm and fused softmax
-// cross-entropy, fp32. Next (issue 3): 16-bit inputs with fp32
-// accumulation, embedding, attention, casts, norms, fused Adam.
+// Activations and parameters are fp32 here; Cast converts to and from the
+// 16-bit formats.
 #ifndef MEMWALL_OPS_OPS_H_
 #define MEMWALL_OPS_OPS_H_
 
 #include "absl/status/status.h"
+#include "ops/kernels.h"
 #include "runtime/device.h"
 #include "runtime/tensor.h"
 
@@ -67,6 +67,56 @@ absl::Status Cast(const Tensor& src, const Tensor& dst, Stream& stream);
 // NaN loss and gradient on CUDA.
 absl::Status SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets,
                                  const Tensor& losses, float grad_scale, Stream& stream);
+
+// Embedding lookup: ids (rows) int32, table (v, d), y (rows, d):
+//   y[r, :] = table[ids[r], :]
+// An id outside [0, v) is an InvalidArgument from the stream on the
+// CpuDevice and a NaN row on CUDA.
+absl::Status Embedding(const Tensor& ids, const Tensor& table, const Tensor& y, Stream& stream);
+// dtable[ids[r], :] += dy[r, :] (accumulates). Deterministic on CUDA.
+absl::Status EmbeddingBackward(const Tensor& ids, const Tensor& dy, const Tensor& dtable,
+                               Stream& stream);
+
+// y (..., n) += bias (n), in place: a linear layer's bias.
+absl::Status AddBias(const Tensor& y, const Tensor& bias, Stream& stream);
+// dbias (n) += sum of dy (..., n) over its rows.
+absl::Status BiasBackward(const Tensor& dy, const Tensor& dbias, Stream& stream);
+
+// Fused causal multi-head self-attention (formula in ops/kernels.h).
+//   qkv (batch, t, 3c): per token [q | k | v] as GPT-2's c_attn produces it;
+//   out (batch, t, c); lse (batch, heads, t): saved for the backward pass.
+// head_dim = c / heads must be <= 128 on CUDA. Memory is O(t) per head on
+// both devices: no (t, t) score matrix is ever stored.
+absl::Status Attention(const Tensor& qkv, int64_t heads, const Tensor& out, const Tensor& lse,
+                       Stream& stream);
+// dqkv (batch, t, 3c) is overwritten; delta (batch, heads, t) is scratch.
+absl::Status AttentionBackward(const Tensor& qkv, const Tensor& out, const Tensor& dout,
+                               const Tensor& lse, int64_t heads, const Tensor& delta,
+                               const Tensor& dqkv, Stream& stream);
+
+// result (2) fp32: result[0] = sum of x^2 (accumulated in double), result[1]
+// = 1 if any element of x is inf or NaN, else 0. With `accumulate`, adds to
+// result[0] and ORs into result[1], so several buffers give one global norm
+// and one overflow flag. Deterministic on both devices.
+absl::Status SquaredNorm(const Tensor& x, const Tensor& result, bool accumulate, Stream& stream);
+
+// Adam / AdamW hyper-parameters (PyTorch's definitions, ops/kernels.h).
+struct AdamOptions {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  bool adamw = true;  // decoupled weight decay; false: L2 added to the gradient
+};
+// One fused step over flat fp32 buffers of equal length: updates param, m,
+// v in place. `step` is 1-based (bias correction); every gradient is first
+// multiplied by grad_scale (1 / loss scale, times the clipping factor).
+absl::Status AdamStep(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                      const AdamOptions& options, int64_t step, float grad_scale,
+                      Stream& stream);
+// The scalars one step uses (bias corrections computed in double).
+kernels::AdamScalars AdamStepScalars(const AdamOptions& options, int64_t step, float grad_scale);
 
 }  // namespace memwall::ops
 

@@ -1,0 +1,403 @@
+// ops/ for the transformer-specific ops: embedding, bias, fused causal
+// attention, squared norm with the inf/NaN flag, and fused Adam/AdamW.
+// Gradients against fp64 central differences; attention against a
+// materialized softmax; Adam against PyTorch's bias-corrected form written
+// independently; CUDA against the CpuDevice (skipped without a GPU).
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "ops/kernels.h"
+#include "ops/ops.h"
+#include "runtime/cpu_device.h"
+#include "runtime/cuda_device.h"
+
+namespace memwall::ops {
+namespace {
+
+std::vector<double> Random(size_t n, double lo, double hi, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+std::vector<double> NumericGradient(const std::function<double(const std::vector<double>&)>& f,
+                                    std::vector<double> x, double h = 1e-5) {
+  std::vector<double> g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double saved = x[i];
+    x[i] = saved + h;
+    const double up = f(x);
+    x[i] = saved - h;
+    const double down = f(x);
+    x[i] = saved;
+    g[i] = (up - down) / (2 * h);
+  }
+  return g;
+}
+
+double Dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Same tolerance argument as ops_test.cc: fp64 central differences, h = 1e-5.
+void ExpectGradientsMatch(const std::vector<double>& analytic, const std::vector<double>& numeric,
+                          const char* what) {
+  ASSERT_EQ(analytic.size(), numeric.size());
+  for (size_t i = 0; i < analytic.size(); ++i) {
+    EXPECT_NEAR(analytic[i], numeric[i], 1e-6 * std::max(1.0, std::fabs(numeric[i])))
+        << what << "[" << i << "]";
+  }
+}
+
+// ---- fp64 reference checks ------------------------------------------------
+
+TEST(GradCheck, AttentionAllOfQKV) {
+  const int64_t batch = 2, t = 7, heads = 2, hd = 3, c = heads * hd;
+  const auto qkv = Random(batch * t * 3 * c, -1.5, 1.5, 31);
+  const auto w = Random(batch * t * c, -1, 1, 32);  // loss = sum(w * out)
+  auto loss = [&](const std::vector<double>& x) {
+    std::vector<double> out(batch * t * c), lse(batch * heads * t);
+    kernels::AttentionForward(x.data(), out.data(), lse.data(), batch, t, heads, hd);
+    return Dot(w, out);
+  };
+  std::vector<double> out(batch * t * c), lse(batch * heads * t), dqkv(qkv.size());
+  kernels::AttentionForward(qkv.data(), out.data(), lse.data(), batch, t, heads, hd);
+  kernels::AttentionBackward(qkv.data(), out.data(), w.data(), lse.data(), dqkv.data(), batch, t,
+                             heads, hd);
+  ExpectGradientsMatch(dqkv, NumericGradient(loss, qkv), "dqkv");
+}
+
+TEST(Attention, OnlineSoftmaxEqualsTheMaterializedCausalSoftmax) {
+  const int64_t batch = 2, t = 9, heads = 3, hd = 4, c = heads * hd;
+  const auto qkv = Random(batch * t * 3 * c, -2, 2, 33);
+  std::vector<double> out(batch * t * c), lse(batch * heads * t);
+  kernels::AttentionForward(qkv.data(), out.data(), lse.data(), batch, t, heads, hd);
+  const double scale = 1.0 / std::sqrt(double(hd));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < t; ++i) {
+        // Scores for j <= i, softmax with the max subtracted, then P V.
+        std::vector<double> s(i + 1);
+        for (int64_t j = 0; j <= i; ++j) {
+          s[j] = 0;
+          for (int64_t e = 0; e < hd; ++e) {
+            s[j] += qkv[(b * t + i) * 3 * c + h * hd + e] * qkv[(b * t + j) * 3 * c + c + h * hd + e];
+          }
+          s[j] *= scale;
+        }
+        const double m = *std::max_element(s.begin(), s.end());
+        double z = 0;
+        for (double x : s) z += std::exp(x - m);
+        EXPECT_NEAR(lse[(b * heads + h) * t + i], m + std::log(z), 1e-12);
+        for (int64_t e = 0; e < hd; ++e) {
+          double o = 0;
+          for (int64_t j = 0; j <= i; ++j) {
+            o += std::exp(s[j] - m) / z * qkv[(b * t + j) * 3 * c + 2 * c + h * hd + e];
+          }
+          EXPECT_NEAR(out[(b * t + i) * c + h * hd + e], o, 1e-12);
+        }
+      }
+    }
+  }
+}
+
+TEST(GradCheck, EmbeddingWithRepeatedIdsAndBias) {
+  const int64_t v = 5, d = 3;
+  const std::vector<int32_t> ids = {4, 1, 4, 0, 4, 2};  // id 4 three times, 3 never
+  const int64_t rows = static_cast<int64_t>(ids.size());
+  const auto table = Random(v * d, -1, 1, 34);
+  const auto bias = Random(d, -1, 1, 35);
+  const auto w = Random(rows * d, -1, 1, 36);
+  // loss = sum(w * (table[ids] + bias))
+  auto forward = [&](const std::vector<double>& tb, const std::vector<double>& bb) {
+    std::vector<double> y(rows * d);
+    EXPECT_EQ(kernels::EmbeddingForward(ids.data(), tb.data(), y.data(), rows, v, d), -1);
+    kernels::AddBias(y.data(), bb.data(), rows, d);
+    return Dot(w, y);
+  };
+  std::vector<double> dtable(v * d, 0.0), dbias(d, 0.0);
+  kernels::EmbeddingBackward(ids.data(), w.data(), dtable.data(), rows, v, d);
+  kernels::BiasBackward(w.data(), dbias.data(), rows, d);
+  ExpectGradientsMatch(dtable, NumericGradient([&](const auto& x) { return forward(x, bias); }, table), "dtable");
+  ExpectGradientsMatch(dbias, NumericGradient([&](const auto& x) { return forward(table, x); }, bias), "dbias");
+  for (int64_t j = 0; j < d; ++j) EXPECT_EQ(dtable[3 * d + j], 0.0) << "unused row 3";
+}
+
+// PyTorch's documented Adam/AdamW, written in the textbook form
+// (m_hat, v_hat) rather than the kernel's folded bias corrections.
+void ReferenceAdam(std::vector<double>& p, const std::vector<std::vector<double>>& grads,
+                   const AdamOptions& o, double grad_scale) {
+  std::vector<double> m(p.size(), 0.0), v(p.size(), 0.0);
+  for (size_t t = 1; t <= grads.size(); ++t) {
+    for (size_t i = 0; i < p.size(); ++i) {
+      double g = grads[t - 1][i] * grad_scale;
+      if (!o.adamw) g += o.weight_decay * p[i];
+      else p[i] -= o.lr * o.weight_decay * p[i];
+      m[i] = o.beta1 * m[i] + (1 - o.beta1) * g;
+      v[i] = o.beta2 * v[i] + (1 - o.beta2) * g * g;
+      const double m_hat = m[i] / (1 - std::pow(double(o.beta1), double(t)));
+      const double v_hat = v[i] / (1 - std::pow(double(o.beta2), double(t)));
+      p[i] -= o.lr * m_hat / (std::sqrt(v_hat) + o.eps);
+    }
+  }
+}
+
+// ---- On a device --------------------------------------------------------
+
+// Owns device buffers for one test; uploads and downloads synchronously.
+class Scratch {
+ public:
+  explicit Scratch(Device& device) : device_(device) {}
+  template <typename T>
+  Tensor Upload(const std::vector<T>& h, std::vector<int64_t> shape, DType dtype = DType::kF32) {
+    buffers_.push_back(*device_.Allocate(h.size() * sizeof(T) + 4, MemoryTag::kActivations));
+    EXPECT_TRUE(stream().Copy(buffers_.back().data(), h.data(), h.size() * sizeof(T)).ok());
+    EXPECT_TRUE(stream().Synchronize().ok());
+    return Tensor(buffers_.back().data(), dtype, std::move(shape), &device_);
+  }
+  Tensor Zeros(std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return Upload(std::vector<float>(n, 0.0f), std::move(shape));
+  }
+  std::vector<float> Download(const Tensor& t) {
+    std::vector<float> out(t.numel());
+    EXPECT_TRUE(stream().Copy(out.data(), t.data(), t.bytes()).ok());
+    EXPECT_TRUE(stream().Synchronize().ok());
+    return out;
+  }
+  Stream& stream() { return device_.compute_stream(); }
+
+ private:
+  Device& device_;
+  std::vector<Buffer> buffers_;
+};
+
+std::vector<float> Floats(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+
+struct AttentionRun {
+  std::vector<float> out, lse, dqkv;
+};
+
+AttentionRun RunAttention(Device& device, int64_t batch, int64_t t, int64_t heads, int64_t hd) {
+  Scratch s(device);
+  const int64_t c = heads * hd;
+  Tensor qkv = s.Upload(Floats(Random(batch * t * 3 * c, -2, 2, 41)), {batch, t, 3 * c});
+  Tensor dout = s.Upload(Floats(Random(batch * t * c, -1, 1, 42)), {batch, t, c});
+  Tensor out = s.Zeros({batch, t, c}), lse = s.Zeros({batch, heads, t});
+  Tensor delta = s.Zeros({batch, heads, t}), dqkv = s.Zeros({batch, t, 3 * c});
+  absl::Status st = Attention(qkv, heads, out, lse, s.stream());
+  EXPECT_TRUE(st.ok()) << st;
+  st = AttentionBackward(qkv, out, dout, lse, heads, delta, dqkv, s.stream());
+  EXPECT_TRUE(st.ok()) << st;
+  return {s.Download(out), s.Download(lse), s.Download(dqkv)};
+}
+
+// |a - b| <= tol * max(1, |b|), elementwise.
+void ExpectClose(const std::vector<float>& a, const std::vector<double>& b, double tol,
+                 const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_NEAR(a[i], b[i], tol * std::max(1.0, std::fabs(b[i]))) << what << "[" << i << "]";
+  }
+}
+void ExpectClose(const std::vector<float>& a, const std::vector<float>& b, double tol,
+                 const std::string& what) {
+  ExpectClose(a, std::vector<double>(b.begin(), b.end()), tol, what);
+}
+
+TEST(CpuDeviceOps, AttentionFp32MatchesFp64) {
+  auto device = *CreateCpuDevice();
+  const int64_t batch = 2, t = 70, heads = 4, hd = 16, c = heads * hd;
+  const AttentionRun got = RunAttention(*device, batch, t, heads, hd);
+  // fp64 from the same fp32-rounded inputs.
+  const auto qkv = Random(batch * t * 3 * c, -2, 2, 41), dout = Random(batch * t * c, -1, 1, 42);
+  std::vector<double> q(qkv.size()), g(dout.size());
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(qkv[i]);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(dout[i]);
+  std::vector<double> out(batch * t * c), lse(batch * heads * t), dqkv(q.size());
+  kernels::AttentionForward(q.data(), out.data(), lse.data(), batch, t, heads, hd);
+  kernels::AttentionBackward(q.data(), out.data(), g.data(), lse.data(), dqkv.data(), batch, t,
+                             heads, hd);
+  // fp32 sums over <= t = 70 terms of size O(10): relative error ~ t * 2^-24.
+  ExpectClose(got.out, out, 2e-5, "out");
+  ExpectClose(got.lse, lse, 2e-5, "lse");
+  ExpectClose(got.dqkv, dqkv, 1e-4, "dqkv");
+}
+
+TEST(CpuDeviceOps, SquaredNormAndTheOverflowFlag) {
+  auto device = *CreateCpuDevice();
+  Scratch s(device->compute_stream().device());
+  const auto values = Random(10001, -3, 3, 43);
+  Tensor x = s.Upload(Floats(values), {10001});
+  Tensor result = s.Zeros({2});
+  ASSERT_TRUE(SquaredNorm(x, result, /*accumulate=*/false, s.stream()).ok());
+  double want = 0;
+  for (double v : values) want += double(float(v)) * double(float(v));
+  std::vector<float> r = s.Download(result);
+  EXPECT_NEAR(r[0], want, 1e-6 * want);
+  EXPECT_EQ(r[1], 0.0f);
+  // Accumulating a second buffer with an inf sets the flag; a later clean
+  // buffer does not clear it.
+  Tensor bad = s.Upload(std::vector<float>{1.0f, std::numeric_limits<float>::infinity()}, {2});
+  ASSERT_TRUE(SquaredNorm(bad, result, true, s.stream()).ok());
+  ASSERT_TRUE(SquaredNorm(x, result, true, s.stream()).ok());
+  r = s.Download(result);
+  EXPECT_EQ(r[1], 1.0f);
+  Tensor nan = s.Upload(std::vector<float>{std::nanf(""), 2.0f}, {2});
+  ASSERT_TRUE(SquaredNorm(nan, result, false, s.stream()).ok());
+  EXPECT_EQ(s.Download(result)[1], 1.0f);
+}
+
+AdamOptions TestAdam(bool adamw) {
+  AdamOptions o;
+  o.lr = 0.01f;
+  o.beta1 = 0.8f;
+  o.beta2 = 0.95f;
+  o.eps = 1e-6f;
+  o.weight_decay = 0.1f;
+  o.adamw = adamw;
+  return o;
+}
+
+std::vector<float> RunAdam(Device& device, const std::vector<double>& p0,
+                           const std::vector<std::vector<double>>& grads, const AdamOptions& o,
+                           float grad_scale) {
+  Scratch s(device);
+  const int64_t n = static_cast<int64_t>(p0.size());
+  Tensor p = s.Upload(Floats(p0), {n}), m = s.Zeros({n}), v = s.Zeros({n});
+  for (size_t t = 0; t < grads.size(); ++t) {
+    Tensor g = s.Upload(Floats(grads[t]), {n});
+    const absl::Status st = AdamStep(p, g, m, v, o, static_cast<int64_t>(t) + 1, grad_scale, s.stream());
+    EXPECT_TRUE(st.ok()) << st;
+  }
+  return s.Download(p);
+}
+
+TEST(CpuDeviceOps, AdamAndAdamWMatchTheTextbookForm) {
+  auto device = *CreateCpuDevice();
+  const int64_t n = 1000;
+  std::vector<double> p0 = Random(n, -1, 1, 44);
+  for (auto& x : p0) x = static_cast<float>(x);
+  std::vector<std::vector<double>> grads;
+  for (int t = 0; t < 10; ++t) {
+    grads.push_back(Random(n, -4, 4, 100 + t));
+    for (auto& x : grads.back()) x = static_cast<float>(x);
+  }
+  for (bool adamw : {true, false}) {
+    const AdamOptions o = TestAdam(adamw);
+    std::vector<double> want = p0;
+    ReferenceAdam(want, grads, o, 0.25);
+    const std::vector<float> got = RunAdam(*device, p0, grads, o, 0.25f);
+    // Ten fp32 steps of size <= lr / (1 - beta1) * ...: each ~1e-7 relative.
+    ExpectClose(got, want, 1e-5, adamw ? "AdamW" : "Adam");
+  }
+  // The first bias-corrected step moves each weight by lr * g / (|g| + eps)
+  // (plus decay): almost exactly lr against the gradient's sign.
+  AdamOptions plain = TestAdam(true);
+  plain.weight_decay = 0;
+  const std::vector<float> one = RunAdam(*device, {0.5}, {{-3.0}}, plain, 1.0f);
+  EXPECT_NEAR(one[0], 0.5 + 0.01 * 3.0 / (3.0 + 1e-6), 1e-7);
+}
+
+TEST(OpsErrors, EmbeddingAttentionNormAndAdamArguments) {
+  auto device = *CreateCpuDevice();
+  Stream& s = device->compute_stream();
+  std::vector<float> table(5 * 3), y(2 * 3), big(64);
+  std::vector<int32_t> ids = {1, 5};
+  absl::Status st = Embedding(Tensor(ids.data(), DType::kI32, {2}),
+                              Tensor(table.data(), DType::kF32, {5, 3}),
+                              Tensor(y.data(), DType::kF32, {2, 3}), s);
+  ASSERT_TRUE(st.ok()) << st;  // found when the stream runs it
+  st = s.Synchronize();
+  EXPECT_NE(st.message().find("Embedding: id 5 at row 1 is outside the table [0, 5)"),
+            std::string::npos) << st;
+  auto fresh = *CreateCpuDevice();
+  Stream& f = fresh->compute_stream();
+  st = Attention(Tensor(big.data(), DType::kF32, {1, 2, 30}), 4, Tensor(big.data(), DType::kF32, {20}),
+                 Tensor(big.data(), DType::kF32, {8}), f);
+  EXPECT_NE(st.message().find("hidden size 10 is not divisible into 4 heads"), std::string::npos) << st;
+  st = Attention(Tensor(big.data(), DType::kF32, {1, 2, 31}), 1, Tensor(big.data(), DType::kF32, {20}),
+                 Tensor(big.data(), DType::kF32, {8}), f);
+  EXPECT_NE(st.message().find("must be (batch, t, 3 * hidden)"), std::string::npos) << st;
+  st = SquaredNorm(Tensor(big.data(), DType::kF32, {4}), Tensor(big.data(), DType::kF32, {1}), false, f);
+  EXPECT_NE(st.message().find("result [1] must have 2 elements"), std::string::npos) << st;
+  const Tensor p(big.data(), DType::kF32, {4});
+  st = AdamStep(p, p, p, Tensor(big.data(), DType::kF32, {3}), AdamOptions{}, 1, 1.0f, f);
+  EXPECT_NE(st.message().find("v [3] must have 4 elements"), std::string::npos) << st;
+  st = AdamStep(p, p, p, p, AdamOptions{}, 0, 1.0f, f);
+  EXPECT_NE(st.message().find("step is 1-based"), std::string::npos) << st;
+  AdamOptions bad;
+  bad.beta2 = 1.0f;
+  st = AdamStep(p, p, p, p, bad, 1, 1.0f, f);
+  EXPECT_NE(st.message().find("beta2=1"), std::string::npos) << st;
+  ASSERT_TRUE(f.Synchronize().ok());
+}
+
+// ---- CUDA against the CpuDevice ---------------------------------------------
+
+TEST(CudaOps, AttentionMatchesTheCpuDevice) {
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto gpu = *CreateCudaDevice();
+  auto cpu = *CreateCpuDevice();
+  // Head dims below, at and between multiples of 32; t not a multiple of the tiles.
+  for (auto [t, heads, hd] : {std::tuple<int64_t, int64_t, int64_t>{70, 4, 16},
+                              {129, 2, 64}, {33, 1, 128}, {5, 3, 40}}) {
+    const AttentionRun g = RunAttention(*gpu, 2, t, heads, hd);
+    const AttentionRun c = RunAttention(*cpu, 2, t, heads, hd);
+    const std::string what = "t=" + std::to_string(t) + " hd=" + std::to_string(hd);
+    ExpectClose(g.out, c.out, 1e-4, what + " out");
+    ExpectClose(g.lse, c.lse, 1e-4, what + " lse");
+    ExpectClose(g.dqkv, c.dqkv, 5e-4, what + " dqkv");
+    EXPECT_EQ(g.dqkv, RunAttention(*gpu, 2, t, heads, hd).dqkv) << what << ": not deterministic";
+  }
+}
+
+TEST(CudaOps, EmbeddingBiasNormAndAdamMatchTheCpuDevice) {
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto gpu = *CreateCudaDevice();
+  auto cpu = *CreateCpuDevice();
+  const int64_t v = 100, d = 300, rows = 777;
+  std::vector<int32_t> ids(rows);
+  std::mt19937 gen(45);
+  for (auto& id : ids) id = static_cast<int32_t>(gen() % v);
+  auto run = [&](Device& device) {
+    Scratch s(device);
+    Tensor tid = s.Upload(ids, {rows}, DType::kI32);
+    Tensor table = s.Upload(Floats(Random(v * d, -1, 1, 46)), {v, d});
+    Tensor dy = s.Upload(Floats(Random(rows * d, -1, 1, 47)), {rows, d});
+    Tensor bias = s.Upload(Floats(Random(d, -1, 1, 48)), {d});
+    Tensor y = s.Zeros({rows, d}), dtable = s.Zeros({v, d}), dbias = s.Zeros({d});
+    Tensor norm = s.Zeros({2});
+    EXPECT_TRUE(Embedding(tid, table, y, s.stream()).ok());
+    EXPECT_TRUE(AddBias(y, bias, s.stream()).ok());
+    EXPECT_TRUE(EmbeddingBackward(tid, dy, dtable, s.stream()).ok());
+    EXPECT_TRUE(BiasBackward(dy, dbias, s.stream()).ok());
+    EXPECT_TRUE(SquaredNorm(dtable, norm, false, s.stream()).ok());
+    EXPECT_TRUE(AdamStep(table, dtable, y.Slice(0, v * d), dy.Slice(0, v * d) , TestAdam(true), 3,
+                         0.5f, s.stream()).ok());
+    return std::vector<std::vector<float>>{s.Download(y), s.Download(dtable), s.Download(dbias),
+                                           s.Download(norm), s.Download(table)};
+  };
+  const auto g = run(*gpu), c = run(*cpu);
+  ExpectClose(g[0], c[0], 1e-6, "embedding + bias");
+  ExpectClose(g[1], c[1], 1e-5, "embedding backward");
+  ExpectClose(g[2], c[2], 1e-4, "bias backward");
+  ExpectClose(g[3], c[3], 1e-6, "squared norm");
+  ExpectClose(g[4], c[4], 1e-5, "adam");
+  EXPECT_EQ(g[1], run(*gpu)[1]) << "embedding backward is not deterministic";
+}
+
+}  // namespace
+}  // namespace memwall::ops
