@@ -1,0 +1,32 @@
+#include "models/flat_storage.h"
+
+#include "runtime/status.h"
+
+namespace memwall::models {
+
+absl::StatusOr<FlatStorage> BindFlatStorage(Module& root, Device& device, bool with_grads) {
+  FlatStorage storage;
+  const std::vector<Parameter*> params = root.Parameters();
+  for (Parameter* p : params) {
+    storage.offsets.push_back(storage.numel);
+    storage.numel += p->numel();
+  }
+  const size_t bytes = static_cast<size_t>(storage.numel) * sizeof(float);
+  MEMWALL_ASSIGN_OR_RETURN(storage.values, device.Allocate(bytes, MemoryTag::kMasterParams));
+  if (with_grads) {
+    MEMWALL_ASSIGN_OR_RETURN(storage.grads, device.Allocate(bytes, MemoryTag::kGrads));
+    Stream& s = device.compute_stream();
+    MEMWALL_RETURN_IF_ERROR(s.Memset(storage.grads.data(), 0, bytes));
+    MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    Parameter* p = params[i];
+    p->value = Tensor(storage.values.as<float>() + storage.offsets[i], DType::kF32, p->shape, &device);
+    p->grad = with_grads ? Tensor(storage.grads.as<float>() + storage.offsets[i], DType::kF32,
+                                  p->shape, &device)
+                         : Tensor();
+  }
+  return storage;
+}
+
+}  // namespace memwall::models

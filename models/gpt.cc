@@ -1,0 +1,578 @@
+#include "models/gpt.h"
+
+#include <fcntl.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/text_format.h"
+#include "ops/ops.h"
+#include "runtime/status.h"
+
+namespace memwall::models {
+namespace {
+
+// A device buffer for one pass, freed in compute-stream order.
+struct Scratch {
+  Device& device;
+  std::vector<Buffer> buffers;
+  absl::StatusOr<Tensor> Make(std::vector<int64_t> shape, MemoryTag tag = MemoryTag::kActivations,
+                              DType dtype = DType::kF32) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    MEMWALL_ASSIGN_OR_RETURN(Buffer b, device.Allocate(static_cast<size_t>(n) * SizeOf(dtype), tag,
+                                                       &device.compute_stream()));
+    buffers.push_back(std::move(b));
+    return Tensor(buffers.back().data(), dtype, std::move(shape), &device);
+  }
+};
+
+// (rows, cols) view of a tensor's memory.
+Tensor As2D(const Tensor& t, int64_t rows, int64_t cols) {
+  return Tensor(t.data(), t.dtype(), {rows, cols}, t.device());
+}
+Tensor Rows(const Tensor& t, int64_t first, int64_t count, int64_t cols) {
+  return Tensor(static_cast<char*>(t.data()) + first * cols * SizeOf(t.dtype()), t.dtype(),
+                {count, cols}, t.device());
+}
+
+absl::Status Unbound(const Parameter& p) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "parameter ", p.name, " has no storage bound; the engine binds values (and gradients "
+      "for training) before the model runs"));
+}
+
+absl::Status CheckBound(Module& m, bool need_grads) {
+  for (Parameter* p : m.Parameters()) {
+    if (p->value.data() == nullptr || p->value.numel() != p->numel()) return Unbound(*p);
+    if (need_grads && (p->grad.data() == nullptr || p->grad.numel() != p->numel())) {
+      return Unbound(*p);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// ---- Leaf modules ---------------------------------------------------------
+
+// y = x W + b, W (in, out).
+class Linear : public Module {
+ public:
+  Linear(std::string name, int64_t in, int64_t out)
+      : Module(std::move(name)), in_(in), out_(out) {
+    weight_ = &AddParameter("weight", {in, out});
+    bias_ = &AddParameter("bias", {out});
+  }
+  Parameter& weight() { return *weight_; }
+  Parameter& bias() { return *bias_; }
+
+  absl::Status Forward(const Tensor& x, const Tensor& y, int64_t rows, Stream& s) {
+    MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Forward(*this));
+    MEMWALL_RETURN_IF_ERROR(ops::Matmul(As2D(x, rows, in_), false, W(), false,
+                                        As2D(y, rows, out_), 1.0f, 0.0f, s));
+    MEMWALL_RETURN_IF_ERROR(ops::AddBias(As2D(y, rows, out_), bias_->value, s));
+    return scope.Finish();
+  }
+  // dW += x^T dy, db += sum dy, dx = dy W^T (skipped when dx is empty).
+  absl::Status Backward(const Tensor& x, const Tensor& dy, const Tensor& dx, int64_t rows,
+                        Stream& s) {
+    MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Backward(*this));
+    const Tensor dy2 = As2D(dy, rows, out_);
+    MEMWALL_RETURN_IF_ERROR(ops::Matmul(As2D(x, rows, in_), true, dy2, false,
+                                        As2D(weight_->grad, in_, out_), 1.0f, 1.0f, s));
+    MEMWALL_RETURN_IF_ERROR(ops::BiasBackward(dy2, bias_->grad, s));
+    if (dx.data() != nullptr) {
+      MEMWALL_RETURN_IF_ERROR(ops::Matmul(dy2, false, W(), true, As2D(dx, rows, in_), 1.0f, 0.0f, s));
+    }
+    return scope.Finish();
+  }
+
+ private:
+  Tensor W() const { return As2D(weight_->value, in_, out_); }
+  int64_t in_, out_;
+  Parameter* weight_;
+  Parameter* bias_;
+};
+
+class LayerNormModule : public Module {
+ public:
+  LayerNormModule(std::string name, int64_t d) : Module(std::move(name)) {
+    weight_ = &AddParameter("weight", {d});
+    bias_ = &AddParameter("bias", {d});
+  }
+  absl::Status Forward(const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                       Stream& s) {
+    MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Forward(*this));
+    MEMWALL_RETURN_IF_ERROR(
+        ops::LayerNorm(x, weight_->value, bias_->value, kLayerNormEps, y, mean, rstd, s));
+    return scope.Finish();
+  }
+  absl::Status Backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                        const Tensor& dx, Stream& s) {
+    MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Backward(*this));
+    MEMWALL_RETURN_IF_ERROR(ops::LayerNormBackward(dy, x, weight_->value, mean, rstd, dx,
+                                                   weight_->grad, bias_->grad, s));
+    return scope.Finish();
+  }
+
+ private:
+  Parameter* weight_;
+  Parameter* bias_;
+};
+
+// wte / wpe: a table (rows, d) named "<module>.weight".
+class EmbeddingModule : public Module {
+ public:
+  EmbeddingModule(std::string name, int64_t rows, int64_t d) : Module(std::move(name)) {
+    weight_ = &AddParameter("weight", {rows, d});
+  }
+  Parameter& weight() { return *weight_; }
+  Tensor Table() const { return As2D(weight_->value, weight_->shape[0], weight_->shape[1]); }
+  Tensor GradTable() const { return As2D(weight_->grad, weight_->shape[0], weight_->shape[1]); }
+
+ private:
+  Parameter* weight_;
+};
+
+// ---- A transformer block --------------------------------------------------
+
+// What a block's backward needs from its forward, (rows = batch * t).
+struct BlockActivations {
+  Tensor ln1, mean1, rstd1, qkv, att, lse, mid, ln2, mean2, rstd2, fc, gelu;
+
+  static absl::StatusOr<BlockActivations> Allocate(Scratch& s, int64_t batch, int64_t t,
+                                                   int64_t d, int64_t heads) {
+    const int64_t rows = batch * t;
+    BlockActivations a;
+    for (Tensor* x : {&a.ln1, &a.att, &a.mid, &a.ln2}) {
+      MEMWALL_ASSIGN_OR_RETURN(*x, s.Make({rows, d}));
+    }
+    for (Tensor* x : {&a.mean1, &a.rstd1, &a.mean2, &a.rstd2}) {
+      MEMWALL_ASSIGN_OR_RETURN(*x, s.Make({rows}));
+    }
+    MEMWALL_ASSIGN_OR_RETURN(a.qkv, s.Make({batch, t, 3 * d}));
+    MEMWALL_ASSIGN_OR_RETURN(a.lse, s.Make({batch, heads, t}));
+    MEMWALL_ASSIGN_OR_RETURN(a.fc, s.Make({rows, 4 * d}));
+    MEMWALL_ASSIGN_OR_RETURN(a.gelu, s.Make({rows, 4 * d}));
+    return a;
+  }
+};
+
+// Gradient scratch shared by all blocks' backward passes.
+struct BlockGradScratch {
+  Tensor c1, c2, mid, big, qkv, delta;
+};
+
+class AttentionModule : public Module {
+ public:
+  AttentionModule(int64_t d, int64_t heads) : Module("attn"), d_(d), heads_(heads) {
+    c_attn_ = &AddChild(std::make_unique<Linear>("c_attn", d, 3 * d));
+    c_proj_ = &AddChild(std::make_unique<Linear>("c_proj", d, d));
+  }
+  // proj = c_proj(attention(c_attn(x))).
+  absl::Status Forward(const Tensor& x, BlockActivations& a, const Tensor& proj, int64_t batch,
+                       int64_t t, Stream& s) {
+    MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Forward(*this));
+    MEMWALL_RETURN_IF_ERROR(c_attn_->Forward(x, a.qkv, batch * t, s));
+    MEMWALL_RETURN_IF_ERROR(ops::Attention(a.qkv, heads_, a.att, a.lse, s));
+    MEMWALL_RETURN_IF_ERROR(c_proj_->Forward(a.att, proj, batch * t, s));
+    return scope.Finish();
+  }
+  // dproj -> dx (both (rows, d)); uses g.qkv, g.delta and g.c1.
+  absl::Status Backward(const Tensor& x, BlockActivations& a, const Tensor& dproj,
+                        const Tensor& dx, BlockGradScratch& g, int64_t batch, int64_t t,
+                        Stream& s) {
+    MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Backward(*this));
+    const int64_t rows = batch * t;
+    MEMWALL_RETURN_IF_ERROR(c_proj_->Backward(a.att, dproj, g.c1, rows, s));
+    MEMWALL_RETURN_IF_ERROR(ops::AttentionBackward(a.qkv, a.att, g.c1, a.lse, heads_, g.delta,
+                                                   g.qkv, s));
+    MEMWALL_RETURN_IF_ERROR(c_attn_->Backward(x, g.qkv, dx, rows, s));
+    return scope.Finish();
+  }
+
+ private:
+  int64_t d_, heads_;
+  Linear* c_attn_;
+  Linear* c_proj_;
+};
+
+class MlpModule : public Module {
+ public:
+  explicit MlpModule(int64_t d) : Module("mlp") {
+    c_fc_ = &AddChild(std::make_unique<Linear>("c_fc", d, 4 * d));
+    c_proj_ = &AddChild(std::make_unique<Linear>("c_proj", 4 * d, d));
+  }
+  absl::Status Forward(const Tensor& x, BlockActivations& a, const Tensor& y, int64_t rows,
+                       Stream& s) {
+    MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Forward(*this));
+    MEMWALL_RETURN_IF_ERROR(c_fc_->Forward(x, a.fc, rows, s));
+    MEMWALL_RETURN_IF_ERROR(ops::Gelu(a.fc, a.gelu, s));
+    MEMWALL_RETURN_IF_ERROR(c_proj_->Forward(a.gelu, y, rows, s));
+    return scope.Finish();
+  }
+  absl::Status Backward(const Tensor& x, BlockActivations& a, const Tensor& dy, const Tensor& dx,
+                        BlockGradScratch& g, int64_t rows, Stream& s) {
+    MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Backward(*this));
+    MEMWALL_RETURN_IF_ERROR(c_proj_->Backward(a.gelu, dy, g.big, rows, s));
+    MEMWALL_RETURN_IF_ERROR(ops::GeluBackward(a.fc, g.big, g.big, s));
+    MEMWALL_RETURN_IF_ERROR(c_fc_->Backward(x, g.big, dx, rows, s));
+    return scope.Finish();
+  }
+
+ private:
+  Linear* c_fc_;
+  Linear* c_proj_;
+};
+
+class Block : public Module {
+ public:
+  Block(int64_t index, int64_t d, int64_t heads) : Module(absl::StrCat(index)), d_(d) {
+    ln_1_ = &AddChild(std::make_unique<LayerNormModule>("ln_1", d));
+    attn_ = &AddChild(std::make_unique<AttentionModule>(d, heads));
+    ln_2_ = &AddChild(std::make_unique<LayerNormModule>("ln_2", d));
+    mlp_ = &AddChild(std::make_unique<MlpModule>(d));
+  }
+
+  // x_out = mid + mlp(ln_2(mid)),  mid = x + attn(ln_1(x)). x_out must not alias x.
+  absl::Status Forward(const Tensor& x, BlockActivations& a, const Tensor& x_out, int64_t batch,
+                       int64_t t, Stream& s) {
+    MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Forward(*this));
+    const int64_t rows = batch * t;
+    MEMWALL_RETURN_IF_ERROR(ln_1_->Forward(x, a.ln1, a.mean1, a.rstd1, s));
+    MEMWALL_RETURN_IF_ERROR(attn_->Forward(a.ln1, a, a.mid, batch, t, s));
+    MEMWALL_RETURN_IF_ERROR(ops::Add(x, a.mid, a.mid, s));
+    MEMWALL_RETURN_IF_ERROR(ln_2_->Forward(a.mid, a.ln2, a.mean2, a.rstd2, s));
+    MEMWALL_RETURN_IF_ERROR(mlp_->Forward(a.ln2, a, x_out, rows, s));
+    MEMWALL_RETURN_IF_ERROR(ops::Add(a.mid, x_out, x_out, s));
+    return scope.Finish();
+  }
+
+  // dresid holds d(loss)/d(x_out) on entry and d(loss)/d(x) on return.
+  absl::Status Backward(const Tensor& x, BlockActivations& a, const Tensor& dresid,
+                        BlockGradScratch& g, int64_t batch, int64_t t, Stream& s) {
+    MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Backward(*this));
+    const int64_t rows = batch * t;
+    // MLP branch, then the residual: d_mid = dresid + ln_2'(mlp'(dresid)).
+    MEMWALL_RETURN_IF_ERROR(mlp_->Backward(a.ln2, a, dresid, g.c1, g, rows, s));
+    MEMWALL_RETURN_IF_ERROR(ln_2_->Backward(g.c1, a.mid, a.mean2, a.rstd2, g.c2, s));
+    MEMWALL_RETURN_IF_ERROR(ops::Add(g.c2, dresid, g.mid, s));
+    // Attention branch: dx = d_mid + ln_1'(attn'(d_mid)).
+    MEMWALL_RETURN_IF_ERROR(attn_->Backward(a.ln1, a, g.mid, g.c2, g, batch, t, s));
+    MEMWALL_RETURN_IF_ERROR(ln_1_->Backward(g.c2, x, a.mean1, a.rstd1, g.c1, s));
+    MEMWALL_RETURN_IF_ERROR(ops::Add(g.c1, g.mid, dresid, s));
+    return scope.Finish();
+  }
+
+ private:
+  int64_t d_;
+  LayerNormModule* ln_1_;
+  AttentionModule* attn_;
+  LayerNormModule* ln_2_;
+  MlpModule* mlp_;
+};
+
+// ---- Config ---------------------------------------------------------------
+
+absl::Status ValidateConfig(const GptConfig& c) {
+  auto bad = [&](absl::string_view field, auto value, absl::string_view need) {
+    return absl::InvalidArgumentError(absl::StrCat("GptConfig '", c.name(), "': ", field, " = ",
+                                                   value, " ", need));
+  };
+  if (c.layers() <= 0) return bad("layers", c.layers(), "must be > 0");
+  if (c.hidden() <= 0) return bad("hidden", c.hidden(), "must be > 0");
+  if (c.heads() <= 0) return bad("heads", c.heads(), "must be > 0");
+  if (c.hidden() % c.heads() != 0) {
+    return bad("heads", c.heads(), absl::StrCat("must divide hidden = ", c.hidden()));
+  }
+  if (c.vocab() <= 0 || c.vocab() > INT32_MAX) {
+    return bad("vocab", c.vocab(), "must be in [1, 2^31) (token ids are int32)");
+  }
+  if (c.positions() <= 0) return bad("positions", c.positions(), "must be > 0");
+  if (c.paper_micro_batch() < 0) return bad("paper_micro_batch", c.paper_micro_batch(), "must be >= 0");
+  return absl::OkStatus();
+}
+
+int64_t CountParameters(const GptConfig& c) {
+  const int64_t d = c.hidden();
+  return c.vocab() * d + c.positions() * d + c.layers() * (12 * d * d + 13 * d) + 2 * d;
+}
+
+double ForwardFlopsPerToken(const GptConfig& c, int64_t seq) {
+  const double d = double(c.hidden()), l = double(c.layers());
+  const double matmul_params = l * 12.0 * d * d + double(c.vocab()) * d;
+  // Scores q k^T and the weighted sum p v: 2 * 2 * seq * d per layer,
+  // counted over the full seq x seq square as Megatron-LM's formula does.
+  return 2.0 * matmul_params + 4.0 * l * double(seq) * d;
+}
+
+absl::StatusOr<GptConfigList> LoadConfigs(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open model config file ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  GptConfigList list;
+  if (!google::protobuf::TextFormat::ParseFromString(text.str(), &list)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a GptConfigList text proto (protobuf's parser logged where)"));
+  }
+  for (const GptConfig& c : list.configs()) {
+    if (absl::Status st = ValidateConfig(c); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", st.message()));
+    }
+  }
+  return list;
+}
+
+absl::StatusOr<GptConfig> FindConfig(const GptConfigList& list, absl::string_view name) {
+  std::string names;
+  for (const GptConfig& c : list.configs()) {
+    if (c.name() == name) return c;
+    absl::StrAppend(&names, names.empty() ? "" : ", ", c.name());
+  }
+  return absl::NotFoundError(absl::StrCat("no model config named '", name, "'; have: ", names));
+}
+
+// ---- Initialization -------------------------------------------------------
+
+namespace {
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+uint64_t Fnv1a(absl::string_view s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ULL;
+  return h;
+}
+// Uniform in (0, 1] from 53 bits.
+double Uniform(uint64_t bits) { return (double((bits >> 11) + 1)) * (1.0 / 9007199254740992.0); }
+
+// N(0, 1) for element `index` of the stream `key` (Box-Muller on two
+// counter-based uniforms).
+float Normal(uint64_t key, int64_t index) {
+  const double u1 = Uniform(SplitMix64(key + 2 * uint64_t(index)));
+  const double u2 = Uniform(SplitMix64(key + 2 * uint64_t(index) + 1));
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+bool EndsWith(absl::string_view s, absl::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+}  // namespace
+
+namespace {
+// The container "h" that owns the blocks h.0 ... h.{L-1}.
+class BlockList : public Module {
+ public:
+  BlockList(int64_t layers, int64_t d, int64_t heads, std::vector<Block*>& out) : Module("h") {
+    for (int64_t i = 0; i < layers; ++i) out.push_back(&AddChild(std::make_unique<Block>(i, d, heads)));
+  }
+};
+}  // namespace
+
+Gpt::Gpt(const GptConfig& config) : Module(""), config_(config) {
+  const int64_t d = config.hidden();
+  wte_ = &AddChild(std::make_unique<EmbeddingModule>("wte", config.vocab(), d));
+  wpe_ = &AddChild(std::make_unique<EmbeddingModule>("wpe", config.positions(), d));
+  AddChild(std::make_unique<BlockList>(config.layers(), d, config.heads(), blocks_));
+  ln_f_ = &AddChild(std::make_unique<LayerNormModule>("ln_f", d));
+}
+
+Gpt::~Gpt() = default;
+
+absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& config) {
+  MEMWALL_RETURN_IF_ERROR(ValidateConfig(config));
+  return std::unique_ptr<Gpt>(new Gpt(config));
+}
+
+absl::Status Gpt::Initialize(uint64_t seed, Device& device) {
+  MEMWALL_RETURN_IF_ERROR(CheckBound(*this, false));
+  const float residual_std = 0.02f / std::sqrt(2.0f * float(config_.layers()));
+  Stream& s = device.compute_stream();
+  std::vector<float> host;
+  for (Parameter* p : Parameters()) {
+    host.resize(p->numel());
+    const bool is_layer_norm = dynamic_cast<LayerNormModule*>(p->owner) != nullptr;
+    if (EndsWith(p->name, ".bias")) {
+      std::fill(host.begin(), host.end(), 0.0f);
+    } else if (is_layer_norm) {
+      std::fill(host.begin(), host.end(), 1.0f);
+    } else {
+      const float std = EndsWith(p->name, ".c_proj.weight") ? residual_std : 0.02f;
+      const uint64_t key = SplitMix64(seed ^ Fnv1a(p->name));
+      for (int64_t i = 0; i < p->numel(); ++i) host[i] = std * Normal(key, i);
+    }
+    MEMWALL_RETURN_IF_ERROR(s.Copy(p->value.data(), host.data(), host.size() * sizeof(float)));
+    MEMWALL_RETURN_IF_ERROR(s.Synchronize());  // `host` is reused
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LossSum> Gpt::ForwardBackward(Device& device, const int32_t* ids,
+                                              const int32_t* targets, int64_t batch, int64_t t,
+                                              float grad_scale, bool backward) {
+  return Run(device, ids, targets, batch, t, grad_scale, backward, nullptr);
+}
+
+absl::StatusOr<std::vector<float>> Gpt::Logits(Device& device, const int32_t* ids, int64_t batch,
+                                               int64_t t) {
+  std::vector<float> logits;
+  MEMWALL_RETURN_IF_ERROR(Run(device, ids, nullptr, batch, t, 1.0f, false, &logits).status());
+  return logits;
+}
+
+// The pass, on the compute stream:
+//   x_0 = wte[ids] + wpe[pos];  x_{l+1} = block_l(x_l);  f = ln_f(x_L)
+//   per chunk of rows: logits = f wte^T; fused cross-entropy writes
+//   dlogits over them; with backward, df = dlogits wte and
+//   dwte += dlogits^T f right away, so at most one chunk of logits exists.
+//   Then ln_f, the blocks in reverse (recomputed from x_l when
+//   checkpointing) and the two embeddings.
+absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32_t* targets,
+                                 int64_t batch, int64_t t, float grad_scale, bool backward,
+                                 std::vector<float>* logits_out) {
+  MEMWALL_RETURN_IF_ERROR(CheckBound(*this, backward));
+  if (batch <= 0 || t <= 0 || t > config_.positions()) {
+    return absl::InvalidArgumentError(absl::StrCat("Gpt: batch ", batch, " x sequence ", t,
+                                                   " needs batch > 0 and 0 < sequence <= ",
+                                                   config_.positions(), " positions"));
+  }
+  const int64_t d = config_.hidden(), v = config_.vocab(), rows = batch * t;
+  const int64_t layers = config_.layers(), heads = config_.heads();
+  for (int64_t r = 0; r < rows; ++r) {
+    if (ids[r] < 0 || ids[r] >= v) {
+      return absl::InvalidArgumentError(absl::StrCat("Gpt: token id ", ids[r], " at position ", r,
+                                                     " is outside the vocabulary [0, ", v, ")"));
+    }
+    if (targets != nullptr && targets[r] >= v) {
+      return absl::InvalidArgumentError(absl::StrCat("Gpt: target ", targets[r], " at position ",
+                                                     r, " is outside the vocabulary [0, ", v,
+                                                     ")"));
+    }
+  }
+  Stream& s = device.compute_stream();
+  Scratch scratch{device, {}};
+  std::vector<int32_t> positions(rows);
+  for (int64_t r = 0; r < rows; ++r) positions[r] = static_cast<int32_t>(r % t);
+  MEMWALL_ASSIGN_OR_RETURN(Tensor ids_d, scratch.Make({rows}, MemoryTag::kActivations, DType::kI32));
+  MEMWALL_ASSIGN_OR_RETURN(Tensor pos_d, scratch.Make({rows}, MemoryTag::kActivations, DType::kI32));
+  MEMWALL_ASSIGN_OR_RETURN(Tensor targets_d, scratch.Make({rows}, MemoryTag::kActivations, DType::kI32));
+  MEMWALL_RETURN_IF_ERROR(s.Copy(ids_d.data(), ids, rows * sizeof(int32_t)));
+  MEMWALL_RETURN_IF_ERROR(s.Copy(pos_d.data(), positions.data(), rows * sizeof(int32_t)));
+  if (targets != nullptr) {
+    MEMWALL_RETURN_IF_ERROR(s.Copy(targets_d.data(), targets, rows * sizeof(int32_t)));
+  } else {
+    MEMWALL_RETURN_IF_ERROR(s.Memset(targets_d.data(), 0xff, rows * sizeof(int32_t)));  // -1: none
+  }
+
+  // Residual stream x_0 ... x_L (the block inputs are what checkpointing keeps).
+  std::vector<Tensor> xs(layers + 1);
+  for (Tensor& x : xs) {
+    MEMWALL_ASSIGN_OR_RETURN(x, scratch.Make({rows, d}));
+  }
+  {
+    MEMWALL_ASSIGN_OR_RETURN(Tensor pos_rows, scratch.Make({rows, d}));
+    MEMWALL_ASSIGN_OR_RETURN(HookScope wte_scope, HookScope::Forward(*wte_));
+    MEMWALL_RETURN_IF_ERROR(ops::Embedding(ids_d, wte_->Table(), xs[0], s));
+    MEMWALL_RETURN_IF_ERROR(wte_scope.Finish());
+    MEMWALL_ASSIGN_OR_RETURN(HookScope wpe_scope, HookScope::Forward(*wpe_));
+    MEMWALL_RETURN_IF_ERROR(ops::Embedding(pos_d, wpe_->Table(), pos_rows, s));
+    MEMWALL_RETURN_IF_ERROR(wpe_scope.Finish());
+    MEMWALL_RETURN_IF_ERROR(ops::Add(xs[0], pos_rows, xs[0], s));
+  }
+  const bool checkpoint = config_.activation_checkpointing();
+  std::vector<BlockActivations> acts(checkpoint ? 1 : layers);
+  for (auto& a : acts) {
+    MEMWALL_ASSIGN_OR_RETURN(a, BlockActivations::Allocate(scratch, batch, t, d, heads));
+  }
+  for (int64_t l = 0; l < layers; ++l) {
+    MEMWALL_RETURN_IF_ERROR(
+        blocks_[l]->Forward(xs[l], acts[checkpoint ? 0 : l], xs[l + 1], batch, t, s));
+  }
+  MEMWALL_ASSIGN_OR_RETURN(Tensor f, scratch.Make({rows, d}));
+  MEMWALL_ASSIGN_OR_RETURN(Tensor f_mean, scratch.Make({rows}));
+  MEMWALL_ASSIGN_OR_RETURN(Tensor f_rstd, scratch.Make({rows}));
+  MEMWALL_RETURN_IF_ERROR(ln_f_->Forward(xs[layers], f, f_mean, f_rstd, s));
+
+  // The tied head, a chunk of rows at a time (<= 64 Mi logits per chunk).
+  const int64_t chunk = logits_out != nullptr
+                            ? rows
+                            : std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t{1} << 26) / v));
+  MEMWALL_ASSIGN_OR_RETURN(Tensor logits, scratch.Make({chunk, v}, MemoryTag::kWorkspace));
+  MEMWALL_ASSIGN_OR_RETURN(Tensor losses, scratch.Make({rows}));
+  Tensor df;
+  if (backward) {
+    MEMWALL_ASSIGN_OR_RETURN(df, scratch.Make({rows, d}));
+  }
+  if (logits_out != nullptr) logits_out->resize(rows * v);
+  {
+    MEMWALL_ASSIGN_OR_RETURN(HookScope head_scope, HookScope::Forward(*wte_));
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const int64_t n = std::min(chunk, rows - r0);
+      const Tensor lg = Rows(logits, 0, n, v);
+      MEMWALL_RETURN_IF_ERROR(ops::Matmul(Rows(f, r0, n, d), false, wte_->Table(), true, lg, 1.0f,
+                                          0.0f, s));
+      if (logits_out != nullptr) {
+        MEMWALL_RETURN_IF_ERROR(s.Copy(logits_out->data() + r0 * v, lg.data(), lg.bytes()));
+        continue;
+      }
+      MEMWALL_RETURN_IF_ERROR(ops::SoftmaxCrossEntropy(lg, targets_d.Slice(r0, n),
+                                                       losses.Slice(r0, n), grad_scale, s));
+      if (!backward) continue;
+      MEMWALL_RETURN_IF_ERROR(
+          ops::Matmul(lg, false, wte_->Table(), false, Rows(df, r0, n, d), 1.0f, 0.0f, s));
+      MEMWALL_RETURN_IF_ERROR(
+          ops::Matmul(lg, true, Rows(f, r0, n, d), false, wte_->GradTable(), 1.0f, 1.0f, s));
+    }
+    MEMWALL_RETURN_IF_ERROR(head_scope.Finish());
+  }
+
+  if (backward) {
+    MEMWALL_ASSIGN_OR_RETURN(Tensor dresid, scratch.Make({rows, d}));
+    BlockGradScratch g;
+    for (Tensor* x : {&g.c1, &g.c2, &g.mid}) {
+      MEMWALL_ASSIGN_OR_RETURN(*x, scratch.Make({rows, d}));
+    }
+    MEMWALL_ASSIGN_OR_RETURN(g.big, scratch.Make({rows, 4 * d}));
+    MEMWALL_ASSIGN_OR_RETURN(g.qkv, scratch.Make({batch, t, 3 * d}));
+    MEMWALL_ASSIGN_OR_RETURN(g.delta, scratch.Make({batch, heads, t}));
+    MEMWALL_RETURN_IF_ERROR(ln_f_->Backward(df, xs[layers], f_mean, f_rstd, dresid, s));
+    for (int64_t l = layers - 1; l >= 0; --l) {
+      BlockActivations& a = acts[checkpoint ? 0 : l];
+      if (checkpoint) {  // recompute block l from its saved input
+        MEMWALL_RETURN_IF_ERROR(blocks_[l]->Forward(xs[l], a, xs[l + 1], batch, t, s));
+      }
+      MEMWALL_RETURN_IF_ERROR(blocks_[l]->Backward(xs[l], a, dresid, g, batch, t, s));
+    }
+    MEMWALL_ASSIGN_OR_RETURN(HookScope wpe_scope, HookScope::Backward(*wpe_));
+    MEMWALL_RETURN_IF_ERROR(ops::EmbeddingBackward(pos_d, dresid, wpe_->GradTable(), s));
+    MEMWALL_RETURN_IF_ERROR(wpe_scope.Finish());
+    MEMWALL_ASSIGN_OR_RETURN(HookScope wte_scope, HookScope::Backward(*wte_));
+    MEMWALL_RETURN_IF_ERROR(ops::EmbeddingBackward(ids_d, dresid, wte_->GradTable(), s));
+    MEMWALL_RETURN_IF_ERROR(wte_scope.Finish());
+  }
+
+  std::vector<float> host_losses(rows);
+  if (logits_out == nullptr) {
+    MEMWALL_RETURN_IF_ERROR(s.Copy(host_losses.data(), losses.data(), rows * sizeof(float)));
+  }
+  MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+  LossSum result;
+  if (targets != nullptr) {
+    for (int64_t r = 0; r < rows; ++r) {
+      if (targets[r] < 0) continue;
+      result.sum += host_losses[r];
+      ++result.tokens;
+    }
+  }
+  return result;
+}
+
+}  // namespace memwall::models

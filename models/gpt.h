@@ -1,0 +1,105 @@
+// GPT-2, exactly (Radford et al. 2019; Hugging Face GPT2LMHeadModel):
+//   x = wte[ids] + wpe[positions]
+//   per block h.N:  x = x + attn.c_proj(Attention(attn.c_attn(ln_1(x))))
+//                   x = x + mlp.c_proj(gelu_tanh(mlp.c_fc(ln_2(x))))
+//   logits = ln_f(x) wte^T            (LM head tied to the token embedding)
+// LayerNorm eps 1e-5, attention scale 1/sqrt(head_dim), biases on every
+// linear and LayerNorm, no dropout. Linear weights are stored (in, out) as
+// in Hugging Face's Conv1D, so safetensors import/export is a plain copy.
+//
+// Initialization (GPT-2 / Megatron): weights N(0, 0.02), the two residual
+// output projections (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 layers)),
+// biases 0, LayerNorm weights 1. Every element is a pure function of (seed,
+// parameter name, index), so any partition of the parameters initializes
+// identically.
+//
+// The model computes on one Device's compute stream in fp32; parameter and
+// gradient storage is bound by the engine (models/module.h).
+#ifndef MEMWALL_MODELS_GPT_H_
+#define MEMWALL_MODELS_GPT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "models/gpt_config.pb.h"
+#include "models/module.h"
+#include "runtime/device.h"
+
+namespace memwall::models {
+
+inline constexpr float kLayerNormEps = 1e-5f;
+inline constexpr int64_t kGpt2Vocab = 50257;
+
+// Every field is checked; the message names the config and the field.
+absl::Status ValidateConfig(const GptConfig& config);
+
+// Exact parameter count (tied head counted once):
+//   V d + P d + L (12 d^2 + 13 d) + 2 d
+// per block: ln_1, ln_2 4d; c_attn 3d^2 + 3d; attn.c_proj d^2 + d;
+// c_fc 4d^2 + 4d; mlp.c_proj 4d^2 + d.
+int64_t CountParameters(const GptConfig& config);
+
+// Forward FLOPs of one token, as the papers count them (multiply-add = 2):
+// 2 * (parameters in matmuls) + causal attention scores and values. The
+// training step is 3x this (forward, backward = 2 forwards), plus one more
+// forward per token when blocks are recomputed.
+double ForwardFlopsPerToken(const GptConfig& config, int64_t seq);
+
+// Reads a GptConfigList text proto; every entry is validated.
+absl::StatusOr<GptConfigList> LoadConfigs(const std::string& path);
+absl::StatusOr<GptConfig> FindConfig(const GptConfigList& list, absl::string_view name);
+
+class Linear;
+class LayerNormModule;
+class EmbeddingModule;
+class Block;
+
+// Sum of per-token losses over the tokens whose target is >= 0.
+struct LossSum {
+  double sum = 0;
+  int64_t tokens = 0;
+  double mean() const { return tokens > 0 ? sum / double(tokens) : 0.0; }
+};
+
+class Gpt : public Module {
+ public:
+  static absl::StatusOr<std::unique_ptr<Gpt>> Create(const GptConfig& config);
+  ~Gpt() override;
+
+  const GptConfig& config() const { return config_; }
+
+  // Fills every bound parameter value (see the file comment).
+  absl::Status Initialize(uint64_t seed, Device& device);
+
+  // One micro-batch of `batch` sequences of `t` tokens: ids and targets are
+  // host arrays of batch * t (a negative target is ignored). Returns the
+  // summed loss. With `backward`, also accumulates (+=) d(grad_scale * sum
+  // of losses)/d(params) into the bound gradients. Synchronizes the device's
+  // compute stream before returning.
+  absl::StatusOr<LossSum> ForwardBackward(Device& device, const int32_t* ids,
+                                          const int32_t* targets, int64_t batch, int64_t t,
+                                          float grad_scale, bool backward);
+  // Logits (batch * t, vocab) on the host: for tests and tools.
+  absl::StatusOr<std::vector<float>> Logits(Device& device, const int32_t* ids, int64_t batch,
+                                            int64_t t);
+
+ private:
+  explicit Gpt(const GptConfig& config);
+  absl::StatusOr<LossSum> Run(Device& device, const int32_t* ids, const int32_t* targets,
+                              int64_t batch, int64_t t, float grad_scale, bool backward,
+                              std::vector<float>* logits_out);
+
+  GptConfig config_;
+  EmbeddingModule* wte_;
+  EmbeddingModule* wpe_;
+  std::vector<Block*> blocks_;
+  LayerNormModule* ln_f_;
+};
+
+}  // namespace memwall::models
+
+#endif  // MEMWALL_MODELS_GPT_H_

@@ -1,0 +1,288 @@
+// models/: the GPT-2 module tree, parameter counting, initialization, hooks,
+// and the whole model's gradient against central finite differences.
+#include "models/gpt.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "models/flat_storage.h"
+#include "runtime/cpu_device.h"
+
+namespace memwall::models {
+namespace {
+
+GptConfig Tiny(bool checkpointing = false) {
+  GptConfig c;
+  c.set_name("test");
+  c.set_layers(2);
+  c.set_hidden(16);
+  c.set_heads(2);
+  c.set_vocab(23);
+  c.set_positions(12);
+  c.set_activation_checkpointing(checkpointing);
+  return c;
+}
+
+std::string ConfigPath(const std::string& file) { return "models/configs/" + file; }
+
+TEST(Gpt, ParameterNamesAndShapesAreHuggingFaceGpt2s) {
+  auto model = *Gpt::Create(Tiny());
+  std::vector<std::string> names;
+  for (Parameter* p : model->Parameters()) names.push_back(p->name);
+  // GPT2Model.state_dict() order and names, minus the "attn.bias" mask buffers.
+  const std::vector<std::string> block = {
+      "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+      "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+      "mlp.c_proj.weight", "mlp.c_proj.bias"};
+  std::vector<std::string> want = {"wte.weight", "wpe.weight"};
+  for (int l = 0; l < 2; ++l) {
+    for (const auto& n : block) want.push_back("h." + std::to_string(l) + "." + n);
+  }
+  want.push_back("ln_f.weight");
+  want.push_back("ln_f.bias");
+  EXPECT_EQ(names, want);
+  const auto params = model->Parameters();
+  EXPECT_EQ(params[0]->shape, (std::vector<int64_t>{23, 16}));
+  EXPECT_EQ(params[4]->shape, (std::vector<int64_t>{16, 48})) << "c_attn is (in, out)";
+  EXPECT_EQ(params[12]->shape, (std::vector<int64_t>{64, 16})) << "mlp.c_proj is (4d, d)";
+}
+
+TEST(Gpt, CountParametersEqualsTheModuleTreeAndKnownSizes) {
+  for (const char* file : {"gpt.textproto", "papers.textproto"}) {
+    auto list = LoadConfigs(ConfigPath(file));
+    ASSERT_TRUE(list.ok()) << list.status();
+    for (const GptConfig& c : list->configs()) {
+      auto model = *Gpt::Create(c);  // no storage: a 20T model costs nothing
+      int64_t sum = 0;
+      for (Parameter* p : model->Parameters()) sum += p->numel();
+      EXPECT_EQ(CountParameters(c), sum) << c.name();
+      // Every paper model is within 12% of the size its name says (the papers
+      // round, and count the head and embeddings differently).
+      const std::string label = c.name().substr(c.name().rfind('_') + 1);
+      if (std::string(file) == "papers.textproto") {
+        const double nominal = std::stod(label) * (label.back() == 't' ? 1e12 : 1e9);
+        EXPECT_GT(sum / nominal, 0.95) << c.name();
+        EXPECT_LT(sum / nominal, 1.12) << c.name();
+      }
+    }
+  }
+  // GPT-2 small as Hugging Face reports it: 124,439,808 parameters.
+  auto gpt2 = *FindConfig(*LoadConfigs(ConfigPath("gpt.textproto")), "gpt2");
+  EXPECT_EQ(CountParameters(gpt2), 124439808);
+}
+
+TEST(Gpt, ConfigErrorsNameTheField) {
+  GptConfig c = Tiny();
+  c.set_heads(3);
+  EXPECT_NE(ValidateConfig(c).message().find("heads = 3 must divide hidden = 16"), std::string::npos);
+  c = Tiny();
+  c.set_vocab(0);
+  EXPECT_NE(ValidateConfig(c).message().find("'test': vocab = 0"), std::string::npos);
+  EXPECT_EQ(LoadConfigs("models/configs/missing.textproto").status().code(),
+            absl::StatusCode::kNotFound);
+  auto list = *LoadConfigs(ConfigPath("gpt.textproto"));
+  EXPECT_NE(FindConfig(list, "nope").status().message().find("have: gpt_125m"), std::string::npos);
+}
+
+// Binds flat storage on a fresh CpuDevice and initializes from `seed`.
+struct Bound {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Gpt> model;
+  FlatStorage storage;
+};
+Bound Make(const GptConfig& c, uint64_t seed = 7) {
+  Bound b;
+  b.device = *CreateCpuDevice();
+  b.model = *Gpt::Create(c);
+  b.storage = *BindFlatStorage(*b.model, *b.device, true);
+  EXPECT_TRUE(b.model->Initialize(seed, *b.device).ok());
+  return b;
+}
+
+std::vector<float> Values(const FlatStorage& s) {
+  return std::vector<float>(s.values.as<float>(), s.values.as<float>() + s.numel);
+}
+std::vector<float> Grads(const FlatStorage& s) {
+  return std::vector<float>(s.grads.as<float>(), s.grads.as<float>() + s.numel);
+}
+
+TEST(Gpt, InitializationFollowsGpt2AndDependsOnlyOnSeedAndName) {
+  GptConfig c = Tiny();
+  c.set_hidden(64);
+  c.set_vocab(300);
+  Bound a = Make(c, 1), b = Make(c, 1), other = Make(c, 2);
+  EXPECT_EQ(Values(a.storage), Values(b.storage));
+  EXPECT_NE(Values(a.storage), Values(other.storage));
+  for (Parameter* p : a.model->Parameters()) {
+    const float* x = p->value.data_as<float>();
+    double sum = 0, sq = 0;
+    for (int64_t i = 0; i < p->numel(); ++i) {
+      sum += x[i];
+      sq += double(x[i]) * x[i];
+    }
+    const double mean = sum / p->numel(), std = std::sqrt(sq / p->numel() - mean * mean);
+    if (p->name.find("ln_") != std::string::npos || p->name.find("ln_f") != std::string::npos) {
+      EXPECT_EQ(mean, p->name.ends_with(".weight") ? 1.0 : 0.0) << p->name;
+    } else if (p->name.ends_with(".bias")) {
+      EXPECT_EQ(sq, 0.0) << p->name;
+    } else {
+      const double want = p->name.ends_with("c_proj.weight") ? 0.02 / std::sqrt(4.0) : 0.02;
+      // Sample std of >= 4096 normals: within 5% (> 3 sigma for n = 4096).
+      EXPECT_NEAR(std, want, 0.05 * want) << p->name;
+      EXPECT_NEAR(mean, 0.0, 4 * want / std::sqrt(double(p->numel()))) << p->name;
+    }
+  }
+}
+
+std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = static_cast<int32_t>(gen() % vocab);
+  return v;
+}
+
+// The whole model's gradient, one parameter tensor at a time: along a random
+// direction u restricted to that tensor, (L(p + hu) - L(p - hu)) / 2h must
+// equal g . u. In fp32 with h = 1e-2 and L ~ 3, rounding contributes
+// ~ 3 * 2^-24 * sqrt(tokens) / h ~ 1e-4 and truncation O(h^2) ~ 1e-4, so the
+// tolerance is 2e-3 relative (plus 2e-4 absolute for tiny directional derivatives).
+void GradientMatchesFiniteDifferences(bool checkpointing) {
+  const GptConfig c = Tiny(checkpointing);
+  Bound b = Make(c);
+  const int64_t batch = 2, t = 12;
+  const auto ids = RandomTokens(batch * t, c.vocab(), 3);
+  auto targets = RandomTokens(batch * t, c.vocab(), 4);
+  targets[5] = -1;  // an ignored position
+  // Perturb LayerNorm weights and biases away from 1 and 0 so their
+  // gradients are exercised in general position.
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> unit(-0.5f, 0.5f);
+  for (Parameter* p : b.model->Parameters()) {
+    if (p->name.find("ln") != std::string::npos || p->name.ends_with(".bias")) {
+      for (int64_t i = 0; i < p->numel(); ++i) p->value.data_as<float>()[i] += unit(gen);
+    }
+  }
+  const float scale = 1.0f / 23.0f;  // 1 / tokens counted
+  auto loss = [&]() {
+    auto r = b.model->ForwardBackward(*b.device, ids.data(), targets.data(), batch, t, scale, false);
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->tokens, 23);
+    return r->sum * scale;
+  };
+  ASSERT_TRUE(b.model->ForwardBackward(*b.device, ids.data(), targets.data(), batch, t, scale, true).ok());
+  const std::vector<float> grads = Grads(b.storage);
+  const double h = 1e-2;
+  for (Parameter* p : b.model->Parameters()) {
+    const int64_t offset = p->value.data_as<float>() - b.storage.values.as<float>();
+    std::vector<float> u(p->numel());
+    for (auto& x : u) x = unit(gen) * 2;
+    double analytic = 0;
+    for (int64_t i = 0; i < p->numel(); ++i) analytic += double(grads[offset + i]) * u[i];
+    float* x = p->value.data_as<float>();
+    const std::vector<float> saved(x, x + p->numel());
+    for (int64_t i = 0; i < p->numel(); ++i) x[i] = saved[i] + float(h) * u[i];
+    const double up = loss();
+    for (int64_t i = 0; i < p->numel(); ++i) x[i] = saved[i] - float(h) * u[i];
+    const double down = loss();
+    std::copy(saved.begin(), saved.end(), x);
+    const double numeric = (up - down) / (2 * h);
+    EXPECT_NEAR(analytic, numeric, 2e-3 * std::fabs(numeric) + 2e-4) << p->name;
+  }
+}
+
+TEST(GradCheck, WholeModel) { GradientMatchesFiniteDifferences(false); }
+TEST(GradCheck, WholeModelWithActivationCheckpointing) { GradientMatchesFiniteDifferences(true); }
+
+TEST(Gpt, CheckpointingGivesBitwiseTheSameGradientsAndAccumulates) {
+  Bound plain = Make(Tiny(false)), ckpt = Make(Tiny(true));
+  const auto ids = RandomTokens(24, 23, 8), targets = RandomTokens(24, 23, 9);
+  for (Bound* b : {&plain, &ckpt}) {
+    ASSERT_TRUE(b->model->ForwardBackward(*b->device, ids.data(), targets.data(), 2, 12, 0.1f, true).ok());
+  }
+  EXPECT_EQ(Grads(plain.storage), Grads(ckpt.storage));
+  // A second identical micro-batch doubles every gradient (+= contract).
+  const std::vector<float> once = Grads(plain.storage);
+  ASSERT_TRUE(plain.model->ForwardBackward(*plain.device, ids.data(), targets.data(), 2, 12, 0.1f, true).ok());
+  const std::vector<float> twice = Grads(plain.storage);
+  // (Not bitwise: BLAS folds the += into its own summation order.)
+  float largest = 0;
+  for (float g : once) largest = std::max(largest, std::fabs(g));
+  for (size_t i = 0; i < once.size(); ++i) ASSERT_NEAR(twice[i], 2 * once[i], 1e-6 * largest) << i;
+}
+
+TEST(Gpt, LogitsAgreeWithTheLoss) {
+  Bound b = Make(Tiny());
+  const auto ids = RandomTokens(12, 23, 10), targets = RandomTokens(12, 23, 11);
+  auto logits = *b.model->Logits(*b.device, ids.data(), 1, 12);
+  double want = 0;
+  for (int r = 0; r < 12; ++r) {
+    double m = -1e30, z = 0;
+    for (int j = 0; j < 23; ++j) m = std::max(m, double(logits[r * 23 + j]));
+    for (int j = 0; j < 23; ++j) z += std::exp(logits[r * 23 + j] - m);
+    want += std::log(z) + m - logits[r * 23 + targets[r]];
+  }
+  auto got = *b.model->ForwardBackward(*b.device, ids.data(), targets.data(), 1, 12, 1.0f, false);
+  EXPECT_NEAR(got.sum, want, 1e-5 * want);
+  EXPECT_EQ(got.tokens, 12);
+}
+
+TEST(Gpt, HooksRunAroundEveryModulesPassesInOrder) {
+  Bound b = Make(Tiny());
+  std::vector<std::string> events;
+  b.model->AddHookRecursive([&](Module& m, HookPoint point) {
+    events.push_back(std::string(HookPointName(point)) + " " + m.path());
+    return absl::OkStatus();
+  });
+  const auto ids = RandomTokens(12, 23, 12);
+  ASSERT_TRUE(b.model->ForwardBackward(*b.device, ids.data(), ids.data(), 1, 12, 1.0f, true).ok());
+  auto index = [&](const std::string& e) {
+    return std::find(events.begin(), events.end(), e) - events.begin();
+  };
+  const auto n = static_cast<long>(events.size());
+  // Every Linear and LayerNorm runs forward and backward exactly once.
+  for (Parameter* p : b.model->Parameters()) {
+    const std::string& path = p->owner->path();
+    EXPECT_LT(index("before_forward " + path), n) << path;
+    EXPECT_LT(index("after_backward " + path), n) << path;
+    EXPECT_LT(index("before_forward " + path), index("after_forward " + path)) << path;
+  }
+  // Nesting: a block's before/after bracket its children's; blocks run 0, 1
+  // forward and 1, 0 backward.
+  EXPECT_LT(index("before_forward h.0"), index("before_forward h.0.ln_1"));
+  EXPECT_LT(index("after_forward h.0.mlp.c_proj"), index("after_forward h.0"));
+  EXPECT_LT(index("after_forward h.0"), index("before_forward h.1"));
+  EXPECT_LT(index("after_backward h.1"), index("before_backward h.0"));
+  EXPECT_LT(index("before_backward h.0"), index("before_backward h.0.mlp.c_proj"));
+  // A failing hook stops the pass with its Status.
+  b.model->AddHookRecursive([](Module& m, HookPoint point) {
+    if (m.path() == "h.1.attn" && point == HookPoint::kBeforeForward) {
+      return absl::ResourceExhaustedError("gather failed for h.1.attn");
+    }
+    return absl::OkStatus();
+  });
+  auto st = b.model->ForwardBackward(*b.device, ids.data(), ids.data(), 1, 12, 1.0f, true);
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(Gpt, RefusesUnboundStorageAndBadInputs) {
+  auto device = *CreateCpuDevice();
+  auto model = *Gpt::Create(Tiny());
+  std::vector<int32_t> ids(12, 1);
+  auto r = model->ForwardBackward(*device, ids.data(), ids.data(), 1, 12, 1.0f, false);
+  EXPECT_NE(r.status().message().find("parameter wte.weight has no storage bound"), std::string::npos)
+      << r.status();
+  auto storage = *BindFlatStorage(*model, *device, false);
+  r = model->ForwardBackward(*device, ids.data(), ids.data(), 1, 12, 1.0f, true);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << "no gradients bound";
+  r = model->ForwardBackward(*device, ids.data(), ids.data(), 1, 13, 1.0f, false);
+  EXPECT_NE(r.status().message().find("0 < sequence <= 12 positions"), std::string::npos) << r.status();
+  ids[3] = 23;
+  r = model->ForwardBackward(*device, ids.data(), ids.data(), 1, 12, 1.0f, false);
+  EXPECT_NE(r.status().message().find("token id 23 at position 3"), std::string::npos) << r.status();
+}
+
+}  // namespace
+}  // namespace memwall::models

@@ -1,0 +1,119 @@
+// Module and Parameter: the model tree that every ZeRO stage drives without
+// changing model code.
+//
+// A Module has a local name ("ln_1"), children and parameters; the dotted
+// path from the root ("h.3.attn.c_attn.weight") is a parameter's stable name
+// (Hugging Face GPT-2 spelling). A Parameter knows its name and shape; its
+// storage does not belong to the model. The engine (zero/) decides where
+// parameters and gradients live (one flat buffer at stage 0, gathered
+// shards at stage 3, ...) and points each Parameter's `value` and `grad` at
+// that memory. Before the engine binds them both are empty Tensors, so a
+// model can be built and counted (a 1T-parameter config included) without
+// allocating anything.
+//
+// Hooks run before and after each module's forward and backward, in that
+// module's code path; this is where stage 3 gathers a module's parameters
+// and releases them, and where stage 2 learns that gradients are ready.
+#ifndef MEMWALL_MODELS_MODULE_H_
+#define MEMWALL_MODELS_MODULE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "runtime/tensor.h"
+
+namespace memwall::models {
+
+class Module;
+
+struct Parameter {
+  std::string name;            // full dotted name
+  std::vector<int64_t> shape;  // HF GPT-2 layout (linear weights are (in, out))
+  Module* owner = nullptr;
+  Tensor value;                // bound by the engine: fp32 values used by compute
+  Tensor grad;                 // bound by the engine: fp32, accumulated (+=)
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
+enum class HookPoint { kBeforeForward, kAfterForward, kBeforeBackward, kAfterBackward };
+absl::string_view HookPointName(HookPoint point);
+
+class Module {
+ public:
+  // A hook sees the module it runs for; an error stops the pass.
+  using Hook = std::function<absl::Status(Module&, HookPoint)>;
+
+  explicit Module(std::string local_name) : local_name_(std::move(local_name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  const std::string& local_name() const { return local_name_; }
+  // Dotted path from the root ("" for the root itself).
+  const std::string& path() const { return path_; }
+
+  // This module's own parameters, then its children's, depth first in
+  // registration order: the fixed order of flat buffers and checkpoints.
+  std::vector<Parameter*> Parameters();
+  // Only this module's own parameters.
+  const std::vector<std::unique_ptr<Parameter>>& own_parameters() const { return params_; }
+  const std::vector<Module*>& children() const { return children_; }
+
+  // Registers `hook` on this module and every module below it.
+  void AddHookRecursive(const Hook& hook);
+  // Runs this module's hooks for `point`, in registration order.
+  absl::Status RunHooks(HookPoint point);
+
+ protected:
+  // Registration, called from constructors: names are local ("weight").
+  Parameter& AddParameter(absl::string_view local, std::vector<int64_t> shape);
+  // Takes ownership; `child` is named by its local name under this module.
+  template <typename M>
+  M& AddChild(std::unique_ptr<M> child) {
+    M& ref = *child;
+    AdoptChild(std::move(child));
+    return ref;
+  }
+
+ private:
+  void AdoptChild(std::unique_ptr<Module> child);
+  // Re-derives paths and parameter names below this module.
+  void SetPath(std::string path);
+
+  std::string local_name_;
+  std::string path_;
+  std::vector<std::unique_ptr<Parameter>> params_;
+  std::vector<std::unique_ptr<Module>> owned_children_;
+  std::vector<Module*> children_;
+  std::vector<Hook> hooks_;
+};
+
+// Runs kBefore* hooks on construction and reports kAfter* through Finish();
+// a pass body reads as: MEMWALL_ASSIGN_OR_RETURN(auto scope, ...); ... ;
+// return scope.Finish().
+class HookScope {
+ public:
+  static absl::StatusOr<HookScope> Forward(Module& m);
+  static absl::StatusOr<HookScope> Backward(Module& m);
+  absl::Status Finish() { return module_->RunHooks(after_); }
+
+ private:
+  HookScope(Module& m, HookPoint after) : module_(&m), after_(after) {}
+  Module* module_;
+  HookPoint after_;
+};
+
+}  // namespace memwall::models
+
+#endif  // MEMWALL_MODELS_MODULE_H_
