@@ -1,0 +1,97 @@
+#include "models/data.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace memwall::models {
+namespace {
+
+class BytesSource : public TokenSource {
+ public:
+  BytesSource(std::string bytes, std::string description)
+      : bytes_(std::move(bytes)), description_(std::move(description)) {}
+  int64_t size() const override { return static_cast<int64_t>(bytes_.size()); }
+  int64_t vocab() const override { return 256; }
+  int32_t token(int64_t i) const override { return static_cast<uint8_t>(bytes_[i]); }
+  std::string description() const override { return description_; }
+
+ private:
+  std::string bytes_;
+  std::string description_;
+};
+
+class Synthetic : public TokenSource {
+ public:
+  Synthetic(int64_t size, int64_t vocab, uint64_t seed) : size_(size), vocab_(vocab), seed_(seed) {}
+  int64_t size() const override { return size_; }
+  int64_t vocab() const override { return vocab_; }
+  int32_t token(int64_t i) const override {
+    uint64_t x = seed_ + 0x9e3779b97f4a7c15ULL * uint64_t(i + 1);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return static_cast<int32_t>((x ^ (x >> 31)) % uint64_t(vocab_));
+  }
+  std::string description() const override {
+    return absl::StrCat("synthetic(", size_, " tokens, vocab ", vocab_, ", seed ", seed_, ")");
+  }
+
+ private:
+  int64_t size_, vocab_;
+  uint64_t seed_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TokenSource>> ByteTextSource(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open text file ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ByteStringSource(ss.str(), path);
+}
+
+std::unique_ptr<TokenSource> ByteStringSource(std::string text, std::string description) {
+  return std::make_unique<BytesSource>(std::move(text), std::move(description));
+}
+
+std::unique_ptr<TokenSource> SyntheticSource(int64_t size, int64_t vocab, uint64_t seed) {
+  return std::make_unique<Synthetic>(size, vocab, seed);
+}
+
+absl::Status ValidateLayout(const TokenSource& source, const BatchLayout& l) {
+  if (l.seq <= 0 || l.micro_batch <= 0 || l.accumulation <= 0 || l.world <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch layout: seq (", l.seq, "), micro_batch (", l.micro_batch, "), accumulation (",
+        l.accumulation, ") and world (", l.world, ") must all be > 0"));
+  }
+  if (source.size() < l.seq + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(source.description(), " has ", source.size(),
+                                                   " tokens; a sequence of ", l.seq,
+                                                   " needs at least ", l.seq + 1));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FillMicroBatch(const TokenSource& source, const BatchLayout& l, int64_t step, int rank,
+                            int64_t micro, int32_t* ids, int32_t* targets) {
+  if (absl::Status st = ValidateLayout(source, l); !st.ok()) return st;
+  if (step < 0 || rank < 0 || rank >= l.world || micro < 0 || micro >= l.accumulation) {
+    return absl::InvalidArgumentError(absl::StrCat("FillMicroBatch: step ", step, ", rank ", rank,
+                                                   " of ", l.world, ", micro-batch ", micro, " of ",
+                                                   l.accumulation, " is out of range"));
+  }
+  const int64_t starts = source.size() - l.seq;  // windows [s, s + seq] fit for s < starts
+  const int64_t first = step * l.global_batch() + (rank * l.accumulation + micro) * l.micro_batch;
+  for (int64_t i = 0; i < l.micro_batch; ++i) {
+    const int64_t start = ((first + i) % starts) * l.seq % starts;
+    for (int64_t j = 0; j < l.seq; ++j) {
+      ids[i * l.seq + j] = source.token(start + j);
+      targets[i * l.seq + j] = source.token(start + j + 1);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace memwall::models

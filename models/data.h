@@ -1,0 +1,61 @@
+// Token data for training and evaluation.
+//
+// A TokenSource is a sequence of token ids: the bytes of a text file
+// (the byte-level tokenizer: token id = byte value, vocabulary 256) or a
+// synthetic stream (a hash of the position, for throughput runs).
+//
+// Sampling is a pure function of the step, so it is deterministic, needs no
+// state to resume (restart at step s and the data continues where it was)
+// and does not depend on how the global batch is split. Each step consumes
+// G = world * accumulation * micro_batch sequences; sequence number
+//   n = step * G + (rank * accumulation + micro) * micro_batch + i
+// is the window of seq + 1 tokens starting at (n * seq) mod (size - seq):
+// ids are its first seq tokens, targets its last seq (shifted by one).
+// Consecutive sequence numbers tile the text, cycling when it runs out.
+#ifndef MEMWALL_MODELS_DATA_H_
+#define MEMWALL_MODELS_DATA_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace memwall::models {
+
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  virtual int64_t size() const = 0;
+  virtual int64_t vocab() const = 0;
+  virtual int32_t token(int64_t i) const = 0;
+  virtual std::string description() const = 0;
+};
+
+// The bytes of a file as tokens.
+absl::StatusOr<std::unique_ptr<TokenSource>> ByteTextSource(const std::string& path);
+// Bytes already in memory (tests).
+std::unique_ptr<TokenSource> ByteStringSource(std::string text, std::string description);
+// `size` pseudo-random tokens in [0, vocab), a function of (seed, index).
+std::unique_ptr<TokenSource> SyntheticSource(int64_t size, int64_t vocab, uint64_t seed);
+
+// How one step's global batch is split.
+struct BatchLayout {
+  int64_t seq = 0;
+  int64_t micro_batch = 0;   // sequences per micro-batch per rank
+  int64_t accumulation = 1;  // micro-batches per step per rank
+  int world = 1;
+  int64_t global_batch() const { return int64_t{world} * accumulation * micro_batch; }
+};
+
+absl::Status ValidateLayout(const TokenSource& source, const BatchLayout& layout);
+
+// Fills micro_batch * seq ids and targets for (step, rank, micro).
+absl::Status FillMicroBatch(const TokenSource& source, const BatchLayout& layout, int64_t step,
+                            int rank, int64_t micro, int32_t* ids, int32_t* targets);
+
+}  // namespace memwall::models
+
+#endif  // MEMWALL_MODELS_DATA_H_

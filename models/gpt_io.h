@@ -1,0 +1,36 @@
+// GPT-2 weights as safetensors with Hugging Face names and layouts
+// (wte.weight, wpe.weight, h.N.ln_1.weight, h.N.attn.c_attn.weight (in, out),
+// ..., ln_f.bias), so a file loads into transformers' GPT2LMHeadModel and a
+// Hugging Face GPT-2 file loads here.
+#ifndef MEMWALL_MODELS_GPT_IO_H_
+#define MEMWALL_MODELS_GPT_IO_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "models/gpt.h"
+#include "models/safetensors.h"
+#include "runtime/device.h"
+
+namespace memwall::models {
+
+// Writes every parameter of `model` (bound values, fp32) to `path`, with
+// metadata {"format": "pt"} as transformers expects.
+absl::Status ExportGpt(Gpt& model, Device& device, const std::string& path);
+
+// Loads `file` into the model's bound values. Accepted: every parameter name,
+// optionally prefixed "transformer." (GPT2LMHeadModel.save_pretrained), in
+// F32, F16 or BF16 (converted to fp32). Ignored: "attn.bias" and
+// "attn.masked_bias" mask buffers and "lm_head.weight" (tied to wte). Any
+// missing name, other extra name, wrong shape or integer dtype is an
+// InvalidArgument naming the tensor, reported before any value is written.
+absl::Status ImportGpt(const SafetensorsFile& file, Gpt& model, Device& device);
+
+// The config a file holds: layers from the h.N blocks, hidden and vocabulary
+// from wte, positions from wpe; `heads` cannot be read from the tensors.
+absl::StatusOr<GptConfig> InferGptConfig(const SafetensorsFile& file, int64_t heads);
+
+}  // namespace memwall::models
+
+#endif  // MEMWALL_MODELS_GPT_IO_H_

@@ -1,0 +1,259 @@
+// models/: safetensors export/import round trips, Hugging Face name
+// handling, one refusal test per kind of bad file, and the data sampler.
+#include "models/gpt_io.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "models/data.h"
+#include "models/flat_storage.h"
+#include "runtime/cpu_device.h"
+
+namespace memwall::models {
+namespace {
+
+GptConfig Tiny() {
+  GptConfig c;
+  c.set_name("tiny");
+  c.set_layers(2);
+  c.set_hidden(16);
+  c.set_heads(2);
+  c.set_vocab(300);
+  c.set_positions(10);
+  return c;
+}
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+struct Bound {
+  std::unique_ptr<Device> device = *CreateCpuDevice();
+  std::unique_ptr<Gpt> model;
+  FlatStorage storage;
+  explicit Bound(const GptConfig& c, uint64_t seed) {
+    model = *Gpt::Create(c);
+    storage = *BindFlatStorage(*model, *device, false);
+    EXPECT_TRUE(model->Initialize(seed, *device).ok());
+  }
+  std::vector<float> Logits() {
+    std::vector<int32_t> ids = {1, 299, 5, 7, 0, 42, 250, 9, 3, 100};
+    return *model->Logits(*device, ids.data(), 1, 10);
+  }
+};
+
+TEST(Safetensors, ExportThenImportGivesIdenticalLogits) {
+  Bound a(Tiny(), 1), b(Tiny(), 2);
+  ASSERT_NE(a.Logits(), b.Logits());
+  const std::string path = TempPath("roundtrip.safetensors");
+  ASSERT_TRUE(ExportGpt(*a.model, *a.device, path).ok());
+  auto file = SafetensorsFile::Read(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->metadata().at("format"), "pt");
+  EXPECT_EQ(file->entries().size(), 2u + 12 * 2 + 2);
+  EXPECT_EQ(file->Find("h.1.attn.c_attn.weight")->shape, (std::vector<int64_t>{16, 48}));
+  ASSERT_TRUE(ImportGpt(*file, *b.model, *b.device).ok());
+  EXPECT_EQ(a.Logits(), b.Logits());
+  // The config is recoverable from the tensors (all but the heads).
+  auto inferred = InferGptConfig(*file, 2);
+  ASSERT_TRUE(inferred.ok()) << inferred.status();
+  EXPECT_EQ(inferred->layers(), 2);
+  EXPECT_EQ(inferred->hidden(), 16);
+  EXPECT_EQ(inferred->vocab(), 300);
+  EXPECT_EQ(inferred->positions(), 10);
+}
+
+// The file as GPT2LMHeadModel.save_pretrained writes it: "transformer."
+// prefix, attention mask buffers, bf16.
+TEST(Safetensors, ImportsHuggingFaceSpellingsAndHalfPrecision) {
+  Bound a(Tiny(), 3), b(Tiny(), 4);
+  std::vector<std::vector<uint16_t>> halves;
+  std::vector<SafetensorsTensor> tensors;
+  std::vector<float> rounded;
+  for (Parameter* p : a.model->Parameters()) {
+    halves.emplace_back(p->numel());
+    ASSERT_TRUE(Convert(p->value.data(), DType::kF32, halves.back().data(), DType::kBF16, p->numel()).ok());
+    tensors.push_back({"transformer." + p->name, DType::kBF16, p->shape, halves.back().data()});
+  }
+  std::vector<float> mask(100, 1.0f);
+  tensors.push_back({"transformer.h.0.attn.bias", DType::kF32, {1, 1, 10, 10}, mask.data()});
+  const std::string path = TempPath("hf.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, tensors, {{"format", "pt"}}).ok());
+  auto file = *SafetensorsFile::Read(path);
+  ASSERT_TRUE(ImportGpt(file, *b.model, *b.device).ok());
+  // b now holds a's values rounded to bf16, exactly.
+  auto pa = a.model->Parameters(), pb = b.model->Parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    std::vector<float> want(pa[i]->numel());
+    ASSERT_TRUE(Convert(halves[i].data(), DType::kBF16, want.data(), DType::kF32, want.size()).ok());
+    EXPECT_EQ(std::vector<float>(pb[i]->value.data_as<float>(), pb[i]->value.data_as<float>() + want.size()),
+              want) << pa[i]->name;
+  }
+}
+
+// Raw file bytes: 8-byte length, header, data.
+std::string RawFile(const std::string& header, size_t data_bytes) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  return out + header + std::string(data_bytes, '\0');
+}
+
+std::string ParseError(const std::string& bytes) {
+  auto f = SafetensorsFile::Parse(bytes, "bad.safetensors");
+  EXPECT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(f.status().message());
+}
+
+std::string Exported() {
+  Bound a(Tiny(), 5);
+  const std::string path = TempPath("exported.safetensors");
+  EXPECT_TRUE(ExportGpt(*a.model, *a.device, path).ok());
+  FILE* f = std::fopen(path.c_str(), "rb");
+  std::string bytes;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) bytes.append(buf, n);
+  std::fclose(f);
+  return bytes;
+}
+
+TEST(SafetensorsRefuses, TruncatedFiles) {
+  const std::string good = Exported();
+  EXPECT_NE(ParseError(good.substr(0, 5)).find("even the 8-byte header length is missing"), std::string::npos);
+  EXPECT_NE(ParseError(good.substr(0, 100)).find("runs past the end"), std::string::npos);
+  // Header intact, data cut short: the last tensors' offsets are out of range.
+  const std::string msg = ParseError(good.substr(0, good.size() - 4));
+  EXPECT_NE(msg.find("tensor 'ln_f.bias': data_offsets"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("are outside the"), std::string::npos) << msg;
+  EXPECT_EQ(SafetensorsFile::Read(TempPath("no_such.safetensors")).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(SafetensorsRefuses, BadHeaders) {
+  EXPECT_NE(ParseError(RawFile("{\"a\": ", 0)).find("header JSON"), std::string::npos);
+  EXPECT_NE(ParseError(RawFile("[1, 2]", 0)).find("not a JSON object"), std::string::npos);
+  std::string huge(8, '\xff');
+  EXPECT_NE(ParseError(huge + "{}").find("exceeds the"), std::string::npos);
+  EXPECT_NE(ParseError(RawFile(R"({"w": {"dtype": "F32", "shape": [2]}})", 8)).find("tensor 'w': needs dtype, shape and data_offsets"),
+            std::string::npos);
+}
+
+TEST(SafetensorsRefuses, UnknownDtypes) {
+  const std::string msg = ParseError(RawFile(R"({"w": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2]}})", 2));
+  EXPECT_NE(msg.find("tensor 'w': dtype 'F8_E4M3' is not one memwall reads"), std::string::npos) << msg;
+}
+
+TEST(SafetensorsRefuses, OutOfRangeWrongSizeAndOverlappingOffsets) {
+  std::string msg = ParseError(RawFile(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 16]}})", 8));
+  EXPECT_NE(msg.find("tensor 'w': data_offsets [0, 16] are outside the 8 data bytes"), std::string::npos) << msg;
+  msg = ParseError(RawFile(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8));
+  EXPECT_NE(msg.find("span 8 bytes but shape and F32 need 12"), std::string::npos) << msg;
+  msg = ParseError(RawFile(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", 8));
+  EXPECT_NE(msg.find("data_offsets [8, 0]"), std::string::npos) << msg;
+  msg = ParseError(RawFile(
+      R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})", 12));
+  EXPECT_NE(msg.find("tensors 'a' and 'b' overlap"), std::string::npos) << msg;
+  msg = ParseError(RawFile(R"({"w": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", 8));
+  EXPECT_NE(msg.find("bad dimension '-2'"), std::string::npos) << msg;
+}
+
+// Files that parse but do not fit the model: each names the tensor, and the
+// model is untouched.
+class ImportRefuses : public ::testing::Test {
+ protected:
+  std::string Import(std::vector<SafetensorsTensor> tensors) {
+    const std::string path = TempPath("import.safetensors");
+    EXPECT_TRUE(WriteSafetensors(path, tensors, {}).ok());
+    auto file = *SafetensorsFile::Read(path);
+    const std::vector<float> before = target_.Logits();
+    const absl::Status st = ImportGpt(file, *target_.model, *target_.device);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(target_.Logits(), before) << "a refused import must not change the model";
+    return std::string(st.message());
+  }
+  std::vector<SafetensorsTensor> Good() {
+    std::vector<SafetensorsTensor> t;
+    for (Parameter* p : source_.model->Parameters()) t.push_back({p->name, DType::kF32, p->shape, p->value.data()});
+    return t;
+  }
+  Bound source_{Tiny(), 6};
+  Bound target_{Tiny(), 7};
+  std::vector<int32_t> ints_ = std::vector<int32_t>(300 * 16);
+};
+
+TEST_F(ImportRefuses, WrongAndMissingNames) {
+  auto t = Good();
+  t[3].name = "h.0.ln_1.gamma";
+  std::string msg = Import(t);
+  EXPECT_NE(msg.find("tensor 'h.0.ln_1.gamma' is not a parameter"), std::string::npos) << msg;
+  t = Good();
+  t.pop_back();
+  msg = Import(t);
+  EXPECT_NE(msg.find("tensor 'ln_f.bias' is missing"), std::string::npos) << msg;
+}
+
+TEST_F(ImportRefuses, WrongShapes) {
+  auto t = Good();
+  t[4].shape = {48, 16};  // c_attn transposed (nn.Linear layout, not Conv1D)
+  const std::string msg = Import(t);
+  EXPECT_NE(msg.find("tensor 'h.0.attn.c_attn.weight' has shape [48, 16]; the model needs [16, 48]"),
+            std::string::npos) << msg;
+}
+
+TEST_F(ImportRefuses, IntegerDtypes) {
+  auto t = Good();
+  t[0] = {"wte.weight", DType::kI32, {300, 16}, ints_.data()};
+  const std::string msg = Import(t);
+  EXPECT_NE(msg.find("tensor 'wte.weight' is int32; weights must be F32, F16 or BF16"), std::string::npos) << msg;
+}
+
+// ---- Data ---------------------------------------------------------------------
+
+TEST(Data, RanksAndMicroBatchesPartitionTheSameGlobalBatch) {
+  auto text = SyntheticSource(10007, 256, 9);
+  const int64_t seq = 16;
+  // The same step under layouts with the same global batch of 8 sequences.
+  auto gather = [&](BatchLayout l, int64_t step) {
+    std::multiset<std::vector<int32_t>> seqs;
+    std::vector<int32_t> ids(l.micro_batch * seq), targets(l.micro_batch * seq);
+    for (int r = 0; r < l.world; ++r) {
+      for (int64_t m = 0; m < l.accumulation; ++m) {
+        EXPECT_TRUE(FillMicroBatch(*text, l, step, r, m, ids.data(), targets.data()).ok());
+        for (int64_t i = 0; i < l.micro_batch; ++i) {
+          std::vector<int32_t> s(ids.begin() + i * seq, ids.begin() + (i + 1) * seq);
+          s.push_back(targets[(i + 1) * seq - 1]);
+          // targets are ids shifted by one
+          for (int64_t j = 0; j + 1 < seq; ++j) EXPECT_EQ(targets[i * seq + j], ids[i * seq + j + 1]);
+          seqs.insert(s);
+        }
+      }
+    }
+    return seqs;
+  };
+  const auto one = gather({seq, 8, 1, 1}, 3);
+  EXPECT_EQ(one.size(), 8u);
+  EXPECT_EQ(gather({seq, 2, 2, 2}, 3), one);
+  EXPECT_EQ(gather({seq, 1, 2, 4}, 3), one);
+  EXPECT_EQ(gather({seq, 4, 2, 1}, 3), one);
+  EXPECT_NE(gather({seq, 8, 1, 1}, 4), one) << "the next step reads new windows";
+}
+
+TEST(Data, RefusesBadLayoutsAndShortTexts) {
+  auto text = ByteStringSource("hello", "hello.txt");
+  std::vector<int32_t> a(64), b(64);
+  absl::Status st = FillMicroBatch(*text, {8, 1, 1, 1}, 0, 0, 0, a.data(), b.data());
+  EXPECT_NE(st.message().find("hello.txt has 5 tokens; a sequence of 8 needs at least 9"), std::string::npos) << st;
+  st = FillMicroBatch(*text, {4, 1, 1, 2}, 0, 2, 0, a.data(), b.data());
+  EXPECT_NE(st.message().find("rank 2 of 2"), std::string::npos) << st;
+  EXPECT_EQ(ByteTextSource("/nonexistent/text.txt").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace memwall::models

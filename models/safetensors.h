@@ -1,0 +1,79 @@
+// The safetensors format (Hugging Face): an 8-byte little-endian header
+// length N, N bytes of JSON
+//   {"__metadata__": {"format": "pt"},
+//    "<name>": {"dtype": "F32", "shape": [d0, d1], "data_offsets": [begin, end]}, ...}
+// then the tensors' bytes; offsets are relative to the end of the header.
+//
+// Reading validates everything before any tensor is used: the header length
+// against the file size, the JSON, each entry's dtype, shape and offsets
+// (inside the data, of exactly numel * itemsize bytes, not overlapping
+// another tensor). A violation is an InvalidArgument naming the file and the
+// tensor. Writing goes to "<path>.tmp" and is renamed into place, so an
+// interrupted export never leaves a truncated file under the real name.
+#ifndef MEMWALL_MODELS_SAFETENSORS_H_
+#define MEMWALL_MODELS_SAFETENSORS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/dtype.h"
+
+namespace memwall::models {
+
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // byte offsets into data()
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
+class SafetensorsFile {
+ public:
+  // The whole file is read into memory and validated.
+  static absl::StatusOr<SafetensorsFile> Read(const std::string& path);
+  // Parses and validates bytes already in memory (`path` only names them).
+  static absl::StatusOr<SafetensorsFile> Parse(std::string bytes, const std::string& path);
+
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const SafetensorsEntry* Find(const std::string& name) const;
+  const uint8_t* data(const SafetensorsEntry& e) const {
+    return reinterpret_cast<const uint8_t*>(bytes_.data()) + data_start_ + e.begin;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::string bytes_;
+  size_t data_start_ = 0;
+  std::vector<SafetensorsEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// One tensor to write: raw bytes in `dtype` (host memory).
+struct SafetensorsTensor {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+};
+
+// Serializes to bytes (header + data), tensors in the given order.
+std::string SerializeSafetensors(const std::vector<SafetensorsTensor>& tensors,
+                                 const std::map<std::string, std::string>& metadata);
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<SafetensorsTensor>& tensors,
+                              const std::map<std::string, std::string>& metadata);
+
+}  // namespace memwall::models
+
+#endif  // MEMWALL_MODELS_SAFETENSORS_H_
