@@ -4,7 +4,8 @@
 
 namespace memwall::models {
 
-absl::StatusOr<FlatStorage> BindFlatStorage(Module& root, Device& device, bool with_grads) {
+absl::StatusOr<FlatStorage> BindFlatStorage(Module& root, Device& device, bool with_grads,
+                                            MemoryTag values_tag) {
   FlatStorage storage;
   const std::vector<Parameter*> params = root.Parameters();
   for (Parameter* p : params) {
@@ -12,7 +13,7 @@ absl::StatusOr<FlatStorage> BindFlatStorage(Module& root, Device& device, bool w
     storage.numel += p->numel();
   }
   const size_t bytes = static_cast<size_t>(storage.numel) * sizeof(float);
-  MEMWALL_ASSIGN_OR_RETURN(storage.values, device.Allocate(bytes, MemoryTag::kMasterParams));
+  MEMWALL_ASSIGN_OR_RETURN(storage.values, device.Allocate(bytes, values_tag));
   if (with_grads) {
     MEMWALL_ASSIGN_OR_RETURN(storage.grads, device.Allocate(bytes, MemoryTag::kGrads));
     Stream& s = device.compute_stream();

@@ -15,7 +15,7 @@
 namespace memwall::models {
 
 struct FlatStorage {
-  Buffer values;  // fp32, tag kMasterParams
+  Buffer values;  // fp32, tagged as the caller says (default kMasterParams)
   Buffer grads;   // fp32, tag kGrads (empty without gradients)
   std::vector<int64_t> offsets;
   int64_t numel = 0;
@@ -26,7 +26,8 @@ struct FlatStorage {
 
 // Allocates the buffers on `device` (gradients zeroed) and binds every
 // parameter of `root` to its slice.
-absl::StatusOr<FlatStorage> BindFlatStorage(Module& root, Device& device, bool with_grads);
+absl::StatusOr<FlatStorage> BindFlatStorage(Module& root, Device& device, bool with_grads,
+                                            MemoryTag values_tag = MemoryTag::kMasterParams);
 
 }  // namespace memwall::models
 

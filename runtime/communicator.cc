@@ -156,7 +156,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Device& device,
             "single-process communicator requested but ", LauncherName(launch.launcher),
             " launched ", launch.world_size, " ranks"));
       }
-      return std::unique_ptr<Communicator>(std::make_unique<SingleProcessCommunicator>());
+      return CreateSingleProcessCommunicator();
     case CommBackend::kMpi:
       return comm_internal::CreateMpiCommunicator(device);
     case CommBackend::kNccl:
@@ -165,6 +165,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Device& device,
       break;
   }
   return absl::InternalError("unreachable");
+}
+
+std::unique_ptr<Communicator> CreateSingleProcessCommunicator() {
+  return std::make_unique<SingleProcessCommunicator>();
 }
 
 }  // namespace memwall

@@ -98,6 +98,10 @@ class Communicator {
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
     Device& device, CommBackend backend = CommBackend::kAuto);
 
+// A world of this process alone, whatever the launcher started: for a
+// 1-rank reference computed inside a multi-rank job (tests, repro).
+std::unique_ptr<Communicator> CreateSingleProcessCommunicator();
+
 }  // namespace memwall
 
 #endif  // MEMWALL_RUNTIME_COMMUNICATOR_H_

@@ -1,0 +1,239 @@
+#include "zero/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/status.h"
+
+namespace memwall::zero {
+namespace {
+
+Tensor FlatF32(const Buffer& b, Device& device) { return Tensor::OfBuffer(b, DType::kF32, &device); }
+
+DType HalfType(Precision p) { return p == Precision::kFp16 ? DType::kF16 : DType::kBF16; }
+
+}  // namespace
+
+absl::string_view PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+  }
+  return "?";
+}
+
+absl::StatusOr<Precision> ParsePrecision(absl::string_view name) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    if (PrecisionName(p) == name) return p;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("precision '", name, "' is not one of fp32, bf16, fp16"));
+}
+
+absl::Status ValidateOptions(const TrainerOptions& o) {
+  auto bad = [](absl::string_view field, auto value, absl::string_view need) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer option ", field, " = ", value, " ", need));
+  };
+  if (o.seq <= 0) return bad("seq", o.seq, "must be > 0");
+  if (o.micro_batch <= 0) return bad("micro_batch", o.micro_batch, "must be > 0");
+  if (o.accumulation <= 0) return bad("accumulation", o.accumulation, "must be > 0");
+  if (!(o.adam.lr >= 0)) return bad("adam.lr", o.adam.lr, "must be >= 0");
+  if (!(o.adam.beta1 >= 0 && o.adam.beta1 < 1)) return bad("adam.beta1", o.adam.beta1, "must be in [0, 1)");
+  if (!(o.adam.beta2 >= 0 && o.adam.beta2 < 1)) return bad("adam.beta2", o.adam.beta2, "must be in [0, 1)");
+  if (!(o.adam.eps > 0)) return bad("adam.eps", o.adam.eps, "must be > 0");
+  if (!(o.adam.weight_decay >= 0)) return bad("adam.weight_decay", o.adam.weight_decay, "must be >= 0");
+  if (o.warmup_steps < 0) return bad("warmup_steps", o.warmup_steps, "must be >= 0");
+  if (o.decay_steps < 0) return bad("decay_steps", o.decay_steps, "must be >= 0");
+  if (!(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1)) return bad("min_lr_ratio", o.min_lr_ratio, "must be in [0, 1]");
+  if (!(o.clip_norm >= 0)) return bad("clip_norm", o.clip_norm, "must be >= 0 (0 disables clipping)");
+  if (!(o.initial_loss_scale >= 1) || !std::isfinite(o.initial_loss_scale)) {
+    return bad("initial_loss_scale", o.initial_loss_scale, "must be finite and >= 1");
+  }
+  if (o.loss_scale_growth_interval <= 0) {
+    return bad("loss_scale_growth_interval", o.loss_scale_growth_interval, "must be > 0");
+  }
+  if (!(o.min_loss_scale > 0)) return bad("min_loss_scale", o.min_loss_scale, "must be > 0");
+  return absl::OkStatus();
+}
+
+Trainer::Trainer(models::Gpt& model, Device& device, Communicator& comm,
+                 const TrainerOptions& options)
+    : model_(model), device_(device), comm_(comm), options_(options) {
+  loss_scale_ = options.precision == Precision::kFp16 ? options.initial_loss_scale : 1.0f;
+}
+
+Trainer::~Trainer() { (void)device_.Synchronize(); }
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Device& device,
+                                                         Communicator& comm,
+                                                         const TrainerOptions& options) {
+  MEMWALL_RETURN_IF_ERROR(ValidateOptions(options));
+  if (options.seq > model.config().positions()) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer option seq = ", options.seq,
+                                                   " exceeds the model's ",
+                                                   model.config().positions(), " positions"));
+  }
+  std::unique_ptr<Trainer> t(new Trainer(model, device, comm, options));
+  MEMWALL_RETURN_IF_ERROR(t->Allocate());
+  return t;
+}
+
+absl::Status Trainer::Allocate() {
+  const bool half = options_.precision != Precision::kFp32;
+  MEMWALL_ASSIGN_OR_RETURN(
+      storage_, models::BindFlatStorage(model_, device_, true,
+                                        half ? MemoryTag::kParams16 : MemoryTag::kMasterParams));
+  const size_t bytes = static_cast<size_t>(storage_.numel) * sizeof(float);
+  MEMWALL_RETURN_IF_ERROR(model_.Initialize(options_.seed, device_));
+  Stream& s = device_.compute_stream();
+  if (half) {
+    MEMWALL_ASSIGN_OR_RETURN(master_, device_.Allocate(bytes, MemoryTag::kMasterParams));
+    MEMWALL_ASSIGN_OR_RETURN(half_, device_.Allocate(storage_.numel * 2, MemoryTag::kWorkspace));
+    MEMWALL_RETURN_IF_ERROR(s.Copy(master_.data(), storage_.values.data(), bytes));
+  }
+  MEMWALL_ASSIGN_OR_RETURN(m_, device_.Allocate(bytes, MemoryTag::kOptimizerStates));
+  MEMWALL_ASSIGN_OR_RETURN(v_, device_.Allocate(bytes, MemoryTag::kOptimizerStates));
+  MEMWALL_ASSIGN_OR_RETURN(norm_, device_.Allocate(2 * sizeof(float), MemoryTag::kWorkspace));
+  MEMWALL_ASSIGN_OR_RETURN(loss_, device_.Allocate(2 * sizeof(float), MemoryTag::kCommBuffers));
+  MEMWALL_RETURN_IF_ERROR(s.Memset(m_.data(), 0, bytes));
+  MEMWALL_RETURN_IF_ERROR(s.Memset(v_.data(), 0, bytes));
+  MEMWALL_RETURN_IF_ERROR(RefreshComputeCopy());
+  return s.Synchronize();
+}
+
+absl::Status Trainer::RefreshComputeCopy() {
+  if (options_.precision == Precision::kFp32) return absl::OkStatus();
+  Stream& s = device_.compute_stream();
+  const Tensor half = Tensor::Flat(half_.data(), HalfType(options_.precision), storage_.numel, &device_);
+  MEMWALL_RETURN_IF_ERROR(ops::Cast(FlatF32(master_, device_), half, s));
+  return ops::Cast(half, storage_.Values(device_), s);
+}
+
+absl::StatusOr<std::vector<float>> Trainer::MasterWeights() {
+  std::vector<float> out(storage_.numel);
+  const Buffer& master = options_.precision == Precision::kFp32 ? storage_.values : master_;
+  Stream& s = device_.compute_stream();
+  MEMWALL_RETURN_IF_ERROR(s.Copy(out.data(), master.data(), out.size() * sizeof(float)));
+  MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+  return out;
+}
+
+float Trainer::LearningRate(int64_t step) const {
+  const double lr = options_.adam.lr;
+  if (step <= options_.warmup_steps) return static_cast<float>(lr * step / (options_.warmup_steps + 1));
+  if (options_.decay_steps <= options_.warmup_steps) return static_cast<float>(lr);
+  const double progress = std::min(1.0, double(step - options_.warmup_steps) /
+                                            double(options_.decay_steps - options_.warmup_steps));
+  const double cosine = 0.5 * (1.0 + std::cos(3.141592653589793 * progress));
+  return static_cast<float>(lr * (options_.min_lr_ratio + (1.0 - options_.min_lr_ratio) * cosine));
+}
+
+absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
+  const auto start = std::chrono::steady_clock::now();
+  const models::BatchLayout layout{options_.seq, options_.micro_batch, options_.accumulation,
+                                   comm_.world_size()};
+  MEMWALL_RETURN_IF_ERROR(models::ValidateLayout(data, layout));
+  if (data.vocab() > model_.config().vocab()) {
+    return absl::InvalidArgumentError(absl::StrCat(data.description(), " has a vocabulary of ",
+                                                   data.vocab(), "; the model's is ",
+                                                   model_.config().vocab()));
+  }
+  Stream& s = device_.compute_stream();
+  const Tensor grads = storage_.Grads(device_);
+  MEMWALL_RETURN_IF_ERROR(s.Memset(grads.data(), 0, grads.bytes()));
+
+  // Forward and backward over this rank's micro-batches.
+  const int64_t global_tokens = layout.global_batch() * options_.seq;
+  const float grad_scale = loss_scale_ / static_cast<float>(global_tokens);
+  std::vector<int32_t> ids(options_.micro_batch * options_.seq), targets(ids.size());
+  models::LossSum local;
+  for (int64_t micro = 0; micro < options_.accumulation; ++micro) {
+    MEMWALL_RETURN_IF_ERROR(models::FillMicroBatch(data, layout, step_, comm_.rank(), micro,
+                                                   ids.data(), targets.data()));
+    MEMWALL_ASSIGN_OR_RETURN(models::LossSum part,
+                             model_.ForwardBackward(device_, ids.data(), targets.data(),
+                                                    options_.micro_batch, options_.seq,
+                                                    grad_scale, true));
+    local.sum += part.sum;
+    local.tokens += part.tokens;
+  }
+  // 16-bit gradients: round (fp16 overflow shows up as inf).
+  if (options_.precision != Precision::kFp32) {
+    const Tensor half = Tensor::Flat(half_.data(), HalfType(options_.precision), storage_.numel, &device_);
+    MEMWALL_RETURN_IF_ERROR(ops::Cast(grads, half, s));
+    MEMWALL_RETURN_IF_ERROR(ops::Cast(half, grads, s));
+  }
+  // Data parallelism: sum gradients and the loss over ranks.
+  MEMWALL_RETURN_IF_ERROR(comm_.AllReduce(grads, grads, ReduceOp::kSum, s));
+  const float loss_host[2] = {static_cast<float>(local.sum), static_cast<float>(local.tokens)};
+  MEMWALL_RETURN_IF_ERROR(s.Copy(loss_.data(), loss_host, sizeof(loss_host)));
+  const Tensor loss = FlatF32(loss_, device_);
+  MEMWALL_RETURN_IF_ERROR(comm_.AllReduce(loss, loss, ReduceOp::kSum, s));
+  // Global norm and overflow flag in one pass.
+  MEMWALL_RETURN_IF_ERROR(ops::SquaredNorm(grads, FlatF32(norm_, device_), false, s));
+  float norm_host[2], loss_sum[2];
+  MEMWALL_RETURN_IF_ERROR(s.Copy(norm_host, norm_.data(), sizeof(norm_host)));
+  MEMWALL_RETURN_IF_ERROR(s.Copy(loss_sum, loss_.data(), sizeof(loss_sum)));
+  MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+
+  ++step_;
+  StepStats stats;
+  stats.step = step_;
+  stats.loss = loss_sum[1] > 0 ? double(loss_sum[0]) / double(loss_sum[1]) : 0.0;
+  stats.loss_scale = loss_scale_;
+  stats.lr = LearningRate(step_);
+  stats.tokens = global_tokens;
+  const bool overflow = norm_host[1] != 0.0f || !std::isfinite(norm_host[0]);
+  stats.grad_norm = std::sqrt(double(norm_host[0])) / loss_scale_;
+  if (overflow) {
+    stats.skipped = true;
+    stats.grad_norm = NAN;
+    if (options_.precision == Precision::kFp16) {
+      loss_scale_ = std::max(options_.min_loss_scale, loss_scale_ / 2);
+    }
+    clean_steps_ = 0;
+  } else {
+    const double clip = options_.clip_norm > 0 && stats.grad_norm > options_.clip_norm
+                            ? options_.clip_norm / (stats.grad_norm + 1e-6)
+                            : 1.0;
+    ++adam_step_;
+    ops::AdamOptions adam = options_.adam;
+    adam.lr = stats.lr;
+    const Buffer& master = options_.precision == Precision::kFp32 ? storage_.values : master_;
+    MEMWALL_RETURN_IF_ERROR(ops::AdamStep(FlatF32(master, device_), grads, FlatF32(m_, device_),
+                                          FlatF32(v_, device_), adam, adam_step_,
+                                          static_cast<float>(clip / loss_scale_), s));
+    MEMWALL_RETURN_IF_ERROR(RefreshComputeCopy());
+    MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+    if (options_.precision == Precision::kFp16 &&
+        ++clean_steps_ >= options_.loss_scale_growth_interval) {
+      loss_scale_ *= 2;
+      clean_steps_ = 0;
+    }
+  }
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats.tokens_per_second = double(global_tokens) / stats.seconds;
+  const double forward = models::ForwardFlopsPerToken(model_.config(), options_.seq);
+  const double rank_tokens = double(global_tokens) / comm_.world_size();
+  stats.tflops = 3.0 * forward * rank_tokens / stats.seconds / 1e12;
+  stats.recompute_tflops = model_.config().activation_checkpointing()
+                               ? forward * rank_tokens / stats.seconds / 1e12
+                               : 0.0;
+  return stats;
+}
+
+std::string Trainer::LogLine(const StepStats& st) const {
+  std::string line = absl::StrFormat("step %d | loss %.4f | lr %.2e | grad norm %.3f", st.step,
+                                     st.loss, st.lr, st.grad_norm);
+  if (options_.precision == Precision::kFp16) absl::StrAppendFormat(&line, " | scale %g", st.loss_scale);
+  if (st.skipped) line += " | SKIPPED (inf/NaN gradients)";
+  absl::StrAppendFormat(&line, " | %.0f tokens/s | %.3f TFLOPS", st.tokens_per_second, st.tflops);
+  if (st.recompute_tflops > 0) absl::StrAppendFormat(&line, " (+%.3f recompute)", st.recompute_tflops);
+  absl::StrAppendFormat(&line, " | %.3f s", st.seconds);
+  return line;
+}
+
+}  // namespace memwall::zero

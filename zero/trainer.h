@@ -1,0 +1,129 @@
+// The data-parallel trainer. This slice is ZeRO stage 0: every rank holds
+// all parameters, gradients and optimizer states (the "PyTorch DDP" baseline
+// of the papers, ZeRO Sec. 3); stages 1-3 partition them (issue 5).
+//
+// One step (ARCHITECTURE.md, "One training step"):
+//   grads = 0
+//   for each of `accumulation` micro-batches:
+//     forward + backward, loss scaled by loss_scale / (global batch tokens)
+//   16-bit modes: gradients rounded to the 16-bit format (an fp16 overflow
+//     becomes inf here, as it would in fp16 gradient buffers)
+//   all-reduce(sum) of the gradients over the data-parallel ranks
+//   global gradient norm and inf/NaN flag (one fused pass)
+//   overflow: skip the step; fp16 halves the loss scale
+//   otherwise: Adam/AdamW on fp32 master weights with
+//     grad_scale = min(1, clip / norm) / loss_scale, then the compute copy
+//     of the parameters is refreshed (rounded to 16 bits in 16-bit modes)
+//   fp16: after `growth_interval` clean steps in a row the scale doubles
+//
+// [Note: 16-bit storage at stage 0]
+// The model computes in fp32. In bf16/fp16 modes the parameters it sees are
+// the master weights rounded to the 16-bit format, and the gradients are
+// rounded the same way before the all-reduce, so the numerics (and fp16
+// overflow) are those of 16-bit parameters and gradients. The buffers
+// themselves are fp32 at stage 0: the 2-byte storage that the ZeRO memory
+// formulas count arrives with the partitioned stages.
+#ifndef MEMWALL_ZERO_TRAINER_H_
+#define MEMWALL_ZERO_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "models/data.h"
+#include "models/flat_storage.h"
+#include "models/gpt.h"
+#include "ops/ops.h"
+#include "runtime/communicator.h"
+#include "runtime/device.h"
+
+namespace memwall::zero {
+
+enum class Precision { kFp32, kBf16, kFp16 };
+absl::string_view PrecisionName(Precision p);  // "fp32", "bf16", "fp16"
+absl::StatusOr<Precision> ParsePrecision(absl::string_view name);
+
+struct TrainerOptions {
+  int64_t seq = 128;
+  int64_t micro_batch = 1;   // sequences per micro-batch per rank
+  int64_t accumulation = 1;  // micro-batches per step per rank
+  Precision precision = Precision::kBf16;
+  ops::AdamOptions adam;
+  // Learning rate: linear warmup from 0 over warmup_steps, then cosine decay
+  // to min_lr_ratio * lr at decay_steps (no decay when decay_steps = 0).
+  int64_t warmup_steps = 0;
+  int64_t decay_steps = 0;
+  float min_lr_ratio = 0.1f;
+  float clip_norm = 1.0f;  // 0 disables clipping
+  // fp16 dynamic loss scaling.
+  float initial_loss_scale = 65536.0f;
+  int64_t loss_scale_growth_interval = 1000;
+  float min_loss_scale = 1.0f;
+  uint64_t seed = 1234;
+};
+
+absl::Status ValidateOptions(const TrainerOptions& options);
+
+struct StepStats {
+  int64_t step = 0;        // 1-based, counts skipped steps too
+  double loss = 0;         // mean over the global batch's tokens
+  float lr = 0;
+  double grad_norm = 0;    // before clipping, unscaled
+  bool skipped = false;    // inf/NaN gradients
+  float loss_scale = 1;    // the scale this step used
+  double seconds = 0;
+  int64_t tokens = 0;      // global batch tokens
+  double tokens_per_second = 0;  // global
+  double tflops = 0;             // per rank: 6 N + attention, per token
+  double recompute_tflops = 0;   // per rank: the extra forward of checkpointing
+};
+
+class Trainer {
+ public:
+  // Binds the model's parameters and gradients to this trainer's buffers
+  // on `device` and initializes them from options.seed.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(models::Gpt& model, Device& device,
+                                                         Communicator& comm,
+                                                         const TrainerOptions& options);
+  ~Trainer();
+
+  // One optimizer step over the next global batch of `data`.
+  absl::StatusOr<StepStats> Step(const models::TokenSource& data);
+  // "step 12 | loss 2.3456 | lr 3.00e-04 | ...": the per-step log line.
+  std::string LogLine(const StepStats& stats) const;
+
+  int64_t steps_done() const { return step_; }
+  float loss_scale() const { return loss_scale_; }
+  const models::FlatStorage& storage() const { return storage_; }
+  // The fp32 master weights on the host (tests, export).
+  absl::StatusOr<std::vector<float>> MasterWeights();
+  // Copies the master weights into the model's compute copy (after an
+  // import into the master buffer, for instance).
+  absl::Status RefreshComputeCopy();
+
+ private:
+  Trainer(models::Gpt& model, Device& device, Communicator& comm, const TrainerOptions& options);
+  absl::Status Allocate();
+  float LearningRate(int64_t step) const;
+
+  models::Gpt& model_;
+  Device& device_;
+  Communicator& comm_;
+  TrainerOptions options_;
+  models::FlatStorage storage_;  // values: the compute copy; grads: gradients
+  Buffer master_;                // fp32 master weights (16-bit modes)
+  Buffer m_, v_;                 // Adam moments
+  Buffer half_;                  // 16-bit staging for rounding
+  Buffer norm_;                  // [sum of squares, inf/NaN flag]
+  Buffer loss_;                  // [loss sum, tokens] for the all-reduce
+  int64_t step_ = 0;
+  int64_t adam_step_ = 0;        // steps actually applied (bias correction)
+  float loss_scale_ = 1.0f;
+  int64_t clean_steps_ = 0;
+};
+
+}  // namespace memwall::zero
+
+#endif  // MEMWALL_ZERO_TRAINER_H_

@@ -1,0 +1,202 @@
+// zero/ stage 0 on one process: a tiny GPT overfits a short text, gradient
+// accumulation equals a bigger batch, fp16 loss scaling skips and recovers,
+// clipping scales the update, and bad options are refused.
+#include "zero/trainer.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/cpu_device.h"
+
+namespace memwall::zero {
+namespace {
+
+models::GptConfig Tiny() {
+  models::GptConfig c;
+  c.set_name("tiny");
+  c.set_layers(2);
+  c.set_hidden(32);
+  c.set_heads(4);
+  c.set_vocab(256);
+  c.set_positions(32);
+  return c;
+}
+
+const char kText[] =
+    "the memory wall: a model's states outgrow the device that trains it. "
+    "zero partitions them; offload moves them to the host; infinity to nvme. ";
+
+struct TrainRun {
+  std::unique_ptr<Device> device = *CreateCpuDevice();
+  std::unique_ptr<Communicator> comm = CreateSingleProcessCommunicator();
+  std::unique_ptr<models::Gpt> model;
+  std::unique_ptr<Trainer> trainer;
+  TrainRun(const TrainerOptions& o, models::GptConfig c = Tiny()) {
+    model = *models::Gpt::Create(c);
+    auto t = Trainer::Create(*model, *device, *comm, o);
+    EXPECT_TRUE(t.ok()) << t.status();
+    trainer = std::move(*t);
+  }
+  StepStats Step(const models::TokenSource& data) {
+    auto st = trainer->Step(data);
+    EXPECT_TRUE(st.ok()) << st.status();
+    return st.ok() ? *st : StepStats{};
+  }
+};
+
+TrainerOptions Options(Precision p) {
+  TrainerOptions o;
+  o.seq = 32;
+  o.micro_batch = 4;
+  o.precision = p;
+  o.adam.lr = 3e-3f;
+  o.adam.weight_decay = 0.0f;
+  return o;
+}
+
+TEST(Trainer, TinyGptOverfitsAShortTextInBf16) {
+  auto text = models::ByteStringSource(kText, "text");
+  TrainRun run(Options(Precision::kBf16));
+  double first = 0, last = 0;
+  for (int step = 1; step <= 400; ++step) {
+    const StepStats st = run.Step(*text);
+    if (step == 1) first = st.loss;
+    last = st.loss;
+    ASSERT_FALSE(st.skipped) << run.trainer->LogLine(st);
+  }
+  // Uniform over 256 bytes is ln 256 = 5.55; the text has ~30 distinct bytes
+  // and repeats, so a model that memorizes it goes far below 1 nat.
+  EXPECT_NEAR(first, std::log(256.0), 0.1);
+  EXPECT_LT(last, 0.25) << "loss after 400 steps";
+}
+
+TEST(Trainer, GradientAccumulationEqualsOneBiggerBatch) {
+  auto text = models::ByteStringSource(kText, "text");
+  std::vector<std::vector<float>> weights;
+  std::vector<std::vector<double>> losses;
+  for (auto [micro_batch, accumulation] : {std::pair<int64_t, int64_t>{4, 1}, {1, 4}, {2, 2}}) {
+    TrainerOptions o = Options(Precision::kFp32);
+    o.micro_batch = micro_batch;
+    o.accumulation = accumulation;
+    TrainRun run(o);
+    losses.emplace_back();
+    for (int step = 0; step < 3; ++step) losses.back().push_back(run.Step(*text).loss);
+    weights.push_back(*run.trainer->MasterWeights());
+  }
+  for (size_t k = 1; k < weights.size(); ++k) {
+    for (int step = 0; step < 3; ++step) EXPECT_NEAR(losses[k][step], losses[0][step], 1e-5 * losses[0][step]);
+    // Same tokens, summed in another order: fp32 rounding only. Adam divides
+    // by sqrt(v), so a relative gradient error e moves a weight by ~ lr * e.
+    for (size_t i = 0; i < weights[0].size(); ++i) {
+      ASSERT_NEAR(weights[k][i], weights[0][i], 1e-5) << "layout " << k << " weight " << i;
+    }
+  }
+}
+
+TEST(Trainer, Fp16LossScalingSkipsOverflowsHalvesAndGrows) {
+  auto text = models::ByteStringSource(kText, "text");
+  TrainerOptions o = Options(Precision::kFp16);
+  o.initial_loss_scale = 1e30f;  // gradients * 1e30 overflow fp16 at once
+  o.loss_scale_growth_interval = 3;
+  TrainRun run(o);
+  const std::vector<float> before = *run.trainer->MasterWeights();
+  const StepStats first = run.Step(*text);
+  EXPECT_TRUE(first.skipped);
+  EXPECT_EQ(run.trainer->loss_scale(), 5e29f);
+  EXPECT_EQ(*run.trainer->MasterWeights(), before) << "a skipped step must not move the weights";
+  int skipped = 1, applied = 0;
+  float scale_when_clean = 0;
+  for (int i = 0; i < 200 && applied < 3; ++i) {
+    const StepStats st = run.Step(*text);
+    if (st.skipped) {
+      ++skipped;
+    } else {
+      if (applied == 0) scale_when_clean = st.loss_scale;
+      ++applied;
+    }
+  }
+  ASSERT_EQ(applied, 3);
+  // The scale halved once per overflow until gradients fit in fp16 ...
+  EXPECT_FLOAT_EQ(scale_when_clean, 1e30f / std::pow(2.0f, float(skipped)));
+  // ... and doubled after 3 clean steps in a row.
+  EXPECT_FLOAT_EQ(run.trainer->loss_scale(), 2 * scale_when_clean);
+  EXPECT_NE(*run.trainer->MasterWeights(), before);
+}
+
+TEST(Trainer, Bf16AndFp16TrackFp32) {
+  auto text = models::ByteStringSource(kText, "text");
+  std::vector<double> ref;
+  TrainRun fp32(Options(Precision::kFp32));
+  for (int i = 0; i < 30; ++i) ref.push_back(fp32.Step(*text).loss);
+  for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+    TrainerOptions o = Options(p);
+    o.initial_loss_scale = 1024;
+    TrainRun run(o);
+    for (int i = 0; i < 30; ++i) {
+      const StepStats st = run.Step(*text);
+      // 16-bit rounding of weights and gradients perturbs the trajectory a
+      // little: within 3% of the fp32 loss over these 30 steps.
+      EXPECT_NEAR(st.loss, ref[i], 0.03 * ref[i]) << PrecisionName(p) << " step " << i + 1;
+    }
+  }
+}
+
+TEST(Trainer, ClippingScalesTheUpdate) {
+  auto text = models::ByteStringSource(kText, "text");
+  // With eps >> |g|, Adam's first step is lr * g / eps: linear in g, so the
+  // clipped step is the unclipped one times clip / norm.
+  TrainerOptions o = Options(Precision::kFp32);
+  o.adam.eps = 1e4f;
+  o.adam.lr = 100.0f;  // so that lr * g / eps is far above fp32 rounding of the weights
+  o.clip_norm = 0;
+  TrainRun free_run(o);
+  o.clip_norm = 1e-2f;
+  TrainRun clipped(o);
+  const std::vector<float> w0 = *free_run.trainer->MasterWeights();
+  const StepStats a = free_run.Step(*text);
+  const StepStats b = clipped.Step(*text);
+  EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-6 * a.grad_norm) << "the norm is reported before clipping";
+  ASSERT_GT(a.grad_norm, 1e-2);
+  const std::vector<float> wa = *free_run.trainer->MasterWeights(), wb = *clipped.trainer->MasterWeights();
+  double da = 0, db = 0;
+  for (size_t i = 0; i < w0.size(); ++i) {
+    da += std::fabs(wa[i] - w0[i]);
+    db += std::fabs(wb[i] - w0[i]);
+  }
+  EXPECT_NEAR(db / da, 1e-2 / a.grad_norm, 0.01 * 1e-2 / a.grad_norm);
+}
+
+TEST(Trainer, LogLineCarriesStepLossLrAndThroughput) {
+  auto text = models::ByteStringSource(kText, "text");
+  TrainerOptions o = Options(Precision::kFp16);
+  TrainRun run(o);
+  const StepStats st = run.Step(*text);
+  const std::string line = run.trainer->LogLine(st);
+  for (const char* part : {"step 1 | loss ", " | lr ", " | grad norm ", "tokens/s", "TFLOPS", "scale "}) {
+    EXPECT_NE(line.find(part), std::string::npos) << part << " missing from: " << line;
+  }
+  EXPECT_EQ(st.tokens, 4 * 32);
+  EXPECT_GT(st.tflops, 0);
+}
+
+TEST(Trainer, RefusesBadOptionsNamingTheField) {
+  TrainerOptions o = Options(Precision::kFp32);
+  o.accumulation = 0;
+  EXPECT_NE(ValidateOptions(o).message().find("accumulation = 0 must be > 0"), std::string::npos);
+  o = Options(Precision::kFp32);
+  o.adam.beta2 = 1.5f;
+  EXPECT_NE(ValidateOptions(o).message().find("adam.beta2 = 1.5"), std::string::npos);
+  o = Options(Precision::kFp32);
+  o.seq = 64;
+  auto device = *CreateCpuDevice();
+  auto comm = CreateSingleProcessCommunicator();
+  auto model = *models::Gpt::Create(Tiny());
+  auto t = Trainer::Create(*model, *device, *comm, o);
+  EXPECT_NE(t.status().message().find("seq = 64 exceeds the model's 32 positions"), std::string::npos);
+  EXPECT_EQ(ParsePrecision("fp8").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace memwall::zero
