@@ -1,0 +1,138 @@
+// Forward + backward throughput of GPT models.
+//
+// BM_GptCpu: the "cpu_benchmark" config (4 layers, hidden 256, byte
+//   vocabulary), 4 sequences of 256 tokens, on the CpuDevice. Counters:
+//   tokens_per_second, model_gflops (3 x forward FLOPs per token, as the
+//   papers count), and fraction_of_gemm: model_gflops / the GFLOPS of the
+//   model's own largest GEMM shape (tokens x d x 4d) measured in the same
+//   run, interleaved round by round (the physical bound for this machine's
+//   BLAS, so the ratio is what the non-GEMM work costs).
+// BM_GptCuda/<config>: gpt_125m, gpt_350m, gpt_1.3b at sequence 1024 on GPU
+//   0: achieved TFLOPS and peak device memory (skipped without a GPU).
+//
+//   ./bazelw run //models:gpt_benchmark
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "models/flat_storage.h"
+#include "models/gpt.h"
+#include "ops/ops.h"
+#include "runtime/cpu_device.h"
+#include "runtime/cuda_device.h"
+#include "runtime/status.h"
+
+namespace memwall::models {
+namespace {
+
+template <typename Fn>
+double Seconds(Fn fn) {
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+GptConfig Config(const std::string& name) {
+  auto list = LoadConfigs("models/configs/gpt.textproto");
+  if (!list.ok()) return GptConfig();
+  auto c = FindConfig(*list, name);
+  return c.ok() ? *c : GptConfig();
+}
+
+struct Setup {
+  std::unique_ptr<Gpt> model;
+  FlatStorage storage;
+  std::vector<int32_t> ids, targets;
+};
+
+absl::StatusOr<Setup> Prepare(Device& device, const GptConfig& c, int64_t batch, int64_t seq) {
+  Setup s;
+  MEMWALL_ASSIGN_OR_RETURN(s.model, Gpt::Create(c));
+  MEMWALL_ASSIGN_OR_RETURN(s.storage, BindFlatStorage(*s.model, device, true));
+  MEMWALL_RETURN_IF_ERROR(s.model->Initialize(1, device));
+  std::mt19937 gen(1);
+  s.ids.resize(batch * seq);
+  s.targets.resize(batch * seq);
+  for (auto& x : s.ids) x = static_cast<int32_t>(gen() % c.vocab());
+  for (auto& x : s.targets) x = static_cast<int32_t>(gen() % c.vocab());
+  return s;
+}
+
+void BM_GptCpu(benchmark::State& state) {
+  const GptConfig c = Config("cpu_benchmark");
+  const int64_t batch = 4, seq = 256;
+  auto device = *CreateCpuDevice();
+  auto setup = Prepare(*device, c, batch, seq);
+  if (!setup.ok()) return state.SkipWithError(std::string(setup.status().message()).c_str());
+  auto step = [&] {
+    (void)setup->model->ForwardBackward(*device, setup->ids.data(), setup->targets.data(), batch,
+                                        seq, 1.0f / (batch * seq), true);
+  };
+  for (auto _ : state) step();
+  // Baseline: the MLP's c_fc GEMM, (tokens, d) x (d, 4d), fp32 on the same device.
+  const int64_t m = batch * seq, k = c.hidden(), n = 4 * c.hidden();
+  std::vector<float> a(m * k, 0.5f), b(k * n, 0.25f), out(m * n);
+  const Tensor ta(a.data(), DType::kF32, {m, k}), tb(b.data(), DType::kF32, {k, n}),
+      tc(out.data(), DType::kF32, {m, n});
+  Stream& s = device->compute_stream();
+  std::vector<double> t_model, t_gemm;
+  for (int round = 0; round < 5; ++round) {
+    t_gemm.push_back(Seconds([&] {
+      for (int i = 0; i < 8; ++i) (void)ops::Matmul(ta, false, tb, false, tc, 1.0f, 0.0f, s);
+      (void)s.Synchronize();
+    }) / 8);
+    t_model.push_back(Seconds(step));
+  }
+  const double tokens = double(batch * seq);
+  const double model_flops = 3.0 * ForwardFlopsPerToken(c, seq) * tokens;
+  const double model_gflops = model_flops / Median(t_model) / 1e9;
+  const double gemm_gflops = 2.0 * m * k * n / Median(t_gemm) / 1e9;
+  state.counters["tokens_per_second"] = tokens / Median(t_model);
+  state.counters["model_gflops"] = model_gflops;
+  state.counters["gemm_gflops"] = gemm_gflops;
+  state.counters["fraction_of_gemm"] = model_gflops / gemm_gflops;
+  state.counters["parameters"] = double(CountParameters(c));
+}
+BENCHMARK(BM_GptCpu)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
+
+void BM_GptCuda(benchmark::State& state, const std::string& name, int64_t batch) {
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) return state.SkipWithError(("needs a GPU: " + reason).c_str());
+  const GptConfig c = Config(name);
+  const int64_t seq = 1024;
+  auto device = *CreateCudaDevice();
+  auto setup = Prepare(*device, c, batch, seq);
+  if (!setup.ok()) return state.SkipWithError(std::string(setup.status().message()).c_str());
+  auto step = [&] {
+    auto r = setup->model->ForwardBackward(*device, setup->ids.data(), setup->targets.data(), batch,
+                                           seq, 1.0f / (batch * seq), true);
+    if (!r.ok()) state.SkipWithError(std::string(r.status().message()).c_str());
+  };
+  step();  // warm-up: cuBLAS handles, allocator pool
+  device->memory().account().ResetPeaks();
+  std::vector<double> times;
+  for (auto _ : state) times.push_back(Seconds(step));
+  const double tokens = double(batch * seq);
+  const double flops = 3.0 * ForwardFlopsPerToken(c, seq) * tokens;
+  state.counters["tokens_per_second"] = tokens / Median(times);
+  state.counters["tflops"] = flops / Median(times) / 1e12;
+  state.counters["recompute_tflops"] =
+      c.activation_checkpointing() ? flops / 3 / Median(times) / 1e12 : 0.0;
+  state.counters["peak_device_gib"] = double(device->memory().account().total_peak()) / (1 << 30);
+  state.counters["parameters"] = double(CountParameters(c));
+  state.SetLabel(device->name());
+}
+BENCHMARK_CAPTURE(BM_GptCuda, gpt_125m, std::string("gpt_125m"), 8)->Unit(benchmark::kMillisecond)->Iterations(5)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GptCuda, gpt_350m, std::string("gpt_350m"), 8)->Unit(benchmark::kMillisecond)->Iterations(5)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GptCuda, gpt_1_3b, std::string("gpt_1.3b"), 4)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
+
+}  // namespace
+}  // namespace memwall::models
