@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "ops/gradcheck_testing.h"
 #include "ops/kernels.h"
 #include "ops/ops.h"
 #include "runtime/cpu_device.h"
@@ -19,44 +20,10 @@
 namespace memwall::ops {
 namespace {
 
-std::vector<double> Random(size_t n, double lo, double hi, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  std::vector<double> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
-
-std::vector<double> NumericGradient(const std::function<double(const std::vector<double>&)>& f,
-                                    std::vector<double> x, double h = 1e-5) {
-  std::vector<double> g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + h;
-    const double up = f(x);
-    x[i] = saved - h;
-    const double down = f(x);
-    x[i] = saved;
-    g[i] = (up - down) / (2 * h);
-  }
-  return g;
-}
-
-double Dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-// Same tolerance argument as ops_test.cc: fp64 central differences, h = 1e-5.
-void ExpectGradientsMatch(const std::vector<double>& analytic, const std::vector<double>& numeric,
-                          const char* what) {
-  ASSERT_EQ(analytic.size(), numeric.size());
-  for (size_t i = 0; i < analytic.size(); ++i) {
-    EXPECT_NEAR(analytic[i], numeric[i], 1e-6 * std::max(1.0, std::fabs(numeric[i])))
-        << what << "[" << i << "]";
-  }
-}
+using testing::Dot;
+using testing::ExpectGradientsMatch;
+using testing::NumericGradient;
+using testing::Random;
 
 // ---- fp64 reference checks ------------------------------------------------
 
