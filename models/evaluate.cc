@@ -1,8 +1,8 @@
 // //models:evaluate: the mean next-token cross-entropy of a GPT-2 safetensors
 // file on a text, with the byte-level tokenizer (token id = byte value).
 //
-//   ./bazelw run //models:evaluate -- --weights=FILE.safetensors --heads=N \
-//       --text=FILE [--seq=N] [--device=auto|cpu|cuda]
+//   ./bazelw run //models:evaluate -- --weights=FILE.safetensors --heads=N
+//       --text=FILE [--seq=N] [--device=auto|cpu|cuda]      (one command line)
 //
 // The text is cut into consecutive windows of seq + 1 tokens that overlap by
 // one, so every token after the first is predicted exactly once; the last
