@@ -13,7 +13,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/str_format.h"
+#include "absl/strings/str_cat.h"
 #include "models/data.h"
 #include "models/flat_storage.h"
 #include "models/gpt.h"

@@ -169,7 +169,7 @@ struct BlockGradScratch {
 
 class AttentionModule : public Module {
  public:
-  AttentionModule(int64_t d, int64_t heads) : Module("attn"), d_(d), heads_(heads) {
+  AttentionModule(int64_t d, int64_t heads) : Module("attn"), heads_(heads) {
     c_attn_ = &AddChild(std::make_unique<Linear>("c_attn", d, 3 * d));
     c_proj_ = &AddChild(std::make_unique<Linear>("c_proj", d, d));
   }
@@ -196,7 +196,7 @@ class AttentionModule : public Module {
   }
 
  private:
-  int64_t d_, heads_;
+  int64_t heads_;
   Linear* c_attn_;
   Linear* c_proj_;
 };
@@ -231,7 +231,7 @@ class MlpModule : public Module {
 
 class Block : public Module {
  public:
-  Block(int64_t index, int64_t d, int64_t heads) : Module(absl::StrCat(index)), d_(d) {
+  Block(int64_t index, int64_t d, int64_t heads) : Module(absl::StrCat(index)) {
     ln_1_ = &AddChild(std::make_unique<LayerNormModule>("ln_1", d));
     attn_ = &AddChild(std::make_unique<AttentionModule>(d, heads));
     ln_2_ = &AddChild(std::make_unique<LayerNormModule>("ln_2", d));
@@ -269,7 +269,6 @@ class Block : public Module {
   }
 
  private:
-  int64_t d_;
   LayerNormModule* ln_1_;
   AttentionModule* attn_;
   LayerNormModule* ln_2_;

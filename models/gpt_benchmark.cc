@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "tools/bench_timing.h"
 #include "models/flat_storage.h"
 #include "models/gpt.h"
 #include "ops/ops.h"
@@ -28,17 +29,8 @@
 namespace memwall::models {
 namespace {
 
-template <typename Fn>
-double Seconds(Fn fn) {
-  const auto start = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::Median;
+using bench::Seconds;
 
 GptConfig Config(const std::string& name) {
   auto list = LoadConfigs("models/configs/gpt.textproto");

@@ -14,22 +14,14 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "tools/bench_timing.h"
 #include "runtime/cpu_device.h"
 
 namespace memwall {
 namespace {
 
-template <typename Fn>
-double Seconds(Fn fn) {
-  const auto start = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::Median;
+using bench::Seconds;
 
 void BM_StreamCopy(benchmark::State& state) {
   const size_t bytes = static_cast<size_t>(state.range(0));

@@ -114,9 +114,8 @@ absl::Status Trainer::RefreshComputeCopy() {
 
 absl::StatusOr<std::vector<float>> Trainer::MasterWeights() {
   std::vector<float> out(storage_.numel);
-  const Buffer& master = options_.precision == Precision::kFp32 ? storage_.values : master_;
   Stream& s = device_.compute_stream();
-  MEMWALL_RETURN_IF_ERROR(s.Copy(out.data(), master.data(), out.size() * sizeof(float)));
+  MEMWALL_RETURN_IF_ERROR(s.Copy(out.data(), master().data(), out.size() * sizeof(float)));
   MEMWALL_RETURN_IF_ERROR(s.Synchronize());
   return out;
 }
@@ -202,8 +201,7 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
     ++adam_step_;
     ops::AdamOptions adam = options_.adam;
     adam.lr = stats.lr;
-    const Buffer& master = options_.precision == Precision::kFp32 ? storage_.values : master_;
-    MEMWALL_RETURN_IF_ERROR(ops::AdamStep(FlatF32(master, device_), grads, FlatF32(m_, device_),
+    MEMWALL_RETURN_IF_ERROR(ops::AdamStep(FlatF32(master(), device_), grads, FlatF32(m_, device_),
                                           FlatF32(v_, device_), adam, adam_step_,
                                           static_cast<float>(clip / loss_scale_), s));
     MEMWALL_RETURN_IF_ERROR(RefreshComputeCopy());

@@ -107,6 +107,10 @@ class Trainer {
   Trainer(models::Gpt& model, Device& device, Communicator& comm, const TrainerOptions& options);
   absl::Status Allocate();
   float LearningRate(int64_t step) const;
+  // The fp32 master weights: the compute buffer itself in fp32 mode.
+  const Buffer& master() const {
+    return options_.precision == Precision::kFp32 ? storage_.values : master_;
+  }
 
   models::Gpt& model_;
   Device& device_;
