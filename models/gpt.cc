@@ -45,25 +45,55 @@ absl::Status Unbound(const Parameter& p) {
       "for training) before the model runs"));
 }
 
-absl::Status CheckBound(Module& m, bool need_grads) {
-  for (Parameter* p : m.Parameters()) {
+// Every parameter bound, all in one floating dtype (gradients too); returns it.
+absl::StatusOr<DType> CheckBound(Module& m, bool need_grads) {
+  const std::vector<Parameter*> params = m.Parameters();
+  const DType dtype = params.front()->value.dtype();
+  for (Parameter* p : params) {
     if (p->value.data() == nullptr || p->value.numel() != p->numel()) return Unbound(*p);
     if (need_grads && (p->grad.data() == nullptr || p->grad.numel() != p->numel())) {
       return Unbound(*p);
     }
+    if (!IsFloating(p->value.dtype()) || p->value.dtype() != dtype ||
+        (need_grads && p->grad.dtype() != dtype)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "parameter ", p->name, " is bound as ", DTypeName(p->value.dtype()),
+          need_grads ? absl::StrCat(" with ", DTypeName(p->grad.dtype()), " gradients") : "",
+          "; every parameter and gradient of the model must share ", DTypeName(dtype),
+          " (of fp32, fp16, bf16)"));
+    }
   }
-  return absl::OkStatus();
+  return dtype;
+}
+
+// x (rows, cols) fp32 in the parameters' storage type: x itself for fp32,
+// else rounded into `scratch` (which holds at least rows * cols elements).
+absl::StatusOr<Tensor> ToStorage(const Tensor& x, DType dtype, const Tensor& scratch, int64_t rows,
+                                 int64_t cols, Stream& s) {
+  if (dtype == DType::kF32) return As2D(x, rows, cols);
+  const Tensor y(scratch.data(), dtype, {rows, cols}, scratch.device());
+  MEMWALL_RETURN_IF_ERROR(ops::Cast(As2D(x, rows, cols), y, s));
+  return y;
 }
 
 }  // namespace
 
+// Mixed precision: the 16-bit type of the bound parameters and two scratch
+// buffers (rows x 4 hidden each) that hold a Linear's input and output
+// gradient rounded to it, so every matmul has 16-bit operands.
+struct StorageCasts {
+  DType dtype = DType::kF32;
+  Tensor in, out;
+};
+
 // ---- Leaf modules ---------------------------------------------------------
 
-// y = x W + b, W (in, out).
+// y = x W + b, W (in, out). With 16-bit parameters, x and dy are rounded
+// to 16 bits for the matmuls (fp32 accumulation); y and dx stay fp32.
 class Linear : public Module {
  public:
-  Linear(std::string name, int64_t in, int64_t out)
-      : Module(std::move(name)), in_(in), out_(out) {
+  Linear(std::string name, int64_t in, int64_t out, const StorageCasts* casts)
+      : Module(std::move(name)), in_(in), out_(out), casts_(casts) {
     weight_ = &AddParameter("weight", {in, out});
     bias_ = &AddParameter("bias", {out});
   }
@@ -72,8 +102,8 @@ class Linear : public Module {
 
   absl::Status Forward(const Tensor& x, const Tensor& y, int64_t rows, Stream& s) {
     MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Forward(*this));
-    MEMWALL_RETURN_IF_ERROR(ops::Matmul(As2D(x, rows, in_), false, W(), false,
-                                        As2D(y, rows, out_), 1.0f, 0.0f, s));
+    MEMWALL_ASSIGN_OR_RETURN(const Tensor x_in, ToStorage(x, casts_->dtype, casts_->in, rows, in_, s));
+    MEMWALL_RETURN_IF_ERROR(ops::Matmul(x_in, false, W(), false, As2D(y, rows, out_), 1.0f, 0.0f, s));
     MEMWALL_RETURN_IF_ERROR(ops::AddBias(As2D(y, rows, out_), bias_->value, s));
     return scope.Finish();
   }
@@ -81,12 +111,14 @@ class Linear : public Module {
   absl::Status Backward(const Tensor& x, const Tensor& dy, const Tensor& dx, int64_t rows,
                         Stream& s) {
     MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Backward(*this));
-    const Tensor dy2 = As2D(dy, rows, out_);
-    MEMWALL_RETURN_IF_ERROR(ops::Matmul(As2D(x, rows, in_), true, dy2, false,
-                                        As2D(weight_->grad, in_, out_), 1.0f, 1.0f, s));
-    MEMWALL_RETURN_IF_ERROR(ops::BiasBackward(dy2, bias_->grad, s));
+    const DType dtype = casts_->dtype;
+    MEMWALL_ASSIGN_OR_RETURN(const Tensor x_in, ToStorage(x, dtype, casts_->in, rows, in_, s));
+    MEMWALL_ASSIGN_OR_RETURN(const Tensor dy_in, ToStorage(dy, dtype, casts_->out, rows, out_, s));
+    MEMWALL_RETURN_IF_ERROR(ops::Matmul(x_in, true, dy_in, false, As2D(weight_->grad, in_, out_),
+                                        1.0f, 1.0f, s));
+    MEMWALL_RETURN_IF_ERROR(ops::BiasBackward(As2D(dy, rows, out_), bias_->grad, s));
     if (dx.data() != nullptr) {
-      MEMWALL_RETURN_IF_ERROR(ops::Matmul(dy2, false, W(), true, As2D(dx, rows, in_), 1.0f, 0.0f, s));
+      MEMWALL_RETURN_IF_ERROR(ops::Matmul(dy_in, false, W(), true, As2D(dx, rows, in_), 1.0f, 0.0f, s));
     }
     return scope.Finish();
   }
@@ -94,6 +126,7 @@ class Linear : public Module {
  private:
   Tensor W() const { return As2D(weight_->value, in_, out_); }
   int64_t in_, out_;
+  const StorageCasts* casts_;
   Parameter* weight_;
   Parameter* bias_;
 };
@@ -169,9 +202,10 @@ struct BlockGradScratch {
 
 class AttentionModule : public Module {
  public:
-  AttentionModule(int64_t d, int64_t heads) : Module("attn"), heads_(heads) {
-    c_attn_ = &AddChild(std::make_unique<Linear>("c_attn", d, 3 * d));
-    c_proj_ = &AddChild(std::make_unique<Linear>("c_proj", d, d));
+  AttentionModule(int64_t d, int64_t heads, const StorageCasts* casts)
+      : Module("attn"), heads_(heads) {
+    c_attn_ = &AddChild(std::make_unique<Linear>("c_attn", d, 3 * d, casts));
+    c_proj_ = &AddChild(std::make_unique<Linear>("c_proj", d, d, casts));
   }
   // proj = c_proj(attention(c_attn(x))).
   absl::Status Forward(const Tensor& x, BlockActivations& a, const Tensor& proj, int64_t batch,
@@ -203,9 +237,9 @@ class AttentionModule : public Module {
 
 class MlpModule : public Module {
  public:
-  explicit MlpModule(int64_t d) : Module("mlp") {
-    c_fc_ = &AddChild(std::make_unique<Linear>("c_fc", d, 4 * d));
-    c_proj_ = &AddChild(std::make_unique<Linear>("c_proj", 4 * d, d));
+  MlpModule(int64_t d, const StorageCasts* casts) : Module("mlp") {
+    c_fc_ = &AddChild(std::make_unique<Linear>("c_fc", d, 4 * d, casts));
+    c_proj_ = &AddChild(std::make_unique<Linear>("c_proj", 4 * d, d, casts));
   }
   absl::Status Forward(const Tensor& x, BlockActivations& a, const Tensor& y, int64_t rows,
                        Stream& s) {
@@ -231,11 +265,12 @@ class MlpModule : public Module {
 
 class Block : public Module {
  public:
-  Block(int64_t index, int64_t d, int64_t heads) : Module(absl::StrCat(index)) {
+  Block(int64_t index, int64_t d, int64_t heads, const StorageCasts* casts)
+      : Module(absl::StrCat(index)) {
     ln_1_ = &AddChild(std::make_unique<LayerNormModule>("ln_1", d));
-    attn_ = &AddChild(std::make_unique<AttentionModule>(d, heads));
+    attn_ = &AddChild(std::make_unique<AttentionModule>(d, heads, casts));
     ln_2_ = &AddChild(std::make_unique<LayerNormModule>("ln_2", d));
-    mlp_ = &AddChild(std::make_unique<MlpModule>(d));
+    mlp_ = &AddChild(std::make_unique<MlpModule>(d, casts));
   }
 
   // x_out = mid + mlp(ln_2(mid)),  mid = x + attn(ln_1(x)). x_out must not alias x.
@@ -370,17 +405,22 @@ namespace {
 // The container "h" that owns the blocks h.0 ... h.{L-1}.
 class BlockList : public Module {
  public:
-  BlockList(int64_t layers, int64_t d, int64_t heads, std::vector<Block*>& out) : Module("h") {
-    for (int64_t i = 0; i < layers; ++i) out.push_back(&AddChild(std::make_unique<Block>(i, d, heads)));
+  BlockList(int64_t layers, int64_t d, int64_t heads, const StorageCasts* casts,
+            std::vector<Block*>& out)
+      : Module("h") {
+    for (int64_t i = 0; i < layers; ++i) {
+      out.push_back(&AddChild(std::make_unique<Block>(i, d, heads, casts)));
+    }
   }
 };
 }  // namespace
 
-Gpt::Gpt(const GptConfig& config) : Module(""), config_(config) {
+Gpt::Gpt(const GptConfig& config)
+    : Module(""), config_(config), casts_(std::make_unique<StorageCasts>()) {
   const int64_t d = config.hidden();
   wte_ = &AddChild(std::make_unique<EmbeddingModule>("wte", config.vocab(), d));
   wpe_ = &AddChild(std::make_unique<EmbeddingModule>("wpe", config.positions(), d));
-  AddChild(std::make_unique<BlockList>(config.layers(), d, config.heads(), blocks_));
+  AddChild(std::make_unique<BlockList>(config.layers(), d, config.heads(), casts_.get(), blocks_));
   ln_f_ = &AddChild(std::make_unique<LayerNormModule>("ln_f", d));
 }
 
@@ -392,10 +432,11 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& config) {
 }
 
 absl::Status Gpt::Initialize(uint64_t seed, Device& device) {
-  MEMWALL_RETURN_IF_ERROR(CheckBound(*this, false));
+  MEMWALL_ASSIGN_OR_RETURN(const DType dtype, CheckBound(*this, false));
   const float residual_std = 0.02f / std::sqrt(2.0f * float(config_.layers()));
   Stream& s = device.compute_stream();
   std::vector<float> host;
+  std::vector<uint16_t> half;
   for (Parameter* p : Parameters()) {
     host.resize(p->numel());
     const bool is_layer_norm = dynamic_cast<LayerNormModule*>(p->owner) != nullptr;
@@ -408,7 +449,13 @@ absl::Status Gpt::Initialize(uint64_t seed, Device& device) {
       const uint64_t key = SplitMix64(seed ^ Fnv1a(p->name));
       for (int64_t i = 0; i < p->numel(); ++i) host[i] = std * Normal(key, i);
     }
-    MEMWALL_RETURN_IF_ERROR(s.Copy(p->value.data(), host.data(), host.size() * sizeof(float)));
+    const void* src = host.data();
+    if (dtype != DType::kF32) {
+      half.resize(host.size());
+      MEMWALL_RETURN_IF_ERROR(Convert(host.data(), DType::kF32, half.data(), dtype, host.size()));
+      src = half.data();
+    }
+    MEMWALL_RETURN_IF_ERROR(s.Copy(p->value.data(), src, p->value.bytes()));
     MEMWALL_RETURN_IF_ERROR(s.Synchronize());  // `host` is reused
   }
   return absl::OkStatus();
@@ -437,7 +484,7 @@ absl::StatusOr<std::vector<float>> Gpt::Logits(Device& device, const int32_t* id
 absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32_t* targets,
                                  int64_t batch, int64_t t, float grad_scale, bool backward,
                                  std::vector<float>* logits_out) {
-  MEMWALL_RETURN_IF_ERROR(CheckBound(*this, backward));
+  MEMWALL_ASSIGN_OR_RETURN(const DType dtype, CheckBound(*this, backward));
   if (batch <= 0 || t <= 0 || t > config_.positions()) {
     return absl::InvalidArgumentError(absl::StrCat("Gpt: batch ", batch, " x sequence ", t,
                                                    " needs batch > 0 and 0 < sequence <= ",
@@ -458,6 +505,12 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
   }
   Stream& s = device.compute_stream();
   Scratch scratch{device, {}};
+  casts_->dtype = dtype;
+  if (dtype != DType::kF32) {
+    for (Tensor* x : {&casts_->in, &casts_->out}) {
+      MEMWALL_ASSIGN_OR_RETURN(*x, scratch.Make({rows * 4 * d}, MemoryTag::kWorkspace, dtype));
+    }
+  }
   std::vector<int32_t> positions(rows);
   for (int64_t r = 0; r < rows; ++r) positions[r] = static_cast<int32_t>(r % t);
   MEMWALL_ASSIGN_OR_RETURN(Tensor ids_d, scratch.Make({rows}, MemoryTag::kActivations, DType::kI32));
@@ -506,6 +559,15 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
                             : std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t{1} << 26) / v));
   MEMWALL_ASSIGN_OR_RETURN(Tensor logits, scratch.Make({chunk, v}, MemoryTag::kWorkspace));
   MEMWALL_ASSIGN_OR_RETURN(Tensor losses, scratch.Make({rows}));
+  // 16-bit operands of the head's matmuls: f once, each chunk's dlogits.
+  Tensor f_in = f, dlogits_scratch;
+  if (dtype != DType::kF32) {
+    MEMWALL_ASSIGN_OR_RETURN(Tensor f_scratch, scratch.Make({rows, d}, MemoryTag::kWorkspace, dtype));
+    MEMWALL_ASSIGN_OR_RETURN(f_in, ToStorage(f, dtype, f_scratch, rows, d, s));
+    if (backward) {
+      MEMWALL_ASSIGN_OR_RETURN(dlogits_scratch, scratch.Make({chunk, v}, MemoryTag::kWorkspace, dtype));
+    }
+  }
   Tensor df;
   if (backward) {
     MEMWALL_ASSIGN_OR_RETURN(df, scratch.Make({rows, d}));
@@ -516,8 +578,8 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
       const int64_t n = std::min(chunk, rows - r0);
       const Tensor lg = Rows(logits, 0, n, v);
-      MEMWALL_RETURN_IF_ERROR(ops::Matmul(Rows(f, r0, n, d), false, wte_->Table(), true, lg, 1.0f,
-                                          0.0f, s));
+      MEMWALL_RETURN_IF_ERROR(ops::Matmul(Rows(f_in, r0, n, d), false, wte_->Table(), true, lg,
+                                          1.0f, 0.0f, s));
       if (logits_out != nullptr) {
         MEMWALL_RETURN_IF_ERROR(s.Copy(logits_out->data() + r0 * v, lg.data(), lg.bytes()));
         continue;
@@ -525,10 +587,11 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
       MEMWALL_RETURN_IF_ERROR(ops::SoftmaxCrossEntropy(lg, targets_d.Slice(r0, n),
                                                        losses.Slice(r0, n), grad_scale, s));
       if (!backward) continue;
+      MEMWALL_ASSIGN_OR_RETURN(const Tensor dlogits, ToStorage(lg, dtype, dlogits_scratch, n, v, s));
       MEMWALL_RETURN_IF_ERROR(
-          ops::Matmul(lg, false, wte_->Table(), false, Rows(df, r0, n, d), 1.0f, 0.0f, s));
-      MEMWALL_RETURN_IF_ERROR(
-          ops::Matmul(lg, true, Rows(f, r0, n, d), false, wte_->GradTable(), 1.0f, 1.0f, s));
+          ops::Matmul(dlogits, false, wte_->Table(), false, Rows(df, r0, n, d), 1.0f, 0.0f, s));
+      MEMWALL_RETURN_IF_ERROR(ops::Matmul(dlogits, true, Rows(f_in, r0, n, d), false,
+                                          wte_->GradTable(), 1.0f, 1.0f, s));
     }
     MEMWALL_RETURN_IF_ERROR(head_scope.Finish());
   }

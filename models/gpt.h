@@ -13,8 +13,12 @@
 // parameter name, index), so any partition of the parameters initializes
 // identically.
 //
-// The model computes on one Device's compute stream in fp32; parameter and
-// gradient storage is bound by the engine (models/module.h).
+// The model computes on one Device's compute stream; parameter and gradient
+// storage is bound by the engine (models/module.h). Activations are fp32.
+// Parameters and gradients are bound as fp32 or, for mixed precision, all
+// as fp16 or all as bf16; then every matmul takes 16-bit operands with fp32
+// accumulation (each Linear rounds its input, and in backward its output
+// gradient, to 16 bits first), and each gradient accumulation rounds once.
 #ifndef MEMWALL_MODELS_GPT_H_
 #define MEMWALL_MODELS_GPT_H_
 
@@ -57,6 +61,7 @@ class Linear;
 class LayerNormModule;
 class EmbeddingModule;
 class Block;
+struct StorageCasts;
 
 // Sum of per-token losses over the tokens whose target is >= 0.
 struct LossSum {
@@ -94,6 +99,7 @@ class Gpt : public Module {
                               std::vector<float>* logits_out);
 
   GptConfig config_;
+  std::unique_ptr<StorageCasts> casts_;  // mixed-precision scratch, set per pass
   EmbeddingModule* wte_;
   EmbeddingModule* wpe_;
   std::vector<Block*> blocks_;

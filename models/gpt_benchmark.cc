@@ -7,8 +7,12 @@
 //   model's own largest GEMM shape (tokens x d x 4d) measured in the same
 //   run, interleaved round by round (the physical bound for this machine's
 //   BLAS, so the ratio is what the non-GEMM work costs).
-// BM_GptCuda/<config>: gpt_125m, gpt_350m, gpt_1.3b at sequence 1024 on GPU
-//   0: achieved TFLOPS and peak device memory (skipped without a GPU).
+// BM_GptCuda/<config>_<dtype>: gpt_125m, gpt_350m, gpt_1.3b at sequence
+//   1024 on GPU 0, parameters and gradients in bf16 (16-bit matmuls on
+//   tensor cores, the trainer's default) and in fp32 (no TF32): achieved
+//   TFLOPS, peak device memory, and fraction_of_gemm against the same
+//   dtype's c_fc GEMM (tokens x d x 4d) measured in the same run (skipped
+//   without a GPU).
 //
 //   ./bazelw run //models:gpt_benchmark
 #include <algorithm>
@@ -17,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "tools/bench_timing.h"
 #include "models/flat_storage.h"
@@ -45,10 +50,12 @@ struct Setup {
   std::vector<int32_t> ids, targets;
 };
 
-absl::StatusOr<Setup> Prepare(Device& device, const GptConfig& c, int64_t batch, int64_t seq) {
+absl::StatusOr<Setup> Prepare(Device& device, const GptConfig& c, int64_t batch, int64_t seq,
+                              DType dtype = DType::kF32) {
   Setup s;
   MEMWALL_ASSIGN_OR_RETURN(s.model, Gpt::Create(c));
-  MEMWALL_ASSIGN_OR_RETURN(s.storage, BindFlatStorage(*s.model, device, true));
+  MEMWALL_ASSIGN_OR_RETURN(s.storage, BindFlatStorage(*s.model, device, true,
+                                                      MemoryTag::kParams16, dtype));
   MEMWALL_RETURN_IF_ERROR(s.model->Initialize(1, device));
   std::mt19937 gen(1);
   s.ids.resize(batch * seq);
@@ -95,13 +102,35 @@ void BM_GptCpu(benchmark::State& state) {
 }
 BENCHMARK(BM_GptCpu)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
 
-void BM_GptCuda(benchmark::State& state, const std::string& name, int64_t batch) {
+// Seconds per (m, k) x (k, n) GEMM in `dtype` with an fp32 result, on the device.
+absl::StatusOr<double> GemmSeconds(Device& device, DType dtype, int64_t m, int64_t k, int64_t n) {
+  MEMWALL_ASSIGN_OR_RETURN(Buffer a, device.Allocate(m * k * SizeOf(dtype), MemoryTag::kWorkspace));
+  MEMWALL_ASSIGN_OR_RETURN(Buffer b, device.Allocate(k * n * SizeOf(dtype), MemoryTag::kWorkspace));
+  MEMWALL_ASSIGN_OR_RETURN(Buffer c, device.Allocate(m * n * 4, MemoryTag::kWorkspace));
+  Stream& s = device.compute_stream();
+  MEMWALL_RETURN_IF_ERROR(s.Memset(a.data(), 0x3c, a.bytes()));  // small finite values
+  MEMWALL_RETURN_IF_ERROR(s.Memset(b.data(), 0x3c, b.bytes()));
+  const Tensor ta(a.data(), dtype, {m, k}, &device), tb(b.data(), dtype, {k, n}, &device),
+      tc(c.data(), DType::kF32, {m, n}, &device);
+  MEMWALL_RETURN_IF_ERROR(ops::Matmul(ta, false, tb, false, tc, 1.0f, 0.0f, s));  // warm-up
+  MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+  std::vector<double> times;
+  for (int round = 0; round < 5; ++round) {
+    times.push_back(Seconds([&] {
+      for (int i = 0; i < 10; ++i) (void)ops::Matmul(ta, false, tb, false, tc, 1.0f, 0.0f, s);
+      (void)s.Synchronize();
+    }) / 10);
+  }
+  return Median(times);
+}
+
+void BM_GptCuda(benchmark::State& state, const std::string& name, int64_t batch, DType dtype) {
   std::string reason;
   if (CudaDeviceCount(&reason) == 0) return state.SkipWithError(("needs a GPU: " + reason).c_str());
   const GptConfig c = Config(name);
   const int64_t seq = 1024;
   auto device = *CreateCudaDevice();
-  auto setup = Prepare(*device, c, batch, seq);
+  auto setup = Prepare(*device, c, batch, seq, dtype);
   if (!setup.ok()) return state.SkipWithError(std::string(setup.status().message()).c_str());
   auto step = [&] {
     auto r = setup->model->ForwardBackward(*device, setup->ids.data(), setup->targets.data(), batch,
@@ -120,11 +149,22 @@ void BM_GptCuda(benchmark::State& state, const std::string& name, int64_t batch)
       c.activation_checkpointing() ? flops / 3 / Median(times) / 1e12 : 0.0;
   state.counters["peak_device_gib"] = double(device->memory().account().total_peak()) / (1 << 30);
   state.counters["parameters"] = double(CountParameters(c));
-  state.SetLabel(device->name());
+  auto gemm = GemmSeconds(*device, dtype, batch * seq, c.hidden(), 4 * c.hidden());
+  if (gemm.ok()) {
+    const double gemm_tflops = 2.0 * batch * seq * c.hidden() * 4 * c.hidden() / *gemm / 1e12;
+    state.counters["gemm_tflops"] = gemm_tflops;
+    state.counters["fraction_of_gemm"] = flops / Median(times) / 1e12 / gemm_tflops;
+  }
+  state.SetLabel(absl::StrCat(DTypeName(dtype), " ", device->name()));
 }
-BENCHMARK_CAPTURE(BM_GptCuda, gpt_125m, std::string("gpt_125m"), 8)->Unit(benchmark::kMillisecond)->Iterations(5)->UseRealTime();
-BENCHMARK_CAPTURE(BM_GptCuda, gpt_350m, std::string("gpt_350m"), 8)->Unit(benchmark::kMillisecond)->Iterations(5)->UseRealTime();
-BENCHMARK_CAPTURE(BM_GptCuda, gpt_1_3b, std::string("gpt_1.3b"), 4)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
+#define MEMWALL_GPT_CUDA(id, name, batch, iterations)                                   \
+  BENCHMARK_CAPTURE(BM_GptCuda, id##_bf16, std::string(name), batch, DType::kBF16)      \
+      ->Unit(benchmark::kMillisecond)->Iterations(iterations)->UseRealTime();           \
+  BENCHMARK_CAPTURE(BM_GptCuda, id##_fp32, std::string(name), batch, DType::kF32)       \
+      ->Unit(benchmark::kMillisecond)->Iterations(iterations)->UseRealTime()
+MEMWALL_GPT_CUDA(gpt_125m, "gpt_125m", 8, 5);
+MEMWALL_GPT_CUDA(gpt_350m, "gpt_350m", 8, 5);
+MEMWALL_GPT_CUDA(gpt_1_3b, "gpt_1.3b", 4, 3);
 
 }  // namespace
 }  // namespace memwall::models

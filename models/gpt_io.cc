@@ -36,10 +36,33 @@ absl::Status ExportGpt(Gpt& model, Device& device, const std::string& path) {
       return absl::FailedPreconditionError(absl::StrCat("ExportGpt: ", p.name, " has no storage bound"));
     }
     host[i].resize(p.numel());
-    MEMWALL_RETURN_IF_ERROR(s.Copy(host[i].data(), p.value.data(), p.numel() * sizeof(float)));
+    if (p.value.dtype() == DType::kF32) {
+      MEMWALL_RETURN_IF_ERROR(s.Copy(host[i].data(), p.value.data(), p.value.bytes()));
+    } else {
+      std::vector<uint16_t> half(p.numel());
+      MEMWALL_RETURN_IF_ERROR(s.Copy(half.data(), p.value.data(), p.value.bytes()));
+      MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+      MEMWALL_RETURN_IF_ERROR(Convert(half.data(), p.value.dtype(), host[i].data(), DType::kF32, half.size()));
+    }
     tensors.push_back({p.name, DType::kF32, p.shape, host[i].data()});
   }
   MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+  return WriteSafetensors(path, tensors, {{"format", "pt"}});
+}
+
+absl::Status ExportGpt(Gpt& model, const std::vector<float>& values, const std::string& path) {
+  std::vector<SafetensorsTensor> tensors;
+  size_t offset = 0;
+  for (const Parameter* p : model.Parameters()) {
+    if (offset + p->numel() > values.size()) break;
+    tensors.push_back({p->name, DType::kF32, p->shape, values.data() + offset});
+    offset += p->numel();
+  }
+  if (offset != values.size() || tensors.size() != model.Parameters().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("ExportGpt: ", values.size(),
+                                                   " values given; the model has ",
+                                                   CountParameters(model.config()), " parameters"));
+  }
   return WriteSafetensors(path, tensors, {{"format", "pt"}});
 }
 
@@ -79,11 +102,19 @@ absl::Status ImportGpt(const SafetensorsFile& file, Gpt& model, Device& device) 
   }
   Stream& s = device.compute_stream();
   std::vector<float> host;
+  std::vector<uint16_t> half;
   for (size_t i = 0; i < params.size(); ++i) {
     const SafetensorsEntry& e = *source[i];
+    const Tensor& value = params[i]->value;
     host.resize(e.numel());
     MEMWALL_RETURN_IF_ERROR(Convert(file.data(e), e.dtype, host.data(), DType::kF32, e.numel()));
-    MEMWALL_RETURN_IF_ERROR(s.Copy(params[i]->value.data(), host.data(), host.size() * sizeof(float)));
+    const void* src = host.data();
+    if (value.dtype() != DType::kF32) {
+      half.resize(host.size());
+      MEMWALL_RETURN_IF_ERROR(Convert(host.data(), DType::kF32, half.data(), value.dtype(), host.size()));
+      src = half.data();
+    }
+    MEMWALL_RETURN_IF_ERROR(s.Copy(value.data(), src, value.bytes()));
     MEMWALL_RETURN_IF_ERROR(s.Synchronize());  // `host` is reused
   }
   return absl::OkStatus();

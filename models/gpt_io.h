@@ -6,6 +6,7 @@
 #define MEMWALL_MODELS_GPT_IO_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -15,13 +16,18 @@
 
 namespace memwall::models {
 
-// Writes every parameter of `model` (bound values, fp32) to `path`, with
-// metadata {"format": "pt"} as transformers expects.
+// Writes every parameter of `model` to `path` as fp32 (bound values,
+// widened exactly when bound as 16-bit), with metadata {"format": "pt"} as
+// transformers expects.
 absl::Status ExportGpt(Gpt& model, Device& device, const std::string& path);
+// The same layout from flat fp32 host values in Module::Parameters() order
+// (a trainer's master weights, say): `values` holds every parameter, back to
+// back.
+absl::Status ExportGpt(Gpt& model, const std::vector<float>& values, const std::string& path);
 
 // Loads `file` into the model's bound values. Accepted: every parameter name,
 // optionally prefixed "transformer." (GPT2LMHeadModel.save_pretrained), in
-// F32, F16 or BF16 (converted to fp32). Ignored: "attn.bias" and
+// F32, F16 or BF16 (converted to the bound dtype, rounding to nearest even). Ignored: "attn.bias" and
 // "attn.masked_bias" mask buffers and "lm_head.weight" (tied to wte). Any
 // missing name, other extra name, wrong shape or integer dtype is an
 // InvalidArgument naming the tensor, reported before any value is written.

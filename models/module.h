@@ -36,8 +36,10 @@ struct Parameter {
   std::string name;            // full dotted name
   std::vector<int64_t> shape;  // HF GPT-2 layout (linear weights are (in, out))
   Module* owner = nullptr;
-  Tensor value;                // bound by the engine: fp32 values used by compute
-  Tensor grad;                 // bound by the engine: fp32, accumulated (+=)
+  // Bound by the engine; every parameter of a model shares one dtype (fp32,
+  // or fp16/bf16 for mixed precision), its gradient too.
+  Tensor value;                // the values compute reads
+  Tensor grad;                 // accumulated (+=) by backward
 
   int64_t numel() const {
     int64_t n = 1;

@@ -6,11 +6,44 @@
 #include <mutex>
 
 #include "ops/cuda_kernels.h"
+#include "runtime/dtype_bits.h"
 
 namespace memwall::ops::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+
+// Storage policies: P::T is what memory holds, P::Load widens it to fp32
+// exactly, P::Store rounds once (runtime/dtype_bits.h, as the CPU does).
+struct F32 {
+  using T = float;
+  __device__ static float Load(float x) { return x; }
+  __device__ static float Store(float x) { return x; }
+};
+struct F16 {
+  using T = uint16_t;
+  __device__ static float Load(uint16_t x) { return HalfToFloat(x); }
+  __device__ static uint16_t Store(float x) { return FloatToHalf(x); }
+};
+struct BF16 {
+  using T = uint16_t;
+  __device__ static float Load(uint16_t x) { return BF16ToFloat(x); }
+  __device__ static uint16_t Store(float x) { return FloatToBF16(x); }
+};
+
+// Calls fn(P{}) with the policy for `e`.
+template <typename Fn>
+int WithElem(Elem e, Fn&& fn) {
+  switch (e) {
+    case Elem::kF16: return fn(F16{});
+    case Elem::kBF16: return fn(BF16{});
+    default: return fn(F32{});
+  }
+}
+template <typename P>
+const typename P::T* As(const void* p) { return static_cast<const typename P::T*>(p); }
+template <typename P>
+typename P::T* As(void* p) { return static_cast<typename P::T*>(p); }
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
 
@@ -63,9 +96,10 @@ __device__ float BlockSum(float v, float* shared) {
 
 // One block per row: mean, then variance about the mean (two passes, as
 // ops/kernels.h), then the normalized, scaled output.
-__global__ void LayerNormForwardKernel(const float* __restrict__ x, const float* gamma,
-                                       const float* beta, float eps, float* y, float* mean,
-                                       float* rstd, int64_t d) {
+template <typename P>
+__global__ void LayerNormForwardKernel(const float* __restrict__ x, const typename P::T* gamma,
+                                       const typename P::T* beta, float eps, float* y,
+                                       float* mean, float* rstd, int64_t d) {
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
   const float* xr = x + row * d;
@@ -76,7 +110,7 @@ __global__ void LayerNormForwardKernel(const float* __restrict__ x, const float*
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) sq += (xr[j] - m) * (xr[j] - m);
   const float s = rsqrtf(BlockSum(sq, shared) / static_cast<float>(d) + eps);
   float* yr = y + row * d;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) yr[j] = (xr[j] - m) * s * gamma[j] + beta[j];
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) yr[j] = (xr[j] - m) * s * P::Load(gamma[j]) + P::Load(beta[j]);
   if (threadIdx.x == 0) {
     mean[row] = m;
     rstd[row] = s;
@@ -84,9 +118,10 @@ __global__ void LayerNormForwardKernel(const float* __restrict__ x, const float*
 }
 
 // dx, one block per row.
-__global__ void LayerNormBackwardInputKernel(const float* dy, const float* x, const float* gamma,
-                                             const float* mean, const float* rstd, float* dx,
-                                             int64_t d) {
+template <typename P>
+__global__ void LayerNormBackwardInputKernel(const float* dy, const float* x,
+                                             const typename P::T* gamma, const float* mean,
+                                             const float* rstd, float* dx, int64_t d) {
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
   const float* xr = x + row * d;
@@ -94,7 +129,7 @@ __global__ void LayerNormBackwardInputKernel(const float* dy, const float* x, co
   const float m = mean[row], s = rstd[row];
   float g_sum = 0.0f, gx_sum = 0.0f;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-    const float g = dyr[j] * gamma[j];
+    const float g = dyr[j] * P::Load(gamma[j]);
     g_sum += g;
     gx_sum += g * (xr[j] - m) * s;
   }
@@ -103,15 +138,16 @@ __global__ void LayerNormBackwardInputKernel(const float* dy, const float* x, co
   float* dxr = dx + row * d;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
     const float xhat = (xr[j] - m) * s;
-    dxr[j] = s * (dyr[j] * gamma[j] - g_mean - xhat * gx_mean);
+    dxr[j] = s * (dyr[j] * P::Load(gamma[j]) - g_mean - xhat * gx_mean);
   }
 }
 
 // dgamma, dbeta: one thread per column sums over rows in order (no atomics:
 // deterministic), accumulating into the existing gradients.
+template <typename P>
 __global__ void LayerNormBackwardParamsKernel(const float* dy, const float* x, const float* mean,
-                                              const float* rstd, float* dgamma, float* dbeta,
-                                              int64_t rows, int64_t d) {
+                                              const float* rstd, typename P::T* dgamma,
+                                              typename P::T* dbeta, int64_t rows, int64_t d) {
   const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (j >= d) return;
   float dg = 0.0f, db = 0.0f;
@@ -120,8 +156,8 @@ __global__ void LayerNormBackwardParamsKernel(const float* dy, const float* x, c
     dg += g * (x[r * d + j] - mean[r]) * rstd[r];
     db += g;
   }
-  dgamma[j] += dg;
-  dbeta[j] += db;
+  dgamma[j] = P::Store(P::Load(dgamma[j]) + dg);
+  dbeta[j] = P::Store(P::Load(dbeta[j]) + db);
 }
 
 // Max of `v` over the block; every thread gets the result.
@@ -194,22 +230,42 @@ cublasHandle_t HandleForCurrentDevice() {
 }
 }  // namespace
 
+namespace {
+cudaDataType_t CudaType(Elem e) {
+  switch (e) {
+    case Elem::kF16: return CUDA_R_16F;
+    case Elem::kBF16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+  }
+}
+}  // namespace
+
 // cuBLAS is column-major: a row-major (m, n) matrix is its (n, m) transpose,
 // so row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, i.e.
-// one cublasSgemm with A and B swapped.
-int Sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
-          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-          int64_t ldc, void* stream) {
+// one GEMM with A and B swapped.
+int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+         const void* a, int64_t lda, const void* b, int64_t ldb, Elem ab, float beta, void* c,
+         int64_t ldc, Elem c_type, void* stream) {
   if (m == 0 || n == 0) return 0;
   cublasHandle_t handle = HandleForCurrentDevice();
   if (handle == nullptr) return kCublasError;
   if (cublasSetStream(handle, static_cast<cudaStream_t>(stream)) != CUBLAS_STATUS_SUCCESS) {
     return kCublasError;
   }
-  const cublasStatus_t st = cublasSgemm(
-      handle, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-      static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
-      static_cast<int>(ldb), a, static_cast<int>(lda), &beta, c, static_cast<int>(ldc));
+  const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasStatus_t st;
+  if (ab == Elem::kF32) {
+    st = cublasSgemm(handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
+                     static_cast<int>(k), &alpha, static_cast<const float*>(b),
+                     static_cast<int>(ldb), static_cast<const float*>(a), static_cast<int>(lda),
+                     &beta, static_cast<float*>(c), static_cast<int>(ldc));
+  } else {
+    st = cublasGemmEx(handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
+                      static_cast<int>(k), &alpha, b, CudaType(ab), static_cast<int>(ldb), a,
+                      CudaType(ab), static_cast<int>(lda), &beta, c, CudaType(c_type),
+                      static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  }
   return st == CUBLAS_STATUS_SUCCESS ? 0 : kCublasError;
 }
 
@@ -231,26 +287,33 @@ int Add(const float* a, const float* b, float* y, int64_t n, void* stream) {
   return Launched();
 }
 
-int LayerNormForward(const float* x, const float* gamma, const float* beta, float eps, float* y,
-                     float* mean, float* rstd, int64_t rows, int64_t d, void* stream) {
+int LayerNormForward(const float* x, const void* gamma, const void* beta, Elem p, float eps,
+                     float* y, float* mean, float* rstd, int64_t rows, int64_t d, void* stream) {
   if (rows == 0) return 0;
-  LayerNormForwardKernel<<<static_cast<unsigned>(rows), kThreads, 0,
-                           static_cast<cudaStream_t>(stream)>>>(x, gamma, beta, eps, y, mean,
-                                                                rstd, d);
-  return Launched();
+  return WithElem(p, [&](auto policy) {
+    using P = decltype(policy);
+    LayerNormForwardKernel<P><<<static_cast<unsigned>(rows), kThreads, 0,
+                                static_cast<cudaStream_t>(stream)>>>(
+        x, As<P>(gamma), As<P>(beta), eps, y, mean, rstd, d);
+    return Launched();
+  });
 }
 
-int LayerNormBackward(const float* dy, const float* x, const float* gamma, const float* mean,
-                      const float* rstd, float* dx, float* dgamma, float* dbeta, int64_t rows,
-                      int64_t d, void* stream) {
+int LayerNormBackward(const float* dy, const float* x, const void* gamma, const float* mean,
+                      const float* rstd, float* dx, void* dgamma, void* dbeta, Elem p,
+                      int64_t rows, int64_t d, void* stream) {
   if (rows == 0) return 0;
   auto s = static_cast<cudaStream_t>(stream);
-  LayerNormBackwardInputKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(dy, x, gamma, mean,
-                                                                               rstd, dx, d);
-  if (int err = Launched(); err != 0) return err;
-  LayerNormBackwardParamsKernel<<<static_cast<unsigned>((d + kThreads - 1) / kThreads), kThreads,
-                                  0, s>>>(dy, x, mean, rstd, dgamma, dbeta, rows, d);
-  return Launched();
+  return WithElem(p, [&](auto policy) {
+    using P = decltype(policy);
+    LayerNormBackwardInputKernel<P><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
+        dy, x, As<P>(gamma), mean, rstd, dx, d);
+    if (int err = Launched(); err != 0) return err;
+    LayerNormBackwardParamsKernel<P>
+        <<<static_cast<unsigned>((d + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+            dy, x, mean, rstd, As<P>(dgamma), As<P>(dbeta), rows, d);
+    return Launched();
+  });
 }
 
 int SoftmaxCrossEntropy(float* logits, const int32_t* targets, float* losses, float grad_scale,
@@ -269,46 +332,76 @@ int SoftmaxCrossEntropy(float* logits, const int32_t* targets, float* losses, fl
 namespace memwall::ops::cuda {
 namespace {
 
-__global__ void EmbeddingForwardKernel(const int32_t* ids, const float* table, float* y,
+template <typename P>
+__global__ void EmbeddingForwardKernel(const int32_t* ids, const typename P::T* table, float* y,
                                        int64_t rows, int64_t v, int64_t d) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < rows * d;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / d, j = i % d;
     const int32_t id = ids[r];
-    y[i] = (id < 0 || id >= v) ? NAN : table[int64_t{id} * d + j];
+    y[i] = (id < 0 || id >= v) ? NAN : P::Load(table[int64_t{id} * d + j]);
   }
 }
 
-// Deterministic scatter-add without atomics: thread (column j, partition p)
-// owns the table entries (id, j) with id % kEmbeddingPartitions == p and adds
-// their rows in row order, so each sum has one fixed order.
-constexpr int kEmbeddingPartitions = 32;
-__global__ void EmbeddingBackwardKernel(const int32_t* ids, const float* dy, float* dtable,
-                                        int64_t rows, int64_t v, int64_t d) {
-  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  const int p = blockIdx.y;
-  if (j >= d) return;
-  for (int64_t r = 0; r < rows; ++r) {
+// Deterministic scatter-add without atomics, in two kernels. First the rows
+// that share an id are linked in row order: next[r] is the next row with
+// ids[r]'s id (-1 at the end) and head[r] marks each chain's first row.
+// Then thread (chain head r, column j) sums its chain in fp32 and adds the
+// sum to the table entry once, so every entry has one writer and one order.
+__global__ void EmbeddingChainKernel(const int32_t* ids, int64_t rows, int64_t v, int32_t* next) {
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows;
+       r += int64_t{gridDim.x} * blockDim.x) {
     const int32_t id = ids[r];
-    if (id < 0 || id >= v || id % kEmbeddingPartitions != p) continue;
-    dtable[int64_t{id} * d + j] += dy[r * d + j];
+    int64_t n = -1;
+    if (id >= 0 && id < v) {
+      for (int64_t q = r + 1; q < rows; ++q) {
+        if (ids[q] == id) {
+          n = q;
+          break;
+        }
+      }
+    }
+    next[r] = static_cast<int32_t>(n);
   }
 }
+// not_head (zeroed): each row has at most one predecessor, so no races.
+__global__ void EmbeddingHeadKernel(const int32_t* next, int64_t rows, int32_t* not_head) {
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows;
+       r += int64_t{gridDim.x} * blockDim.x) {
+    if (next[r] >= 0) not_head[next[r]] = 1;
+  }
+}
+template <typename P>
+__global__ void EmbeddingBackwardKernel(const int32_t* ids, const float* dy, const int32_t* next,
+                                        const int32_t* not_head, typename P::T* dtable,
+                                        int64_t v, int64_t d) {
+  const int64_t r = blockIdx.x;
+  const int64_t j = blockIdx.y * int64_t{blockDim.x} + threadIdx.x;
+  const int32_t id = ids[r];
+  if (j >= d || not_head[r] || id < 0 || id >= v) return;
+  float sum = 0.0f;
+  for (int64_t q = r; q >= 0; q = next[q]) sum += dy[q * d + j];
+  typename P::T& entry = dtable[int64_t{id} * d + j];
+  entry = P::Store(P::Load(entry) + sum);
+}
 
-__global__ void AddBiasKernel(float* y, const float* bias, int64_t rows, int64_t n) {
+template <typename P>
+__global__ void AddBiasKernel(float* y, const typename P::T* bias, int64_t rows, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < rows * n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] += bias[i % n];
+    y[i] += P::Load(bias[i % n]);
   }
 }
 
 // One thread per column, rows in order (coalesced across the warp).
-__global__ void BiasBackwardKernel(const float* dy, float* dbias, int64_t rows, int64_t n) {
+template <typename P>
+__global__ void BiasBackwardKernel(const float* dy, typename P::T* dbias, int64_t rows,
+                                   int64_t n) {
   const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (j >= n) return;
   float sum = 0.0f;
   for (int64_t r = 0; r < rows; ++r) sum += dy[r * n + j];
-  dbias[j] += sum;
+  dbias[j] = P::Store(P::Load(dbias[j]) + sum);
 }
 
 // --- Fused causal attention -------------------------------------------------
@@ -537,14 +630,15 @@ __device__ double BlockSumDouble(double v, double* shared) {
   return v;
 }
 
-__global__ void SquaredNormPartialKernel(const float* x, int64_t n, double* partial_sums,
+template <typename P>
+__global__ void SquaredNormPartialKernel(const typename P::T* x, int64_t n, double* partial_sums,
                                          int* partial_flags) {
   __shared__ double shared[32];
   double sum = 0.0;
   int nonfinite = 0;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const double v = x[i];
+    const double v = P::Load(x[i]);
     sum += v * v;
     nonfinite |= !isfinite(v);
   }
@@ -575,12 +669,13 @@ __global__ void SquaredNormFinalKernel(const double* partial_sums, const int* pa
   }
 }
 
-__global__ void AdamStepKernel(float* p, const float* grad, float* m, float* v,
+template <typename G>
+__global__ void AdamStepKernel(float* p, const typename G::T* grad, float* m, float* v,
                                AdamKernelScalars a, int64_t n) {
   const float step_size = a.lr / a.bias_correction1;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    float g = grad[i] * a.grad_scale;
+    float g = G::Load(grad[i]) * a.grad_scale;
     if (!a.decoupled_weight_decay) g += a.weight_decay * p[i];
     const float mi = a.beta1 * m[i] + (1.0f - a.beta1) * g;
     const float vi = a.beta2 * v[i] + (1.0f - a.beta2) * g * g;
@@ -594,35 +689,69 @@ __global__ void AdamStepKernel(float* p, const float* grad, float* m, float* v,
 
 }  // namespace
 
-int EmbeddingForward(const int32_t* ids, const float* table, float* y, int64_t rows, int64_t v,
-                     int64_t d, void* stream) {
+int EmbeddingForward(const int32_t* ids, const void* table, Elem p, float* y, int64_t rows,
+                     int64_t v, int64_t d, void* stream) {
   if (rows * d == 0) return 0;
-  EmbeddingForwardKernel<<<GridFor(rows * d), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      ids, table, y, rows, v, d);
-  return Launched();
+  return WithElem(p, [&](auto policy) {
+    using P = decltype(policy);
+    EmbeddingForwardKernel<P><<<GridFor(rows * d), kThreads, 0,
+                                static_cast<cudaStream_t>(stream)>>>(ids, As<P>(table), y, rows,
+                                                                     v, d);
+    return Launched();
+  });
 }
 
-int EmbeddingBackward(const int32_t* ids, const float* dy, float* dtable, int64_t rows, int64_t v,
-                      int64_t d, void* stream) {
+int EmbeddingBackward(const int32_t* ids, const float* dy, void* dtable, Elem p, int64_t rows,
+                      int64_t v, int64_t d, void* stream) {
   if (rows * d == 0) return 0;
-  const dim3 grid(static_cast<unsigned>((d + kThreads - 1) / kThreads), kEmbeddingPartitions);
-  EmbeddingBackwardKernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(ids, dy, dtable,
-                                                                                   rows, v, d);
-  return Launched();
+  auto s = static_cast<cudaStream_t>(stream);
+  void* scratch = nullptr;
+  if (cudaError_t err = cudaMallocAsync(&scratch, 2 * rows * sizeof(int32_t), s);
+      err != cudaSuccess) {
+    return static_cast<int>(err);
+  }
+  auto* next = static_cast<int32_t*>(scratch);
+  int32_t* not_head = next + rows;
+  int err = static_cast<int>(cudaMemsetAsync(not_head, 0, rows * sizeof(int32_t), s));
+  if (err == 0) {
+    EmbeddingChainKernel<<<GridFor(rows), kThreads, 0, s>>>(ids, rows, v, next);
+    err = Launched();
+  }
+  if (err == 0) {
+    EmbeddingHeadKernel<<<GridFor(rows), kThreads, 0, s>>>(next, rows, not_head);
+    err = Launched();
+  }
+  if (err == 0) {
+    err = WithElem(p, [&](auto policy) {
+      using P = decltype(policy);
+      const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((d + kThreads - 1) / kThreads));
+      EmbeddingBackwardKernel<P><<<grid, kThreads, 0, s>>>(ids, dy, next, not_head,
+                                                           As<P>(dtable), v, d);
+      return Launched();
+    });
+  }
+  cudaFreeAsync(scratch, s);
+  return err;
 }
 
-int AddBias(float* y, const float* bias, int64_t rows, int64_t n, void* stream) {
+int AddBias(float* y, const void* bias, Elem p, int64_t rows, int64_t n, void* stream) {
   if (rows * n == 0) return 0;
-  AddBiasKernel<<<GridFor(rows * n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(y, bias,
-                                                                                       rows, n);
-  return Launched();
+  return WithElem(p, [&](auto policy) {
+    using P = decltype(policy);
+    AddBiasKernel<P><<<GridFor(rows * n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        y, As<P>(bias), rows, n);
+    return Launched();
+  });
 }
 
-int BiasBackward(const float* dy, float* dbias, int64_t rows, int64_t n, void* stream) {
+int BiasBackward(const float* dy, void* dbias, Elem p, int64_t rows, int64_t n, void* stream) {
   if (n == 0) return 0;
-  BiasBackwardKernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0,
-                       static_cast<cudaStream_t>(stream)>>>(dy, dbias, rows, n);
-  return Launched();
+  return WithElem(p, [&](auto policy) {
+    using P = decltype(policy);
+    BiasBackwardKernel<P><<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0,
+                            static_cast<cudaStream_t>(stream)>>>(dy, As<P>(dbias), rows, n);
+    return Launched();
+  });
 }
 
 int AttentionForward(const float* qkv, float* out, float* lse, int64_t batch, int64_t t,
@@ -651,7 +780,8 @@ int AttentionBackward(const float* qkv, const float* out, const float* dout, con
   return Launched();
 }
 
-int SquaredNorm(const float* x, int64_t n, float* result, bool accumulate, void* stream) {
+int SquaredNorm(const void* x, Elem x_type, int64_t n, float* result, bool accumulate,
+                void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   const int blocks = static_cast<int>(
       std::max<int64_t>(1, std::min<int64_t>(kNormBlocks, (n + kThreads - 1) / kThreads)));
@@ -662,8 +792,11 @@ int SquaredNorm(const float* x, int64_t n, float* result, bool accumulate, void*
   }
   auto* sums = static_cast<double*>(scratch);
   auto* flags = reinterpret_cast<int*>(sums + blocks);
-  SquaredNormPartialKernel<<<blocks, kThreads, 0, s>>>(x, n, sums, flags);
-  int err = Launched();
+  int err = WithElem(x_type, [&](auto policy) {
+    using P = decltype(policy);
+    SquaredNormPartialKernel<P><<<blocks, kThreads, 0, s>>>(As<P>(x), n, sums, flags);
+    return Launched();
+  });
   if (err == 0) {
     SquaredNormFinalKernel<<<1, kThreads, 0, s>>>(sums, flags, blocks, result, accumulate);
     err = Launched();
@@ -672,12 +805,15 @@ int SquaredNorm(const float* x, int64_t n, float* result, bool accumulate, void*
   return err;
 }
 
-int AdamStep(float* p, const float* grad, float* m, float* v, const AdamKernelScalars& scalars,
-             int64_t n, void* stream) {
+int AdamStep(float* p, const void* grad, Elem grad_type, float* m, float* v,
+             const AdamKernelScalars& scalars, int64_t n, void* stream) {
   if (n == 0) return 0;
-  AdamStepKernel<<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(p, grad, m, v,
-                                                                                  scalars, n);
-  return Launched();
+  return WithElem(grad_type, [&](auto policy) {
+    using G = decltype(policy);
+    AdamStepKernel<G><<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        p, As<G>(grad), m, v, scalars, n);
+    return Launched();
+  });
 }
 
 }  // namespace memwall::ops::cuda

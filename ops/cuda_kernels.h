@@ -12,32 +12,45 @@ namespace memwall::ops::cuda {
 inline constexpr int kNotBuiltWithCuda = 35;  // cudaErrorInsufficientDriver
 const char* ErrorString(int error);
 
+// How parameters, parameter gradients and 16-bit GEMM operands are stored
+// (the values of memwall::DType's first three members). Activations are
+// always fp32; arithmetic is fp32 and every 16-bit store rounds once, with
+// runtime/dtype_bits.h's rounding.
+enum class Elem : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
 // Row-major C(m,n) = alpha op(A) op(B) + beta C with cuBLAS (see ops.h).
-// The cuBLAS handle is per process and per current device, created on first
-// use; errors from cuBLAS come back as kCublasError.
+// A and B have one element type `ab`; C is fp32 or `ab`. fp32 inputs use
+// full fp32 (no TF32); 16-bit inputs use tensor cores with fp32
+// accumulation (CUBLAS_COMPUTE_32F). The cuBLAS handle is per process and
+// per current device, created on first use; errors from cuBLAS come back as
+// kCublasError.
 inline constexpr int kCublasError = 1000;
-int Sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
-          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-          int64_t ldc, void* stream);
+int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+         const void* a, int64_t lda, const void* b, int64_t ldb, Elem ab, float beta, void* c,
+         int64_t ldc, Elem c_type, void* stream);
 int GeluForward(const float* x, float* y, int64_t n, void* stream);
 int GeluBackward(const float* x, const float* dy, float* dx, int64_t n, void* stream);
 int Add(const float* a, const float* b, float* y, int64_t n, void* stream);
-int LayerNormForward(const float* x, const float* gamma, const float* beta, float eps, float* y,
-                     float* mean, float* rstd, int64_t rows, int64_t d, void* stream);
-int LayerNormBackward(const float* dy, const float* x, const float* gamma, const float* mean,
-                      const float* rstd, float* dx, float* dgamma, float* dbeta, int64_t rows,
-                      int64_t d, void* stream);
+// gamma, beta, dgamma, dbeta are stored as `p`.
+int LayerNormForward(const float* x, const void* gamma, const void* beta, Elem p, float eps,
+                     float* y, float* mean, float* rstd, int64_t rows, int64_t d, void* stream);
+int LayerNormBackward(const float* dy, const float* x, const void* gamma, const float* mean,
+                      const float* rstd, float* dx, void* dgamma, void* dbeta, Elem p,
+                      int64_t rows, int64_t d, void* stream);
 
 int SoftmaxCrossEntropy(float* logits, const int32_t* targets, float* losses, float grad_scale,
                         int64_t rows, int64_t v, void* stream);
 
-// Embedding, bias, attention, norm and Adam launchers (see ops.h).
-int EmbeddingForward(const int32_t* ids, const float* table, float* y, int64_t rows, int64_t v,
-                     int64_t d, void* stream);
-int EmbeddingBackward(const int32_t* ids, const float* dy, float* dtable, int64_t rows, int64_t v,
-                      int64_t d, void* stream);
-int AddBias(float* y, const float* bias, int64_t rows, int64_t n, void* stream);
-int BiasBackward(const float* dy, float* dbias, int64_t rows, int64_t n, void* stream);
+// Embedding, bias, attention, norm and Adam launchers (see ops.h). Tables,
+// biases and their gradients are stored as `p`.
+int EmbeddingForward(const int32_t* ids, const void* table, Elem p, float* y, int64_t rows,
+                     int64_t v, int64_t d, void* stream);
+// Each table row's contributions are summed in fp32 in row order, then added
+// to the stored gradient once: dtable[id] = round(dtable[id] + sum).
+int EmbeddingBackward(const int32_t* ids, const float* dy, void* dtable, Elem p, int64_t rows,
+                      int64_t v, int64_t d, void* stream);
+int AddBias(float* y, const void* bias, Elem p, int64_t rows, int64_t n, void* stream);
+int BiasBackward(const float* dy, void* dbias, Elem p, int64_t rows, int64_t n, void* stream);
 
 // The fused attention keeps a head's row in registers (head_dim / 32 per lane).
 inline constexpr int kMaxAttentionHeadDim = 128;
@@ -50,15 +63,17 @@ int AttentionBackward(const float* qkv, const float* out, const float* dout, con
 
 // result[0] (+)= sum of squares; result[1] = 1 if any element (or, when
 // accumulating, an earlier call) was inf/NaN, else 0.
-int SquaredNorm(const float* x, int64_t n, float* result, bool accumulate, void* stream);
+int SquaredNorm(const void* x, Elem x_type, int64_t n, float* result, bool accumulate,
+                void* stream);
 
 struct AdamKernelScalars {
   float lr, beta1, beta2, eps, weight_decay;
   bool decoupled_weight_decay;
   float grad_scale, bias_correction1, bias_correction2_sqrt;
 };
-int AdamStep(float* p, const float* grad, float* m, float* v, const AdamKernelScalars& scalars,
-             int64_t n, void* stream);
+// p, m, v fp32; grad stored as `grad_type`.
+int AdamStep(float* p, const void* grad, Elem grad_type, float* m, float* v,
+             const AdamKernelScalars& scalars, int64_t n, void* stream);
 
 }  // namespace memwall::ops::cuda
 

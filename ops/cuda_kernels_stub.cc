@@ -4,19 +4,19 @@
 namespace memwall::ops::cuda {
 
 const char* ErrorString(int) { return "memwall was built without CUDA"; }
-int Sgemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-          int64_t, float, float*, int64_t, void*) {
+int Gemm(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t, const void*, int64_t,
+         Elem, float, void*, int64_t, Elem, void*) {
   return kNotBuiltWithCuda;
 }
 int GeluForward(const float*, float*, int64_t, void*) { return kNotBuiltWithCuda; }
 int GeluBackward(const float*, const float*, float*, int64_t, void*) { return kNotBuiltWithCuda; }
 int Add(const float*, const float*, float*, int64_t, void*) { return kNotBuiltWithCuda; }
-int LayerNormForward(const float*, const float*, const float*, float, float*, float*, float*,
+int LayerNormForward(const float*, const void*, const void*, Elem, float, float*, float*, float*,
                      int64_t, int64_t, void*) {
   return kNotBuiltWithCuda;
 }
-int LayerNormBackward(const float*, const float*, const float*, const float*, const float*, float*,
-                      float*, float*, int64_t, int64_t, void*) {
+int LayerNormBackward(const float*, const float*, const void*, const float*, const float*, float*,
+                      void*, void*, Elem, int64_t, int64_t, void*) {
   return kNotBuiltWithCuda;
 }
 
@@ -24,14 +24,14 @@ int SoftmaxCrossEntropy(float*, const int32_t*, float*, float, int64_t, int64_t,
   return kNotBuiltWithCuda;
 }
 
-int EmbeddingForward(const int32_t*, const float*, float*, int64_t, int64_t, int64_t, void*) {
+int EmbeddingForward(const int32_t*, const void*, Elem, float*, int64_t, int64_t, int64_t, void*) {
   return kNotBuiltWithCuda;
 }
-int EmbeddingBackward(const int32_t*, const float*, float*, int64_t, int64_t, int64_t, void*) {
+int EmbeddingBackward(const int32_t*, const float*, void*, Elem, int64_t, int64_t, int64_t, void*) {
   return kNotBuiltWithCuda;
 }
-int AddBias(float*, const float*, int64_t, int64_t, void*) { return kNotBuiltWithCuda; }
-int BiasBackward(const float*, float*, int64_t, int64_t, void*) { return kNotBuiltWithCuda; }
+int AddBias(float*, const void*, Elem, int64_t, int64_t, void*) { return kNotBuiltWithCuda; }
+int BiasBackward(const float*, void*, Elem, int64_t, int64_t, void*) { return kNotBuiltWithCuda; }
 int AttentionForward(const float*, float*, float*, int64_t, int64_t, int64_t, int64_t, void*) {
   return kNotBuiltWithCuda;
 }
@@ -39,8 +39,8 @@ int AttentionBackward(const float*, const float*, const float*, const float*, fl
                       int64_t, int64_t, int64_t, int64_t, void*) {
   return kNotBuiltWithCuda;
 }
-int SquaredNorm(const float*, int64_t, float*, bool, void*) { return kNotBuiltWithCuda; }
-int AdamStep(float*, const float*, float*, float*, const AdamKernelScalars&, int64_t, void*) {
+int SquaredNorm(const void*, Elem, int64_t, float*, bool, void*) { return kNotBuiltWithCuda; }
+int AdamStep(float*, const void*, Elem, float*, float*, const AdamKernelScalars&, int64_t, void*) {
   return kNotBuiltWithCuda;
 }
 

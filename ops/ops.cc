@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ops/cuda_kernels.h"
@@ -74,17 +77,89 @@ absl::Status CudaResult(int error, absl::string_view op) {
                        cuda::ErrorString(error));
 }
 
-// Runs `cpu()` in stream order on the CpuDevice, or `cuda(cudaStream_t)` (a
-// kernel launcher returning a cudaError_t) on a CUDA stream.
+// Runs `cpu()` (returning void or a Status) in stream order on the
+// CpuDevice, or `cuda(cudaStream_t)` (a kernel launcher returning a
+// cudaError_t) on a CUDA stream.
 template <typename CpuFn, typename CudaFn>
 absl::Status Dispatch(Stream& stream, absl::string_view op, CpuFn cpu, CudaFn cuda) {
   if (OnCpu(stream)) {
-    return stream.EnqueueHost([cpu] {
-      cpu();
-      return absl::OkStatus();
+    return stream.EnqueueHost([cpu]() -> absl::Status {
+      if constexpr (std::is_void_v<decltype(cpu())>) {
+        cpu();
+        return absl::OkStatus();
+      } else {
+        return cpu();
+      }
     });
   }
   return CudaResult(cuda(stream.native_handle()), op);
+}
+
+static_assert(static_cast<int>(DType::kF32) == static_cast<int>(cuda::Elem::kF32) &&
+              static_cast<int>(DType::kF16) == static_cast<int>(cuda::Elem::kF16) &&
+              static_cast<int>(DType::kBF16) == static_cast<int>(cuda::Elem::kBF16));
+cuda::Elem ElemOf(DType dtype) { return static_cast<cuda::Elem>(static_cast<int>(dtype)); }
+
+// The storage type shared by an op's parameter-like tensors (parameters,
+// their gradients, GEMM operands): fp32, fp16 or bf16, the same for all.
+absl::StatusOr<DType> StorageType(absl::string_view op, std::initializer_list<NamedTensor> tensors) {
+  const DType dtype = tensors.begin()->second->dtype();
+  for (const auto& [name, t, unused] : tensors) {
+    if (!IsFloating(t->dtype()) || t->dtype() != dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": ", name, " is ", DTypeName(t->dtype()), " but ", tensors.begin()->first, " is ",
+          DTypeName(dtype), "; parameters and their gradients share one of fp32, fp16, bf16"));
+    }
+  }
+  return dtype;
+}
+
+// The CPU path's fp32 view of memory stored as `dtype`: the memory itself
+// for fp32, else an exact fp32 copy; Store() rounds the copy back once.
+class HostF32 {
+ public:
+  HostF32(const void* p, DType dtype, int64_t n)
+      : p_(const_cast<void*>(p)), dtype_(dtype), n_(n) {
+    if (dtype == DType::kF32) {
+      data_ = static_cast<float*>(p_);
+      return;
+    }
+    copy_.resize(n);
+    status_ = Convert(p, dtype, copy_.data(), DType::kF32, n);
+    data_ = copy_.data();
+  }
+  float* data() const { return data_; }
+  absl::Status Store() {
+    if (!status_.ok() || dtype_ == DType::kF32) return status_;
+    return Convert(copy_.data(), DType::kF32, p_, dtype_, n_);
+  }
+
+ private:
+  void* p_;
+  DType dtype_;
+  int64_t n_;
+  std::vector<float> copy_;
+  float* data_ = nullptr;
+  absl::Status status_;
+};
+
+// Runs fn(const float* chunk, int64_t offset, int64_t count) over x stored
+// as `dtype`, widened to fp32 a cache-sized chunk at a time.
+template <typename Fn>
+absl::Status ForEachF32Chunk(const void* x, DType dtype, int64_t n, Fn fn) {
+  if (dtype == DType::kF32) {
+    fn(static_cast<const float*>(x), 0, n);
+    return absl::OkStatus();
+  }
+  constexpr int64_t kChunk = 1 << 14;
+  std::vector<float> buffer(std::min(n, kChunk));
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t count = std::min(kChunk, n - i);
+    MEMWALL_RETURN_IF_ERROR(Convert(static_cast<const char*>(x) + i * SizeOf(dtype), dtype,
+                                    buffer.data(), DType::kF32, count));
+    fn(buffer.data(), i, count);
+  }
+  return absl::OkStatus();
 }
 
 // The last dimension of a LayerNorm input, and how many rows it has.
@@ -102,7 +177,14 @@ absl::StatusOr<std::pair<int64_t, int64_t>> RowsAndWidth(absl::string_view op, c
 absl::Status Matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
                     const Tensor& c, float alpha, float beta, Stream& stream) {
   constexpr absl::string_view op = "Matmul";
-  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"a", &a}, {"b", &b}, {"c", &c}}));
+  MEMWALL_ASSIGN_OR_RETURN(const DType ab, StorageType(op, {{"a", &a}, {"b", &b}}));
+  if (c.dtype() != DType::kF32 && c.dtype() != ab) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": c is ", DTypeName(c.dtype()),
+                                                   "; it must be fp32 or a's ", DTypeName(ab)));
+  }
+  const DType ct = c.dtype();
+  MEMWALL_RETURN_IF_ERROR(
+      CheckTensors(op, stream, {{"a", &a, ab}, {"b", &b, ab}, {"c", &c, ct}}));
   for (const auto& [name, t, dtype] :
        {NamedTensor{"a", &a}, NamedTensor{"b", &b}, NamedTensor{"c", &c}}) {
     if (t->shape().size() != 2) {
@@ -131,25 +213,31 @@ absl::Status Matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool tra
   const int64_t lda = std::max<int64_t>(a.shape()[1], 1);
   const int64_t ldb = std::max<int64_t>(b.shape()[1], 1);
   const int64_t ldc = std::max<int64_t>(n, 1);
-  const float* pa = a.data_as<float>();
-  const float* pb = b.data_as<float>();
-  float* pc = c.data_as<float>();
+  const void* pa = a.data();
+  const void* pb = b.data();
+  void* pc = c.data();
+  const int64_t a_numel = a.numel(), b_numel = b.numel();
   return Dispatch(
       stream, op,
-      [=] {
-        if (m == 0 || n == 0) return;
+      [=]() -> absl::Status {
+        if (m == 0 || n == 0) return absl::OkStatus();
+        // 16-bit operands: exact fp32 copies, fp32 accumulation, C rounded once.
+        HostF32 fa(pa, ab, a_numel), fb(pb, ab, b_numel), fc(pc, ct, m * n);
+        float* c32 = fc.data();
         if (k == 0) {  // C = beta * C; beta = 0 overwrites (even NaN)
-          for (int64_t i = 0; i < m * n; ++i) pc[i] = beta == 0.0f ? 0.0f : beta * pc[i];
-          return;
+          for (int64_t i = 0; i < m * n; ++i) c32[i] = beta == 0.0f ? 0.0f : beta * c32[i];
+        } else {
+          cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
+                      transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+                      static_cast<int>(n), static_cast<int>(k), alpha, fa.data(),
+                      static_cast<int>(lda), fb.data(), static_cast<int>(ldb), beta, c32,
+                      static_cast<int>(ldc));
         }
-        cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-                    transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-                    static_cast<int>(n), static_cast<int>(k), alpha, pa, static_cast<int>(lda), pb,
-                    static_cast<int>(ldb), beta, pc, static_cast<int>(ldc));
+        return fc.Store();
       },
       [=](void* s) {
-        return cuda::Sgemm(transpose_a, transpose_b, m, n, k, alpha, pa, lda, pb, ldb, beta, pc,
-                           ldc, s);
+        return cuda::Gemm(transpose_a, transpose_b, m, n, k, alpha, pa, lda, pb, ldb, ElemOf(ab),
+                          beta, pc, ldc, ElemOf(ct), s);
       });
 }
 
@@ -194,8 +282,9 @@ absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& y, Stream& stre
 absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                        const Tensor& y, const Tensor& mean, const Tensor& rstd, Stream& stream) {
   constexpr absl::string_view op = "LayerNorm";
+  MEMWALL_ASSIGN_OR_RETURN(const DType pt, StorageType(op, {{"gamma", &gamma}, {"beta", &beta}}));
   MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream,
-                                       {{"x", &x}, {"gamma", &gamma}, {"beta", &beta},
+                                       {{"x", &x}, {"gamma", &gamma, pt}, {"beta", &beta, pt},
                                         {"y", &y}, {"mean", &mean}, {"rstd", &rstd}}));
   MEMWALL_ASSIGN_OR_RETURN(const auto rows_d, RowsAndWidth(op, x));
   const auto [rows, d] = rows_d;
@@ -208,24 +297,33 @@ absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
     return absl::InvalidArgumentError(absl::StrCat("LayerNorm: eps must be > 0, got ", eps));
   }
   const float* px = x.data_as<float>();
-  const float* pg = gamma.data_as<float>();
-  const float* pb = beta.data_as<float>();
+  const void* pg = gamma.data();
+  const void* pb = beta.data();
   float* py = y.data_as<float>();
   float* pm = mean.data_as<float>();
   float* pr = rstd.data_as<float>();
   return Dispatch(
-      stream, op, [=] { kernels::LayerNormForward(px, pg, pb, eps, py, pm, pr, rows, d); },
-      [=](void* s) { return cuda::LayerNormForward(px, pg, pb, eps, py, pm, pr, rows, d, s); });
+      stream, op,
+      [=] {
+        const HostF32 g(pg, pt, d), b(pb, pt, d);
+        kernels::LayerNormForward(px, g.data(), b.data(), eps, py, pm, pr, rows, d);
+      },
+      [=](void* s) {
+        return cuda::LayerNormForward(px, pg, pb, ElemOf(pt), eps, py, pm, pr, rows, d, s);
+      });
 }
 
 absl::Status LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                                const Tensor& dgamma, const Tensor& dbeta, Stream& stream) {
   constexpr absl::string_view op = "LayerNormBackward";
+  MEMWALL_ASSIGN_OR_RETURN(
+      const DType pt,
+      StorageType(op, {{"gamma", &gamma}, {"dgamma", &dgamma}, {"dbeta", &dbeta}}));
   MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream,
-                                       {{"dy", &dy}, {"x", &x}, {"gamma", &gamma},
+                                       {{"dy", &dy}, {"x", &x}, {"gamma", &gamma, pt},
                                         {"mean", &mean}, {"rstd", &rstd}, {"dx", &dx},
-                                        {"dgamma", &dgamma}, {"dbeta", &dbeta}}));
+                                        {"dgamma", &dgamma, pt}, {"dbeta", &dbeta, pt}}));
   MEMWALL_ASSIGN_OR_RETURN(const auto rows_d, RowsAndWidth(op, x));
   const auto [rows, d] = rows_d;
   MEMWALL_RETURN_IF_ERROR(SameShape(op, {"x", &x}, {"dy", &dy}));
@@ -241,16 +339,22 @@ absl::Status LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& 
   }
   const float* pdy = dy.data_as<float>();
   const float* px = x.data_as<float>();
-  const float* pg = gamma.data_as<float>();
+  const void* pg = gamma.data();
   const float* pm = mean.data_as<float>();
   const float* pr = rstd.data_as<float>();
   float* pdx = dx.data_as<float>();
-  float* pdg = dgamma.data_as<float>();
-  float* pdb = dbeta.data_as<float>();
+  void* pdg = dgamma.data();
+  void* pdb = dbeta.data();
   return Dispatch(
-      stream, op, [=] { kernels::LayerNormBackward(pdy, px, pg, pm, pr, pdx, pdg, pdb, rows, d); },
+      stream, op,
+      [=]() -> absl::Status {
+        HostF32 g(pg, pt, d), dg(pdg, pt, d), db(pdb, pt, d);
+        kernels::LayerNormBackward(pdy, px, g.data(), pm, pr, pdx, dg.data(), db.data(), rows, d);
+        MEMWALL_RETURN_IF_ERROR(dg.Store());
+        return db.Store();
+      },
       [=](void* s) {
-        return cuda::LayerNormBackward(pdy, px, pg, pm, pr, pdx, pdg, pdb, rows, d, s);
+        return cuda::LayerNormBackward(pdy, px, pg, pm, pr, pdx, pdg, pdb, ElemOf(pt), rows, d, s);
       });
 }
 
@@ -327,8 +431,9 @@ absl::Status Cast(const Tensor& src, const Tensor& dst, Stream& stream) {
 
 absl::Status Embedding(const Tensor& ids, const Tensor& table, const Tensor& y, Stream& stream) {
   constexpr absl::string_view op = "Embedding";
+  MEMWALL_ASSIGN_OR_RETURN(const DType pt, StorageType(op, {{"table", &table}}));
   MEMWALL_RETURN_IF_ERROR(CheckTensors(
-      op, stream, {{"ids", &ids, DType::kI32}, {"table", &table}, {"y", &y}}));
+      op, stream, {{"ids", &ids, DType::kI32}, {"table", &table, pt}, {"y", &y}}));
   if (table.shape().size() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": table ", ShapeString(table), " must be (vocabulary, d)"));
@@ -336,24 +441,31 @@ absl::Status Embedding(const Tensor& ids, const Tensor& table, const Tensor& y, 
   const int64_t v = table.shape()[0], d = table.shape()[1], rows = ids.numel();
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"y", &y}, rows * d, "ids x d"));
   const int32_t* pi = ids.data_as<int32_t>();
-  const float* pt = table.data_as<float>();
+  const void* ptable = table.data();
   float* py = y.data_as<float>();
   if (OnCpu(stream)) {
     return stream.EnqueueHost([=]() -> absl::Status {
-      const int64_t bad = kernels::EmbeddingForward(pi, pt, py, rows, v, d);
-      if (bad < 0) return absl::OkStatus();
-      return absl::InvalidArgumentError(absl::StrCat(op, ": id ", pi[bad], " at row ", bad,
-                                                     " is outside the table [0, ", v, ")"));
+      for (int64_t r = 0; r < rows; ++r) {
+        if (pi[r] < 0 || pi[r] >= v) {
+          return absl::InvalidArgumentError(absl::StrCat(op, ": id ", pi[r], " at row ", r,
+                                                         " is outside the table [0, ", v, ")"));
+        }
+        MEMWALL_RETURN_IF_ERROR(Convert(static_cast<const char*>(ptable) + pi[r] * d * SizeOf(pt),
+                                        pt, py + r * d, DType::kF32, d));
+      }
+      return absl::OkStatus();
     });
   }
-  return CudaResult(cuda::EmbeddingForward(pi, pt, py, rows, v, d, stream.native_handle()), op);
+  return CudaResult(
+      cuda::EmbeddingForward(pi, ptable, ElemOf(pt), py, rows, v, d, stream.native_handle()), op);
 }
 
 absl::Status EmbeddingBackward(const Tensor& ids, const Tensor& dy, const Tensor& dtable,
                                Stream& stream) {
   constexpr absl::string_view op = "EmbeddingBackward";
+  MEMWALL_ASSIGN_OR_RETURN(const DType pt, StorageType(op, {{"dtable", &dtable}}));
   MEMWALL_RETURN_IF_ERROR(CheckTensors(
-      op, stream, {{"ids", &ids, DType::kI32}, {"dy", &dy}, {"dtable", &dtable}}));
+      op, stream, {{"ids", &ids, DType::kI32}, {"dy", &dy}, {"dtable", &dtable, pt}}));
   if (dtable.shape().size() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": dtable ", ShapeString(dtable), " must be (vocabulary, d)"));
@@ -362,36 +474,79 @@ absl::Status EmbeddingBackward(const Tensor& ids, const Tensor& dy, const Tensor
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"dy", &dy}, rows * d, "ids x d"));
   const int32_t* pi = ids.data_as<int32_t>();
   const float* pdy = dy.data_as<float>();
-  float* pdt = dtable.data_as<float>();
+  void* pdt = dtable.data();
   return Dispatch(
-      stream, op, [=] { kernels::EmbeddingBackward(pi, pdy, pdt, rows, v, d); },
-      [=](void* s) { return cuda::EmbeddingBackward(pi, pdy, pdt, rows, v, d, s); });
+      stream, op,
+      [=]() -> absl::Status {
+        if (pt == DType::kF32) {
+          kernels::EmbeddingBackward(pi, pdy, static_cast<float*>(pdt), rows, v, d);
+          return absl::OkStatus();
+        }
+        // 16-bit: each touched row widened once, its rows added in order,
+        // rounded back once.
+        absl::flat_hash_map<int32_t, int64_t> slot;
+        std::vector<int32_t> touched;
+        for (int64_t r = 0; r < rows; ++r) {
+          if (pi[r] >= 0 && pi[r] < v && slot.try_emplace(pi[r], touched.size()).second) {
+            touched.push_back(pi[r]);
+          }
+        }
+        std::vector<float> acc(touched.size() * d);
+        char* table = static_cast<char*>(pdt);
+        const size_t row_bytes = d * SizeOf(pt);
+        for (size_t i = 0; i < touched.size(); ++i) {
+          MEMWALL_RETURN_IF_ERROR(
+              Convert(table + touched[i] * row_bytes, pt, acc.data() + i * d, DType::kF32, d));
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          if (pi[r] < 0 || pi[r] >= v) continue;
+          float* a = acc.data() + slot[pi[r]] * d;
+          for (int64_t j = 0; j < d; ++j) a[j] += pdy[r * d + j];
+        }
+        for (size_t i = 0; i < touched.size(); ++i) {
+          MEMWALL_RETURN_IF_ERROR(
+              Convert(acc.data() + i * d, DType::kF32, table + touched[i] * row_bytes, pt, d));
+        }
+        return absl::OkStatus();
+      },
+      [=](void* s) { return cuda::EmbeddingBackward(pi, pdy, pdt, ElemOf(pt), rows, v, d, s); });
 }
 
 absl::Status AddBias(const Tensor& y, const Tensor& bias, Stream& stream) {
   constexpr absl::string_view op = "AddBias";
-  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"y", &y}, {"bias", &bias}}));
+  MEMWALL_ASSIGN_OR_RETURN(const DType pt, StorageType(op, {{"bias", &bias}}));
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"y", &y}, {"bias", &bias, pt}}));
   MEMWALL_ASSIGN_OR_RETURN(const auto rows_n, RowsAndWidth(op, y));
   const auto [rows, n] = rows_n;
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"bias", &bias}, n, "y's last dimension"));
   float* py = y.data_as<float>();
-  const float* pb = bias.data_as<float>();
+  const void* pb = bias.data();
   return Dispatch(
-      stream, op, [=] { kernels::AddBias(py, pb, rows, n); },
-      [=](void* s) { return cuda::AddBias(py, pb, rows, n, s); });
+      stream, op,
+      [=] {
+        const HostF32 b(pb, pt, n);
+        kernels::AddBias(py, b.data(), rows, n);
+      },
+      [=](void* s) { return cuda::AddBias(py, pb, ElemOf(pt), rows, n, s); });
 }
 
 absl::Status BiasBackward(const Tensor& dy, const Tensor& dbias, Stream& stream) {
   constexpr absl::string_view op = "BiasBackward";
-  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"dy", &dy}, {"dbias", &dbias}}));
+  MEMWALL_ASSIGN_OR_RETURN(const DType pt, StorageType(op, {{"dbias", &dbias}}));
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"dy", &dy}, {"dbias", &dbias, pt}}));
   MEMWALL_ASSIGN_OR_RETURN(const auto rows_n, RowsAndWidth(op, dy));
   const auto [rows, n] = rows_n;
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"dbias", &dbias}, n, "dy's last dimension"));
   const float* pdy = dy.data_as<float>();
-  float* pdb = dbias.data_as<float>();
+  void* pdb = dbias.data();
   return Dispatch(
-      stream, op, [=] { kernels::BiasBackward(pdy, pdb, rows, n); },
-      [=](void* s) { return cuda::BiasBackward(pdy, pdb, rows, n, s); });
+      stream, op,
+      [=] {
+        HostF32 db(pdb, pt, n);
+        kernels::BiasBackward(pdy, db.data(), rows, n);
+        return db.Store();
+      },
+      [=](void* s) { return cuda::BiasBackward(pdy, pdb, ElemOf(pt), rows, n, s); });
 }
 
 namespace {
@@ -474,22 +629,29 @@ absl::Status AttentionBackward(const Tensor& qkv, const Tensor& out, const Tenso
 
 absl::Status SquaredNorm(const Tensor& x, const Tensor& result, bool accumulate, Stream& stream) {
   constexpr absl::string_view op = "SquaredNorm";
-  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"x", &x}, {"result", &result}}));
+  MEMWALL_ASSIGN_OR_RETURN(const DType xt, StorageType(op, {{"x", &x}}));
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"x", &x, xt}, {"result", &result}}));
   MEMWALL_RETURN_IF_ERROR(
       HasElements(op, {"result", &result}, 2, "sum of squares and the inf/NaN flag"));
-  const float* px = x.data_as<float>();
+  const void* px = x.data();
   float* pr = result.data_as<float>();
   const int64_t n = x.numel();
   return Dispatch(
       stream, op,
-      [=] {
-        const kernels::SquaredNormResult r = kernels::SquaredNorm(px, n);
+      [=]() -> absl::Status {
+        kernels::SquaredNormResult r;
+        MEMWALL_RETURN_IF_ERROR(ForEachF32Chunk(px, xt, n, [&](const float* c, int64_t, int64_t count) {
+          const kernels::SquaredNormResult part = kernels::SquaredNorm(c, count);
+          r.sum_of_squares += part.sum_of_squares;
+          r.nonfinite |= part.nonfinite;
+        }));
         const double previous = accumulate ? pr[0] : 0.0;
         const bool previous_flag = accumulate && pr[1] != 0.0f;
         pr[0] = static_cast<float>(previous + r.sum_of_squares);
         pr[1] = (r.nonfinite || previous_flag) ? 1.0f : 0.0f;
+        return absl::OkStatus();
       },
-      [=](void* s) { return cuda::SquaredNorm(px, n, pr, accumulate, s); });
+      [=](void* s) { return cuda::SquaredNorm(px, ElemOf(xt), n, pr, accumulate, s); });
 }
 
 kernels::AdamScalars AdamStepScalars(const AdamOptions& o, int64_t step, float grad_scale) {
@@ -511,8 +673,9 @@ absl::Status AdamStep(const Tensor& param, const Tensor& grad, const Tensor& m, 
                       const AdamOptions& options, int64_t step, float grad_scale,
                       Stream& stream) {
   constexpr absl::string_view op = "AdamStep";
+  MEMWALL_ASSIGN_OR_RETURN(const DType gt, StorageType(op, {{"grad", &grad}}));
   MEMWALL_RETURN_IF_ERROR(CheckTensors(
-      op, stream, {{"param", &param}, {"grad", &grad}, {"m", &m}, {"v", &v}}));
+      op, stream, {{"param", &param}, {"grad", &grad, gt}, {"m", &m}, {"v", &v}}));
   const int64_t n = param.numel();
   for (const NamedTensor& t : {NamedTensor{"grad", &grad}, NamedTensor{"m", &m},
                                NamedTensor{"v", &v}}) {
@@ -531,15 +694,20 @@ absl::Status AdamStep(const Tensor& param, const Tensor& grad, const Tensor& m, 
   }
   const kernels::AdamScalars a = AdamStepScalars(options, step, grad_scale);
   float* pp = param.data_as<float>();
-  const float* pg = grad.data_as<float>();
+  const void* pg = grad.data();
   float* pm = m.data_as<float>();
   float* pv = v.data_as<float>();
   const cuda::AdamKernelScalars ka{a.lr,         a.beta1,      a.beta2,
                                    a.eps,        a.weight_decay, a.decoupled_weight_decay,
                                    a.grad_scale, a.bias_correction1, a.bias_correction2_sqrt};
   return Dispatch(
-      stream, op, [=] { kernels::AdamStep(pp, pg, pm, pv, a, n); },
-      [=](void* s) { return cuda::AdamStep(pp, pg, pm, pv, ka, n, s); });
+      stream, op,
+      [=] {
+        return ForEachF32Chunk(pg, gt, n, [&](const float* g, int64_t at, int64_t count) {
+          kernels::AdamStep(pp + at, g, pm + at, pv + at, a, count);
+        });
+      },
+      [=](void* s) { return cuda::AdamStep(pp, pg, ElemOf(gt), pm, pv, ka, n, s); });
 }
 
 }  // namespace memwall::ops

@@ -14,8 +14,11 @@
 //   - The CUDA kernels reduce in a fixed order (no atomics), so a GPU run is
 //     bitwise reproducible.
 //
-// Activations and parameters are fp32 here; Cast converts to and from the
-// 16-bit formats.
+//   - Activations are fp32. Parameters, parameter gradients and GEMM
+//     operands may be stored as fp32, fp16 or bf16 (one type per op): reads
+//     widen exactly, arithmetic is fp32, and an op that accumulates into a
+//     16-bit gradient rounds once per call: g = round(g + fp32 sum). Both
+//     devices round with runtime/dtype_bits.h. Cast converts activations.
 #ifndef MEMWALL_OPS_OPS_H_
 #define MEMWALL_OPS_OPS_H_
 
@@ -31,7 +34,11 @@ namespace memwall::ops {
 // op(A) is (M, K), op(B) is (K, N), C is (M, N). A, B and C are 2-D; a
 // linear layer flattens its leading dimensions first. beta = 1 accumulates
 // (weight gradients over micro-batches); beta = 0 overwrites even NaN.
-// CpuDevice: OpenBLAS sgemm; CUDA: cuBLAS sgemm (full fp32, no TF32).
+// A and B are both fp32, both fp16 or both bf16; C is fp32 or A's type.
+//   fp32:   CpuDevice OpenBLAS sgemm; CUDA cuBLAS sgemm (full fp32, no TF32).
+//   16-bit: products accumulate in fp32 and a 16-bit C is rounded once.
+//           CpuDevice: exact fp32 copies of A and B, then sgemm; CUDA:
+//           cublasGemmEx on tensor cores with CUBLAS_COMPUTE_32F.
 absl::Status Matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
                     const Tensor& c, float alpha, float beta, Stream& stream);
 
@@ -73,7 +80,8 @@ absl::Status SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets,
 // An id outside [0, v) is an InvalidArgument from the stream on the
 // CpuDevice and a NaN row on CUDA.
 absl::Status Embedding(const Tensor& ids, const Tensor& table, const Tensor& y, Stream& stream);
-// dtable[ids[r], :] += dy[r, :] (accumulates). Deterministic on CUDA.
+// dtable[ids[r], :] += dy[r, :] (accumulates). Deterministic on CUDA: a
+// table row's contributions are summed in row order (no atomics).
 absl::Status EmbeddingBackward(const Tensor& ids, const Tensor& dy, const Tensor& dtable,
                                Stream& stream);
 
@@ -109,8 +117,8 @@ struct AdamOptions {
   float weight_decay = 0.0f;
   bool adamw = true;  // decoupled weight decay; false: L2 added to the gradient
 };
-// One fused step over flat fp32 buffers of equal length: updates param, m,
-// v in place. `step` is 1-based (bias correction); every gradient is first
+// One fused step over flat buffers of equal length: updates param, m, v
+// (fp32) in place; grad is fp32, fp16 or bf16. `step` is 1-based (bias correction); every gradient is first
 // multiplied by grad_scale (1 / loss scale, times the clipping factor).
 absl::Status AdamStep(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                       const AdamOptions& options, int64_t step, float grad_scale,

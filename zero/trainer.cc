@@ -83,16 +83,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Dev
 
 absl::Status Trainer::Allocate() {
   const bool half = options_.precision != Precision::kFp32;
+  // 16-bit modes: params and grads 2 bytes each, fp32 master and Adam
+  // moments 12: the 16 bytes per parameter of ZeRO Sec. 3.1.
   MEMWALL_ASSIGN_OR_RETURN(
       storage_, models::BindFlatStorage(model_, device_, true,
-                                        half ? MemoryTag::kParams16 : MemoryTag::kMasterParams));
+                                        half ? MemoryTag::kParams16 : MemoryTag::kMasterParams,
+                                        half ? HalfType(options_.precision) : DType::kF32));
   const size_t bytes = static_cast<size_t>(storage_.numel) * sizeof(float);
   MEMWALL_RETURN_IF_ERROR(model_.Initialize(options_.seed, device_));
   Stream& s = device_.compute_stream();
-  if (half) {
+  if (half) {  // the master starts from the 16-bit initial values, widened exactly
     MEMWALL_ASSIGN_OR_RETURN(master_, device_.Allocate(bytes, MemoryTag::kMasterParams));
-    MEMWALL_ASSIGN_OR_RETURN(half_, device_.Allocate(storage_.numel * 2, MemoryTag::kWorkspace));
-    MEMWALL_RETURN_IF_ERROR(s.Copy(master_.data(), storage_.values.data(), bytes));
+    MEMWALL_RETURN_IF_ERROR(ops::Cast(storage_.Values(device_), FlatF32(master_, device_), s));
   }
   MEMWALL_ASSIGN_OR_RETURN(m_, device_.Allocate(bytes, MemoryTag::kOptimizerStates));
   MEMWALL_ASSIGN_OR_RETURN(v_, device_.Allocate(bytes, MemoryTag::kOptimizerStates));
@@ -100,16 +102,12 @@ absl::Status Trainer::Allocate() {
   MEMWALL_ASSIGN_OR_RETURN(loss_, device_.Allocate(2 * sizeof(float), MemoryTag::kCommBuffers));
   MEMWALL_RETURN_IF_ERROR(s.Memset(m_.data(), 0, bytes));
   MEMWALL_RETURN_IF_ERROR(s.Memset(v_.data(), 0, bytes));
-  MEMWALL_RETURN_IF_ERROR(RefreshComputeCopy());
   return s.Synchronize();
 }
 
 absl::Status Trainer::RefreshComputeCopy() {
   if (options_.precision == Precision::kFp32) return absl::OkStatus();
-  Stream& s = device_.compute_stream();
-  const Tensor half = Tensor::Flat(half_.data(), HalfType(options_.precision), storage_.numel, &device_);
-  MEMWALL_RETURN_IF_ERROR(ops::Cast(FlatF32(master_, device_), half, s));
-  return ops::Cast(half, storage_.Values(device_), s);
+  return ops::Cast(FlatF32(master_, device_), storage_.Values(device_), device_.compute_stream());
 }
 
 absl::StatusOr<std::vector<float>> Trainer::MasterWeights() {
@@ -158,12 +156,6 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
                                                     grad_scale, true));
     local.sum += part.sum;
     local.tokens += part.tokens;
-  }
-  // 16-bit gradients: round (fp16 overflow shows up as inf).
-  if (options_.precision != Precision::kFp32) {
-    const Tensor half = Tensor::Flat(half_.data(), HalfType(options_.precision), storage_.numel, &device_);
-    MEMWALL_RETURN_IF_ERROR(ops::Cast(grads, half, s));
-    MEMWALL_RETURN_IF_ERROR(ops::Cast(half, grads, s));
   }
   // Data parallelism: sum gradients and the loss over ranks.
   MEMWALL_RETURN_IF_ERROR(comm_.AllReduce(grads, grads, ReduceOp::kSum, s));

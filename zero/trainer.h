@@ -5,9 +5,9 @@
 // One step (ARCHITECTURE.md, "One training step"):
 //   grads = 0
 //   for each of `accumulation` micro-batches:
-//     forward + backward, loss scaled by loss_scale / (global batch tokens)
-//   16-bit modes: gradients rounded to the 16-bit format (an fp16 overflow
-//     becomes inf here, as it would in fp16 gradient buffers)
+//     forward + backward, loss scaled by loss_scale / (global batch tokens),
+//     gradients accumulating in the 16-bit (or fp32) gradient buffer (an
+//     fp16 overflow becomes inf there)
 //   all-reduce(sum) of the gradients over the data-parallel ranks
 //   global gradient norm and inf/NaN flag (one fused pass)
 //   overflow: skip the step; fp16 halves the loss scale
@@ -16,13 +16,11 @@
 //     of the parameters is refreshed (rounded to 16 bits in 16-bit modes)
 //   fp16: after `growth_interval` clean steps in a row the scale doubles
 //
-// [Note: 16-bit storage at stage 0]
-// The model computes in fp32. In bf16/fp16 modes the parameters it sees are
-// the master weights rounded to the 16-bit format, and the gradients are
-// rounded the same way before the all-reduce, so the numerics (and fp16
-// overflow) are those of 16-bit parameters and gradients. The buffers
-// themselves are fp32 at stage 0: the 2-byte storage that the ZeRO memory
-// formulas count arrives with the partitioned stages.
+// Memory per parameter (ZeRO Sec. 3.1, K = 12): in bf16/fp16 modes the
+// model's parameters and gradients are 2-byte buffers (tags kParams16,
+// kGrads), the fp32 master weights 4 bytes (kMasterParams) and Adam's two
+// moments 8 (kOptimizerStates): 16 bytes. In fp32 mode the parameters are
+// the master weights: 4 + 4 (gradients) + 8 = 16 bytes as well.
 #ifndef MEMWALL_ZERO_TRAINER_H_
 #define MEMWALL_ZERO_TRAINER_H_
 
@@ -119,7 +117,6 @@ class Trainer {
   models::FlatStorage storage_;  // values: the compute copy; grads: gradients
   Buffer master_;                // fp32 master weights (16-bit modes)
   Buffer m_, v_;                 // Adam moments
-  Buffer half_;                  // 16-bit staging for rounding
   Buffer norm_;                  // [sum of squares, inf/NaN flag]
   Buffer loss_;                  // [loss sum, tokens] for the all-reduce
   int64_t step_ = 0;

@@ -1,6 +1,7 @@
 // zero/ stage 0 on one process: a tiny GPT overfits a short text, gradient
 // accumulation equals a bigger batch, fp16 loss scaling skips and recovers,
-// clipping scales the update, and bad options are refused.
+// clipping scales the update, the model states take 16 bytes per parameter,
+// a GPU run matches the CpuDevice's, and bad options are refused.
 #include "zero/trainer.h"
 
 #include <cmath>
@@ -9,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
+#include "runtime/cuda_device.h"
 
 namespace memwall::zero {
 namespace {
@@ -29,12 +31,13 @@ const char kText[] =
     "zero partitions them; offload moves them to the host; infinity to nvme. ";
 
 struct TrainRun {
-  std::unique_ptr<Device> device = *CreateCpuDevice();
+  std::unique_ptr<Device> device;
   std::unique_ptr<Communicator> comm = CreateSingleProcessCommunicator();
   std::unique_ptr<models::Gpt> model;
   std::unique_ptr<Trainer> trainer;
-  TrainRun(const TrainerOptions& o, models::GptConfig c = Tiny()) {
-    model = *models::Gpt::Create(c);
+  explicit TrainRun(const TrainerOptions& o, std::unique_ptr<Device> on = *CreateCpuDevice())
+      : device(std::move(on)) {
+    model = *models::Gpt::Create(Tiny());
     auto t = Trainer::Create(*model, *device, *comm, o);
     EXPECT_TRUE(t.ok()) << t.status();
     trainer = std::move(*t);
@@ -143,6 +146,21 @@ TEST(Trainer, Bf16AndFp16TrackFp32) {
   }
 }
 
+TEST(Trainer, HoldsSixteenBytesPerParameterInEveryPrecision) {
+  // ZeRO Sec. 3.1: 2 (16-bit params) + 2 (16-bit grads) + 4 (fp32 master)
+  // + 8 (Adam's moments) bytes per parameter; fp32 mode: 4 + 4 + 8.
+  const size_t psi = static_cast<size_t>(models::CountParameters(Tiny()));
+  for (Precision p : {Precision::kBf16, Precision::kFp16, Precision::kFp32}) {
+    TrainRun run(Options(p));
+    const MemoryAccount& memory = run.device->memory().account();
+    const bool half = p != Precision::kFp32;
+    EXPECT_EQ(memory.current(MemoryTag::kParams16), half ? 2 * psi : 0) << PrecisionName(p);
+    EXPECT_EQ(memory.current(MemoryTag::kGrads), (half ? 2 : 4) * psi) << PrecisionName(p);
+    EXPECT_EQ(memory.current(MemoryTag::kMasterParams), 4 * psi) << PrecisionName(p);
+    EXPECT_EQ(memory.current(MemoryTag::kOptimizerStates), 8 * psi) << PrecisionName(p);
+  }
+}
+
 TEST(Trainer, ClippingScalesTheUpdate) {
   auto text = models::ByteStringSource(kText, "text");
   // With eps >> |g|, Adam's first step is lr * g / eps: linear in g, so the
@@ -179,6 +197,30 @@ TEST(Trainer, LogLineCarriesStepLossLrAndThroughput) {
   }
   EXPECT_EQ(st.tokens, 4 * 32);
   EXPECT_GT(st.tflops, 0);
+}
+
+TEST(CudaTrainer, MatchesTheCpuDeviceInFp32AndBf16) {
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto text = models::ByteStringSource(kText, "text");
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    TrainRun cpu(Options(p)), gpu(Options(p), *CreateCudaDevice());
+    // fp32: summation orders differ (cuBLAS, fused attention). bf16: those
+    // differences can flip a rounding of a 16-bit gradient or weight.
+    const double tol = p == Precision::kFp32 ? 1e-4 : 1e-2;
+    for (int i = 0; i < 20; ++i) {
+      const StepStats c = cpu.Step(*text), g = gpu.Step(*text);
+      ASSERT_NEAR(g.loss, c.loss, tol * c.loss) << PrecisionName(p) << " step " << i + 1;
+      ASSERT_FALSE(g.skipped);
+    }
+    const std::vector<float> wc = *cpu.trainer->MasterWeights(), wg = *gpu.trainer->MasterWeights();
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < wc.size(); ++i) {
+      diff += (double(wg[i]) - wc[i]) * (double(wg[i]) - wc[i]);
+      norm += double(wc[i]) * wc[i];
+    }
+    EXPECT_LT(std::sqrt(diff / norm), tol) << PrecisionName(p) << " weights after 20 steps";
+  }
 }
 
 TEST(Trainer, RefusesBadOptionsNamingTheField) {

@@ -1,0 +1,273 @@
+// ops/ with 16-bit parameters, gradients and GEMM operands.
+//
+// The contract (ops/ops.h): a 16-bit input is widened exactly, arithmetic is
+// fp32, and a 16-bit result is rounded once. So on the CpuDevice an op on
+// 16-bit storage must equal the same op on fp32 storage holding the same
+// values, with the accumulated gradients rounded once: bit for bit. GEMMs
+// with 16-bit operands are checked against fp64 from the same rounded
+// inputs, on the CpuDevice and (when there is a GPU) on CUDA, and CUDA's
+// 16-bit parameter ops against the CpuDevice's.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+#include "gtest/gtest.h"
+#include "ops/device_scratch_testing.h"
+#include "ops/gradcheck_testing.h"
+#include "ops/ops.h"
+#include "runtime/cpu_device.h"
+#include "runtime/cuda_device.h"
+
+namespace memwall::ops {
+namespace {
+
+using testing::RoundTo;
+using testing::Scratch;
+
+std::vector<float> RandomFloats(size_t n, double lo, double hi, uint32_t seed) {
+  const auto d = testing::Random(n, lo, hi, seed);
+  return {d.begin(), d.end()};
+}
+
+// 2^-8 for bf16, 2^-11 for fp16: the relative size of half a unit in the
+// last place, which bounds one rounding to nearest.
+double HalfUlp(DType dtype) { return dtype == DType::kBF16 ? 0x1p-8 : 0x1p-11; }
+
+// ---- GEMM -------------------------------------------------------------------
+
+struct GemmResult {
+  std::vector<float> c32;  // alpha op(A) op(B), fp32 C, beta 0
+  std::vector<float> c16;  // alpha op(A) op(B) + C0, 16-bit C, beta 1
+};
+
+GemmResult RunGemm16(Device& device, DType dtype, bool ta, bool tb, int64_t m, int64_t n,
+                     int64_t k, const std::vector<float>& a, const std::vector<float>& b,
+                     const std::vector<float>& c0, float alpha) {
+  Scratch s(device);
+  const Tensor at = s.UploadAs(a, ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k}, dtype);
+  const Tensor bt = s.UploadAs(b, tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, dtype);
+  const Tensor c32 = s.Zeros({m, n});
+  const Tensor c16 = s.UploadAs(c0, {m, n}, dtype);
+  absl::Status st = Matmul(at, ta, bt, tb, c32, alpha, 0.0f, s.stream());
+  EXPECT_TRUE(st.ok()) << st;
+  st = Matmul(at, ta, bt, tb, c16, alpha, 1.0f, s.stream());
+  EXPECT_TRUE(st.ok()) << st;
+  return {s.Download(c32), s.Download(c16)};
+}
+
+// Checks both products against fp64 from the rounded inputs:
+//   fp32 C: fp32 accumulation of k exact products, |error| <= tol32;
+//   16-bit C: one rounding of (alpha AB + C0), |error| <= half ulp + tol32.
+void CheckGemm16(Device& device, double tol32) {
+  const int64_t m = 37, n = 29, k = 300;
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (int transposes = 0; transposes < 4; ++transposes) {
+      const bool ta = transposes & 1, tb = transposes & 2;
+      const auto a = RoundTo(RandomFloats(m * k, -1, 1, 60 + transposes), dtype);
+      const auto b = RoundTo(RandomFloats(k * n, -1, 1, 70 + transposes), dtype);
+      const auto c0 = RoundTo(RandomFloats(m * n, -4, 4, 80 + transposes), dtype);
+      const float alpha = 0.5f;
+      const GemmResult got = RunGemm16(device, dtype, ta, tb, m, n, k, a, b, c0, alpha);
+      const std::string what = absl::StrCat(DTypeName(dtype), " ta=", ta, " tb=", tb);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double ab = 0;
+          for (int64_t p = 0; p < k; ++p) {
+            ab += double(ta ? a[p * m + i] : a[i * k + p]) * double(tb ? b[j * k + p] : b[p * n + j]);
+          }
+          const double want32 = alpha * ab, want16 = want32 + c0[i * n + j];
+          ASSERT_NEAR(got.c32[i * n + j], want32, tol32) << what << " fp32 C (" << i << ", " << j << ")";
+          ASSERT_NEAR(got.c16[i * n + j], want16, HalfUlp(dtype) * std::fabs(want16) + tol32)
+              << what << " 16-bit C (" << i << ", " << j << ")";
+        }
+      }
+    }
+  }
+}
+
+TEST(MixedPrecision, SixteenBitGemmAccumulatesInFp32OnTheCpuDevice) {
+  auto cpu = *CreateCpuDevice();
+  // |products| <= 1, k = 300 terms: fp32 accumulation error <= k * 2^-24 * k.
+  CheckGemm16(*cpu, 1e-4);
+}
+
+TEST(MixedPrecision, MatmulRefusesMixedOperandTypes) {
+  auto cpu = *CreateCpuDevice();
+  Scratch s(*cpu);
+  const Tensor a = s.UploadAs(std::vector<float>(6, 1.0f), {2, 3}, DType::kBF16);
+  const Tensor b32 = s.Zeros({3, 2});
+  const Tensor b16 = s.UploadAs(std::vector<float>(6, 1.0f), {3, 2}, DType::kF16);
+  const Tensor c = s.Zeros({2, 2});
+  const Tensor c16 = s.UploadAs(std::vector<float>(4, 0.0f), {2, 2}, DType::kF16);
+  absl::Status st = Matmul(a, false, b32, false, c, 1.0f, 0.0f, s.stream());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("b is fp32 but a is bf16"), std::string::npos) << st;
+  st = Matmul(a, false, b16, false, c, 1.0f, 0.0f, s.stream());
+  EXPECT_NE(st.message().find("b is fp16 but a is bf16"), std::string::npos) << st;
+  st = Matmul(b16, true, b16, false, c16, 1.0f, 0.0f, s.stream());  // fp16 C for fp16 A, B: fine
+  EXPECT_TRUE(st.ok()) << st;
+  const Tensor a16 = s.UploadAs(std::vector<float>(6, 1.0f), {2, 3}, DType::kBF16);
+  st = Matmul(a16, false, s.UploadAs(std::vector<float>(6, 1.0f), {3, 2}, DType::kBF16), false,
+              c16, 1.0f, 0.0f, s.stream());
+  EXPECT_NE(st.message().find("c is fp16; it must be fp32 or a's bf16"), std::string::npos) << st;
+}
+
+// ---- Parameter ops ------------------------------------------------------------
+
+// The outputs of every op that reads parameters or accumulates parameter
+// gradients, with those stored as `dtype`. Inputs are the same for every
+// dtype: parameters and initial gradients are bf16- and fp16-representable
+// (rounded to bf16 with a small range, so fp16 holds them exactly too).
+struct ParamOpsResult {
+  // fp32 outputs: identical across storage types on the CpuDevice.
+  std::vector<float> ln_y, ln_dx, biased, embedded, norm, adam_param;
+  // Accumulated gradients, stored as `dtype`.
+  std::vector<float> dgamma, dbeta, dbias, dtable;
+};
+
+std::vector<float> Representable(size_t n, uint32_t seed) {
+  return RoundTo(RandomFloats(n, -2, 2, seed), DType::kBF16);
+}
+
+ParamOpsResult RunParamOps(Device& device, DType dtype) {
+  const int64_t rows = 300, d = 96, v = 50;
+  Scratch s(device);
+  Stream& st = s.stream();
+  const Tensor x = s.Upload(RandomFloats(rows * d, -3, 3, 90), {rows, d});
+  const Tensor dy = s.Upload(RandomFloats(rows * d, -1, 1, 91), {rows, d});
+  const Tensor gamma = s.UploadAs(Representable(d, 92), {d}, dtype);
+  const Tensor beta = s.UploadAs(Representable(d, 93), {d}, dtype);
+  const Tensor dgamma = s.UploadAs(Representable(d, 94), {d}, dtype);
+  const Tensor dbeta = s.UploadAs(Representable(d, 95), {d}, dtype);
+  const Tensor y = s.Zeros({rows, d}), dx = s.Zeros({rows, d});
+  const Tensor mean = s.Zeros({rows}), rstd = s.Zeros({rows});
+  EXPECT_TRUE(LayerNorm(x, gamma, beta, 1e-5f, y, mean, rstd, st).ok());
+  EXPECT_TRUE(LayerNormBackward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, st).ok());
+
+  const Tensor biased = s.Upload(RandomFloats(rows * d, -3, 3, 90), {rows, d});
+  const Tensor bias = s.UploadAs(Representable(d, 96), {d}, dtype);
+  const Tensor dbias = s.UploadAs(Representable(d, 97), {d}, dtype);
+  EXPECT_TRUE(AddBias(biased, bias, st).ok());
+  EXPECT_TRUE(BiasBackward(dy, dbias, st).ok());
+
+  std::vector<int32_t> ids(rows);
+  for (int64_t r = 0; r < rows; ++r) ids[r] = static_cast<int32_t>((r * r + 3 * r) % v);  // repeats
+  const Tensor tid = s.Upload(ids, {rows}, DType::kI32);
+  const Tensor table = s.UploadAs(Representable(v * d, 98), {v, d}, dtype);
+  const Tensor dtable = s.UploadAs(Representable(v * d, 99), {v, d}, dtype);
+  const Tensor embedded = s.Zeros({rows, d});
+  EXPECT_TRUE(Embedding(tid, table, embedded, st).ok());
+  EXPECT_TRUE(EmbeddingBackward(tid, dy, dtable, st).ok());
+
+  // A gradient stored as `dtype` drives the norm and an Adam step.
+  const int64_t n = 5000;
+  const Tensor grad = s.UploadAs(Representable(n, 100), {n}, dtype);
+  const Tensor norm = s.Zeros({2});
+  EXPECT_TRUE(SquaredNorm(grad, norm, false, st).ok());
+  const Tensor param = s.Upload(RandomFloats(n, -1, 1, 101), {n});
+  const Tensor m = s.Upload(RandomFloats(n, -0.1, 0.1, 102), {n});
+  const Tensor var = s.Upload(RandomFloats(n, 0, 0.01, 103), {n});
+  AdamOptions adam;
+  adam.lr = 1e-2f;
+  adam.weight_decay = 0.1f;
+  EXPECT_TRUE(AdamStep(param, grad, m, var, adam, 4, 0.25f, st).ok());
+
+  ParamOpsResult r;
+  r.ln_y = s.Download(y);
+  r.ln_dx = s.Download(dx);
+  r.biased = s.Download(biased);
+  r.embedded = s.Download(embedded);
+  r.norm = s.Download(norm);
+  r.adam_param = s.Download(param);
+  r.dgamma = s.Download(dgamma);
+  r.dbeta = s.Download(dbeta);
+  r.dbias = s.Download(dbias);
+  r.dtable = s.Download(dtable);
+  return r;
+}
+
+TEST(MixedPrecision, SixteenBitParametersEqualFp32RoundedOnce) {
+  auto cpu = *CreateCpuDevice();
+  const ParamOpsResult ref = RunParamOps(*cpu, DType::kF32);
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    const ParamOpsResult got = RunParamOps(*cpu, dtype);
+    const std::string name(DTypeName(dtype));
+    EXPECT_EQ(got.ln_y, ref.ln_y) << name << " layernorm y";
+    EXPECT_EQ(got.ln_dx, ref.ln_dx) << name << " layernorm dx";
+    EXPECT_EQ(got.biased, ref.biased) << name << " bias add";
+    EXPECT_EQ(got.embedded, ref.embedded) << name << " embedding";
+    EXPECT_EQ(got.norm, ref.norm) << name << " squared norm";
+    EXPECT_EQ(got.adam_param, ref.adam_param) << name << " adam with a 16-bit gradient";
+    // Gradients accumulate in fp32 and are rounded once.
+    EXPECT_EQ(got.dgamma, RoundTo(ref.dgamma, dtype)) << name << " dgamma";
+    EXPECT_EQ(got.dbeta, RoundTo(ref.dbeta, dtype)) << name << " dbeta";
+    EXPECT_EQ(got.dbias, RoundTo(ref.dbias, dtype)) << name << " dbias";
+    EXPECT_EQ(got.dtable, RoundTo(ref.dtable, dtype)) << name << " dtable";
+    // And the rounding was not a no-op: 16 bits lose information here.
+    EXPECT_NE(got.dtable, ref.dtable) << name;
+  }
+}
+
+TEST(MixedPrecision, ParameterOpsRefuseMixedStorage) {
+  auto cpu = *CreateCpuDevice();
+  Scratch s(*cpu);
+  const int64_t d = 8;
+  const Tensor x = s.Zeros({2, d}), dy = s.Zeros({2, d}), dx = s.Zeros({2, d});
+  const Tensor gamma16 = s.UploadAs(std::vector<float>(d, 1.0f), {d}, DType::kBF16);
+  const Tensor dgamma32 = s.Zeros({d}), dbeta16 = s.UploadAs(std::vector<float>(d, 0.0f), {d}, DType::kBF16);
+  const Tensor mean = s.Zeros({2}), rstd = s.Zeros({2});
+  const absl::Status st =
+      LayerNormBackward(dy, x, gamma16, mean, rstd, dx, dgamma32, dbeta16, s.stream());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("LayerNormBackward: dgamma is fp32 but gamma is bf16"), std::string::npos)
+      << st;
+  const Tensor ids = s.Upload(std::vector<int32_t>{0, 1}, {2}, DType::kI32);
+  EXPECT_NE(Embedding(ids, ids, x, s.stream()).message().find("table is int32"), std::string::npos);
+}
+
+// ---- CUDA ---------------------------------------------------------------------
+
+TEST(CudaOps, SixteenBitGemmAccumulatesInFp32) {
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto gpu = *CreateCudaDevice();
+  CheckGemm16(*gpu, 1e-4);
+}
+
+void ExpectWithin(const std::vector<float>& a, const std::vector<float>& b, double rel,
+                  const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_NEAR(a[i], b[i], rel * std::max(1.0, std::fabs(double(b[i])))) << what << "[" << i << "]";
+  }
+}
+
+TEST(CudaOps, SixteenBitParameterOpsMatchTheCpuDevice) {
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto gpu = *CreateCudaDevice();
+  auto cpu = *CreateCpuDevice();
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    const ParamOpsResult g = RunParamOps(*gpu, dtype), c = RunParamOps(*cpu, dtype);
+    const std::string name(DTypeName(dtype));
+    ExpectWithin(g.ln_y, c.ln_y, 1e-5, name + " layernorm y");
+    ExpectWithin(g.ln_dx, c.ln_dx, 1e-4, name + " layernorm dx");
+    ExpectWithin(g.biased, c.biased, 0, name + " bias add");
+    ExpectWithin(g.embedded, c.embedded, 0, name + " embedding");
+    ExpectWithin(g.norm, c.norm, 1e-6, name + " squared norm");
+    ExpectWithin(g.adam_param, c.adam_param, 1e-6, name + " adam");
+    // fp32 sums in another order, then one rounding: may land one 16-bit
+    // step apart (2 half-ulps), relative to the larger of 1 and the value.
+    const double step = 2 * HalfUlp(dtype);
+    ExpectWithin(g.dgamma, c.dgamma, step, name + " dgamma");
+    ExpectWithin(g.dbeta, c.dbeta, step, name + " dbeta");
+    ExpectWithin(g.dbias, c.dbias, step, name + " dbias");
+    ExpectWithin(g.dtable, c.dtable, step, name + " dtable");
+    EXPECT_EQ(g.dtable, RunParamOps(*gpu, dtype).dtable) << name << ": not deterministic";
+  }
+}
+
+}  // namespace
+}  // namespace memwall::ops
