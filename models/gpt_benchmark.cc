@@ -13,10 +13,16 @@
 //   TFLOPS, peak device memory, and fraction_of_gemm against the same
 //   dtype's c_fc GEMM (tokens x d x 4d) measured in the same run (skipped
 //   without a GPU).
+// BM_Gpt{Cpu,Cuda}Breakdown: where a step's time goes, from the model's own
+//   module hooks (each hook synchronizes the stream, so the step is slower
+//   than above): fractions of the step in the Linear layers (GEMM + bias),
+//   attention (the fused op alone), LayerNorm, GELU, the residual adds,
+//   and wte (embeddings plus the tied LM head and its fused cross-entropy).
 //
 //   ./bazelw run //models:gpt_benchmark
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -101,6 +107,89 @@ void BM_GptCpu(benchmark::State& state) {
   state.counters["parameters"] = double(CountParameters(c));
 }
 BENCHMARK(BM_GptCpu)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
+
+// Exclusive time per module kind, measured by hooks that synchronize.
+class Breakdown {
+ public:
+  explicit Breakdown(Stream& stream) : stream_(stream) {}
+  absl::Status Hook(Module& m, HookPoint point) {
+    MEMWALL_RETURN_IF_ERROR(stream_.Synchronize());
+    const double now = Now();
+    if (point == HookPoint::kBeforeForward || point == HookPoint::kBeforeBackward) {
+      open_.push_back({now, 0.0});
+      return absl::OkStatus();
+    }
+    const Open o = open_.back();
+    open_.pop_back();
+    const double inclusive = now - o.start;
+    seconds_[Kind(m.local_name())] += inclusive - o.children;
+    if (!open_.empty()) open_.back().children += inclusive;
+    return absl::OkStatus();
+  }
+  const std::map<std::string, double>& seconds() const { return seconds_; }
+
+ private:
+  struct Open {
+    double start, children;
+  };
+  static double Now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  static std::string Kind(const std::string& name) {
+    if (name == "c_attn" || name == "c_proj" || name == "c_fc") return "linear";
+    if (name.rfind("ln_", 0) == 0) return "layernorm";
+    if (name == "attn") return "attention";
+    if (name == "mlp") return "gelu";
+    if (name == "wte" || name == "wpe") return "embeddings_and_head";
+    if (name == "h" || name.empty()) return "other";
+    return "residual";  // a block's own work: the two residual adds
+  }
+  Stream& stream_;
+  std::vector<Open> open_;
+  std::map<std::string, double> seconds_;
+};
+
+void RunBreakdown(benchmark::State& state, Device& device, const GptConfig& c, int64_t batch,
+                  int64_t seq, DType dtype) {
+  auto setup = Prepare(device, c, batch, seq, dtype);
+  if (!setup.ok()) return state.SkipWithError(std::string(setup.status().message()).c_str());
+  Breakdown breakdown(device.compute_stream());
+  setup->model->AddHookRecursive(
+      [&](Module& m, HookPoint point) { return breakdown.Hook(m, point); });
+  double total = 0;
+  auto step = [&] {
+    auto r = setup->model->ForwardBackward(device, setup->ids.data(), setup->targets.data(), batch,
+                                           seq, 1.0f / (batch * seq), true);
+    if (!r.ok()) state.SkipWithError(std::string(r.status().message()).c_str());
+  };
+  step();  // warm-up, not counted
+  const std::map<std::string, double> warm = breakdown.seconds();
+  for (auto _ : state) total += Seconds(step);
+  double attributed = 0;
+  for (const auto& [kind, seconds] : breakdown.seconds()) {
+    const double t = seconds - (warm.count(kind) ? warm.at(kind) : 0.0);
+    state.counters[kind] = t / total;
+    attributed += t;
+  }
+  // Outside every module: input copies, ln_f's caller, the loss readback.
+  state.counters["unattributed"] = 1.0 - attributed / total;
+  state.SetLabel(absl::StrCat(DTypeName(dtype), " ", device.name()));
+}
+
+void BM_GptCpuBreakdown(benchmark::State& state) {
+  auto device = *CreateCpuDevice();
+  RunBreakdown(state, *device, Config("cpu_benchmark"), 4, 256, DType::kF32);
+}
+BENCHMARK(BM_GptCpuBreakdown)->Unit(benchmark::kMillisecond)->Iterations(2)->UseRealTime();
+
+void BM_GptCudaBreakdown(benchmark::State& state, DType dtype) {
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) return state.SkipWithError(("needs a GPU: " + reason).c_str());
+  auto device = *CreateCudaDevice();
+  RunBreakdown(state, *device, Config("gpt_125m"), 8, 1024, dtype);
+}
+BENCHMARK_CAPTURE(BM_GptCudaBreakdown, gpt_125m_bf16, DType::kBF16)
+    ->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
 
 // Seconds per (m, k) x (k, n) GEMM in `dtype` with an fp32 result, on the device.
 absl::StatusOr<double> GemmSeconds(Device& device, DType dtype, int64_t m, int64_t k, int64_t n) {

@@ -28,6 +28,10 @@ for t in "${targets[@]}"; do
   path="bazel-bin/$(sed -e 's|^//||' -e 's|:|/|' <<<"$t")"
   cp -L "$path" "$out/bin/"
 done
+# Symbols are not needed there and halve the binaries (the device tool
+# carries at most 64 MiB, repository included).
+chmod u+w "$out"/bin/*
+strip "$out"/bin/*
 
 # Shared libraries: everything ldd resolves except the C runtime, the CUDA
 # driver/toolkit libraries the GPU machine provides, and NCCL.
@@ -103,3 +107,6 @@ exit $status
 RUN
 chmod +x "$out/run.sh"
 du -sh "$out" | awk '{ print "gpu_bundle: " $1 " in '"$out"'" }' >&2
+if (( $(du -sb "$out" | cut -f1) > 60 * 1024 * 1024 )); then
+  echo "gpu_bundle: warning: over 60 MiB; with the repository it may not fit the device tool's 64 MiB" >&2
+fi
