@@ -47,8 +47,6 @@ typename P::T* As(void* p) { return static_cast<typename P::T*>(p); }
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
 
-int Launched() { return static_cast<int>(cudaGetLastError()); }
-
 unsigned GridFor(int64_t n) {
   const int64_t blocks = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
@@ -144,97 +142,23 @@ __global__ void LayerNormBackwardInputKernel(const float* dy, const float* x,
   }
 }
 
-// Column sums over many rows (bias and LayerNorm parameter gradients), in
-// two deterministic passes without atomics. Pass 1: block (column tile,
-// slice) sums the slice's rows for kColumnTile columns, kRowLanes rows at a
-// time, then adds its row lanes in a fixed order: partial[k][slice][j].
-// Pass 2: one thread per column adds the slices in order and accumulates
-// into the stored gradient, rounding once. K sums per column; Term adds
-// row r's contributions to acc[0..K).
-constexpr int kColumnTile = 32, kRowLanes = 8;
-
-template <int K, typename Term>
-__global__ void ColumnPartialsKernel(Term term, int64_t rows, int64_t n, int64_t rows_per_slice,
-                                     float* partial) {
-  __shared__ float shared[K][kRowLanes][kColumnTile];
-  const int64_t j = blockIdx.x * int64_t{kColumnTile} + threadIdx.x;
-  const int64_t r0 = blockIdx.y * rows_per_slice;
-  const int64_t r1 = r0 + rows_per_slice < rows ? r0 + rows_per_slice : rows;
-  float acc[K] = {};
-  if (j < n) {
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) term(r, j, acc);
-  }
-#pragma unroll
-  for (int k = 0; k < K; ++k) shared[k][threadIdx.y][threadIdx.x] = acc[k];
-  __syncthreads();
-  if (threadIdx.y != 0 || j >= n) return;
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    float sum = 0.0f;
-    for (int y = 0; y < kRowLanes; ++y) sum += shared[k][y][threadIdx.x];
-    partial[(int64_t{k} * gridDim.y + blockIdx.y) * n + j] = sum;
-  }
-}
-
-template <int K, typename P>
-__global__ void ColumnFinalKernel(const float* partial, int slices, int64_t n,
-                                  typename P::T* out0, typename P::T* out1) {
+// dgamma, dbeta: one thread per column sums over rows in order (no atomics:
+// deterministic), accumulating into the existing gradients.
+template <typename P>
+__global__ void LayerNormBackwardParamsKernel(const float* dy, const float* x, const float* mean,
+                                              const float* rstd, typename P::T* dgamma,
+                                              typename P::T* dbeta, int64_t rows, int64_t d) {
   const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (j >= n) return;
-  typename P::T* out[2] = {out0, out1};
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    float sum = 0.0f;
-    for (int i = 0; i < slices; ++i) sum += partial[(int64_t{k} * slices + i) * n + j];
-    out[k][j] = P::Store(P::Load(out[k][j]) + sum);
-  }
-}
-
-// out_k[j] += sum over rows of term's k-th contribution, k < K.
-template <int K, typename P, typename Term>
-int ColumnSums(Term term, int64_t rows, int64_t n, typename P::T* out0, typename P::T* out1,
-               cudaStream_t s) {
-  if (rows == 0 || n == 0) return 0;
-  // Enough blocks to fill the GPU (~2048), slices of at least 64 rows.
-  const int64_t tiles = (n + kColumnTile - 1) / kColumnTile;
-  int64_t slices = std::max<int64_t>(1, std::min<int64_t>((rows + 63) / 64, (2048 + tiles - 1) / tiles));
-  const int64_t rows_per_slice = (rows + slices - 1) / slices;
-  slices = (rows + rows_per_slice - 1) / rows_per_slice;
-  void* scratch = nullptr;
-  if (cudaError_t err = cudaMallocAsync(&scratch, K * slices * n * sizeof(float), s);
-      err != cudaSuccess) {
-    return static_cast<int>(err);
-  }
-  auto* partial = static_cast<float*>(scratch);
-  ColumnPartialsKernel<K><<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(slices)),
-                            dim3(kColumnTile, kRowLanes), 0, s>>>(term, rows, n, rows_per_slice,
-                                                                  partial);
-  int err = Launched();
-  if (err == 0) {
-    ColumnFinalKernel<K, P><<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, s>>>(
-        partial, static_cast<int>(slices), n, out0, out1);
-    err = Launched();
-  }
-  cudaFreeAsync(scratch, s);
-  return err;
-}
-
-// LayerNorm: dgamma += dy * xhat, dbeta += dy.
-struct LayerNormParamsTerm {
-  const float *dy, *x, *mean, *rstd;
-  int64_t d;
-  __device__ void operator()(int64_t r, int64_t j, float (&acc)[2]) const {
+  if (j >= d) return;
+  float dg = 0.0f, db = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) {
     const float g = dy[r * d + j];
-    acc[0] += g * (x[r * d + j] - mean[r]) * rstd[r];
-    acc[1] += g;
+    dg += g * (x[r * d + j] - mean[r]) * rstd[r];
+    db += g;
   }
-};
-// Bias: dbias += dy.
-struct BiasTerm {
-  const float* dy;
-  int64_t n;
-  __device__ void operator()(int64_t r, int64_t j, float (&acc)[1]) const { acc[0] += dy[r * n + j]; }
-};
+  dgamma[j] = P::Store(P::Load(dgamma[j]) + dg);
+  dbeta[j] = P::Store(P::Load(dbeta[j]) + db);
+}
 
 // Max of `v` over the block; every thread gets the result.
 __device__ float BlockMax(float v, float* shared) {
@@ -279,6 +203,7 @@ __global__ void SoftmaxCrossEntropyKernel(float* logits, const int32_t* targets,
   if (threadIdx.x == 0) losses[row] = logf(s) + m - target_logit;
 }
 
+int Launched() { return static_cast<int>(cudaGetLastError()); }
 
 }  // namespace
 
@@ -384,8 +309,10 @@ int LayerNormBackward(const float* dy, const float* x, const void* gamma, const 
     LayerNormBackwardInputKernel<P><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
         dy, x, As<P>(gamma), mean, rstd, dx, d);
     if (int err = Launched(); err != 0) return err;
-    return ColumnSums<2, P>(LayerNormParamsTerm{dy, x, mean, rstd, d}, rows, d, As<P>(dgamma),
-                            As<P>(dbeta), s);
+    LayerNormBackwardParamsKernel<P>
+        <<<static_cast<unsigned>((d + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+            dy, x, mean, rstd, As<P>(dgamma), As<P>(dbeta), rows, d);
+    return Launched();
   });
 }
 
@@ -466,6 +393,16 @@ __global__ void AddBiasKernel(float* y, const typename P::T* bias, int64_t rows,
   }
 }
 
+// One thread per column, rows in order (coalesced across the warp).
+template <typename P>
+__global__ void BiasBackwardKernel(const float* dy, typename P::T* dbias, int64_t rows,
+                                   int64_t n) {
+  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (j >= n) return;
+  float sum = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) sum += dy[r * n + j];
+  dbias[j] = P::Store(P::Load(dbias[j]) + sum);
+}
 
 // --- Fused causal attention -------------------------------------------------
 // A block holds kAttnRows rows (one warp each) of one (batch, head); the
@@ -811,8 +748,9 @@ int BiasBackward(const float* dy, void* dbias, Elem p, int64_t rows, int64_t n, 
   if (n == 0) return 0;
   return WithElem(p, [&](auto policy) {
     using P = decltype(policy);
-    return ColumnSums<1, P>(BiasTerm{dy, n}, rows, n, As<P>(dbias), nullptr,
-                            static_cast<cudaStream_t>(stream));
+    BiasBackwardKernel<P><<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0,
+                            static_cast<cudaStream_t>(stream)>>>(dy, As<P>(dbias), rows, n);
+    return Launched();
   });
 }
 
