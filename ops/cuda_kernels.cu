@@ -681,9 +681,8 @@ __global__ void AdamStepKernel(float* p, const typename G::T* grad, float* m, fl
     const float vi = a.beta2 * v[i] + (1.0f - a.beta2) * g * g;
     m[i] = mi;
     v[i] = vi;
-    float x = p[i];
-    if (a.decoupled_weight_decay) x *= 1.0f - a.lr * a.weight_decay;
-    p[i] = x - step_size * mi / (sqrtf(vi) / a.bias_correction2_sqrt + a.eps);
+    const float decay = a.decoupled_weight_decay ? (a.lr * a.weight_decay) * p[i] : 0.0f;
+    p[i] = p[i] - (decay + step_size * mi / (sqrtf(vi) / a.bias_correction2_sqrt + a.eps));
   }
 }
 

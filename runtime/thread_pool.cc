@@ -1,0 +1,62 @@
+#include "runtime/thread_pool.h"
+
+namespace memwall {
+
+ThreadPool::ThreadPool(int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::Drain() {
+  for (int64_t i = next_.fetch_add(1); i < count_; i = next_.fetch_add(1)) (*fn_)(i);
+}
+
+void ThreadPool::WorkerLoop() {
+  int64_t seen = 0;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+    if (stop_) return;
+    seen = generation_;
+    lock.unlock();
+    Drain();
+    lock.lock();
+    if (++finished_ == workers_.size()) done_.notify_all();
+  }
+}
+
+void ThreadPool::ParallelFor(int64_t count, const std::function<void(int64_t)>& fn) {
+  if (count <= 0) return;
+  if (workers_.empty() || count == 1) {
+    for (int64_t i = 0; i < count; ++i) fn(i);
+    return;
+  }
+  std::lock_guard<std::mutex> call(call_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn_ = &fn;
+    count_ = count;
+    next_.store(0);
+    finished_ = 0;
+    ++generation_;
+  }
+  wake_.notify_all();
+  Drain();
+  // Every index has been claimed. Every worker takes part in every job (one
+  // that wakes late finds no index left), so once all have reported, none
+  // can still touch this job's fn or counter.
+  std::unique_lock<std::mutex> lock(mu_);
+  done_.wait(lock, [&] { return finished_ == workers_.size(); });
+  fn_ = nullptr;
+}
+
+}  // namespace memwall

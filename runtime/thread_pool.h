@@ -1,0 +1,57 @@
+// A persistent pool of host threads for data-parallel loops over tiles
+// (cpu_adam's update, and any other host pass over large buffers).
+//
+//   ThreadPool pool(0);                       // one thread per core
+//   pool.ParallelFor(tiles, [&](int64_t t) { ... tile t ... });
+//
+// ParallelFor runs fn(0) ... fn(count - 1), each exactly once, on the
+// pool's workers and the calling thread, and returns when all are done.
+// Indices are handed out in increasing order from a shared counter, so
+// neighbouring tiles run at about the same time (friendly to the memory
+// prefetchers) and uneven tiles balance. Calls from several threads at once
+// are serialized. fn must not call ParallelFor on the same pool.
+#ifndef MEMWALL_RUNTIME_THREAD_POOL_H_
+#define MEMWALL_RUNTIME_THREAD_POOL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace memwall {
+
+class ThreadPool {
+ public:
+  // threads <= 0: std::thread::hardware_concurrency(). The pool owns
+  // threads - 1 workers; the caller of ParallelFor is the last one.
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int threads() const { return static_cast<int>(workers_.size()) + 1; }
+  void ParallelFor(int64_t count, const std::function<void(int64_t)>& fn);
+
+ private:
+  void WorkerLoop();
+  // Claims and runs indices of the current job until none are left.
+  void Drain();
+
+  std::vector<std::thread> workers_;
+  std::mutex call_mu_;  // one ParallelFor at a time
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int64_t)>* fn_ = nullptr;
+  int64_t count_ = 0;
+  std::atomic<int64_t> next_{0};
+  int64_t generation_ = 0;  // bumps once per job
+  size_t finished_ = 0;     // workers done with the current job (all take part)
+  bool stop_ = false;
+};
+
+}  // namespace memwall
+
+#endif  // MEMWALL_RUNTIME_THREAD_POOL_H_
