@@ -103,7 +103,7 @@ MEMWALL_TARGET_AVX2 void Avx2Range(const StepScalars& s, const Range& r) {
   const __m256 grad_scale = _mm256_set1_ps(s.grad_scale), wd = _mm256_set1_ps(s.weight_decay);
   const __m256 b1 = _mm256_set1_ps(s.beta1), omb1 = _mm256_set1_ps(s.one_minus_beta1);
   const __m256 b2 = _mm256_set1_ps(s.beta2), omb2 = _mm256_set1_ps(s.one_minus_beta2);
-  const __m256 step = _mm256_set1_ps(s.step_size), bc2 = _mm256_set1_ps(s.bias_correction2_sqrt);
+  const __m256 step = _mm256_set1_ps(s.step_size), bc2 = _mm256_set1_ps(s.inv_bias_correction2_sqrt);
   const __m256 eps = _mm256_set1_ps(s.eps), lr_wd = _mm256_set1_ps(s.lr_weight_decay);
   for (; i + 8 <= r.n; i += 8) {
     __m256 g = _mm256_mul_ps(LoadGrad8<kGrad>(r.grad, i), grad_scale);
@@ -113,7 +113,7 @@ MEMWALL_TARGET_AVX2 void Avx2Range(const StepScalars& s, const Range& r) {
     const __m256 v = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(r.v + i)),
                                    _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
     const __m256 decay = s.adamw ? _mm256_mul_ps(lr_wd, p) : _mm256_setzero_ps();
-    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v), bc2), eps);
+    const __m256 denom = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(v), bc2), eps);
     const __m256 updated =
         _mm256_sub_ps(p, _mm256_add_ps(decay, _mm256_div_ps(_mm256_mul_ps(step, m), denom)));
     _mm256_storeu_ps(r.m + i, m);
@@ -170,7 +170,7 @@ MEMWALL_TARGET_AVX512 void Avx512Range(const StepScalars& s, const Range& r) {
   const __m512 grad_scale = _mm512_set1_ps(s.grad_scale), wd = _mm512_set1_ps(s.weight_decay);
   const __m512 b1 = _mm512_set1_ps(s.beta1), omb1 = _mm512_set1_ps(s.one_minus_beta1);
   const __m512 b2 = _mm512_set1_ps(s.beta2), omb2 = _mm512_set1_ps(s.one_minus_beta2);
-  const __m512 step = _mm512_set1_ps(s.step_size), bc2 = _mm512_set1_ps(s.bias_correction2_sqrt);
+  const __m512 step = _mm512_set1_ps(s.step_size), bc2 = _mm512_set1_ps(s.inv_bias_correction2_sqrt);
   const __m512 eps = _mm512_set1_ps(s.eps), lr_wd = _mm512_set1_ps(s.lr_weight_decay);
   for (; i + 16 <= r.n; i += 16) {
     __m512 g = _mm512_mul_ps(LoadGrad16<kGrad>(r.grad, i), grad_scale);
@@ -180,7 +180,7 @@ MEMWALL_TARGET_AVX512 void Avx512Range(const StepScalars& s, const Range& r) {
     const __m512 v = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(r.v + i)),
                                    _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
     const __m512 decay = s.adamw ? _mm512_mul_ps(lr_wd, p) : _mm512_setzero_ps();
-    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(v), bc2), eps);
+    const __m512 denom = _mm512_add_ps(_mm512_mul_ps(_mm512_sqrt_ps(v), bc2), eps);
     const __m512 updated =
         _mm512_sub_ps(p, _mm512_add_ps(decay, _mm512_div_ps(_mm512_mul_ps(step, m), denom)));
     _mm512_storeu_ps(r.m + i, m);

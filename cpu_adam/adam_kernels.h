@@ -29,7 +29,7 @@ struct StepScalars {
   float weight_decay;
   float eps;
   float step_size;              // lr / float(1 - beta1^t), in fp32
-  float bias_correction2_sqrt;  // float(sqrt(1 - beta2^t))
+  float inv_bias_correction2_sqrt;  // float(1 / sqrt(1 - beta2^t))
   float lr_weight_decay;        // lr * weight_decay in fp32 (AdamW)
   bool adamw;
 };
@@ -38,7 +38,7 @@ struct StepScalars {
 //   g = grad * grad_scale;             Adam: g = g + weight_decay * p
 //   m = beta1 m + (1 - beta1) g;       v = beta2 v + ((1 - beta2) g) g
 //   decay = AdamW ? (lr weight_decay) p : 0
-//   p = p - (decay + (step_size m) / (sqrt(v) / sqrt(1 - beta2^t) + eps))
+//   p = p - (decay + (step_size m) / (sqrt(v) (1 / sqrt(1 - beta2^t)) + eps))
 // p is rounded once per step (ops/kernels.h says why that matters).
 inline void AdamElement(const StepScalars& s, float grad, float& p, float& m, float& v) {
   float g = grad * s.grad_scale;
@@ -46,7 +46,7 @@ inline void AdamElement(const StepScalars& s, float grad, float& p, float& m, fl
   m = s.beta1 * m + s.one_minus_beta1 * g;
   v = s.beta2 * v + (s.one_minus_beta2 * g) * g;
   const float decay = s.adamw ? s.lr_weight_decay * p : 0.0f;
-  const float denom = std::sqrt(v) / s.bias_correction2_sqrt + s.eps;
+  const float denom = std::sqrt(v) * s.inv_bias_correction2_sqrt + s.eps;
   p = p - (decay + (s.step_size * m) / denom);
 }
 

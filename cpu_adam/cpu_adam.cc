@@ -151,8 +151,8 @@ absl::Status CpuAdam::StepRange(const AdamBuffers& b, int64_t begin, int64_t end
   s.eps = c.eps;
   const float bias_correction1 = static_cast<float>(1.0 - std::pow(double{c.beta1}, double(step)));
   s.step_size = c.lr / bias_correction1;
-  s.bias_correction2_sqrt =
-      static_cast<float>(std::sqrt(1.0 - std::pow(double{c.beta2}, double(step))));
+  s.inv_bias_correction2_sqrt =
+      static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{c.beta2}, double(step))));
   s.lr_weight_decay = c.lr * c.weight_decay;
   s.adamw = c.adamw;
   const internal::KernelPath path = KernelPathOf(path_);

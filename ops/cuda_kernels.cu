@@ -682,7 +682,7 @@ __global__ void AdamStepKernel(float* p, const typename G::T* grad, float* m, fl
     m[i] = mi;
     v[i] = vi;
     const float decay = a.decoupled_weight_decay ? (a.lr * a.weight_decay) * p[i] : 0.0f;
-    p[i] = p[i] - (decay + step_size * mi / (sqrtf(vi) / a.bias_correction2_sqrt + a.eps));
+    p[i] = p[i] - (decay + step_size * mi / (sqrtf(vi) * a.inv_bias_correction2_sqrt + a.eps));
   }
 }
 

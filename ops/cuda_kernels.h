@@ -69,7 +69,7 @@ int SquaredNorm(const void* x, Elem x_type, int64_t n, float* result, bool accum
 struct AdamKernelScalars {
   float lr, beta1, beta2, eps, weight_decay;
   bool decoupled_weight_decay;
-  float grad_scale, bias_correction1, bias_correction2_sqrt;
+  float grad_scale, bias_correction1, inv_bias_correction2_sqrt;
 };
 // p, m, v fp32; grad stored as `grad_type`.
 int AdamStep(float* p, const void* grad, Elem grad_type, float* m, float* v,

@@ -288,7 +288,7 @@ SquaredNormResult SquaredNorm(const T* x, int64_t n) {
 // and t the 1-based step:
 //   Adam (L2):  g += weight_decay * p
 //   m = beta1 m + (1 - beta1) g,   v = beta2 v + (1 - beta2) g^2
-//   p -= decay + (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+//   p -= decay + (lr / (1 - beta1^t)) * m / (sqrt(v) * (1 / sqrt(1 - beta2^t)) + eps)
 //   where decay = (lr * weight_decay) p for AdamW, 0 for Adam.
 // That is PyTorch's AdamW (p *= 1 - lr wd, then the Adam step) with p
 // rounded once per step. Rounding p after the decay on its own would bias
@@ -304,7 +304,7 @@ struct AdamScalars {
   bool decoupled_weight_decay = true;  // AdamW
   float grad_scale = 1.0f;
   float bias_correction1 = 1.0f;       // 1 - beta1^t
-  float bias_correction2_sqrt = 1.0f;  // sqrt(1 - beta2^t)
+  float inv_bias_correction2_sqrt = 1.0f;  // 1 / sqrt(1 - beta2^t)
 };
 template <typename T>
 void AdamStep(T* p, const T* grad, T* m, T* v, const AdamScalars& a, int64_t n) {
@@ -315,7 +315,7 @@ void AdamStep(T* p, const T* grad, T* m, T* v, const AdamScalars& a, int64_t n) 
     m[i] = T(a.beta1) * m[i] + (T(1) - T(a.beta1)) * g;
     v[i] = T(a.beta2) * v[i] + (T(1) - T(a.beta2)) * g * g;
     const T decay = a.decoupled_weight_decay ? (T(a.lr) * T(a.weight_decay)) * p[i] : T(0);
-    p[i] = p[i] - (decay + step_size * m[i] / (std::sqrt(v[i]) / T(a.bias_correction2_sqrt) + T(a.eps)));
+    p[i] = p[i] - (decay + step_size * m[i] / (std::sqrt(v[i]) * T(a.inv_bias_correction2_sqrt) + T(a.eps)));
   }
 }
 

@@ -664,8 +664,8 @@ kernels::AdamScalars AdamStepScalars(const AdamOptions& o, int64_t step, float g
   a.decoupled_weight_decay = o.adamw;
   a.grad_scale = grad_scale;
   a.bias_correction1 = static_cast<float>(1.0 - std::pow(double{o.beta1}, double(step)));
-  a.bias_correction2_sqrt =
-      static_cast<float>(std::sqrt(1.0 - std::pow(double{o.beta2}, double(step))));
+  a.inv_bias_correction2_sqrt =
+      static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{o.beta2}, double(step))));
   return a;
 }
 
@@ -699,7 +699,7 @@ absl::Status AdamStep(const Tensor& param, const Tensor& grad, const Tensor& m, 
   float* pv = v.data_as<float>();
   const cuda::AdamKernelScalars ka{a.lr,         a.beta1,      a.beta2,
                                    a.eps,        a.weight_decay, a.decoupled_weight_decay,
-                                   a.grad_scale, a.bias_correction1, a.bias_correction2_sqrt};
+                                   a.grad_scale, a.bias_correction1, a.inv_bias_correction2_sqrt};
   return Dispatch(
       stream, op,
       [=] {
