@@ -1,0 +1,104 @@
+// //zero:estimate: how much device memory one rank needs, before launching.
+//
+//   ./bazelw run //zero:estimate -- (--params=N | --model=FILE.textproto [--model_name=NAME])
+//       --ranks=N --stage=S [--micro_batch=B --seq=L --checkpointing=true|false]
+//       [--precision=bf16|fp16|fp32] [--device_bytes=N] [--format=text|json]
+//
+// --model takes a GptConfig text proto, or a GptConfigList (for example
+// models/configs/papers.textproto) with --model_name picking an entry.
+// Exits 0 with the estimate (one JSON object with --format=json), 1 when
+// the run does not fit --device_bytes, 2 on bad input.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/text_format.h"
+#include "models/gpt.h"
+#include "runtime/status.h"
+#include "zero/estimator.h"
+
+ABSL_FLAG(int64_t, params, 0, "parameter count (model states only); or give --model");
+ABSL_FLAG(std::string, model, "", "GptConfig or GptConfigList text proto");
+ABSL_FLAG(std::string, model_name, "", "entry of a GptConfigList given to --model");
+ABSL_FLAG(int64_t, ranks, 1, "data-parallel ranks");
+ABSL_FLAG(int32_t, stage, 0, "ZeRO stage: 0, 1, 2 or 3");
+ABSL_FLAG(int64_t, micro_batch, 1, "sequences per micro-batch per rank");
+ABSL_FLAG(int64_t, seq, 1024, "tokens per sequence");
+ABSL_FLAG(std::string, checkpointing, "", "true or false (default: the model's setting)");
+ABSL_FLAG(std::string, precision, "bf16", "bf16, fp16 or fp32");
+ABSL_FLAG(int64_t, device_bytes, 0, "device memory per rank to check against (0: none)");
+ABSL_FLAG(std::string, format, "text", "text or json");
+
+namespace memwall::zero {
+namespace {
+
+absl::StatusOr<models::GptConfig> LoadModel(const std::string& path, const std::string& name) {
+  std::ifstream file(path);
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot open --model=", path));
+  std::stringstream text;
+  text << file.rdbuf();
+  models::GptConfig one;
+  if (name.empty() && google::protobuf::TextFormat::ParseFromString(text.str(), &one)) {
+    MEMWALL_RETURN_IF_ERROR(models::ValidateConfig(one));
+    return one;
+  }
+  MEMWALL_ASSIGN_OR_RETURN(models::GptConfigList list, models::LoadConfigs(path));
+  if (name.empty()) {
+    if (list.configs_size() == 1) return list.configs(0);
+    return absl::InvalidArgumentError(absl::StrCat(path, " lists ", list.configs_size(),
+                                                   " models; pick one with --model_name"));
+  }
+  return models::FindConfig(list, name);
+}
+
+absl::StatusOr<Estimate> Run() {
+  EstimateInput in;
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (model.empty() == (absl::GetFlag(FLAGS_params) <= 0)) {
+    return absl::InvalidArgumentError("give exactly one of --params=N (> 0) and --model=FILE");
+  }
+  if (!model.empty()) {
+    MEMWALL_ASSIGN_OR_RETURN(models::GptConfig config, LoadModel(model, absl::GetFlag(FLAGS_model_name)));
+    in.model = config;
+  }
+  in.params = absl::GetFlag(FLAGS_params);
+  in.ranks = absl::GetFlag(FLAGS_ranks);
+  in.zero.set_stage(absl::GetFlag(FLAGS_stage));
+  in.micro_batch = absl::GetFlag(FLAGS_micro_batch);
+  in.seq = absl::GetFlag(FLAGS_seq);
+  const std::string ckpt = absl::GetFlag(FLAGS_checkpointing);
+  if (ckpt == "true" || ckpt == "false") {
+    in.checkpointing = ckpt == "true";
+  } else if (!ckpt.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--checkpointing=", ckpt, " is not true or false"));
+  }
+  MEMWALL_ASSIGN_OR_RETURN(in.precision, ParsePrecision(absl::GetFlag(FLAGS_precision)));
+  in.device_bytes = absl::GetFlag(FLAGS_device_bytes);
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (format != "text" && format != "json") {
+    return absl::InvalidArgumentError(absl::StrCat("--format=", format, " is not text or json"));
+  }
+  return EstimateMemory(in);
+}
+
+}  // namespace
+}  // namespace memwall::zero
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  auto estimate = memwall::zero::Run();
+  if (!estimate.ok()) {
+    std::fprintf(stderr, "estimate: %s\n", std::string(estimate.status().message()).c_str());
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_format) == "json") {
+    std::printf("%s\n", estimate->ToJson().c_str());
+  } else {
+    std::printf("%s", estimate->ToText().c_str());
+  }
+  return estimate->fits ? 0 : 1;
+}

@@ -1,0 +1,34 @@
+#!/bin/bash
+# //zero:estimate end to end: the JSON carries the keys the issue names and
+# the paper's numbers (ZeRO Figure 1: 7.5B, 64 ranks, stage 1 = 4Ψ + 12Ψ/N);
+# a model from the papers' list gets activations counted; a budget too small
+# exits 1 and says so; bad input exits 2 naming the flag.
+set -uo pipefail
+bin=zero/estimate
+fail() { echo "FAIL: $*"; exit 1; }
+
+json=$($bin --params=7500000000 --ranks=64 --stage=1 --format=json) || fail "exit $?"
+echo "$json"
+for key in model_states_bytes_per_rank total_device_bytes_per_rank host_bytes_per_rank fits; do
+  [[ "$json" == *"\"$key\": "* ]] || fail "no $key"
+done
+[[ "$json" == *'"model_states_bytes_per_rank": 31406250000'* ]] || fail "stage 1 model states"
+[[ "$json" == *'"fits": true'* ]] || fail "no budget means it fits"
+
+text=$($bin --model=models/configs/papers.textproto --model_name=offload_10b --ranks=1 --stage=2 \
+  --micro_batch=10 --seq=1024 --device_bytes=34359738368)
+code=$?
+echo "$text"
+[[ $code -eq 1 ]] || fail "a 10B model with activations does not fit one 32 GiB device at stage 2 (exit $code)"
+[[ "$text" == *"DOES NOT FIT in 32.00 GiB"* ]] || fail "no verdict"
+[[ "$text" == *"activations"* ]] || fail "activations not counted"
+
+err=$($bin --params=100 --stage=4 2>&1); code=$?
+[[ $code -eq 2 && "$err" == *"ZeroConfig stage = 4"* ]] || fail "stage 4: exit $code: $err"
+err=$($bin --params=100 --model=x.textproto 2>&1); code=$?
+[[ $code -eq 2 && "$err" == *"exactly one of --params"* ]] || fail "both sizes: $err"
+err=$($bin --model=models/configs/papers.textproto 2>&1); code=$?
+[[ $code -eq 2 && "$err" == *"pick one with --model_name"* ]] || fail "list without a name: $err"
+err=$($bin --params=100 --checkpointing=maybe 2>&1); code=$?
+[[ $code -eq 2 && "$err" == *"--checkpointing=maybe"* ]] || fail "checkpointing: $err"
+echo PASS

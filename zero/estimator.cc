@@ -1,0 +1,116 @@
+#include "zero/estimator.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "models/gpt.h"
+#include "zero/config.h"
+
+namespace memwall::zero {
+namespace {
+
+void Add(Estimate& e, MemoryTag tag, int64_t bytes) { e.device[static_cast<int>(tag)] += bytes; }
+
+absl::Status Bad(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("memory estimate: ", what));
+}
+
+}  // namespace
+
+absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
+  if (in.ranks < 1) return Bad(absl::StrCat("ranks = ", in.ranks, " must be >= 1"));
+  if (absl::Status st = ValidateZeroConfig(in.zero); !st.ok()) return st;
+  if (in.micro_batch <= 0) return Bad(absl::StrCat("micro_batch = ", in.micro_batch, " must be > 0"));
+  if (in.seq <= 0) return Bad(absl::StrCat("seq = ", in.seq, " must be > 0"));
+  if (in.device_bytes < 0) return Bad(absl::StrCat("device_bytes = ", in.device_bytes, " must be >= 0"));
+  if (in.model.has_value()) {
+    if (absl::Status st = models::ValidateConfig(*in.model); !st.ok()) return st;
+    if (in.seq > in.model->positions()) {
+      return Bad(absl::StrCat("seq = ", in.seq, " exceeds the model's ", in.model->positions(),
+                              " positions"));
+    }
+  } else if (in.params <= 0) {
+    return Bad(absl::StrCat("params = ", in.params, " must be > 0 (or give a model)"));
+  }
+  const ZeroConfig z = WithDefaults(in.zero);
+  const int stage = z.stage();
+  Estimate e;
+  e.params = in.model.has_value() ? models::CountParameters(*in.model) : in.params;
+  const int64_t psi = e.params;
+  const int64_t shard = (psi + in.ranks - 1) / in.ranks;
+  const bool half = in.precision != Precision::kFp32;
+  const int64_t c = half ? 2 : 4;
+
+  // Model states (the table in estimator.h).
+  Add(e, half ? MemoryTag::kParams16 : MemoryTag::kMasterParams, c * (stage < 3 ? psi : shard));
+  Add(e, MemoryTag::kGrads, c * (stage < 2 ? psi : shard));
+  if (half || stage > 0) Add(e, MemoryTag::kMasterParams, 4 * (stage == 0 ? psi : shard));
+  Add(e, MemoryTag::kOptimizerStates, 8 * (stage == 0 ? psi : shard));
+  e.model_states_bytes = e.of(MemoryTag::kParams16) + e.of(MemoryTag::kGrads) +
+                         e.of(MemoryTag::kMasterParams) + e.of(MemoryTag::kOptimizerStates);
+
+  // Communication buckets, each no larger than the parameters themselves.
+  const int64_t all_params = c * psi;
+  if (stage >= 1) Add(e, MemoryTag::kCommBuffers, std::min(z.allgather_bucket_bytes(), all_params));
+  if (stage >= 2) Add(e, MemoryTag::kCommBuffers, std::min(z.reduce_bucket_bytes(), all_params));
+  if (stage == 3) Add(e, MemoryTag::kCommBuffers, std::min(z.prefetch_bucket_bytes(), all_params));
+
+  // One micro-batch of the GPT (models/gpt.cc, Run).
+  if (in.model.has_value()) {
+    const models::GptConfig& m = *in.model;
+    const int64_t rows = in.micro_batch * in.seq, d = m.hidden(), layers = m.layers();
+    const int64_t heads = m.heads(), v = m.vocab();
+    const bool checkpoint = in.checkpointing.value_or(m.activation_checkpointing());
+    const int64_t blocks = checkpoint ? 1 : layers;
+    const int64_t floats = (layers + 1) * rows * d                 // residual stream
+                           + blocks * rows * (15 * d + heads + 4)  // block activations
+                           + rows * (2 * d + 6)                    // embeddings, ln_f, losses, ids
+                           + rows * (12 * d + heads);              // backward scratch
+    Add(e, MemoryTag::kActivations, 4 * floats);
+    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t{1} << 26) / v));
+    Add(e, MemoryTag::kWorkspace, 4 * chunk * v);
+    if (half) Add(e, MemoryTag::kWorkspace, 2 * (2 * rows * 4 * d + rows * d + chunk * v));
+    e.activations_counted = true;
+  }
+  for (int64_t bytes : e.device) e.total_device_bytes += bytes;
+  e.device_budget = in.device_bytes;
+  e.fits = in.device_bytes == 0 || e.total_device_bytes <= in.device_bytes;
+  return e;
+}
+
+std::string Estimate::ToText() const {
+  std::string out = absl::StrFormat("parameters: %d\nper rank, device memory:\n", params);
+  for (int t = 0; t < kNumMemoryTags; ++t) {
+    if (device[t] == 0) continue;
+    absl::StrAppendFormat(&out, "  %-18s %s\n", MemoryTagName(static_cast<MemoryTag>(t)),
+                          FormatBytes(static_cast<size_t>(device[t])));
+  }
+  absl::StrAppendFormat(&out, "  %-18s %s\n", "model states", FormatBytes(model_states_bytes));
+  absl::StrAppendFormat(&out, "  %-18s %s%s\n", "total", FormatBytes(total_device_bytes),
+                        activations_counted ? "" : " (model states and buckets only: give --model "
+                                                   "for activations)");
+  absl::StrAppendFormat(&out, "per rank, host memory: %s\n", FormatBytes(host_bytes));
+  if (device_budget > 0) {
+    absl::StrAppendFormat(&out, "%s %s of device memory\n", fits ? "fits in" : "DOES NOT FIT in",
+                          FormatBytes(device_budget));
+  }
+  return out;
+}
+
+std::string Estimate::ToJson() const {
+  std::string tags;
+  for (int t = 0; t < kNumMemoryTags; ++t) {
+    absl::StrAppend(&tags, t == 0 ? "" : ", ", "\"", MemoryTagName(static_cast<MemoryTag>(t)),
+                    "\": ", device[t]);
+  }
+  return absl::StrCat("{\"params\": ", params, ", \"model_states_bytes_per_rank\": ",
+                      model_states_bytes, ", \"total_device_bytes_per_rank\": ", total_device_bytes,
+                      ", \"host_bytes_per_rank\": ", host_bytes,
+                      ", \"activations_counted\": ", activations_counted ? "true" : "false",
+                      ", \"device_budget_bytes\": ", device_budget,
+                      ", \"fits\": ", fits ? "true" : "false",
+                      ", \"device_bytes_per_rank_by_tag\": {", tags, "}}");
+}
+
+}  // namespace memwall::zero

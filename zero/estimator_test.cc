@@ -1,0 +1,124 @@
+// The memory estimator: ZeRO's Figure 1 example from the paper's formulas,
+// and stage 0's measured per-tag peaks on the CpuDevice for bf16 and fp32,
+// with and without activation checkpointing.
+#include "zero/estimator.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+#include "models/data.h"
+#include "runtime/cpu_device.h"
+
+namespace memwall::zero {
+namespace {
+
+TEST(Estimator, ReproducesZeroFigure1) {
+  // ZeRO §1, Figure 1: 7.5B parameters, 64 ranks, K = 12: 120 GB, 31.4 GB,
+  // 16.6 GB and 1.9 GB of model states per device.
+  const int64_t psi = 7500000000, n = 64, shard = (psi + n - 1) / n;
+  const int64_t want[4] = {16 * psi, 4 * psi + 12 * shard, 2 * psi + 14 * shard, 16 * shard};
+  const double paper_gb[4] = {120, 31.4, 16.6, 1.9};
+  for (int stage = 0; stage < 4; ++stage) {
+    EstimateInput in;
+    in.params = psi;
+    in.ranks = n;
+    in.zero.set_stage(stage);
+    auto e = EstimateMemory(in);
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(e->model_states_bytes, want[stage]) << "stage " << stage;
+    EXPECT_NEAR(e->model_states_bytes / 1e9, paper_gb[stage], 0.06) << "stage " << stage;
+    EXPECT_FALSE(e->activations_counted);
+  }
+}
+
+models::GptConfig Small() {
+  models::GptConfig c;
+  c.set_name("small");
+  c.set_layers(3);
+  c.set_hidden(64);
+  c.set_heads(4);
+  c.set_vocab(256);
+  c.set_positions(64);
+  return c;
+}
+
+// One stage-0 step on the CpuDevice; the peak of every tag against the
+// estimate. Model states must match exactly; the total within 10% (the
+// issue's bound), and in fact it does to the byte but for the trainer's
+// two 8-byte scalars (norm and loss).
+void CheckStage0(Precision precision, bool checkpointing) {
+  models::GptConfig config = Small();
+  config.set_activation_checkpointing(checkpointing);
+  auto device = *CreateCpuDevice();
+  auto comm = CreateSingleProcessCommunicator();
+  auto model = *models::Gpt::Create(config);
+  TrainerOptions o;
+  o.seq = 64;
+  o.micro_batch = 3;
+  o.accumulation = 2;
+  o.precision = precision;
+  auto trainer = Trainer::Create(*model, *device, *comm, o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto data = models::SyntheticSource(100000, 256, 1);
+  ASSERT_TRUE((*trainer)->Step(*data).ok());
+  const MemoryAccount& account = device->memory().account();
+
+  EstimateInput in;
+  in.model = config;
+  in.precision = precision;
+  in.micro_batch = o.micro_batch;
+  in.seq = o.seq;
+  auto e = EstimateMemory(in);
+  ASSERT_TRUE(e.ok()) << e.status();
+  const std::string what = absl::StrCat(PrecisionName(precision), checkpointing ? " ckpt" : "");
+  for (MemoryTag tag : {MemoryTag::kParams16, MemoryTag::kGrads, MemoryTag::kMasterParams,
+                        MemoryTag::kOptimizerStates, MemoryTag::kActivations, MemoryTag::kWorkspace}) {
+    EXPECT_EQ(int64_t(account.peak(tag)), e->of(tag) + (tag == MemoryTag::kWorkspace ? 8 : 0))
+        << what << " " << MemoryTagName(tag);
+  }
+  const double measured = double(account.total_peak());
+  EXPECT_NEAR(double(e->total_device_bytes), measured, 0.10 * measured) << what;
+  EXPECT_NEAR(double(e->total_device_bytes), measured, 16.0) << what << ": all but the two scalars";
+}
+
+TEST(Estimator, Stage0MatchesTheMeasuredPeaksBf16) { CheckStage0(Precision::kBf16, false); }
+TEST(Estimator, Stage0MatchesTheMeasuredPeaksBf16Checkpointed) { CheckStage0(Precision::kBf16, true); }
+TEST(Estimator, Stage0MatchesTheMeasuredPeaksFp32) { CheckStage0(Precision::kFp32, false); }
+
+TEST(Estimator, SaysWhetherItFitsAndPrintsJson) {
+  EstimateInput in;
+  in.model = Small();
+  in.seq = 64;
+  in.device_bytes = 1 << 20;
+  auto e = *EstimateMemory(in);
+  EXPECT_FALSE(e.fits) << e.ToText();
+  EXPECT_NE(e.ToText().find("DOES NOT FIT in 1.00 MiB"), std::string::npos) << e.ToText();
+  in.device_bytes = int64_t{1} << 30;
+  e = *EstimateMemory(in);
+  EXPECT_TRUE(e.fits);
+  const std::string json = e.ToJson();
+  for (const char* key : {"\"model_states_bytes_per_rank\": ", "\"total_device_bytes_per_rank\": ",
+                          "\"host_bytes_per_rank\": 0", "\"fits\": true", "\"activations\": "}) {
+    EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
+  }
+}
+
+TEST(Estimator, RefusesBadInputsNamingThem) {
+  EstimateInput in;
+  in.params = 1000;
+  in.ranks = 0;
+  EXPECT_NE(EstimateMemory(in).status().message().find("ranks = 0 must be >= 1"), std::string::npos);
+  in.ranks = 2;
+  in.zero.set_stage(4);
+  EXPECT_NE(EstimateMemory(in).status().message().find("ZeroConfig stage = 4"), std::string::npos);
+  in.zero.set_stage(1);
+  in.params = 0;
+  EXPECT_NE(EstimateMemory(in).status().message().find("params = 0 must be > 0"), std::string::npos);
+  in.model = Small();
+  in.seq = 65;
+  EXPECT_NE(EstimateMemory(in).status().message().find("seq = 65 exceeds the model's 64 positions"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace memwall::zero
