@@ -17,6 +17,7 @@
 #include "ops/cuda_kernels.h"
 #include "ops/kernels.h"
 #include "runtime/cuda_convert.h"
+#include "runtime/thread_pool.h"
 #include "runtime/status.h"
 
 namespace memwall::ops {
@@ -99,6 +100,22 @@ static_assert(static_cast<int>(DType::kF32) == static_cast<int>(cuda::Elem::kF32
               static_cast<int>(DType::kF16) == static_cast<int>(cuda::Elem::kF16) &&
               static_cast<int>(DType::kBF16) == static_cast<int>(cuda::Elem::kBF16));
 cuda::Elem ElemOf(DType dtype) { return static_cast<cuda::Elem>(static_cast<int>(dtype)); }
+
+// The CpuDevice's element-wise and attention kernels run on every core: one
+// pool for the process, made on first use. Work is split so that each
+// output element is computed by exactly one thread with the serial code, so
+// results do not depend on the thread count.
+ThreadPool& CpuPool() {
+  static ThreadPool* pool = new ThreadPool(0);
+  return *pool;
+}
+constexpr int64_t kCpuChunk = 1 << 15;
+template <typename Fn>
+void CpuChunks(int64_t n, Fn fn) {  // fn(begin, count) over [0, n)
+  CpuPool().ParallelFor((n + kCpuChunk - 1) / kCpuChunk, [&](int64_t c) {
+    fn(c * kCpuChunk, std::min(kCpuChunk, n - c * kCpuChunk));
+  });
+}
 
 // The storage type shared by an op's parameter-like tensors (parameters,
 // their gradients, GEMM operands): fp32, fp16 or bf16, the same for all.
@@ -248,7 +265,8 @@ absl::Status Gelu(const Tensor& x, const Tensor& y, Stream& stream) {
   float* py = y.data_as<float>();
   const int64_t n = x.numel();
   return Dispatch(
-      stream, "Gelu", [=] { kernels::GeluForward(px, py, n); },
+      stream, "Gelu",
+      [=] { CpuChunks(n, [&](int64_t i, int64_t k) { kernels::GeluForward(px + i, py + i, k); }); },
       [=](void* s) { return cuda::GeluForward(px, py, n, s); });
 }
 
@@ -262,7 +280,10 @@ absl::Status GeluBackward(const Tensor& x, const Tensor& dy, const Tensor& dx, S
   float* pdx = dx.data_as<float>();
   const int64_t n = x.numel();
   return Dispatch(
-      stream, "GeluBackward", [=] { kernels::GeluBackward(px, pdy, pdx, n); },
+      stream, "GeluBackward",
+      [=] {
+        CpuChunks(n, [&](int64_t i, int64_t k) { kernels::GeluBackward(px + i, pdy + i, pdx + i, k); });
+      },
       [=](void* s) { return cuda::GeluBackward(px, pdy, pdx, n, s); });
 }
 
@@ -588,7 +609,14 @@ absl::Status Attention(const Tensor& qkv, int64_t heads, const Tensor& out, cons
   float* po = out.data_as<float>();
   float* pl = lse.data_as<float>();
   return Dispatch(
-      stream, op, [=] { kernels::AttentionForward(pq, po, pl, sh.batch, sh.t, sh.heads, sh.hd); },
+      stream, op,
+      [=] {  // sequences are independent: one per task
+        const int64_t c = sh.heads * sh.hd;
+        CpuPool().ParallelFor(sh.batch, [&](int64_t b) {
+          kernels::AttentionForward(pq + b * sh.t * 3 * c, po + b * sh.t * c,
+                                    pl + b * sh.heads * sh.t, 1, sh.t, sh.heads, sh.hd);
+        });
+      },
       [=](void* s) {
         return cuda::AttentionForward(pq, po, pl, sh.batch, sh.t, sh.heads, sh.hd, s);
       });
@@ -620,7 +648,14 @@ absl::Status AttentionBackward(const Tensor& qkv, const Tensor& out, const Tenso
   float* pdq = dqkv.data_as<float>();
   return Dispatch(
       stream, op,
-      [=] { kernels::AttentionBackward(pq, po, pdo, pl, pdq, sh.batch, sh.t, sh.heads, sh.hd); },
+      [=] {
+        const int64_t c = sh.heads * sh.hd;
+        CpuPool().ParallelFor(sh.batch, [&](int64_t b) {
+          kernels::AttentionBackward(pq + b * sh.t * 3 * c, po + b * sh.t * c, pdo + b * sh.t * c,
+                                     pl + b * sh.heads * sh.t, pdq + b * sh.t * 3 * c, 1, sh.t,
+                                     sh.heads, sh.hd);
+        });
+      },
       [=](void* s) {
         return cuda::AttentionBackward(pq, po, pdo, pl, pdelta, pdq, sh.batch, sh.t, sh.heads,
                                        sh.hd, s);
