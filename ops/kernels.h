@@ -6,6 +6,7 @@
 #define MEMWALL_OPS_KERNELS_H_
 
 #include <cmath>
+#include <vector>
 #include <cstdint>
 
 namespace memwall::ops::kernels {
@@ -178,6 +179,20 @@ void BiasBackward(const T* dy, T* dbias, int64_t rows, int64_t n) {
   }
 }
 
+// a . b over n elements with eight partial sums (a fixed order the
+// compiler can vectorize; a plain running sum it may not reorder).
+template <typename T>
+T DotProduct(const T* a, const T* b, int64_t n) {
+  T acc[8] = {};
+  int64_t e = 0;
+  for (; e + 8 <= n; e += 8) {
+    for (int u = 0; u < 8; ++u) acc[u] += a[e + u] * b[e + u];
+  }
+  T tail = 0;
+  for (; e < n; ++e) tail += a[e] * b[e];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+}
+
 // Causal multi-head self-attention on a fused qkv projection.
 //   qkv (batch, t, 3c): per token [q | k | v], head h owning columns
 //   [h*hd, (h+1)*hd) of each (c = heads * hd). out (batch, t, c);
@@ -185,34 +200,40 @@ void BiasBackward(const T* dy, T* dbias, int64_t rows, int64_t n) {
 // For query i of one head, with scale = 1/sqrt(hd):
 //   s_ij = scale * q_i . k_j  (j <= i),  lse_i = log sum_j exp(s_ij)
 //   p_ij = exp(s_ij - lse_i),  out_i = sum_j p_ij v_j
-// Computed one query row at a time with a running max and sum (the online
-// softmax), as the tiled CUDA kernel does: no (t, t) matrix exists.
+// Computed one query row at a time: the row's scores (O(t) scratch), their
+// max m, p_ij = exp(s_ij - m) once each, then out_i = sum_j p_ij v_j / sum_j
+// p_ij. No (t, t) matrix exists; the CUDA kernel streams K/V tiles with an
+// online softmax instead.
 template <typename T>
 void AttentionForward(const T* qkv, T* out, T* lse, int64_t batch, int64_t t, int64_t heads,
                       int64_t hd) {
   const int64_t c = heads * hd;
   const T scale = T(1) / std::sqrt(T(hd));
+  std::vector<T> p(t);
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t i = 0; i < t; ++i) {
         const T* q = qkv + (b * t + i) * 3 * c + h * hd;
+        const T* k0 = qkv + b * t * 3 * c + c + h * hd;  // k of token j: k0 + j * 3c
         T* o = out + (b * t + i) * c + h * hd;
-        for (int64_t e = 0; e < hd; ++e) o[e] = 0;
-        T m = -INFINITY, l = 0;
+        T m = -INFINITY;
         for (int64_t j = 0; j <= i; ++j) {
-          const T* k = qkv + (b * t + j) * 3 * c + c + h * hd;
-          const T* v = k + c;
-          T s = 0;
-          for (int64_t e = 0; e < hd; ++e) s += q[e] * k[e];
-          s *= scale;
-          const T m_new = s > m ? s : m;
-          const T correction = std::exp(m - m_new);
-          const T p = std::exp(s - m_new);
-          l = l * correction + p;
-          for (int64_t e = 0; e < hd; ++e) o[e] = o[e] * correction + p * v[e];
-          m = m_new;
+          p[j] = scale * DotProduct(q, k0 + j * 3 * c, hd);
+          m = p[j] > m ? p[j] : m;
         }
-        for (int64_t e = 0; e < hd; ++e) o[e] /= l;
+        T l = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          p[j] = std::exp(p[j] - m);
+          l += p[j];
+        }
+        for (int64_t e = 0; e < hd; ++e) o[e] = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          const T* v = k0 + j * 3 * c + c;
+          const T pj = p[j];
+          for (int64_t e = 0; e < hd; ++e) o[e] += pj * v[e];
+        }
+        const T inv_l = T(1) / l;
+        for (int64_t e = 0; e < hd; ++e) o[e] *= inv_l;
         lse[(b * heads + h) * t + i] = m + std::log(l);
       }
     }
@@ -238,8 +259,7 @@ void AttentionBackward(const T* qkv, const T* out, const T* dout, const T* lse, 
         const T* o = out + row_i * c + h * hd;
         const T* dout_i = dout + row_i * c + h * hd;
         T* dq = dqkv + row_i * 3 * c + h * hd;
-        T d_i = 0;
-        for (int64_t e = 0; e < hd; ++e) d_i += dout_i[e] * o[e];
+        const T d_i = DotProduct(dout_i, o, hd);
         const T lse_i = lse[(b * heads + h) * t + i];
         for (int64_t j = 0; j <= i; ++j) {
           const int64_t row_j = b * t + j;
@@ -247,16 +267,11 @@ void AttentionBackward(const T* qkv, const T* out, const T* dout, const T* lse, 
           const T* v = k + c;
           T* dk = dqkv + row_j * 3 * c + c + h * hd;
           T* dv = dk + c;
-          T s = 0, dp = 0;
+          const T p = std::exp(DotProduct(q, k, hd) * scale - lse_i);
+          const T ds = scale * (p * (DotProduct(dout_i, v, hd) - d_i));
           for (int64_t e = 0; e < hd; ++e) {
-            s += q[e] * k[e];
-            dp += dout_i[e] * v[e];
-          }
-          const T p = std::exp(s * scale - lse_i);
-          const T ds = p * (dp - d_i);
-          for (int64_t e = 0; e < hd; ++e) {
-            dq[e] += scale * ds * k[e];
-            dk[e] += scale * ds * q[e];
+            dq[e] += ds * k[e];
+            dk[e] += ds * q[e];
             dv[e] += p * dout_i[e];
           }
         }
