@@ -175,6 +175,31 @@ TEST(CpuDeviceOps, AttentionFp32MatchesFp64) {
   ExpectClose(got.dqkv, dqkv, 1e-4, "dqkv");
 }
 
+TEST(CpuDeviceOps, ParallelAttentionAndGeluEqualTheSerialKernelsBitForBit) {
+  // The CpuDevice splits attention by sequence and GELU by chunk over its
+  // thread pool; each element is still computed by the serial code.
+  auto device = *CreateCpuDevice();
+  const int64_t batch = 5, t = 33, heads = 2, hd = 8, c = heads * hd;
+  const AttentionRun got = RunAttention(*device, batch, t, heads, hd);
+  const std::vector<float> qkv = Floats(Random(batch * t * 3 * c, -2, 2, 41));
+  const std::vector<float> dout = Floats(Random(batch * t * c, -1, 1, 42));
+  std::vector<float> out(batch * t * c), lse(batch * heads * t), dqkv(qkv.size());
+  kernels::AttentionForward(qkv.data(), out.data(), lse.data(), batch, t, heads, hd);
+  kernels::AttentionBackward(qkv.data(), out.data(), dout.data(), lse.data(), dqkv.data(), batch, t,
+                             heads, hd);
+  EXPECT_EQ(got.out, out);
+  EXPECT_EQ(got.lse, lse);
+  EXPECT_EQ(got.dqkv, dqkv);
+  const int64_t n = 3 * (1 << 15) + 17;  // several chunks and a tail
+  const std::vector<float> x = Floats(Random(n, -4, 4, 43));
+  std::vector<float> y(n), want(n);
+  kernels::GeluForward(x.data(), want.data(), n);
+  Scratch s(*device);
+  const Tensor tx = s.Upload(x, {n}), ty = s.Zeros({n});
+  ASSERT_TRUE(Gelu(tx, ty, s.stream()).ok());
+  EXPECT_EQ(s.Download(ty), want);
+}
+
 TEST(CpuDeviceOps, SquaredNormAndTheOverflowFlag) {
   auto device = *CreateCpuDevice();
   Scratch s(device->compute_stream().device());
