@@ -212,14 +212,13 @@ void RunForOutput(KernelPath path, const StepScalars& s, const Range& r) {
 
 }  // namespace
 
+// The paths need exactly what runtime/dtype.h's conversion paths need
+// (AVX2+F16C; AVX-512F with those), so that check is the one definition.
 bool KernelPathSupported(KernelPath path) {
   switch (path) {
     case KernelPath::kScalar: return true;
-    case KernelPath::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-    case KernelPath::kAvx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
-             __builtin_cpu_supports("f16c");
+    case KernelPath::kAvx2: return ConvertPathSupported(ConvertPath::kAvx2);
+    case KernelPath::kAvx512: return ConvertPathSupported(ConvertPath::kAvx512);
   }
   return false;
 }

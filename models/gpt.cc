@@ -5,14 +5,13 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <functional>
 #include <sstream>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/text_format.h"
 #include "ops/ops.h"
 #include "runtime/status.h"
+#include "runtime/thread_pool.h"
 
 namespace memwall::models {
 namespace {
@@ -398,20 +397,6 @@ float Normal(uint64_t key, int64_t index) {
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
 }
 
-// fn(begin, end) over [0, n) split across the host's cores (one range
-// when n is small).
-void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-  const int64_t threads = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()),
-                                            std::max<int64_t>(1, n / (1 << 16)));
-  if (threads <= 1) return fn(0, n);
-  std::vector<std::thread> pool;
-  const int64_t per = (n + threads - 1) / threads;
-  for (int64_t t = 0; t < threads; ++t) {
-    pool.emplace_back(fn, t * per, std::min(n, (t + 1) * per));
-  }
-  for (std::thread& th : pool) th.join();
-}
-
 bool EndsWith(absl::string_view s, absl::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
@@ -453,6 +438,8 @@ absl::Status Gpt::Initialize(uint64_t seed, Device& device) {
   Stream& s = device.compute_stream();
   std::vector<float> host;
   std::vector<uint16_t> half;
+  ThreadPool pool(0);  // one thread per core
+  constexpr int64_t kChunk = 1 << 16;
   for (Parameter* p : Parameters()) {
     host.resize(p->numel());
     const bool is_layer_norm = dynamic_cast<LayerNormModule*>(p->owner) != nullptr;
@@ -465,8 +452,11 @@ absl::Status Gpt::Initialize(uint64_t seed, Device& device) {
       const uint64_t key = SplitMix64(seed ^ Fnv1a(p->name));
       // Each element is a pure function of its index: any split into
       // threads gives the same values.
-      ParallelFor(p->numel(), [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) host[i] = std * Normal(key, i);
+      const int64_t n = p->numel();
+      pool.ParallelFor((n + kChunk - 1) / kChunk, [&](int64_t c) {
+        for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) {
+          host[i] = std * Normal(key, i);
+        }
       });
     }
     const void* src = host.data();
