@@ -50,6 +50,10 @@ absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
   e.model_states_bytes = e.of(MemoryTag::kParams16) + e.of(MemoryTag::kGrads) +
                          e.of(MemoryTag::kMasterParams) + e.of(MemoryTag::kOptimizerStates);
 
+  // The trainer's two scalars: [sum of squares, overflow flag] and the
+  // [loss sum, tokens] pair it all-reduces.
+  Add(e, MemoryTag::kWorkspace, 2 * sizeof(float));
+  Add(e, MemoryTag::kCommBuffers, 2 * sizeof(float));
   // Communication buckets, each no larger than the parameters themselves.
   const int64_t all_params = c * psi;
   if (stage >= 1) Add(e, MemoryTag::kCommBuffers, std::min(z.allgather_bucket_bytes(), all_params));

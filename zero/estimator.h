@@ -26,7 +26,9 @@
 //   logits chunk (workspace)        chunk V, chunk = min(rows, 2^26 / V)
 //   16-bit modes (workspace, c = 2) 2 * rows 4d + rows d + chunk V
 // Communication buckets (stage >= 1: one all-gather bucket; >= 2: + one
-// reduce bucket; 3: + the prefetch budget), each capped at cΨ.
+// reduce bucket; 3: + the prefetch budget), each capped at cΨ; and the
+// trainer's two 8-byte scalars (norm and flag: workspace; loss and tokens:
+// comm buffers).
 #ifndef MEMWALL_ZERO_ESTIMATOR_H_
 #define MEMWALL_ZERO_ESTIMATOR_H_
 

@@ -43,9 +43,7 @@ models::GptConfig Small() {
 }
 
 // One stage-0 step on the CpuDevice; the peak of every tag against the
-// estimate. Model states must match exactly; the total within 10% (the
-// issue's bound), and in fact it does to the byte but for the trainer's
-// two 8-byte scalars (norm and loss).
+// estimate, to the byte, and so the total (the issue asks for 10%).
 void CheckStage0(Precision precision, bool checkpointing) {
   models::GptConfig config = Small();
   config.set_activation_checkpointing(checkpointing);
@@ -71,14 +69,11 @@ void CheckStage0(Precision precision, bool checkpointing) {
   auto e = EstimateMemory(in);
   ASSERT_TRUE(e.ok()) << e.status();
   const std::string what = absl::StrCat(PrecisionName(precision), checkpointing ? " ckpt" : "");
-  for (MemoryTag tag : {MemoryTag::kParams16, MemoryTag::kGrads, MemoryTag::kMasterParams,
-                        MemoryTag::kOptimizerStates, MemoryTag::kActivations, MemoryTag::kWorkspace}) {
-    EXPECT_EQ(int64_t(account.peak(tag)), e->of(tag) + (tag == MemoryTag::kWorkspace ? 8 : 0))
-        << what << " " << MemoryTagName(tag);
+  for (int t = 0; t < kNumMemoryTags; ++t) {
+    const auto tag = static_cast<MemoryTag>(t);
+    EXPECT_EQ(int64_t(account.peak(tag)), e->of(tag)) << what << " " << MemoryTagName(tag);
   }
-  const double measured = double(account.total_peak());
-  EXPECT_NEAR(double(e->total_device_bytes), measured, 0.10 * measured) << what;
-  EXPECT_NEAR(double(e->total_device_bytes), measured, 16.0) << what << ": all but the two scalars";
+  EXPECT_EQ(int64_t(account.total_peak()), e->total_device_bytes) << what;
 }
 
 TEST(Estimator, Stage0MatchesTheMeasuredPeaksBf16) { CheckStage0(Precision::kBf16, false); }
