@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -46,13 +47,14 @@ absl::Status Unbound(const Parameter& p) {
       "for training) before the model runs"));
 }
 
-// Every parameter bound, all in one floating dtype (gradients too); returns it.
+// Every parameter bound (memory present, or deferred: see [Note: deferred
+// binding] in module.h), all in one floating dtype, gradients too; returns it.
 absl::StatusOr<DType> CheckBound(Module& m, bool need_grads) {
   const std::vector<Parameter*> params = m.Parameters();
   const DType dtype = params.front()->value.dtype();
   for (Parameter* p : params) {
-    if (p->value.data() == nullptr || p->value.numel() != p->numel()) return Unbound(*p);
-    if (need_grads && (p->grad.data() == nullptr || p->grad.numel() != p->numel())) {
+    if (p->value.numel() != p->numel() || p->value.shape().empty()) return Unbound(*p);
+    if (need_grads && (p->grad.numel() != p->numel() || p->grad.shape().empty())) {
       return Unbound(*p);
     }
     if (!IsFloating(p->value.dtype()) || p->value.dtype() != dtype ||
@@ -432,33 +434,39 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& config) {
   return std::unique_ptr<Gpt>(new Gpt(config));
 }
 
+void Gpt::InitialValues(uint64_t seed, const Parameter& p, int64_t begin, int64_t count,
+                        float* out) const {
+  if (EndsWith(p.name, ".bias")) {
+    std::fill(out, out + count, 0.0f);
+    return;
+  }
+  if (dynamic_cast<LayerNormModule*>(p.owner) != nullptr) {
+    std::fill(out, out + count, 1.0f);
+    return;
+  }
+  const float residual_std = 0.02f / std::sqrt(2.0f * float(config_.layers()));
+  const float std = EndsWith(p.name, ".c_proj.weight") ? residual_std : 0.02f;
+  const uint64_t key = SplitMix64(seed ^ Fnv1a(p.name));
+  for (int64_t i = 0; i < count; ++i) out[i] = std * Normal(key, begin + i);
+}
+
 absl::Status Gpt::Initialize(uint64_t seed, Device& device) {
   MEMWALL_ASSIGN_OR_RETURN(const DType dtype, CheckBound(*this, false));
-  const float residual_std = 0.02f / std::sqrt(2.0f * float(config_.layers()));
   Stream& s = device.compute_stream();
   std::vector<float> host;
   std::vector<uint16_t> half;
   ThreadPool pool(0);  // one thread per core
   constexpr int64_t kChunk = 1 << 16;
   for (Parameter* p : Parameters()) {
+    if (p->value.data() == nullptr) return Unbound(*p);
     host.resize(p->numel());
-    const bool is_layer_norm = dynamic_cast<LayerNormModule*>(p->owner) != nullptr;
-    if (EndsWith(p->name, ".bias")) {
-      std::fill(host.begin(), host.end(), 0.0f);
-    } else if (is_layer_norm) {
-      std::fill(host.begin(), host.end(), 1.0f);
-    } else {
-      const float std = EndsWith(p->name, ".c_proj.weight") ? residual_std : 0.02f;
-      const uint64_t key = SplitMix64(seed ^ Fnv1a(p->name));
-      // Each element is a pure function of its index: any split into
-      // threads gives the same values.
-      const int64_t n = p->numel();
-      pool.ParallelFor((n + kChunk - 1) / kChunk, [&](int64_t c) {
-        for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) {
-          host[i] = std * Normal(key, i);
-        }
-      });
-    }
+    // Each element is a pure function of its index: any split into
+    // threads gives the same values.
+    const int64_t n = p->numel();
+    pool.ParallelFor((n + kChunk - 1) / kChunk, [&](int64_t c) {
+      const int64_t begin = c * kChunk;
+      InitialValues(seed, *p, begin, std::min(n, begin + kChunk) - begin, host.data() + begin);
+    });
     const void* src = host.data();
     if (dtype != DType::kF32) {
       half.resize(host.size());
@@ -585,6 +593,11 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
   if (logits_out != nullptr) logits_out->resize(rows * v);
   {
     MEMWALL_ASSIGN_OR_RETURN(HookScope head_scope, HookScope::Forward(*wte_));
+    // The head writes wte's gradient: a backward scope of wte, nested.
+    std::optional<HookScope> head_grad_scope;
+    if (backward && logits_out == nullptr) {
+      MEMWALL_ASSIGN_OR_RETURN(head_grad_scope, HookScope::Backward(*wte_));
+    }
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
       const int64_t n = std::min(chunk, rows - r0);
       const Tensor lg = Rows(logits, 0, n, v);
@@ -603,6 +616,7 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
       MEMWALL_RETURN_IF_ERROR(ops::Matmul(dlogits, true, Rows(f_in, r0, n, d), false,
                                           wte_->GradTable(), 1.0f, 1.0f, s));
     }
+    if (head_grad_scope.has_value()) MEMWALL_RETURN_IF_ERROR(head_grad_scope->Finish());
     MEMWALL_RETURN_IF_ERROR(head_scope.Finish());
   }
 

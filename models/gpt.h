@@ -79,6 +79,11 @@ class Gpt : public Module {
 
   // Fills every bound parameter value (see the file comment).
   absl::Status Initialize(uint64_t seed, Device& device);
+  // Elements [begin, begin + count) of p's initial values in fp32: what
+  // Initialize writes (before rounding to 16 bits), for any partition of
+  // the parameters (ZeRO stage 3 initializes each rank's shard alone).
+  void InitialValues(uint64_t seed, const Parameter& p, int64_t begin, int64_t count,
+                     float* out) const;
 
   // One micro-batch of `batch` sequences of `t` tokens: ids and targets are
   // host arrays of batch * t (a negative target is ignored). Returns the

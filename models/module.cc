@@ -1,5 +1,8 @@
 #include "models/module.h"
 
+#include <atomic>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/status.h"
@@ -25,13 +28,29 @@ std::vector<Parameter*> Module::Parameters() {
   return out;
 }
 
-void Module::AddHookRecursive(const Hook& hook) {
-  hooks_.push_back(hook);
-  for (Module* child : children_) child->AddHookRecursive(hook);
+namespace {
+std::atomic<int> next_hook_id{1};
+}  // namespace
+
+int Module::AddHookRecursive(const Hook& hook) {
+  const int id = next_hook_id.fetch_add(1);
+  std::vector<Module*> todo = {this};
+  while (!todo.empty()) {
+    Module* m = todo.back();
+    todo.pop_back();
+    m->hooks_.emplace_back(id, hook);
+    todo.insert(todo.end(), m->children_.begin(), m->children_.end());
+  }
+  return id;
+}
+
+void Module::RemoveHookRecursive(int id) {
+  std::erase_if(hooks_, [id](const auto& h) { return h.first == id; });
+  for (Module* child : children_) child->RemoveHookRecursive(id);
 }
 
 absl::Status Module::RunHooks(HookPoint point) {
-  for (const Hook& hook : hooks_) MEMWALL_RETURN_IF_ERROR(hook(*this, point));
+  for (const auto& [id, hook] : hooks_) MEMWALL_RETURN_IF_ERROR(hook(*this, point));
   return absl::OkStatus();
 }
 
@@ -61,13 +80,33 @@ void Module::SetPath(std::string path) {
   }
 }
 
+namespace {
+
+// After the before-hooks every own parameter (and, for backward, its
+// gradient) has memory: a deferred binding must have been supplied by now.
+absl::Status CheckHasMemory(Module& m, HookPoint point) {
+  for (const auto& p : m.own_parameters()) {
+    const bool grads = point == HookPoint::kBeforeBackward;
+    if (p->value.data() != nullptr && (!grads || p->grad.data() != nullptr)) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "parameter ", p->name, " has no ", p->value.data() == nullptr ? "value" : "gradient",
+        " memory at ", HookPointName(point), " of '", m.path(),
+        "': a deferred binding must be filled by the engine's hooks"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<HookScope> HookScope::Forward(Module& m) {
   MEMWALL_RETURN_IF_ERROR(m.RunHooks(HookPoint::kBeforeForward));
+  MEMWALL_RETURN_IF_ERROR(CheckHasMemory(m, HookPoint::kBeforeForward));
   return HookScope(m, HookPoint::kAfterForward);
 }
 
 absl::StatusOr<HookScope> HookScope::Backward(Module& m) {
   MEMWALL_RETURN_IF_ERROR(m.RunHooks(HookPoint::kBeforeBackward));
+  MEMWALL_RETURN_IF_ERROR(CheckHasMemory(m, HookPoint::kBeforeBackward));
   return HookScope(m, HookPoint::kAfterBackward);
 }
 

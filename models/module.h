@@ -14,6 +14,18 @@
 // Hooks run before and after each module's forward and backward, in that
 // module's code path; this is where stage 3 gathers a module's parameters
 // and releases them, and where stage 2 learns that gradients are ready.
+//
+// [Note: deferred binding]
+// An engine may bind a value or gradient as a Tensor with the parameter's
+// dtype and shape but no memory (data() == nullptr) and fill in the memory
+// from a before-hook: stage 2 places gradients in a reduce bucket, stage 3
+// gathers values. After the before-hooks of a forward (backward) scope,
+// every own parameter of that module must have value (and gradient) memory,
+// or the scope fails with FailedPrecondition naming the parameter. Every
+// access of a parameter is inside a scope of its owner; a module's
+// parameters may be used in several scopes (GPT's tied wte: the embedding
+// and the LM head), and the head's gradient is written inside a backward
+// scope of wte nested in its forward scope.
 #ifndef MEMWALL_MODELS_MODULE_H_
 #define MEMWALL_MODELS_MODULE_H_
 
@@ -72,8 +84,10 @@ class Module {
   const std::vector<std::unique_ptr<Parameter>>& own_parameters() const { return params_; }
   const std::vector<Module*>& children() const { return children_; }
 
-  // Registers `hook` on this module and every module below it.
-  void AddHookRecursive(const Hook& hook);
+  // Registers `hook` on this module and every module below it; returns an
+  // id for RemoveHookRecursive (an engine that dies before its model).
+  int AddHookRecursive(const Hook& hook);
+  void RemoveHookRecursive(int id);
   // Runs this module's hooks for `point`, in registration order.
   absl::Status RunHooks(HookPoint point);
 
@@ -98,7 +112,7 @@ class Module {
   std::vector<std::unique_ptr<Parameter>> params_;
   std::vector<std::unique_ptr<Module>> owned_children_;
   std::vector<Module*> children_;
-  std::vector<Hook> hooks_;
+  std::vector<std::pair<int, Hook>> hooks_;
 };
 
 // Runs kBefore* hooks on construction and reports kAfter* through Finish();

@@ -73,10 +73,12 @@ __global__ void GeluBackwardKernel(const float* __restrict__ x, const float* dy,
   }
 }
 
-__global__ void AddKernel(const float* a, const float* b, float* y, int64_t n) {
+template <typename P>
+__global__ void AddKernel(const typename P::T* a, const typename P::T* b, typename P::T* y,
+                          int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] = a[i] + b[i];
+    y[i] = P::Store(P::Load(a[i]) + P::Load(b[i]));
   }
 }
 
@@ -281,10 +283,15 @@ int GeluBackward(const float* x, const float* dy, float* dx, int64_t n, void* st
   return Launched();
 }
 
-int Add(const float* a, const float* b, float* y, int64_t n, void* stream) {
+int Add(const void* a, const void* b, void* y, Elem e, int64_t n, void* stream) {
   if (n == 0) return 0;
-  AddKernel<<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a, b, y, n);
-  return Launched();
+  return WithElem(e, [&](auto policy) {
+    using P = decltype(policy);
+    using T = typename P::T;
+    AddKernel<P><<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), n);
+    return Launched();
+  });
 }
 
 int LayerNormForward(const float* x, const void* gamma, const void* beta, Elem p, float eps,

@@ -30,7 +30,7 @@ int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, fl
          int64_t ldc, Elem c_type, void* stream);
 int GeluForward(const float* x, float* y, int64_t n, void* stream);
 int GeluBackward(const float* x, const float* dy, float* dx, int64_t n, void* stream);
-int Add(const float* a, const float* b, float* y, int64_t n, void* stream);
+int Add(const void* a, const void* b, void* y, Elem e, int64_t n, void* stream);
 // gamma, beta, dgamma, dbeta are stored as `p`.
 int LayerNormForward(const float* x, const void* gamma, const void* beta, Elem p, float eps,
                      float* y, float* mean, float* rstd, int64_t rows, int64_t d, void* stream);

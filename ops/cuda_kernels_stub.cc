@@ -10,7 +10,7 @@ int Gemm(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t, con
 }
 int GeluForward(const float*, float*, int64_t, void*) { return kNotBuiltWithCuda; }
 int GeluBackward(const float*, const float*, float*, int64_t, void*) { return kNotBuiltWithCuda; }
-int Add(const float*, const float*, float*, int64_t, void*) { return kNotBuiltWithCuda; }
+int Add(const void*, const void*, void*, Elem, int64_t, void*) { return kNotBuiltWithCuda; }
 int LayerNormForward(const float*, const void*, const void*, Elem, float, float*, float*, float*,
                      int64_t, int64_t, void*) {
   return kNotBuiltWithCuda;

@@ -125,6 +125,8 @@ struct ParamOpsResult {
   std::vector<float> ln_y, ln_dx, biased, embedded, norm, adam_param;
   // Accumulated gradients, stored as `dtype`.
   std::vector<float> dgamma, dbeta, dbias, dtable;
+  // A gradient shard's accumulation (Add in place), stored as `dtype`.
+  std::vector<float> accumulated;
 };
 
 std::vector<float> Representable(size_t n, uint32_t seed) {
@@ -174,7 +176,16 @@ ParamOpsResult RunParamOps(Device& device, DType dtype) {
   adam.weight_decay = 0.1f;
   EXPECT_TRUE(AdamStep(param, grad, m, var, adam, 4, 0.25f, st).ok());
 
+  // A 16-bit gradient piece added into a 16-bit shard, in place (ZeRO stage 2).
+  const Tensor shard = s.UploadAs(Representable(n, 104), {n}, dtype);
+  // Magnitudes in [2^-7, 2^-5): normal in fp16 too, so both types hold them exactly.
+  std::vector<float> small = RandomFloats(n, 0.5, 2, 105);
+  for (size_t i = 0; i < small.size(); ++i) small[i] *= (i % 2 ? 1.0f : -1.0f) / 64.0f;
+  const Tensor piece = s.UploadAs(RoundTo(small, DType::kBF16), {n}, dtype);
+  EXPECT_TRUE(Add(shard, piece, shard, st).ok());
+
   ParamOpsResult r;
+  r.accumulated = s.Download(shard);
   r.ln_y = s.Download(y);
   r.ln_dx = s.Download(dx);
   r.biased = s.Download(biased);
@@ -205,6 +216,8 @@ TEST(MixedPrecision, SixteenBitParametersEqualFp32RoundedOnce) {
     EXPECT_EQ(got.dbeta, RoundTo(ref.dbeta, dtype)) << name << " dbeta";
     EXPECT_EQ(got.dbias, RoundTo(ref.dbias, dtype)) << name << " dbias";
     EXPECT_EQ(got.dtable, RoundTo(ref.dtable, dtype)) << name << " dtable";
+    EXPECT_EQ(got.accumulated, RoundTo(ref.accumulated, dtype)) << name << " accumulated shard";
+    EXPECT_NE(got.accumulated, ref.accumulated) << name;
     // And the rounding was not a no-op: 16 bits lose information here.
     EXPECT_NE(got.dtable, ref.dtable) << name;
   }
@@ -258,6 +271,7 @@ TEST(CudaOps, SixteenBitParameterOpsMatchTheCpuDevice) {
     ExpectWithin(g.embedded, c.embedded, 0, name + " embedding");
     ExpectWithin(g.norm, c.norm, 1e-6, name + " squared norm");
     ExpectWithin(g.adam_param, c.adam_param, 1e-6, name + " adam");
+    ExpectWithin(g.accumulated, c.accumulated, 0, name + " accumulated shard");
     // fp32 sums in another order, then one rounding: may land one 16-bit
     // step apart (2 half-ulps), relative to the larger of 1 and the value.
     const double step = 2 * HalfUlp(dtype);

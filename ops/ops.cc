@@ -288,16 +288,25 @@ absl::Status GeluBackward(const Tensor& x, const Tensor& dy, const Tensor& dx, S
 }
 
 absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& y, Stream& stream) {
-  MEMWALL_RETURN_IF_ERROR(CheckTensors("Add", stream, {{"a", &a}, {"b", &b}, {"y", &y}}));
-  MEMWALL_RETURN_IF_ERROR(SameShape("Add", {"a", &a}, {"b", &b}));
-  MEMWALL_RETURN_IF_ERROR(SameShape("Add", {"a", &a}, {"y", &y}));
-  const float* pa = a.data_as<float>();
-  const float* pb = b.data_as<float>();
-  float* py = y.data_as<float>();
+  constexpr absl::string_view op = "Add";
+  MEMWALL_ASSIGN_OR_RETURN(const DType t, StorageType(op, {{"a", &a}, {"b", &b}, {"y", &y}}));
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"a", &a, t}, {"b", &b, t}, {"y", &y, t}}));
+  MEMWALL_RETURN_IF_ERROR(SameShape(op, {"a", &a}, {"b", &b}));
+  MEMWALL_RETURN_IF_ERROR(SameShape(op, {"a", &a}, {"y", &y}));
+  const void* pa = a.data();
+  const void* pb = b.data();
+  void* py = y.data();
   const int64_t n = a.numel();
   return Dispatch(
-      stream, "Add", [=] { kernels::Add(pa, pb, py, n); },
-      [=](void* s) { return cuda::Add(pa, pb, py, n, s); });
+      stream, op,
+      [=] {
+        // 16-bit: exact fp32 copies, one rounding of the sum (y may alias a or b).
+        const HostF32 fa(pa, t, n), fb(pb, t, n);
+        HostF32 fy(py, t, n);
+        kernels::Add(fa.data(), fb.data(), fy.data(), n);
+        return fy.Store();
+      },
+      [=](void* s) { return cuda::Add(pa, pb, py, ElemOf(t), n, s); });
 }
 
 absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,

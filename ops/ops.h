@@ -47,7 +47,9 @@ absl::Status Gelu(const Tensor& x, const Tensor& y, Stream& stream);
 // dx = dy * gelu'(x). dx may be dy.
 absl::Status GeluBackward(const Tensor& x, const Tensor& dy, const Tensor& dx, Stream& stream);
 
-// y = a + b, same shapes (the residual connection). y may be a or b.
+// y = a + b, same shapes and dtype (the residual connection; a gradient
+// shard's accumulation): fp32, or fp16/bf16 summed in fp32 and rounded once.
+// y may be a or b.
 absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& y, Stream& stream);
 
 // LayerNorm over the last dimension (GPT-2: eps 1e-5).

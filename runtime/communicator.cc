@@ -89,6 +89,21 @@ absl::Status Communicator::AllGather(const Tensor& send, const Tensor& recv, Str
   return DoAllGather(send, recv, stream);
 }
 
+absl::Status Communicator::Reduce(const Tensor& send, const Tensor& recv, ReduceOp op, int root,
+                                  Stream& stream) {
+  if (root < 0 || root >= world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Reduce: root ", root, " is outside [0, ", world_size(), ")"));
+  }
+  if (send.numel() != recv.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat("Reduce: send has ", send.numel(),
+                                                   " elements but recv has ", recv.numel()));
+  }
+  MEMWALL_RETURN_IF_ERROR(CheckPair(send, recv, "Reduce"));
+  if (send.numel() == 0) return absl::OkStatus();
+  return DoReduce(send, recv, op, root, stream);
+}
+
 absl::Status Communicator::Broadcast(const Tensor& buffer, int root, Stream& stream) {
   if (root < 0 || root >= world_size()) {
     return absl::InvalidArgumentError(
@@ -121,6 +136,10 @@ class SingleProcessCommunicator final : public Communicator {
     return CopyIfDistinct(send, recv, stream);
   }
   absl::Status DoAllGather(const Tensor& send, const Tensor& recv, Stream& stream) override {
+    return CopyIfDistinct(send, recv, stream);
+  }
+  absl::Status DoReduce(const Tensor& send, const Tensor& recv, ReduceOp, int,
+                        Stream& stream) override {
     return CopyIfDistinct(send, recv, stream);
   }
   absl::Status DoBroadcast(const Tensor&, int, Stream&) override { return absl::OkStatus(); }

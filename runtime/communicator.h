@@ -68,6 +68,11 @@ class Communicator {
   // block. Afterwards recv[block r] = send of rank r on every rank. send may
   // be recv's own block (in place).
   absl::Status AllGather(const Tensor& send, const Tensor& recv, Stream& stream);
+  // recv on `root` = op over ranks of send (n elements each); recv is only
+  // written on root (other ranks may pass send again). send == recv is
+  // allowed: ZeRO reduces a gradient bucket's piece to its owner in place.
+  absl::Status Reduce(const Tensor& send, const Tensor& recv, ReduceOp op, int root,
+                      Stream& stream);
   // Every rank's `buffer` receives root's.
   absl::Status Broadcast(const Tensor& buffer, int root, Stream& stream);
   // Work submitted to `stream` after the barrier runs only once every rank
@@ -81,6 +86,8 @@ class Communicator {
   virtual absl::Status DoReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op,
                                        Stream& stream) = 0;
   virtual absl::Status DoAllGather(const Tensor& send, const Tensor& recv, Stream& stream) = 0;
+  virtual absl::Status DoReduce(const Tensor& send, const Tensor& recv, ReduceOp op, int root,
+                                Stream& stream) = 0;
   virtual absl::Status DoBroadcast(const Tensor& buffer, int root, Stream& stream) = 0;
   virtual absl::Status DoBarrier(Stream& stream) = 0;
   // Whether this backend can read and write `t`'s memory.

@@ -256,6 +256,49 @@ TEST_F(CommunicatorTest, AllGatherAssemblesEveryRanksBlock) {
   }
 }
 
+TEST_F(CommunicatorTest, ReduceToEveryRootInPlaceAndNot) {
+  const size_t n = 1003;
+  for (int root = 0; root < W(); ++root) {
+    for (bool in_place : {false, true}) {
+      std::vector<float> mine(n), want(n, 0.0f);
+      for (size_t i = 0; i < n; ++i) mine[i] = ExactValue(R(), i);
+      for (int r = 0; r < W(); ++r) {
+        for (size_t i = 0; i < n; ++i) want[i] += ExactValue(r, i);
+      }
+      Buffer send = Upload(mine, DType::kF32);
+      Buffer recv = Upload(std::vector<float>(n, -1.0f), DType::kF32);
+      const Tensor out = View(in_place ? send : recv, DType::kF32, n);
+      ASSERT_TRUE(comm_->Reduce(View(send, DType::kF32, n), out, ReduceOp::kSum, root, stream()).ok());
+      const std::vector<float> got = Download(in_place ? send : recv, n, DType::kF32);
+      for (size_t i = 0; i < n; ++i) {
+        if (R() == root) {
+          ASSERT_EQ(got[i], want[i]) << "root " << root << " in place " << in_place << " i " << i;
+        } else if (!in_place) {
+          ASSERT_EQ(got[i], -1.0f) << "a non-root recv was written, root " << root;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CommunicatorTest, ReduceBf16RoundsOnceOnRoot) {
+  const size_t n = 517;
+  std::vector<float> mine(n);
+  for (size_t i = 0; i < n; ++i) mine[i] = RoundingValue(R(), i);
+  Buffer buf = Upload(mine, DType::kBF16);
+  ASSERT_TRUE(comm_->Reduce(View(buf, DType::kBF16, n), View(buf, DType::kBF16, n), ReduceOp::kSum,
+                            0, stream()).ok());
+  ASSERT_TRUE(stream().Synchronize().ok());
+  if (R() != 0) return;
+  const std::vector<float> got = Download(buf, n, DType::kBF16);
+  for (size_t i = 0; i < n; ++i) {
+    double sum = 0;
+    for (int r = 0; r < W(); ++r) sum += RoundingValue(r, i);
+    // One rounding of an fp32 sum: see [Note: 16-bit reductions].
+    ASSERT_NEAR(got[i], sum, std::abs(sum) * std::ldexp(1.0, -8) + 1e-6 * W()) << i;
+  }
+}
+
 TEST_F(CommunicatorTest, BroadcastFromEveryRoot) {
   const size_t n = 777;
   for (int root = 0; root < W(); ++root) {
@@ -304,6 +347,11 @@ TEST_F(CommunicatorTest, RejectsMismatchedArguments) {
   s = comm_->Broadcast(f32, W(), stream());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("root"), std::string::npos) << s;
+  s = comm_->Reduce(f32, f32, ReduceOp::kSum, -1, stream());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("Reduce: root -1"), std::string::npos) << s;
+  s = comm_->Reduce(f32, View(a, DType::kF32, 63), ReduceOp::kSum, 0, stream());
+  EXPECT_NE(s.message().find("recv has 63"), std::string::npos) << s;
   ASSERT_TRUE(stream().Synchronize().ok());
 }
 

@@ -125,6 +125,29 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
+  absl::Status DoReduce(const Tensor& send, const Tensor& recv, ReduceOp op, int root,
+                        Stream& stream) override {
+    MEMWALL_RETURN_IF_ERROR(CheckCount(send.numel(), "Reduce"));
+    return stream.EnqueueHost([this, send, recv, op, root]() -> absl::Status {
+      const int n = static_cast<int>(send.numel());
+      const bool is_root = rank_ == root;
+      if (HasNativeType(send.dtype())) {
+        const void* src = is_root && send.data() == recv.data() ? MPI_IN_PLACE : send.data();
+        MEMWALL_MPI_RETURN_IF_ERROR(MPI_Reduce(src, is_root ? recv.data() : nullptr, n,
+                                               NativeType(send.dtype()), MpiOp(op), root, comm_));
+        return absl::OkStatus();
+      }
+      // See [Note: 16-bit reductions]: widen, reduce in fp32, round once on root.
+      std::vector<float> wide(n);
+      MEMWALL_RETURN_IF_ERROR(Convert(send.data(), send.dtype(), wide.data(), DType::kF32, n));
+      MEMWALL_MPI_RETURN_IF_ERROR(MPI_Reduce(is_root ? MPI_IN_PLACE : wide.data(),
+                                             is_root ? wide.data() : nullptr, n, MPI_FLOAT,
+                                             MpiOp(op), root, comm_));
+      if (!is_root) return absl::OkStatus();
+      return Convert(wide.data(), DType::kF32, recv.data(), recv.dtype(), n);
+    });
+  }
+
   absl::Status DoBroadcast(const Tensor& buffer, int root, Stream& stream) override {
     return stream.EnqueueHost([this, buffer, root]() -> absl::Status {
       char* data = static_cast<char*>(buffer.data());

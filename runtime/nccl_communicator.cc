@@ -115,6 +115,14 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
+  absl::Status DoReduce(const Tensor& send, const Tensor& recv, ReduceOp op, int root,
+                        Stream& stream) override {
+    MEMWALL_NCCL_RETURN_IF_ERROR(ncclReduce(send.data(), rank_ == root ? recv.data() : nullptr,
+                                            send.numel(), NcclType(send.dtype()), NcclOp(op), root,
+                                            comm_, Native(stream)));
+    return absl::OkStatus();
+  }
+
   absl::Status DoBroadcast(const Tensor& buffer, int root, Stream& stream) override {
     MEMWALL_NCCL_RETURN_IF_ERROR(ncclBroadcast(buffer.data(), buffer.data(), buffer.numel(),
                                                NcclType(buffer.dtype()), root, comm_,

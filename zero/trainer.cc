@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/status.h"
+#include "runtime/thread_pool.h"
+#include "zero/config.h"
 
 namespace memwall::zero {
 namespace {
@@ -56,16 +58,21 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
     return bad("loss_scale_growth_interval", o.loss_scale_growth_interval, "must be > 0");
   }
   if (!(o.min_loss_scale > 0)) return bad("min_loss_scale", o.min_loss_scale, "must be > 0");
-  return absl::OkStatus();
+  return ValidateZeroConfig(o.zero);
 }
 
 Trainer::Trainer(models::Gpt& model, Device& device, Communicator& comm,
                  const TrainerOptions& options)
-    : model_(model), device_(device), comm_(comm), options_(options) {
+    : model_(model), device_(device), comm_(comm), options_(options), zero_(WithDefaults(options.zero)) {
   loss_scale_ = options.precision == Precision::kFp16 ? options.initial_loss_scale : 1.0f;
 }
 
-Trainer::~Trainer() { (void)device_.Synchronize(); }
+Trainer::~Trainer() {
+  (void)device_.Synchronize();
+  if (hook_id_ != 0) model_.RemoveHookRecursive(hook_id_);
+  gather_.reset();
+  buckets_.reset();
+}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Device& device,
                                                          Communicator& comm,
@@ -81,7 +88,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Dev
   return t;
 }
 
+DType Trainer::param_dtype() const {
+  return options_.precision == Precision::kFp32 ? DType::kF32 : HalfType(options_.precision);
+}
+
 absl::Status Trainer::Allocate() {
+  if (zero_.stage() > 0) return AllocatePartitioned();
   const bool half = options_.precision != Precision::kFp32;
   // 16-bit modes: params and grads 2 bytes each, fp32 master and Adam
   // moments 12: the 16 bytes per parameter of ZeRO Sec. 3.1.
@@ -105,15 +117,173 @@ absl::Status Trainer::Allocate() {
   return s.Synchronize();
 }
 
+Tensor Trainer::ValuesShard() const {
+  const Tensor values = Tensor::OfBuffer(values_, param_dtype(), &device_);
+  return zero_.stage() == 3 ? values : values.Slice(layout_.shard_begin(), layout_.shard());
+}
+
+Tensor Trainer::GradientShard() const {
+  if (zero_.stage() == 0) return storage_.Grads(device_);
+  const Tensor grads = Tensor::OfBuffer(grads_, param_dtype(), &device_);
+  return zero_.stage() == 1 ? grads.Slice(layout_.shard_begin(), layout_.shard()) : grads;
+}
+
+absl::Status Trainer::AllocatePartitioned() {
+  const int stage = zero_.stage();
+  const DType dtype = param_dtype();
+  const size_t elem = SizeOf(dtype);
+  const bool half = options_.precision != Precision::kFp32;
+  const MemoryTag values_tag = half ? MemoryTag::kParams16 : MemoryTag::kMasterParams;
+  layout_ = FlatLayout(model_, comm_.world_size(), comm_.rank());
+  const int64_t shard = layout_.shard(), padded = layout_.padded();
+  Stream& s = device_.compute_stream();
+  if (zero_.overlap_comm() && stage >= 2) {
+    MEMWALL_ASSIGN_OR_RETURN(comm_stream_, device_.CreateStream("zero_comm"));
+  }
+
+  // Parameters: N shard padded (stage 1, 2) or the shard (stage 3).
+  MEMWALL_ASSIGN_OR_RETURN(values_, device_.Allocate((stage == 3 ? shard : padded) * elem, values_tag));
+  MEMWALL_RETURN_IF_ERROR(s.Memset(values_.data(), 0, values_.bytes()));
+  if (stage < 3) {
+    for (models::Parameter* p : layout_.params()) {
+      p->value = Tensor(values_.as<char>() + layout_.offset(p) * elem, dtype, p->shape, &device_);
+    }
+  }
+  // Gradients: N shard padded (stage 1) or the shard (stage 2, 3).
+  MEMWALL_ASSIGN_OR_RETURN(grads_, device_.Allocate((stage == 1 ? padded : shard) * elem, MemoryTag::kGrads));
+  MEMWALL_RETURN_IF_ERROR(s.Memset(grads_.data(), 0, grads_.bytes()));
+  if (stage == 1) {
+    for (models::Parameter* p : layout_.params()) {
+      p->grad = Tensor(grads_.as<char>() + layout_.offset(p) * elem, dtype, p->shape, &device_);
+    }
+  }
+  // fp32 master weights and Adam's moments: the shard.
+  const size_t shard_bytes = static_cast<size_t>(shard) * sizeof(float);
+  MEMWALL_ASSIGN_OR_RETURN(master_, device_.Allocate(shard_bytes, MemoryTag::kMasterParams));
+  MEMWALL_ASSIGN_OR_RETURN(m_, device_.Allocate(shard_bytes, MemoryTag::kOptimizerStates));
+  MEMWALL_ASSIGN_OR_RETURN(v_, device_.Allocate(shard_bytes, MemoryTag::kOptimizerStates));
+  MEMWALL_RETURN_IF_ERROR(s.Memset(m_.data(), 0, shard_bytes));
+  MEMWALL_RETURN_IF_ERROR(s.Memset(v_.data(), 0, shard_bytes));
+  MEMWALL_ASSIGN_OR_RETURN(norm_, device_.Allocate(2 * sizeof(float), MemoryTag::kWorkspace));
+  MEMWALL_ASSIGN_OR_RETURN(loss_, device_.Allocate(2 * sizeof(float), MemoryTag::kCommBuffers));
+
+  // This rank's shard of the initial values (Gpt::InitialValues: the same
+  // numbers as stage 0's Initialize), rounded to the parameter type; the
+  // master starts from that rounded value, widened, as at stage 0.
+  std::vector<float> init(shard, 0.0f);
+  const FlatRange mine = layout_.OwnedReal();
+  ThreadPool pool(0);
+  for (models::Parameter* p : layout_.params()) {
+    const int64_t begin = std::max(mine.begin, layout_.offset(p));
+    const int64_t end = std::min(mine.end, layout_.offset(p) + p->numel());
+    if (begin >= end) continue;
+    constexpr int64_t kChunk = 1 << 16;
+    pool.ParallelFor((end - begin + kChunk - 1) / kChunk, [&](int64_t c) {
+      const int64_t lo = begin + c * kChunk, hi = std::min(end, lo + kChunk);
+      model_.InitialValues(options_.seed, *p, lo - layout_.offset(p), hi - lo,
+                           init.data() + (lo - layout_.shard_begin()));
+    });
+  }
+  const Tensor master = FlatF32(master_, device_);
+  MEMWALL_RETURN_IF_ERROR(s.Copy(master_.data(), init.data(), shard_bytes));
+  MEMWALL_RETURN_IF_ERROR(ops::Cast(master, ValuesShard(), s));
+  MEMWALL_RETURN_IF_ERROR(ops::Cast(ValuesShard(), master, s));
+  MEMWALL_RETURN_IF_ERROR(s.Synchronize());  // `init` goes away
+
+  if (stage < 3) {  // the all-gather bucket: N chunks of equal size
+    const int64_t n = comm_.world_size();
+    const int64_t cap = std::min<int64_t>(padded, zero_.allgather_bucket_bytes() / elem);
+    const int64_t chunk = std::max<int64_t>(1, cap / n);
+    MEMWALL_ASSIGN_OR_RETURN(gather_bucket_, device_.Allocate(chunk * n * elem, MemoryTag::kCommBuffers));
+    MEMWALL_RETURN_IF_ERROR(AllGatherValues());
+  }
+  if (stage >= 2) {
+    // A bucket holds at least the largest module's gradients.
+    const int64_t capacity = std::min<int64_t>(
+        padded, std::max<int64_t>(zero_.reduce_bucket_bytes() / elem, LargestModuleParameters(model_)));
+    MEMWALL_ASSIGN_OR_RETURN(buckets_, GradientBuckets::Create(layout_, device_, comm_, coll(), dtype,
+                                                               capacity, comm_stream_ ? 2 : 1,
+                                                               Tensor::OfBuffer(grads_, dtype, &device_)));
+  }
+  if (stage == 3) {
+    MEMWALL_ASSIGN_OR_RETURN(gather_, ParameterGather::Create(layout_, model_, device_, comm_, coll(),
+                                                              dtype, values_tag, ValuesShard(), zero_));
+    MEMWALL_RETURN_IF_ERROR(gather_->RefreshPersistent());
+  }
+  if (stage >= 2) {
+    hook_id_ = model_.AddHookRecursive(
+        [this](models::Module& m, models::HookPoint point) { return OnHook(m, point); });
+  }
+  MEMWALL_RETURN_IF_ERROR(coll().Synchronize());
+  return s.Synchronize();
+}
+
+absl::Status Trainer::OnHook(models::Module& m, models::HookPoint point) {
+  switch (point) {
+    case models::HookPoint::kBeforeForward:
+      return gather_ ? gather_->Acquire(m) : absl::OkStatus();
+    case models::HookPoint::kAfterForward:
+    case models::HookPoint::kAfterBackward:
+      return gather_ ? gather_->Release(m) : absl::OkStatus();
+    case models::HookPoint::kBeforeBackward:
+      if (gather_) MEMWALL_RETURN_IF_ERROR(gather_->Acquire(m));
+      return buckets_->Bind(m);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::AllGatherValues() {
+  // Chunk k of every rank's shard travels together: rank r's piece goes to
+  // bucket block r, the all-gather fills the others, and block r lands at
+  // r shard + k chunk. Runs on the compute stream (stage 1, 2 update here).
+  Stream& s = device_.compute_stream();
+  const DType dtype = param_dtype();
+  const int64_t n = comm_.world_size(), shard = layout_.shard();
+  const int64_t chunk = static_cast<int64_t>(gather_bucket_.bytes() / SizeOf(dtype)) / n;
+  const Tensor values = Tensor::OfBuffer(values_, dtype, &device_);
+  const Tensor bucket = Tensor::OfBuffer(gather_bucket_, dtype, &device_);
+  for (int64_t at = 0; at < shard; at += chunk) {
+    const int64_t len = std::min(chunk, shard - at);
+    const Tensor all = bucket.Slice(0, len * n);
+    const Tensor mine = all.Slice(comm_.rank() * len, len);
+    const Tensor src = values.Slice(layout_.shard_begin() + at, len);
+    MEMWALL_RETURN_IF_ERROR(s.Copy(mine.data(), src.data(), mine.bytes()));
+    MEMWALL_RETURN_IF_ERROR(comm_.AllGather(mine, all, s));
+    for (int64_t r = 0; r < n; ++r) {
+      if (r == comm_.rank()) continue;
+      const Tensor dst = values.Slice(r * shard + at, len);
+      MEMWALL_RETURN_IF_ERROR(s.Copy(dst.data(), all.Slice(r * len, len).data(), dst.bytes()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::RefreshComputeCopy() {
-  if (options_.precision == Precision::kFp32) return absl::OkStatus();
-  return ops::Cast(FlatF32(master_, device_), storage_.Values(device_), device_.compute_stream());
+  Stream& s = device_.compute_stream();
+  if (zero_.stage() == 0) {
+    if (options_.precision == Precision::kFp32) return absl::OkStatus();
+    return ops::Cast(FlatF32(master_, device_), storage_.Values(device_), s);
+  }
+  MEMWALL_RETURN_IF_ERROR(ops::Cast(FlatF32(master_, device_), ValuesShard(), s));
+  if (zero_.stage() < 3) return AllGatherValues();
+  MEMWALL_RETURN_IF_ERROR(s.Synchronize());  // coll reads the shard next
+  return gather_->RefreshPersistent();
 }
 
 absl::StatusOr<std::vector<float>> Trainer::MasterWeights() {
-  std::vector<float> out(storage_.numel);
   Stream& s = device_.compute_stream();
-  MEMWALL_RETURN_IF_ERROR(s.Copy(out.data(), master().data(), out.size() * sizeof(float)));
+  if (zero_.stage() == 0) {
+    std::vector<float> out(storage_.numel);
+    MEMWALL_RETURN_IF_ERROR(s.Copy(out.data(), master().data(), out.size() * sizeof(float)));
+    MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+    return out;
+  }
+  MEMWALL_ASSIGN_OR_RETURN(Buffer all, device_.Allocate(layout_.padded() * sizeof(float),
+                                                        MemoryTag::kOther));
+  const Tensor whole = FlatF32(all, device_);
+  MEMWALL_RETURN_IF_ERROR(comm_.AllGather(FlatF32(master_, device_), whole, s));
+  std::vector<float> out(layout_.numel());
+  MEMWALL_RETURN_IF_ERROR(s.Copy(out.data(), all.data(), out.size() * sizeof(float)));
   MEMWALL_RETURN_IF_ERROR(s.Synchronize());
   return out;
 }
@@ -139,7 +309,10 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
                                                    model_.config().vocab()));
   }
   Stream& s = device_.compute_stream();
-  const Tensor grads = storage_.Grads(device_);
+  Stream& c = coll();
+  const int stage = zero_.stage();
+  const Tensor grads = stage == 0 ? storage_.Grads(device_)
+                                  : Tensor::OfBuffer(grads_, param_dtype(), &device_);
   MEMWALL_RETURN_IF_ERROR(s.Memset(grads.data(), 0, grads.bytes()));
 
   // Forward and backward over this rank's micro-batches.
@@ -150,24 +323,44 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   for (int64_t micro = 0; micro < options_.accumulation; ++micro) {
     MEMWALL_RETURN_IF_ERROR(models::FillMicroBatch(data, layout, step_, comm_.rank(), micro,
                                                    ids.data(), targets.data()));
-    MEMWALL_ASSIGN_OR_RETURN(models::LossSum part,
-                             model_.ForwardBackward(device_, ids.data(), targets.data(),
-                                                    options_.micro_batch, options_.seq,
-                                                    grad_scale, true));
-    local.sum += part.sum;
-    local.tokens += part.tokens;
+    if (options_.edit_micro_batch) {
+      options_.edit_micro_batch(comm_.rank(), micro, ids.size(), ids.data(), targets.data());
+    }
+    if (gather_) gather_->BeginPass();
+    absl::StatusOr<models::LossSum> part =
+        model_.ForwardBackward(device_, ids.data(), targets.data(), options_.micro_batch,
+                               options_.seq, grad_scale, true);
+    // Stage 2, 3: what is left in the buckets is reduced now.
+    absl::Status pass = part.status();
+    if (pass.ok() && buckets_) pass = buckets_->FlushAll();
+    if (pass.ok() && gather_) pass = gather_->EndPass();
+    if (!pass.ok()) {
+      // A collective failing on the communication stream (a stage-3
+      // divergence) explains a compute failure better than itself.
+      absl::Status comm_status = c.Synchronize();
+      return comm_status.ok() ? pass : comm_status;
+    }
+    local.sum += part->sum;
+    local.tokens += part->tokens;
   }
-  // Data parallelism: sum gradients and the loss over ranks.
-  MEMWALL_RETURN_IF_ERROR(comm_.AllReduce(grads, grads, ReduceOp::kSum, s));
+  // Data parallelism: sum gradients (stage 0) or reduce-scatter them to
+  // their owners (stage 1; stage 2, 3 did it in backward), and the loss.
+  if (stage == 0) MEMWALL_RETURN_IF_ERROR(comm_.AllReduce(grads, grads, ReduceOp::kSum, c));
+  if (stage == 1) {
+    MEMWALL_RETURN_IF_ERROR(comm_.ReduceScatter(grads, GradientShard(), ReduceOp::kSum, c));
+  }
   const float loss_host[2] = {static_cast<float>(local.sum), static_cast<float>(local.tokens)};
-  MEMWALL_RETURN_IF_ERROR(s.Copy(loss_.data(), loss_host, sizeof(loss_host)));
+  MEMWALL_RETURN_IF_ERROR(c.Copy(loss_.data(), loss_host, sizeof(loss_host)));
   const Tensor loss = FlatF32(loss_, device_);
-  MEMWALL_RETURN_IF_ERROR(comm_.AllReduce(loss, loss, ReduceOp::kSum, s));
-  // Global norm and overflow flag in one pass.
-  MEMWALL_RETURN_IF_ERROR(ops::SquaredNorm(grads, FlatF32(norm_, device_), false, s));
+  MEMWALL_RETURN_IF_ERROR(comm_.AllReduce(loss, loss, ReduceOp::kSum, c));
+  // Global norm and overflow flag in one pass: over the shards, summed.
+  const Tensor norm = FlatF32(norm_, device_);
+  MEMWALL_RETURN_IF_ERROR(ops::SquaredNorm(GradientShard(), norm, false, c));
+  if (stage > 0) MEMWALL_RETURN_IF_ERROR(comm_.AllReduce(norm, norm, ReduceOp::kSum, c));
   float norm_host[2], loss_sum[2];
-  MEMWALL_RETURN_IF_ERROR(s.Copy(norm_host, norm_.data(), sizeof(norm_host)));
-  MEMWALL_RETURN_IF_ERROR(s.Copy(loss_sum, loss_.data(), sizeof(loss_sum)));
+  MEMWALL_RETURN_IF_ERROR(c.Copy(norm_host, norm_.data(), sizeof(norm_host)));
+  MEMWALL_RETURN_IF_ERROR(c.Copy(loss_sum, loss_.data(), sizeof(loss_sum)));
+  MEMWALL_RETURN_IF_ERROR(c.Synchronize());
   MEMWALL_RETURN_IF_ERROR(s.Synchronize());
 
   ++step_;
@@ -193,10 +386,11 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
     ++adam_step_;
     ops::AdamOptions adam = options_.adam;
     adam.lr = stats.lr;
-    MEMWALL_RETURN_IF_ERROR(ops::AdamStep(FlatF32(master(), device_), grads, FlatF32(m_, device_),
-                                          FlatF32(v_, device_), adam, adam_step_,
-                                          static_cast<float>(clip / loss_scale_), s));
+    MEMWALL_RETURN_IF_ERROR(ops::AdamStep(FlatF32(master(), device_), GradientShard(),
+                                          FlatF32(m_, device_), FlatF32(v_, device_), adam,
+                                          adam_step_, static_cast<float>(clip / loss_scale_), s));
     MEMWALL_RETURN_IF_ERROR(RefreshComputeCopy());
+    MEMWALL_RETURN_IF_ERROR(c.Synchronize());
     MEMWALL_RETURN_IF_ERROR(s.Synchronize());
     if (options_.precision == Precision::kFp16 &&
         ++clean_steps_ >= options_.loss_scale_growth_interval) {

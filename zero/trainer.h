@@ -1,6 +1,22 @@
-// The data-parallel trainer. This slice is ZeRO stage 0: every rank holds
-// all parameters, gradients and optimizer states (the "PyTorch DDP" baseline
-// of the papers, ZeRO Sec. 3); stages 1-3 partition them (issue 5).
+// The ZeRO data-parallel engine, one per rank: stage 0 holds every model
+// state on every rank (the "PyTorch DDP" baseline of the papers, ZeRO Sec.
+// 3); stages 1, 2 and 3 partition the optimizer states, then the gradients,
+// then the 16-bit parameters over the N ranks (ZeRO Sec. 5; the flat layout
+// is zero/partition.h, and zero/README.md maps each stage to its files).
+//
+// What each stage keeps, per rank, Ψ parameters, shard = ceil(Ψ / N):
+//   stage 0  params Ψ, grads Ψ, master Ψ, Adam 2Ψ
+//   stage 1  params Ψ (padded to N shard), grads Ψ (padded), master, Adam:
+//            shard. After the micro-batches the gradients are
+//            reduce-scattered; each rank steps its shard and the updated
+//            params are all-gathered through an allgather_bucket_bytes bucket.
+//   stage 2  as 1, but gradients exist only in reduce buckets during backward
+//            and as one contiguous shard (zero/gradient_buckets.h).
+//   stage 3  as 2, and the params too are a shard; modules gather theirs in
+//            their hooks (zero/parameter_gather.h).
+// Every stage computes the same step: equal losses and weights up to the
+// order of floating-point sums (bitwise when those sums are exact), tested
+// against stage 0 under mpirun.
 //
 // One step (ARCHITECTURE.md, "One training step"):
 //   grads = 0
@@ -25,6 +41,7 @@
 #define MEMWALL_ZERO_TRAINER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -36,6 +53,10 @@
 #include "ops/ops.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
+#include "zero/gradient_buckets.h"
+#include "zero/parameter_gather.h"
+#include "zero/partition.h"
+#include "zero/zero_config.pb.h"
 
 namespace memwall::zero {
 
@@ -60,6 +81,13 @@ struct TrainerOptions {
   int64_t loss_scale_growth_interval = 1000;
   float min_loss_scale = 1.0f;
   uint64_t seed = 1234;
+  // Stage, buckets, overlap, stage-3 prefetch (zero/config.h fills defaults).
+  ZeroConfig zero;
+  // Tests: edits each micro-batch (rank, micro index, token count, ids,
+  // targets) before
+  // it runs, e.g. to ignore every target on ranks > 0 so that cross-rank
+  // sums are exact and stages can be compared bit for bit.
+  std::function<void(int, int64_t, int64_t, int32_t*, int32_t*)> edit_micro_batch;
 };
 
 absl::Status ValidateOptions(const TrainerOptions& options);
@@ -81,7 +109,8 @@ struct StepStats {
 class Trainer {
  public:
   // Binds the model's parameters and gradients to this trainer's buffers
-  // on `device` and initializes them from options.seed.
+  // on `device` (at stages 2 and 3 partly as deferred bindings, filled by the
+  // hooks it registers on the model) and initializes them from options.seed.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(models::Gpt& model, Device& device,
                                                          Communicator& comm,
                                                          const TrainerOptions& options);
@@ -94,20 +123,36 @@ class Trainer {
 
   int64_t steps_done() const { return step_; }
   float loss_scale() const { return loss_scale_; }
+  int stage() const { return zero_.stage(); }
+  const FlatLayout& layout() const { return layout_; }
+  // Stage 0's buffers (empty at stages 1-3).
   const models::FlatStorage& storage() const { return storage_; }
-  // The fp32 master weights on the host (tests, export).
+  // All Ψ fp32 master weights on the host (tests, export). At stages 1-3 a
+  // collective: every rank must call it.
   absl::StatusOr<std::vector<float>> MasterWeights();
   // Copies the master weights into the model's compute copy (after an
-  // import into the master buffer, for instance).
+  // import into the master buffer, for instance); at stages 1-3 also
+  // all-gathers them (every rank must call it).
   absl::Status RefreshComputeCopy();
 
  private:
   Trainer(models::Gpt& model, Device& device, Communicator& comm, const TrainerOptions& options);
   absl::Status Allocate();
+  absl::Status AllocatePartitioned();
+  absl::Status OnHook(models::Module& m, models::HookPoint point);
+  // Stage 1, 2: the full parameters from every rank's updated shard.
+  absl::Status AllGatherValues();
+  // The gradient Adam reads: the whole buffer at stage 0, the shard after.
+  Tensor GradientShard() const;
+  Tensor ValuesShard() const;
+  DType param_dtype() const;
+  // Where collectives run: a communication stream with overlap_comm at
+  // stages 2 and 3, else the compute stream.
+  Stream& coll() { return comm_stream_ ? *comm_stream_ : device_.compute_stream(); }
   float LearningRate(int64_t step) const;
   // The fp32 master weights: the compute buffer itself in fp32 mode.
   const Buffer& master() const {
-    return options_.precision == Precision::kFp32 ? storage_.values : master_;
+    return options_.precision == Precision::kFp32 && zero_.stage() == 0 ? storage_.values : master_;
   }
 
   models::Gpt& model_;
@@ -115,8 +160,18 @@ class Trainer {
   Communicator& comm_;
   TrainerOptions options_;
   models::FlatStorage storage_;  // values: the compute copy; grads: gradients
-  Buffer master_;                // fp32 master weights (16-bit modes)
-  Buffer m_, v_;                 // Adam moments
+  Buffer master_;                // fp32 master weights (16-bit modes; the shard at stage >= 1)
+  Buffer m_, v_;                 // Adam moments (the shard at stage >= 1)
+  // Stages 1-3.
+  ZeroConfig zero_;              // defaults filled
+  FlatLayout layout_;
+  Buffer values_;                // stage 1, 2: N shard padded params; 3: the shard
+  Buffer grads_;                 // stage 1: N shard padded grads; 2, 3: the shard
+  Buffer gather_bucket_;         // stage 1, 2: the all-gather bucket
+  std::unique_ptr<Stream> comm_stream_;
+  std::unique_ptr<GradientBuckets> buckets_;   // stage 2, 3
+  std::unique_ptr<ParameterGather> gather_;    // stage 3
+  int hook_id_ = 0;
   Buffer norm_;                  // [sum of squares, inf/NaN flag]
   Buffer loss_;                  // [loss sum, tokens] for the all-reduce
   int64_t step_ = 0;

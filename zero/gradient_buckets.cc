@@ -1,0 +1,117 @@
+#include "zero/gradient_buckets.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "ops/ops.h"
+#include "runtime/status.h"
+
+namespace memwall::zero {
+
+absl::StatusOr<std::unique_ptr<GradientBuckets>> GradientBuckets::Create(
+    const FlatLayout& layout, Device& device, Communicator& comm, Stream& coll, DType dtype,
+    int64_t capacity, int count, Tensor shard_grad) {
+  if (capacity <= 0 || count < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reduce buckets: capacity ", capacity, " x ", count, " must be positive"));
+  }
+  std::unique_ptr<GradientBuckets> g(
+      new GradientBuckets(layout, device, comm, coll, dtype, capacity, std::move(shard_grad)));
+  for (int i = 0; i < count; ++i) {
+    Bucket b;
+    MEMWALL_ASSIGN_OR_RETURN(b.memory, device.Allocate(static_cast<size_t>(capacity) * SizeOf(dtype),
+                                                       MemoryTag::kCommBuffers));
+    b.top = capacity;
+    MEMWALL_ASSIGN_OR_RETURN(b.free, device.CreateEvent());
+    g->buckets_.push_back(std::move(b));
+  }
+  MEMWALL_ASSIGN_OR_RETURN(g->ready_, device.CreateEvent());
+  g->UnbindAll();
+  return g;
+}
+
+GradientBuckets::GradientBuckets(const FlatLayout& layout, Device& device, Communicator& comm,
+                                 Stream& coll, DType dtype, int64_t capacity, Tensor shard_grad)
+    : layout_(layout),
+      device_(device),
+      comm_(comm),
+      coll_(coll),
+      dtype_(dtype),
+      capacity_(capacity),
+      shard_grad_(std::move(shard_grad)) {}
+
+void GradientBuckets::UnbindAll() {
+  for (models::Parameter* p : layout_.params()) p->grad = Tensor(nullptr, dtype_, p->shape, &device_);
+}
+
+Tensor GradientBuckets::Slice(const Bucket& b, int64_t at, int64_t n) const {
+  return Tensor::Flat(b.memory.as<char>() + at * SizeOf(dtype_), dtype_, n, &device_);
+}
+
+absl::Status GradientBuckets::Bind(models::Module& m) {
+  const auto& own = m.own_parameters();
+  if (own.empty() || own.front()->grad.data() != nullptr) return absl::OkStatus();
+  const FlatRange range = layout_.OwnRange(m);
+  if (range.size() > capacity_) {
+    return absl::InternalError(absl::StrCat("reduce bucket of ", capacity_, " elements cannot hold '",
+                                            m.path(), "' (", range.size(), ")"));
+  }
+  Stream& compute = device_.compute_stream();
+  if (buckets_[current_].top < range.size()) {
+    MEMWALL_RETURN_IF_ERROR(Flush(buckets_[current_]));
+    current_ = (current_ + 1) % buckets_.size();
+  }
+  Bucket& b = buckets_[current_];
+  // An empty bucket's previous reduction must be done before backward writes it.
+  if (b.segments.empty()) MEMWALL_RETURN_IF_ERROR(compute.Wait(*b.free));
+  b.top -= range.size();
+  b.segments.push_back({range, b.top});
+  const Tensor slot = Slice(b, b.top, range.size());
+  MEMWALL_RETURN_IF_ERROR(compute.Memset(slot.data(), 0, slot.bytes()));
+  for (const auto& p : own) {
+    const int64_t at = b.top + layout_.offset(p.get()) - range.begin;
+    p->grad = Tensor(b.memory.as<char>() + at * SizeOf(dtype_), dtype_, p->shape, &device_);
+    b.bound.push_back(p.get());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradientBuckets::Flush(Bucket& b) {
+  if (b.segments.empty()) return absl::OkStatus();
+  Stream& compute = device_.compute_stream();
+  if (&coll_ != &compute) {
+    MEMWALL_RETURN_IF_ERROR(compute.Record(*ready_));
+    MEMWALL_RETURN_IF_ERROR(coll_.Wait(*ready_));
+  }
+  // Merge segments adjacent both in the bucket and in the flat order.
+  std::sort(b.segments.begin(), b.segments.end(),
+            [](const Segment& x, const Segment& y) { return x.at < y.at; });
+  std::vector<Segment> merged;
+  for (const Segment& s : b.segments) {
+    if (!merged.empty() && merged.back().flat.end == s.flat.begin &&
+        merged.back().at + merged.back().flat.size() == s.at) {
+      merged.back().flat.end = s.flat.end;
+    } else {
+      merged.push_back(s);
+    }
+  }
+  for (const Segment& s : merged) {
+    for (const Piece& piece : layout_.Pieces(s.flat)) {
+      const Tensor part = Slice(b, s.at + piece.begin - s.flat.begin, piece.size);
+      MEMWALL_RETURN_IF_ERROR(comm_.Reduce(part, part, ReduceOp::kSum, piece.rank, coll_));
+      if (piece.rank != layout_.rank()) continue;
+      const Tensor mine = shard_grad_.Slice(piece.begin - layout_.shard_begin(), piece.size);
+      MEMWALL_RETURN_IF_ERROR(ops::Add(mine, part, mine, coll_));
+    }
+  }
+  MEMWALL_RETURN_IF_ERROR(coll_.Record(*b.free));
+  for (models::Parameter* p : b.bound) p->grad = Tensor(nullptr, dtype_, p->shape, &device_);
+  b.bound.clear();
+  b.segments.clear();
+  b.top = capacity_;
+  return absl::OkStatus();
+}
+
+absl::Status GradientBuckets::FlushAll() { return Flush(buckets_[current_]); }
+
+}  // namespace memwall::zero

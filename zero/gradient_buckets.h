@@ -1,0 +1,92 @@
+// Stage 2 and 3 gradients (ZeRO §5.2, P_os+g): no rank holds a gradient
+// buffer for the whole model. Each module's gradients live in a reduce
+// bucket only while backward produces them; the bucket is then reduced,
+// piece by piece, to the rank that owns each piece, which adds it into its
+// contiguous shard gradient (shard elements; the 2Ψ/N of the paper).
+//
+// Binding ([Note: deferred binding] in models/module.h): every gradient is
+// bound without memory. The before-backward hook of module m calls Bind(m):
+// m's gradients get zeroed slots in the current bucket unless they already
+// have some (a module used twice in one pass, like GPT's tied wte, keeps
+// accumulating). When m does not fit, the bucket is flushed first. Slots are
+// taken from the top of the bucket down: backward visits the flat order in
+// reverse, so consecutive modules land in one contiguous flat range and a
+// flush issues one Reduce per (range, owner) piece, not one per module.
+//
+// Flush: on the communication stream (after an event from the compute
+// stream), Reduce(sum) of each piece to its owner, in place in the bucket,
+// then shard_grad[piece] += bucket[piece] on the owner (fp32 sum, one
+// rounding: ops::Add). With overlap_comm there are two buckets, so backward
+// fills one while the other is reduced; the compute stream waits for a
+// bucket's previous flush before reusing it. A gradient flushed in the
+// middle of a pass and produced again later (the tied wte) gets a fresh
+// slot: reduction is linear, so the pieces sum to the same gradient.
+#ifndef MEMWALL_ZERO_GRADIENT_BUCKETS_H_
+#define MEMWALL_ZERO_GRADIENT_BUCKETS_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "models/module.h"
+#include "runtime/communicator.h"
+#include "runtime/device.h"
+#include "zero/partition.h"
+
+namespace memwall::zero {
+
+class GradientBuckets {
+ public:
+  // `capacity` elements per bucket (at least the largest module's own
+  // parameters), `count` buckets (1, or 2 to overlap). `shard_grad` holds
+  // layout.shard() elements of `dtype`; `coll` is where every collective of
+  // the engine runs (the compute stream itself without overlap).
+  static absl::StatusOr<std::unique_ptr<GradientBuckets>> Create(
+      const FlatLayout& layout, Device& device, Communicator& comm, Stream& coll, DType dtype,
+      int64_t capacity, int count, Tensor shard_grad);
+
+  // Points every gradient of the layout at no memory (a deferred binding).
+  void UnbindAll();
+  // The before-backward hook: m's gradients get bucket slots (see above).
+  absl::Status Bind(models::Module& m);
+  // Reduces everything still in the buckets; afterwards the shard gradient
+  // is complete once `coll` reaches this point.
+  absl::Status FlushAll();
+
+  int64_t capacity() const { return capacity_; }
+  int count() const { return static_cast<int>(buckets_.size()); }
+
+ private:
+  struct Segment {
+    FlatRange flat;
+    int64_t at = 0;  // element offset in the bucket
+  };
+  struct Bucket {
+    Buffer memory;
+    int64_t top = 0;  // slots below `top` are free
+    std::vector<Segment> segments;
+    std::vector<models::Parameter*> bound;
+    std::unique_ptr<Event> free;  // recorded on coll after the last flush
+  };
+
+  GradientBuckets(const FlatLayout& layout, Device& device, Communicator& comm, Stream& coll,
+                  DType dtype, int64_t capacity, Tensor shard_grad);
+  absl::Status Flush(Bucket& b);
+  Tensor Slice(const Bucket& b, int64_t at, int64_t n) const;
+
+  const FlatLayout& layout_;
+  Device& device_;
+  Communicator& comm_;
+  Stream& coll_;
+  DType dtype_;
+  int64_t capacity_;
+  Tensor shard_grad_;
+  std::vector<Bucket> buckets_;
+  size_t current_ = 0;
+  std::unique_ptr<Event> ready_;  // compute work so far, for coll to wait on
+};
+
+}  // namespace memwall::zero
+
+#endif  // MEMWALL_ZERO_GRADIENT_BUCKETS_H_

@@ -1,0 +1,274 @@
+#include "zero/parameter_gather.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/status.h"
+
+namespace memwall::zero {
+namespace {
+
+// Sentinels in the divergence check: no trace yet, past the trace's end,
+// and the end of a pass.
+constexpr int kNotRecorded = -1;
+constexpr int kPastTrace = -2;
+constexpr int kEndOfPass = -3;
+
+void CollectModules(models::Module& m, std::vector<models::Module*>& out) {
+  out.push_back(&m);
+  for (models::Module* child : m.children()) CollectModules(*child, out);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ParameterGather>> ParameterGather::Create(
+    const FlatLayout& layout, models::Module& root, Device& device, Communicator& comm,
+    Stream& coll, DType dtype, MemoryTag values_tag, Tensor values_shard,
+    const ZeroConfig& config) {
+  std::unique_ptr<ParameterGather> g(new ParameterGather(layout, device, comm, coll, dtype));
+  g->shard_ = std::move(values_shard);
+  g->prefetch_bytes_ = config.prefetch_bucket_bytes();
+  g->max_live_ = config.max_live_params();
+  const size_t elem = SizeOf(dtype);
+
+  // Persistent parameters: whole on every rank, bound once.
+  for (models::Parameter* p : layout.params()) {
+    const bool persistent = p->numel() <= config.param_persistence_threshold();
+    g->persistent_.push_back(persistent);
+    if (persistent) g->persistent_elements_ += p->numel();
+  }
+  MEMWALL_ASSIGN_OR_RETURN(g->persistent_memory_,
+                           device.Allocate(g->persistent_elements_ * elem, values_tag));
+  int64_t at = 0;
+  for (size_t i = 0; i < layout.params().size(); ++i) {
+    models::Parameter* p = layout.params()[i];
+    if (g->persistent_[i]) {
+      p->value = Tensor(g->persistent_memory_.as<char>() + at * elem, dtype, p->shape, &device);
+      at += p->numel();
+    } else {
+      p->value = g->Deferred(*p);
+    }
+  }
+  // Modules that need a gather: those with a non-persistent own parameter.
+  std::vector<models::Module*> all;
+  CollectModules(root, all);
+  for (models::Module* m : all) {
+    bool gathered = false;
+    for (const auto& p : m->own_parameters()) {
+      gathered |= p->numel() > config.param_persistence_threshold();
+    }
+    if (!gathered) continue;
+    g->index_[m] = static_cast<int>(g->modules_.size());
+    g->modules_.push_back(m);
+  }
+  const size_t check_bytes = 2 * sizeof(int32_t) * comm.world_size();
+  MEMWALL_ASSIGN_OR_RETURN(g->check_device_, device.Allocate(check_bytes, MemoryTag::kCommBuffers));
+  MEMWALL_ASSIGN_OR_RETURN(g->check_host_,
+                           device.AllocatePinnedHost(check_bytes + 2 * sizeof(int32_t),
+                                                     MemoryTag::kStaging));
+  MEMWALL_ASSIGN_OR_RETURN(g->done_, device.CreateEvent());
+  return g;
+}
+
+ParameterGather::ParameterGather(const FlatLayout& layout, Device& device, Communicator& comm,
+                                 Stream& coll, DType dtype)
+    : layout_(layout), device_(device), comm_(comm), coll_(coll), dtype_(dtype) {}
+
+ParameterGather::~ParameterGather() { (void)coll_.Synchronize(); }
+
+absl::Status ParameterGather::GatherRange(FlatRange range, void* dst) {
+  const size_t elem = SizeOf(dtype_);
+  for (const Piece& piece : layout_.Pieces(range)) {
+    const Tensor part = Tensor::Flat(static_cast<char*>(dst) + (piece.begin - range.begin) * elem,
+                                     dtype_, piece.size, &device_);
+    if (piece.rank == layout_.rank()) {
+      const Tensor mine = shard_.Slice(piece.begin - layout_.shard_begin(), piece.size);
+      MEMWALL_RETURN_IF_ERROR(coll_.Copy(part.data(), mine.data(), part.bytes()));
+    }
+    MEMWALL_RETURN_IF_ERROR(comm_.Broadcast(part, piece.rank, coll_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterGather::Check(int module, int expected) {
+  const int world = comm_.world_size();
+  int32_t* host = check_host_.as<int32_t>();  // [0, 2W): every rank's pair; [2W, 2W+2): mine
+  MEMWALL_RETURN_IF_ERROR(coll_.EnqueueHost([host, world, module, expected]() {
+    host[2 * world] = module;
+    host[2 * world + 1] = expected;
+    return absl::OkStatus();
+  }));
+  const Tensor all = Tensor::OfBuffer(check_device_, DType::kI32, &device_);
+  const Tensor mine = all.Slice(2 * layout_.rank(), 2);
+  MEMWALL_RETURN_IF_ERROR(coll_.Copy(mine.data(), host + 2 * world, mine.bytes()));
+  MEMWALL_RETURN_IF_ERROR(comm_.AllGather(mine, all, coll_));
+  MEMWALL_RETURN_IF_ERROR(coll_.Copy(host, all.data(), all.bytes()));
+  const size_t request = position_;
+  const int64_t pass = pass_;
+  return coll_.EnqueueHost([this, host, world, request, pass]() -> absl::Status {
+    auto name = [this](int id) -> std::string {
+      if (id == kEndOfPass) return "the end of the pass";
+      if (id == kPastTrace) return "nothing (the recorded order has ended)";
+      return absl::StrCat("'", modules_[id]->path(), "'");
+    };
+    std::vector<std::string> per_rank;
+    bool ranks_differ = false, trace_differs = false;
+    for (int r = 0; r < world; ++r) {
+      ranks_differ |= host[2 * r] != host[0];
+      trace_differs |= host[2 * r + 1] != kNotRecorded && host[2 * r + 1] != host[2 * r];
+      per_rank.push_back(absl::StrCat("rank ", r, " has ", name(host[2 * r])));
+    }
+    if (ranks_differ) {
+      return absl::AbortedError(absl::StrCat(
+          "ZeRO stage 3: ranks diverged at parameter request ", request + 1, " of pass ", pass,
+          ": ", absl::StrJoin(per_rank, ", "),
+          ". Every rank must run the modules in the same order."));
+    }
+    if (trace_differs) {
+      return absl::AbortedError(absl::StrCat(
+          "ZeRO stage 3: at parameter request ", request + 1, " of pass ", pass, " every rank has ",
+          name(host[0]), " but the order recorded in the first pass has ", name(host[1]),
+          ". The module order must not change between passes."));
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status ParameterGather::Gather(int module, Live& live) {
+  const FlatRange range = layout_.OwnRange(*modules_[module]);
+  live.elements = range.size();
+  MEMWALL_ASSIGN_OR_RETURN(live.memory,
+                           device_.Allocate(range.size() * SizeOf(dtype_), MemoryTag::kCommBuffers,
+                                            &coll_));
+  MEMWALL_RETURN_IF_ERROR(GatherRange(range, live.memory.data()));
+  if (spare_events_.empty()) {
+    MEMWALL_ASSIGN_OR_RETURN(live.ready, device_.CreateEvent());
+  } else {
+    live.ready = std::move(spare_events_.back());
+    spare_events_.pop_back();
+  }
+  MEMWALL_RETURN_IF_ERROR(coll_.Record(*live.ready));
+  live_elements_ += live.elements;
+  peak_live_ = std::max(peak_live_, live_elements_);
+  return absl::OkStatus();
+}
+
+absl::Status ParameterGather::Acquire(models::Module& m) {
+  const auto it = index_.find(&m);
+  if (it == index_.end()) return absl::OkStatus();
+  const int id = it->second;
+  const int expected = recording_ ? kNotRecorded
+                                  : (position_ < trace_.size() ? trace_[position_] : kPastTrace);
+  MEMWALL_RETURN_IF_ERROR(Check(id, expected));
+  if (recording_) trace_.push_back(id);
+  ++position_;
+  auto [entry, inserted] = live_.try_emplace(id);
+  Live& live = entry->second;
+  if (inserted) MEMWALL_RETURN_IF_ERROR(Gather(id, live));
+  ++live.refs;
+  MEMWALL_RETURN_IF_ERROR(device_.compute_stream().Wait(*live.ready));
+  const FlatRange range = layout_.OwnRange(m);
+  const size_t elem = SizeOf(dtype_);
+  for (const auto& p : m.own_parameters()) {
+    if (p->numel() <= 0 || p->value.data() != nullptr) continue;  // persistent, or bound
+    p->value = Tensor(live.memory.as<char>() + (layout_.offset(p.get()) - range.begin) * elem,
+                      dtype_, p->shape, &device_);
+  }
+  return recording_ ? absl::OkStatus() : Prefetch();
+}
+
+absl::Status ParameterGather::Prefetch() {
+  const size_t elem = SizeOf(dtype_);
+  int64_t unused = 0;  // gathered ahead, not acquired yet
+  for (const auto& [id, live] : live_) {
+    if (live.refs == 0) unused += live.elements;
+  }
+  for (size_t i = position_; i < trace_.size(); ++i) {
+    const int id = trace_[i];
+    if (live_.contains(id)) continue;
+    const int64_t size = layout_.OwnRange(*modules_[id]).size();
+    if ((unused + size) * static_cast<int64_t>(elem) > prefetch_bytes_ ||
+        live_elements_ + size > max_live_) {
+      break;
+    }
+    MEMWALL_RETURN_IF_ERROR(Gather(id, live_[id]));
+    unused += size;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterGather::Free(int module) {
+  auto it = live_.find(module);
+  Stream& compute = device_.compute_stream();
+  if (&coll_ != &compute) {  // the compute stream's reads come before the free
+    MEMWALL_RETURN_IF_ERROR(compute.Record(*done_));
+    MEMWALL_RETURN_IF_ERROR(coll_.Wait(*done_));
+  }
+  live_elements_ -= it->second.elements;
+  spare_events_.push_back(std::move(it->second.ready));
+  live_.erase(it);  // the memory returns in coll's order
+  return absl::OkStatus();
+}
+
+absl::Status ParameterGather::Release(models::Module& m) {
+  const auto it = index_.find(&m);
+  if (it == index_.end()) return absl::OkStatus();
+  auto live = live_.find(it->second);
+  if (live == live_.end() || live->second.refs <= 0) {
+    return absl::InternalError(absl::StrCat("ZeRO stage 3: '", m.path(), "' released but not acquired"));
+  }
+  if (--live->second.refs > 0) return absl::OkStatus();
+  const FlatRange range = layout_.OwnRange(m);
+  const char* begin = live->second.memory.as<char>();
+  const char* end = begin + range.size() * SizeOf(dtype_);
+  for (const auto& p : m.own_parameters()) {
+    const char* at = static_cast<const char*>(p->value.data());
+    if (at >= begin && at < end) p->value = Deferred(*p);
+  }
+  return Free(it->second);
+}
+
+void ParameterGather::BeginPass() {
+  position_ = 0;
+  ++pass_;
+}
+
+absl::Status ParameterGather::EndPass() {
+  // The end of the pass is checked like a request: a rank that ran fewer
+  // modules than another is caught here instead of hanging later.
+  const int expected = recording_ ? kNotRecorded
+                                  : (position_ < trace_.size() ? trace_[position_] : kEndOfPass);
+  MEMWALL_RETURN_IF_ERROR(Check(kEndOfPass, expected));
+  recording_ = false;
+  std::vector<int> unused;
+  for (const auto& [id, live] : live_) {
+    if (live.refs > 0) {
+      return absl::InternalError(absl::StrCat("ZeRO stage 3: '", modules_[id]->path(),
+                                              "' is still acquired at the end of the pass"));
+    }
+    unused.push_back(id);
+  }
+  for (int id : unused) MEMWALL_RETURN_IF_ERROR(Free(id));
+  return absl::OkStatus();
+}
+
+absl::Status ParameterGather::RefreshPersistent() {
+  const auto& params = layout_.params();
+  for (size_t i = 0; i < params.size();) {
+    if (!persistent_[i]) {
+      ++i;
+      continue;
+    }
+    // A run of persistent parameters, adjacent in the flat order and in memory.
+    const size_t first = i;
+    int64_t end = layout_.offset(params[i]) + params[i]->numel();
+    for (++i; i < params.size() && persistent_[i]; ++i) end += params[i]->numel();
+    MEMWALL_RETURN_IF_ERROR(GatherRange({layout_.offset(params[first]), end},
+                                        params[first]->value.data()));
+  }
+  MEMWALL_RETURN_IF_ERROR(coll_.Record(*done_));
+  return device_.compute_stream().Wait(*done_);
+}
+
+}  // namespace memwall::zero

@@ -1,0 +1,123 @@
+// Stage 3 parameters (ZeRO §5.3, P_os+g+p): each rank keeps only its shard
+// of the 16-bit parameters. A module's parameters exist whole only between
+// its before- and after-hooks (forward and backward, refcounted, so nested
+// scopes share one copy): Acquire gathers them, each piece of the module's
+// flat range broadcast by the rank that owns it (the all-gather volume,
+// (N-1)/N of the module per rank), into a buffer tagged kCommBuffers;
+// Release frees it once the compute stream is done with it.
+//
+// Prefetch: the order of Acquire calls in the first pass is recorded
+// (the trace). In later passes each Acquire also starts gathers of the
+// modules that come next in the trace, as long as the gathered-but-unused
+// bytes stay within prefetch_bucket_bytes and all gathered elements within
+// max_live_params. A module the trace did not predict is gathered on demand.
+//
+// Persistent parameters: a parameter of at most param_persistence_threshold
+// elements stays whole on every rank (a bias or a norm is not worth a
+// collective); it is refreshed from its owners after each optimizer step.
+//
+// [Note: divergence check]
+// Every rank must issue the same collectives in the same order. If ranks
+// acquire modules in different orders (data-dependent control flow), the
+// broadcasts no longer match and a job would hang or, worse, mix up
+// parameters. So each Acquire first all-gathers (module id, the id the
+// trace expects) from every rank on the communication stream; a host
+// callback in stream order compares them and fails the stream with a Status
+// naming each rank's module, identically on every rank, before any
+// mismatched broadcast runs. A failed stream skips its later work (see
+// [Note: stream errors] in runtime/device.h), so every rank returns the
+// Status from its step instead of hanging. Cost: one 8N-byte all-gather per
+// module per pass. The engine is unusable after such a Status.
+#ifndef MEMWALL_ZERO_PARAMETER_GATHER_H_
+#define MEMWALL_ZERO_PARAMETER_GATHER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "models/module.h"
+#include "runtime/communicator.h"
+#include "runtime/device.h"
+#include "zero/partition.h"
+#include "zero/zero_config.pb.h"
+
+namespace memwall::zero {
+
+class ParameterGather {
+ public:
+  // `values_shard`: this rank's layout.shard() elements of `dtype` (tag
+  // `values_tag` for the persistent copies too). `config` has defaults filled.
+  static absl::StatusOr<std::unique_ptr<ParameterGather>> Create(
+      const FlatLayout& layout, models::Module& root, Device& device, Communicator& comm,
+      Stream& coll, DType dtype, MemoryTag values_tag, Tensor values_shard,
+      const ZeroConfig& config);
+  ~ParameterGather();
+
+  absl::Status Acquire(models::Module& m);  // before-forward and before-backward
+  absl::Status Release(models::Module& m);  // after-forward and after-backward
+  // A training pass (one micro-batch) starts / ended. The first pass
+  // records the trace; EndPass frees unused prefetches.
+  void BeginPass();
+  absl::Status EndPass();
+  // Re-gathers the persistent parameters from the shards (after a step).
+  absl::Status RefreshPersistent();
+
+  int64_t persistent_elements() const { return persistent_elements_; }
+  int64_t peak_live_elements() const { return peak_live_; }
+
+ private:
+  struct Live {
+    Buffer memory;
+    std::unique_ptr<Event> ready;  // on coll: the gather has landed
+    int refs = 0;
+    int64_t elements = 0;
+  };
+
+  ParameterGather(const FlatLayout& layout, Device& device, Communicator& comm, Stream& coll,
+                  DType dtype);
+  absl::Status Gather(int module, Live& live);
+  absl::Status GatherRange(FlatRange range, void* dst);
+  absl::Status Check(int module, int expected);
+  absl::Status Prefetch();
+  absl::Status Free(int module);
+  Tensor Deferred(const models::Parameter& p) const {
+    return Tensor(nullptr, dtype_, p.shape, &device_);
+  }
+
+  const FlatLayout& layout_;
+  Device& device_;
+  Communicator& comm_;
+  Stream& coll_;
+  DType dtype_;
+  Tensor shard_;
+  int64_t prefetch_bytes_ = 0, max_live_ = 0;
+
+  // Modules with at least one non-persistent parameter, by index.
+  std::vector<models::Module*> modules_;
+  absl::flat_hash_map<const models::Module*, int> index_;
+  std::vector<bool> persistent_;  // per layout parameter
+  Buffer persistent_memory_;
+  int64_t persistent_elements_ = 0;
+
+  absl::flat_hash_map<int, Live> live_;
+  int64_t live_elements_ = 0, peak_live_ = 0;
+  std::vector<int> trace_;
+  bool recording_ = true;
+  size_t position_ = 0;  // Acquire calls so far in this pass
+  int64_t pass_ = 0;
+
+  // Events outlive the gathers that use them (queued work may still
+  // complete or wait on one): freed gathers return theirs here.
+  std::vector<std::unique_ptr<Event>> spare_events_;
+
+  // [Note: divergence check] buffers: 2 int32 per rank.
+  Buffer check_device_, check_host_;
+  std::unique_ptr<Event> done_;
+};
+
+}  // namespace memwall::zero
+
+#endif  // MEMWALL_ZERO_PARAMETER_GATHER_H_
