@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "models/gpt.h"
+#include "runtime/status.h"
+#include "zero/partition.h"
 #include "zero/config.h"
 
 namespace memwall::zero {
@@ -42,9 +44,24 @@ absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
   const bool half = in.precision != Precision::kFp32;
   const int64_t c = half ? 2 : 4;
 
-  // Model states (the table in estimator.h).
-  Add(e, half ? MemoryTag::kParams16 : MemoryTag::kMasterParams, c * (stage < 3 ? psi : shard));
-  Add(e, MemoryTag::kGrads, c * (stage < 2 ? psi : shard));
+  // What the engine sizes from the model's modules (zero/partition.h):
+  // the largest module's own parameters, and stage 3's persistent ones.
+  int64_t largest_module = 0, persistent = 0;
+  if (in.model.has_value()) {
+    MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<models::Gpt> gpt, models::Gpt::Create(*in.model));
+    largest_module = LargestModuleParameters(*gpt);
+    for (models::Parameter* p : gpt->Parameters()) {
+      if (p->numel() <= z.param_persistence_threshold()) persistent += p->numel();
+    }
+  }
+  const int64_t padded = shard * in.ranks;
+
+  // Model states (the table in estimator.h; stages 1 and 2 pad the
+  // replicated buffers to N shard elements).
+  const int64_t replicated = stage == 0 ? psi : padded;
+  Add(e, half ? MemoryTag::kParams16 : MemoryTag::kMasterParams,
+      c * (stage < 3 ? replicated : shard + persistent));
+  Add(e, MemoryTag::kGrads, c * (stage < 2 ? replicated : shard));
   if (half || stage > 0) Add(e, MemoryTag::kMasterParams, 4 * (stage == 0 ? psi : shard));
   Add(e, MemoryTag::kOptimizerStates, 8 * (stage == 0 ? psi : shard));
   e.model_states_bytes = e.of(MemoryTag::kParams16) + e.of(MemoryTag::kGrads) +
@@ -54,11 +71,21 @@ absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
   // [loss sum, tokens] pair it all-reduces.
   Add(e, MemoryTag::kWorkspace, 2 * sizeof(float));
   Add(e, MemoryTag::kCommBuffers, 2 * sizeof(float));
-  // Communication buckets, each no larger than the parameters themselves.
-  const int64_t all_params = c * psi;
-  if (stage >= 1) Add(e, MemoryTag::kCommBuffers, std::min(z.allgather_bucket_bytes(), all_params));
-  if (stage >= 2) Add(e, MemoryTag::kCommBuffers, std::min(z.reduce_bucket_bytes(), all_params));
-  if (stage == 3) Add(e, MemoryTag::kCommBuffers, std::min(z.prefetch_bucket_bytes(), all_params));
+  // Communication buffers, as zero/trainer.cc sizes them.
+  if (stage == 1 || stage == 2) {  // the all-gather bucket: N equal chunks
+    const int64_t chunk = std::max<int64_t>(1, std::min(padded, z.allgather_bucket_bytes() / c) / in.ranks);
+    Add(e, MemoryTag::kCommBuffers, c * chunk * in.ranks);
+  }
+  if (stage >= 2) {  // reduce buckets: two with overlap_comm
+    const int64_t capacity = std::min(padded, std::max(z.reduce_bucket_bytes() / c, largest_module));
+    Add(e, MemoryTag::kCommBuffers, c * capacity * (z.overlap_comm() ? 2 : 1));
+  }
+  if (stage == 3) {
+    // Gathered modules: the one in use plus what prefetch may hold; and
+    // the divergence check's 2 int32 per rank.
+    Add(e, MemoryTag::kCommBuffers, c * largest_module + std::min(z.prefetch_bucket_bytes(), c * psi) +
+                                        8 * in.ranks);
+  }
 
   // One micro-batch of the GPT (models/gpt.cc, Run).
   if (in.model.has_value()) {

@@ -7,13 +7,15 @@
 // Model states per rank, Ψ parameters, N ranks, shard = ceil(Ψ / N) (every
 // rank's shard padded to the same size), c = 2 bytes in bf16/fp16 modes:
 //                    stage 0    stage 1    stage 2    stage 3
-//   params (c)       cΨ         cΨ         cΨ         c shard
-//   gradients (c)    cΨ         cΨ         c shard    c shard
+//   params (c)       cΨ         cΨ'        cΨ'        c (shard + persistent)
+//   gradients (c)    cΨ         cΨ'        c shard    c shard
 //   fp32 master      4Ψ         4 shard    4 shard    4 shard
 //   Adam m, v        8Ψ         8 shard    8 shard    8 shard
-// With c = 2 this is ZeRO §5's 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N and 16Ψ/N. In
-// fp32 mode (c = 4) stage 0's parameters are the master weights, so the
-// master row is 0 there.
+// (Ψ' = N shard, the padded flat buffer; persistent = the parameters of at
+// most param_persistence_threshold elements, whole on every rank.) With
+// c = 2 this is ZeRO §5's 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N and 16Ψ/N. In fp32
+// mode (c = 4) stage 0's parameters are the master weights, so the master
+// row is 0 there.
 //
 // Activations and workspace follow models/gpt.cc's Run for one micro-batch
 // of micro_batch x seq tokens (rows = micro_batch * seq, hidden d, L
@@ -25,10 +27,13 @@
 //   backward scratch                rows (12 d + H)
 //   logits chunk (workspace)        chunk V, chunk = min(rows, 2^26 / V)
 //   16-bit modes (workspace, c = 2) 2 * rows 4d + rows d + chunk V
-// Communication buckets (stage >= 1: one all-gather bucket; >= 2: + one
-// reduce bucket; 3: + the prefetch budget), each capped at cΨ; and the
-// trainer's two 8-byte scalars (norm and flag: workspace; loss and tokens:
-// comm buffers).
+// Communication buffers, as zero/trainer.cc sizes them: stages 1, 2 one
+// all-gather bucket of N equal chunks, min(allgather_bucket_bytes, cΨ');
+// stages 2, 3 reduce buckets of max(reduce_bucket_bytes, c · the largest
+// module), capped at cΨ', two with overlap_comm; stage 3 the module in use
+// (at most the largest), prefetch_bucket_bytes, and 8N bytes for the
+// divergence check. And the trainer's two 8-byte scalars (norm and flag:
+// workspace; loss and tokens: comm buffers).
 #ifndef MEMWALL_ZERO_ESTIMATOR_H_
 #define MEMWALL_ZERO_ESTIMATOR_H_
 

@@ -11,12 +11,16 @@
 //     paper's formula computed here from Ψ and N (ZeRO §5.1).
 // The 1-rank reference runs inside every rank on its own CpuDevice.
 #include <algorithm>
+#include <chrono>
+#include <functional>
+#include <iostream>
 #include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
+#include "zero/estimator.h"
 #include "zero/trainer.h"
 
 namespace memwall::zero {
@@ -36,6 +40,8 @@ models::GptConfig Small() {
 struct Outcome {
   std::vector<double> losses;
   std::vector<float> weights;
+  std::vector<bool> skipped;
+  std::vector<float> loss_scales;
 };
 
 struct Case {
@@ -45,6 +51,7 @@ struct Case {
   Precision precision = Precision::kFp32;
   bool exact_sums = false;  // ranks > 0 ignore every target
   float clip = 1.0f;
+  float initial_loss_scale = 65536.0f;
   std::string Name() const {
     return absl::StrCat("stage ", stage, overlap ? " overlap" : "", " micro ", micro_batch, " x ",
                         accumulation, " ", PrecisionName(precision));
@@ -60,6 +67,8 @@ TrainerOptions Options(const Case& s) {
   o.adam.lr = 1e-3f;
   o.adam.weight_decay = 0.01f;
   o.clip_norm = s.clip;
+  o.initial_loss_scale = s.initial_loss_scale;
+  o.loss_scale_growth_interval = 3;
   o.zero.set_stage(s.stage);
   o.zero.set_overlap_comm(s.overlap);
   // Small buckets, so a pass fills and flushes several and the all-gather
@@ -93,6 +102,8 @@ Outcome Train(Communicator& comm, const Case& s, int steps = 20) {
     EXPECT_TRUE(st.ok()) << s.Name() << ": " << st.status();
     if (!st.ok()) return r;
     r.losses.push_back(st->loss);
+    r.skipped.push_back(st->skipped);
+    r.loss_scales.push_back(st->loss_scale);
   }
   auto weights = (*trainer)->MasterWeights();
   EXPECT_TRUE(weights.ok()) << weights.status();
@@ -163,6 +174,165 @@ TEST_F(Stages, ExactSumsGiveStageZerosWeightsBitForBit) {
       // Losses come from the same forward passes too.
       EXPECT_EQ(got.losses, zero.losses) << s.Name();
     }
+  }
+}
+
+TEST_F(Stages, Fp16OverflowSkipsTheSameStepsAtEveryStage) {
+  // A loss scale of 2^32 overflows fp16 gradients: the step is skipped and
+  // the scale halves until it fits, then grows every 3 clean steps. Every
+  // stage must see the overflow from its shards (the flag is summed over
+  // ranks) and skip exactly the steps stage 0 skips.
+  Case base;
+  base.micro_batch = 2;
+  base.precision = Precision::kFp16;
+  base.exact_sums = true;
+  base.clip = 0;
+  base.initial_loss_scale = 4294967296.0f;
+  const Outcome zero = Train(*comm_, base, 30);
+  ASSERT_EQ(zero.skipped.size(), 30u);
+  const int skipped = std::count(zero.skipped.begin(), zero.skipped.end(), true);
+  ASSERT_GT(skipped, 0) << "the test needs overflowing steps";
+  ASSERT_LT(skipped, 30) << "and clean ones";
+  for (int stage : {1, 2, 3}) {
+    Case s = base;
+    s.stage = stage;
+    s.overlap = stage != 2;
+    const Outcome got = Train(*comm_, s, 30);
+    EXPECT_EQ(got.skipped, zero.skipped) << s.Name();
+    EXPECT_EQ(got.loss_scales, zero.loss_scales) << s.Name();
+    EXPECT_EQ(got.weights, zero.weights) << s.Name() << ", world " << W();
+  }
+}
+
+// Measured per-rank peaks of the model-state tags against ZeRO §5.1's
+// formulas, and the estimator's total within 10% of the measured peak.
+TEST_F(Stages, ModelStatesMatchThePaperFormulas) {
+  const models::GptConfig config = Small();
+  const int64_t psi = models::CountParameters(config);
+  const int64_t n = W(), shard = (psi + n - 1) / n;
+  for (int stage : {1, 2, 3}) {
+    Case s;
+    s.stage = stage;
+    s.overlap = true;
+    s.micro_batch = 2;
+    s.precision = Precision::kBf16;
+    auto device = *CreateCpuDevice();
+    auto model = *models::Gpt::Create(config);
+    const TrainerOptions o = Options(s);
+    // Stage 3 keeps parameters of at most the threshold whole.
+    int64_t persistent = 0;
+    for (models::Parameter* p : model->Parameters()) {
+      if (p->numel() <= o.zero.param_persistence_threshold()) persistent += p->numel();
+    }
+    auto trainer = Trainer::Create(*model, *device, *comm_, o);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    auto data = models::SyntheticSource(50000, 256, 3);
+    for (int step = 0; step < 2; ++step) ASSERT_TRUE((*trainer)->Step(*data).ok());
+    const MemoryAccount& account = device->memory().account();
+    auto peak = [&](MemoryTag tag) { return int64_t(account.peak(tag)); };
+    const std::string what = absl::StrCat("stage ", stage, ", world ", n);
+    // 2 bytes per 16-bit parameter and gradient, 4 per master weight, 8 of Adam.
+    EXPECT_EQ(peak(MemoryTag::kParams16), stage < 3 ? 2 * n * shard : 2 * (shard + persistent)) << what;
+    EXPECT_EQ(peak(MemoryTag::kGrads), stage < 2 ? 2 * n * shard : 2 * shard) << what;
+    EXPECT_EQ(peak(MemoryTag::kMasterParams), 4 * shard) << what;
+    EXPECT_EQ(peak(MemoryTag::kOptimizerStates), 8 * shard) << what;
+    // The paper's totals, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N, up to padding
+    // (and stage 3's persistent parameters).
+    const int64_t states = peak(MemoryTag::kParams16) + peak(MemoryTag::kGrads) +
+                           peak(MemoryTag::kMasterParams) + peak(MemoryTag::kOptimizerStates);
+    const double paper = stage == 1   ? 4.0 * psi + 12.0 * psi / n
+                         : stage == 2 ? 2.0 * psi + 14.0 * psi / n
+                                      : 16.0 * psi / n + 2.0 * persistent;
+    EXPECT_NEAR(states, paper, 16.0 * n) << what;
+
+    EstimateInput in;
+    in.model = config;
+    in.ranks = n;
+    in.zero = o.zero;
+    in.precision = s.precision;
+    in.micro_batch = s.micro_batch;
+    in.seq = o.seq;
+    auto e = EstimateMemory(in);
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(e->model_states_bytes, states) << what;
+    const double total = double(account.total_peak());
+    if (comm_->rank() == 0) {
+      std::cout << what << ": model states " << states << " B (paper " << paper << "), total peak "
+                << int64_t(total) << " B, estimate " << e->total_device_bytes << " B ("
+                << e->total_device_bytes / total << "x)\n";
+    }
+    EXPECT_NEAR(double(e->total_device_bytes), total, 0.1 * total) << what << "\n" << e->ToText();
+    EXPECT_LE(peak(MemoryTag::kCommBuffers), e->of(MemoryTag::kCommBuffers)) << what;
+  }
+}
+
+models::Module* FindModule(models::Module& root, const std::string& path) {
+  if (root.path() == path) return &root;
+  for (models::Module* child : root.children()) {
+    if (models::Module* m = FindModule(*child, path)) return m;
+  }
+  return nullptr;
+}
+
+// Stage 3 with a data-dependent module order: `misbehave(rank, step)` says
+// whether this rank, on this 1-based step, also runs h.1.mlp.c_fc's hooks
+// inside h.0.attn.c_attn's forward. Returns the first failing step's Status.
+absl::Status RunDiverging(Communicator& comm, bool overlap,
+                          const std::function<bool(int, int64_t)>& misbehave) {
+  auto device = *CreateCpuDevice();
+  auto model = *models::Gpt::Create(Small());
+  Case s;
+  s.stage = 3;
+  s.overlap = overlap;
+  s.micro_batch = 2;
+  auto trainer = Trainer::Create(*model, *device, comm, Options(s));
+  if (!trainer.ok()) return trainer.status();
+  models::Module* trigger = FindModule(*model, "h.0.attn.c_attn");
+  models::Module* intruder = FindModule(*model, "h.1.mlp.c_fc");
+  int64_t step = 1;
+  const int id = model->AddHookRecursive([&](models::Module& m, models::HookPoint point) {
+    if (&m != trigger || !misbehave(comm.rank(), step)) return absl::OkStatus();
+    if (point == models::HookPoint::kBeforeForward) {
+      return intruder->RunHooks(models::HookPoint::kBeforeForward);
+    }
+    if (point == models::HookPoint::kAfterForward) {
+      return intruder->RunHooks(models::HookPoint::kAfterForward);
+    }
+    return absl::OkStatus();
+  });
+  auto data = models::SyntheticSource(50000, 256, 3);
+  absl::Status result;
+  for (; step <= 3 && result.ok(); ++step) result = (*trainer)->Step(*data).status();
+  trainer->reset();
+  model->RemoveHookRecursive(id);
+  return result;
+}
+
+TEST_F(Stages, Stage3RanksThatDivergeGetAStatusNotAHang) {
+  if (W() == 1) GTEST_SKIP() << "needs two ranks to diverge";
+  for (bool overlap : {true, false}) {
+    const auto start = std::chrono::steady_clock::now();
+    const absl::Status st = RunDiverging(*comm_, overlap, [this](int rank, int64_t) {
+      return rank == W() - 1;  // the last rank only, from the first step
+    });
+    EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;
+    EXPECT_NE(st.message().find("ranks diverged"), std::string::npos) << st;
+    EXPECT_NE(st.message().find(absl::StrCat("rank ", W() - 1, " has 'h.1.mlp.c_fc'")),
+              std::string::npos) << st;
+    EXPECT_NE(st.message().find("rank 0 has 'h.0.attn.c_proj'"), std::string::npos) << st;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
+  }
+}
+
+TEST_F(Stages, Stage3OrderThatChangesAfterTheFirstPassIsAStatus) {
+  for (bool overlap : {true, false}) {
+    const absl::Status st = RunDiverging(*comm_, overlap, [](int, int64_t step) {
+      return step == 2;  // every rank alike, after the order was recorded
+    });
+    EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;
+    EXPECT_NE(st.message().find("every rank has 'h.1.mlp.c_fc' but the order recorded in the "
+                                "first pass has 'h.0.attn.c_proj'"),
+              std::string::npos) << st;
   }
 }
 
