@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -111,17 +112,56 @@ std::string ParseError(const std::string& bytes) {
   return std::string(f.status().message());
 }
 
-std::string Exported() {
-  Bound a(Tiny(), 5);
-  const std::string path = TempPath("exported.safetensors");
-  EXPECT_TRUE(ExportGpt(*a.model, *a.device, path).ok());
+std::string ReadAll(const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "rb");
   std::string bytes;
+  if (f == nullptr) return bytes;
   char buf[1 << 16];
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) bytes.append(buf, n);
   std::fclose(f);
   return bytes;
+}
+
+std::string Exported() {
+  Bound a(Tiny(), 5);
+  const std::string path = TempPath("exported.safetensors");
+  EXPECT_TRUE(ExportGpt(*a.model, *a.device, path).ok());
+  return ReadAll(path);
+}
+
+TEST(Safetensors, StreamingWriterWritesWhatSerializeDoes) {
+  const std::vector<float> a = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, 8.0f};
+  const std::vector<uint16_t> b = {0x3c00, 0xc000};
+  const std::vector<SafetensorsTensor> tensors = {{"a", DType::kF32, {2, 3}, a.data()},
+                                                  {"b", DType::kF16, {2}, b.data()}};
+  const std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  const std::string path = TempPath("streamed.safetensors");
+  {
+    auto w = SafetensorsWriter::Create(path, tensors, metadata);
+    ASSERT_TRUE(w.ok()) << w.status();
+    // Wrong sizes and early finishes are refused, naming the tensor.
+    const absl::Status short_a = (*w)->Append(a.data(), 8);
+    EXPECT_EQ(short_a.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(short_a.message().find("tensor a has 24"), std::string::npos) << short_a;
+    ASSERT_TRUE((*w)->Append(a.data(), 24).ok());
+    EXPECT_EQ((*w)->Finish().code(), absl::StatusCode::kFailedPrecondition);
+    ASSERT_TRUE((*w)->Append(b.data(), 4).ok());
+    EXPECT_EQ((*w)->Append(b.data(), 4).code(), absl::StatusCode::kInvalidArgument);
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+  EXPECT_EQ(ReadAll(path), SerializeSafetensors(tensors, metadata));
+  // An unfinished writer leaves neither the file nor its temporary.
+  const std::string dropped = TempPath("dropped.safetensors");
+  {
+    auto w = SafetensorsWriter::Create(dropped, tensors, metadata);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Append(a.data(), 24).ok());
+  }
+  EXPECT_EQ(std::fopen(dropped.c_str(), "rb"), nullptr);
+  EXPECT_EQ(std::fopen((dropped + ".tmp").c_str(), "rb"), nullptr);
+  EXPECT_EQ(SafetensorsWriter::Create(TempPath("no/such/dir.safetensors"), tensors, metadata).status().code(),
+            absl::StatusCode::kPermissionDenied);
 }
 
 TEST(SafetensorsRefuses, TruncatedFiles) {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -67,12 +68,40 @@ struct SafetensorsTensor {
   const void* data = nullptr;
 };
 
+// The 8-byte length and JSON header of `tensors` (their data is not read).
+std::string SafetensorsHeader(const std::vector<SafetensorsTensor>& tensors,
+                              const std::map<std::string, std::string>& metadata);
 // Serializes to bytes (header + data), tensors in the given order.
 std::string SerializeSafetensors(const std::vector<SafetensorsTensor>& tensors,
                                  const std::map<std::string, std::string>& metadata);
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<SafetensorsTensor>& tensors,
                               const std::map<std::string, std::string>& metadata);
+
+// Writes a file one tensor at a time, so a tool holds at most one tensor in
+// memory (checkpoint consolidation): the header comes from the tensors'
+// names, dtypes and shapes (`data` unused), then Append() each tensor's
+// bytes in order, then Finish() fsyncs "<path>.tmp" and renames it into
+// place. An unfinished writer removes its temporary file when destroyed.
+class SafetensorsWriter {
+ public:
+  static absl::StatusOr<std::unique_ptr<SafetensorsWriter>> Create(
+      const std::string& path, std::vector<SafetensorsTensor> tensors,
+      const std::map<std::string, std::string>& metadata);
+  ~SafetensorsWriter();
+  absl::Status Append(const void* data, size_t bytes);
+  absl::Status Finish();
+
+ private:
+  SafetensorsWriter() = default;
+  absl::Status WriteAll(const void* data, size_t bytes);
+  std::string path_, tmp_;
+  int fd_ = -1;
+  std::vector<size_t> sizes_;
+  std::vector<std::string> names_;
+  size_t next_ = 0;
+  bool finished_ = false;
+};
 
 }  // namespace memwall::models
 

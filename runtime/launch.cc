@@ -97,4 +97,11 @@ const LaunchInfo& CurrentLaunch() {
   return *launch;
 }
 
+std::string UserPath(const std::string& path,
+                     const std::function<const char*(const char*)>& getenv) {
+  const char* base = getenv("BUILD_WORKING_DIRECTORY");
+  if (path.empty() || path[0] == '/' || base == nullptr || *base == 0) return path;
+  return std::string(base) + "/" + path;
+}
+
 }  // namespace memwall

@@ -38,6 +38,13 @@ absl::StatusOr<LaunchInfo> DiscoverLaunch(
 // reported by DiscoverLaunch when a communicator is created).
 const LaunchInfo& CurrentLaunch();
 
+// A path given on a command line: a relative one is taken from the
+// directory `bazel run` was started in (BUILD_WORKING_DIRECTORY, read
+// through `getenv`) when there is one, as the user means it, rather than
+// from the runfiles tree Bazel runs the binary in.
+std::string UserPath(const std::string& path,
+                     const std::function<const char*(const char*)>& getenv);
+
 }  // namespace memwall
 
 #endif  // MEMWALL_RUNTIME_LAUNCH_H_

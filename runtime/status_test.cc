@@ -91,6 +91,18 @@ absl::StatusOr<int> UsesAssignOrReturn(bool fail) {
   return v + w;
 }
 
+TEST(LaunchTest, UserPathsAreRelativeToWhereBazelRunStarted) {
+  auto env = [](const char* value) {
+    return [value](const char* name) -> const char* {
+      return std::string(name) == "BUILD_WORKING_DIRECTORY" ? value : nullptr;
+    };
+  };
+  EXPECT_EQ(UserPath("ckpt/step_1", env("/home/u/run")), "/home/u/run/ckpt/step_1");
+  EXPECT_EQ(UserPath("/abs/ckpt", env("/home/u/run")), "/abs/ckpt");
+  EXPECT_EQ(UserPath("ckpt", env(nullptr)), "ckpt");
+  EXPECT_EQ(UserPath("ckpt", env("")), "ckpt");
+}
+
 TEST(StatusMacrosTest, PropagateErrorsAndValues) {
   int reached = 0;
   EXPECT_EQ(UsesReturnIfError(true, &reached).code(), absl::StatusCode::kDataLoss);

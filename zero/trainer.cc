@@ -94,6 +94,7 @@ DType Trainer::param_dtype() const {
 
 absl::Status Trainer::Allocate() {
   if (zero_.stage() > 0) return AllocatePartitioned();
+  layout_ = FlatLayout(model_, comm_.world_size(), comm_.rank());  // the tensor table
   const bool half = options_.precision != Precision::kFp32;
   // 16-bit modes: params and grads 2 bytes each, fp32 master and Adam
   // moments 12: the 16 bytes per parameter of ZeRO Sec. 3.1.

@@ -44,6 +44,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -59,6 +60,8 @@
 #include "zero/zero_config.pb.h"
 
 namespace memwall::zero {
+
+class CheckpointMetadata;  // zero/checkpoint.proto
 
 enum class Precision { kFp32, kBf16, kFp16 };
 absl::string_view PrecisionName(Precision p);  // "fp32", "bf16", "fp16"
@@ -121,6 +124,14 @@ class Trainer {
   // "step 12 | loss 2.3456 | lr 3.00e-04 | ...": the per-step log line.
   std::string LogLine(const StepStats& stats) const;
 
+  // Sharded checkpoints (zero/checkpoint.h); every rank must call these.
+  // Save writes DIR/step_<steps_done()> and returns that path.
+  absl::StatusOr<std::string> Save(const std::string& dir,
+                                   const std::function<void(int)>& after_shard_written = {});
+  // Restores master weights, Adam states, loss scale and step from a step
+  // directory saved by any stage on any number of ranks.
+  absl::Status Load(const std::string& step_dir);
+
   int64_t steps_done() const { return step_; }
   float loss_scale() const { return loss_scale_; }
   int stage() const { return zero_.stage(); }
@@ -140,6 +151,16 @@ class Trainer {
   absl::Status Allocate();
   absl::Status AllocatePartitioned();
   absl::Status OnHook(models::Module& m, models::HookPoint point);
+  // All ranks agree on a local status: each gets the first failing rank's
+  // story (its own message when it failed).
+  absl::Status Agree(const absl::Status& local, absl::string_view what);
+  // Reads and verifies this rank's part of a checkpoint into host memory
+  // (master, m, v of OptimizerRange()); changes nothing.
+  absl::Status LoadLocal(const std::string& step_dir, CheckpointMetadata& meta,
+                         std::vector<float> values[3]);
+  // The flat range of real elements this rank's master/m/v hold (stage 0:
+  // everything) and where the range starts in those buffers.
+  FlatRange OptimizerRange() const;
   // Stage 1, 2: the full parameters from every rank's updated shard.
   absl::Status AllGatherValues();
   // The gradient Adam reads: the whole buffer at stage 0, the shard after.

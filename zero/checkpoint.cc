@@ -1,0 +1,531 @@
+// Trainer::Save and Trainer::Load, and consolidation: see checkpoint.h.
+#include "zero/checkpoint.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "models/safetensors.h"
+#include "runtime/status.h"
+#include "zero/trainer.h"
+
+namespace memwall::zero {
+namespace {
+
+constexpr char kMagic[8] = {'M', 'W', 'S', 'H', 'A', 'R', 'D', '1'};
+constexpr int64_t kHeaderBytes = 24;
+constexpr char kMarker[] = "COMPLETE";
+constexpr char kMetadata[] = "metadata.pb";
+constexpr int64_t kChunk = 1 << 20;  // elements per staged read or write
+
+std::string Errno() { return std::strerror(errno); }
+
+// Writes `path` through "<path>.tmp": fsync, rename, fsync of the directory.
+class AtomicFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<AtomicFile>> Open(const std::string& path) {
+    std::unique_ptr<AtomicFile> f(new AtomicFile(path));
+    f->fd_ = ::open(f->tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (f->fd_ < 0) return absl::PermissionDeniedError(absl::StrCat("cannot create ", f->tmp_, ": ", Errno()));
+    return f;
+  }
+  ~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+  absl::Status Write(const void* data, size_t bytes) {
+    crc_ = crc32_z(crc_, static_cast<const Bytef*>(data), bytes);
+    size_ += bytes;
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      const ssize_t n = ::write(fd_, p, bytes);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return absl::DataLossError(absl::StrCat("write to ", tmp_, " failed: ", Errno()));
+      p += n;
+      bytes -= static_cast<size_t>(n);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Commit() {
+    if (::fsync(fd_) != 0) return absl::DataLossError(absl::StrCat("fsync ", tmp_, ": ", Errno()));
+    ::close(fd_);
+    fd_ = -1;
+    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+      return absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp_, " to ", path_, ": ", Errno()));
+    }
+    committed_ = true;
+    const std::string dir = std::filesystem::path(path_).parent_path().string();
+    const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+    return absl::OkStatus();
+  }
+  uint32_t crc() const { return static_cast<uint32_t>(crc_); }
+  uint64_t size() const { return size_; }
+
+ private:
+  explicit AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {}
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+  uLong crc_ = crc32_z(0, nullptr, 0);
+  uint64_t size_ = 0;
+};
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
+  MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> f, AtomicFile::Open(path));
+  MEMWALL_RETURN_IF_ERROR(f->Write(bytes.data(), bytes.size()));
+  return f->Commit();
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Join(const std::string& dir, const std::string& name) {
+  return (std::filesystem::path(dir) / name).string();
+}
+
+// A shard file opened for reading, its size and CRC checked against the
+// metadata before any of it is used.
+class ShardReader {
+ public:
+  static absl::StatusOr<std::unique_ptr<ShardReader>> Open(const std::string& dir,
+                                                           const CheckpointShard& shard,
+                                                           bool verify_crc) {
+    const std::string path = Join(dir, shard.file());
+    std::unique_ptr<ShardReader> r(new ShardReader(path, shard));
+    r->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (r->fd_ < 0) {
+      return absl::NotFoundError(absl::StrCat("checkpoint ", dir, " is missing shard ", shard.file(),
+                                              " (rank ", shard.rank(), " of the saving run)"));
+    }
+    struct stat st;
+    if (::fstat(r->fd_, &st) != 0 || uint64_t(st.st_size) != shard.bytes()) {
+      return absl::DataLossError(absl::StrCat("shard ", path, " is ", st.st_size,
+                                              " bytes but the metadata says ", shard.bytes(),
+                                              ": the file is truncated or was replaced"));
+    }
+    const uint64_t expected = uint64_t(kHeaderBytes) + 12 * uint64_t(shard.count());
+    if (shard.bytes() != expected) {
+      return absl::DataLossError(absl::StrCat("metadata gives shard ", path, " ", shard.bytes(),
+                                              " bytes for ", shard.count(), " elements (expected ",
+                                              expected, ")"));
+    }
+    if (verify_crc) MEMWALL_RETURN_IF_ERROR(r->VerifyCrc());
+    char header[kHeaderBytes];
+    MEMWALL_RETURN_IF_ERROR(r->Read(0, header, kHeaderBytes));
+    int64_t begin = 0, count = 0;
+    std::memcpy(&begin, header + 8, 8);
+    std::memcpy(&count, header + 16, 8);
+    if (std::memcmp(header, kMagic, 8) != 0 || begin != shard.flat_begin() || count != shard.count()) {
+      return absl::DataLossError(absl::StrCat("shard ", path, " has a bad header"));
+    }
+    return r;
+  }
+  ~ShardReader() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  // Elements [begin, begin + n) (flat indices) of section 0 (master), 1 (m)
+  // or 2 (v) into out.
+  absl::Status ReadSection(int section, int64_t begin, int64_t n, float* out) {
+    const int64_t at = kHeaderBytes + 4 * (int64_t(section) * shard_.count() + begin - shard_.flat_begin());
+    return Read(at, out, 4 * n);
+  }
+
+ private:
+  ShardReader(std::string path, CheckpointShard shard) : path_(std::move(path)), shard_(std::move(shard)) {}
+  absl::Status Read(int64_t offset, void* out, int64_t bytes) {
+    char* p = static_cast<char*>(out);
+    while (bytes > 0) {
+      const ssize_t n = ::pread(fd_, p, bytes, offset);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return absl::DataLossError(absl::StrCat("cannot read ", path_, ": ", n == 0 ? "short file" : Errno()));
+      p += n;
+      offset += n;
+      bytes -= n;
+    }
+    return absl::OkStatus();
+  }
+  absl::Status VerifyCrc() {
+    std::vector<char> buffer(4 << 20);
+    uLong crc = crc32_z(0, nullptr, 0);
+    for (uint64_t at = 0; at < shard_.bytes();) {
+      const int64_t n = std::min<uint64_t>(buffer.size(), shard_.bytes() - at);
+      MEMWALL_RETURN_IF_ERROR(Read(at, buffer.data(), n));
+      crc = crc32_z(crc, reinterpret_cast<const Bytef*>(buffer.data()), n);
+      at += n;
+    }
+    if (uint32_t(crc) != shard_.crc32()) {
+      return absl::DataLossError(absl::StrFormat(
+          "shard %s fails its checksum (CRC-32 %08x, metadata says %08x): the file is corrupt",
+          path_, uint32_t(crc), shard_.crc32()));
+    }
+    return absl::OkStatus();
+  }
+  std::string path_;
+  CheckpointShard shard_;
+  int fd_ = -1;
+};
+
+// Reads flat elements [begin, end) of `section` from the shards that hold them.
+absl::Status ReadRange(const std::string& dir, const CheckpointMetadata& meta,
+                       std::vector<std::unique_ptr<ShardReader>>& readers, int section,
+                       int64_t begin, int64_t end, float* out) {
+  for (int i = 0; i < meta.shards_size(); ++i) {
+    const CheckpointShard& sh = meta.shards(i);
+    const int64_t lo = std::max(begin, sh.flat_begin());
+    const int64_t hi = std::min(end, sh.flat_begin() + sh.count());
+    if (lo >= hi) continue;
+    if (readers[i] == nullptr) {
+      MEMWALL_ASSIGN_OR_RETURN(readers[i], ShardReader::Open(dir, sh, /*verify_crc=*/true));
+    }
+    MEMWALL_RETURN_IF_ERROR(readers[i]->ReadSection(section, lo, hi - lo, out + (lo - begin)));
+  }
+  return absl::OkStatus();
+}
+
+// Shards must tile [0, numel) in order.
+absl::Status CheckShardsCover(const std::string& dir, const CheckpointMetadata& meta) {
+  int64_t at = 0;
+  for (const CheckpointShard& sh : meta.shards()) {
+    if (sh.flat_begin() != at || sh.count() < 0) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", dir, ": shard ", sh.file(),
+                                              " starts at ", sh.flat_begin(), ", expected ", at));
+    }
+    at += sh.count();
+  }
+  if (at != meta.numel()) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", dir, ": the shards hold ", at,
+                                            " elements of ", meta.numel()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string CheckpointPath(const std::string& dir, int64_t step) {
+  return Join(dir, absl::StrFormat("step_%08d", step));
+}
+
+absl::StatusOr<CheckpointMetadata> ReadCheckpointMetadata(const std::string& step_dir) {
+  auto marker = ReadFile(Join(step_dir, kMarker));
+  if (!marker.ok()) {
+    if (!std::filesystem::is_directory(step_dir)) {
+      return absl::NotFoundError(absl::StrCat("no checkpoint at ", step_dir));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", step_dir, " is incomplete (no ", kMarker,
+        " marker): its save was interrupted; use an earlier checkpoint"));
+  }
+  MEMWALL_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(Join(step_dir, kMetadata)));
+  const uint32_t crc = uint32_t(crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
+  if (absl::StrFormat("crc32 %08x\n", crc) != *marker) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", step_dir, ": ", kMetadata,
+                                            " does not match the checksum in ", kMarker,
+                                            " (corrupt metadata)"));
+  }
+  CheckpointMetadata meta;
+  if (!meta.ParseFromString(bytes) || meta.format_version() != 1) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", step_dir, ": cannot parse ", kMetadata));
+  }
+  MEMWALL_RETURN_IF_ERROR(CheckShardsCover(step_dir, meta));
+  return meta;
+}
+
+absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
+  std::error_code ec;
+  std::string best;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) != 0 || name.find(".tmp") != std::string::npos) continue;
+    if (!std::filesystem::exists(entry.path() / kMarker)) continue;
+    if (name > best) best = name;  // fixed-width step numbers sort as text
+  }
+  if (ec) return absl::NotFoundError(absl::StrCat("cannot list ", dir, ": ", ec.message()));
+  if (best.empty()) return absl::NotFoundError(absl::StrCat("no complete checkpoint under ", dir));
+  return Join(dir, best);
+}
+
+absl::Status Trainer::Agree(const absl::Status& local, absl::string_view what) {
+  // One record per rank: the status code (0: ok) and the start of its
+  // message, so every rank can tell the failing rank's story.
+  constexpr int kRecord = 512;
+  const int world = comm_.world_size();
+  Stream& s = device_.compute_stream();
+  MEMWALL_ASSIGN_OR_RETURN(Buffer records, device_.Allocate(int64_t{world} * kRecord, MemoryTag::kOther));
+  const Tensor all = Tensor::OfBuffer(records, DType::kI32, &device_);  // kRecord / 4 per rank
+  char mine[kRecord] = {};
+  const int32_t code = local.ok() ? 0 : static_cast<int32_t>(local.code());
+  std::memcpy(mine, &code, sizeof(code));
+  const absl::string_view message = local.message();
+  std::memcpy(mine + 4, message.data(), std::min<size_t>(message.size(), kRecord - 5));
+  const Tensor slot = all.Slice(int64_t{comm_.rank()} * (kRecord / 4), kRecord / 4);
+  MEMWALL_RETURN_IF_ERROR(s.Copy(slot.data(), mine, kRecord));
+  MEMWALL_RETURN_IF_ERROR(comm_.AllGather(slot, all, s));
+  std::vector<char> host(int64_t{world} * kRecord);
+  MEMWALL_RETURN_IF_ERROR(s.Copy(host.data(), records.data(), host.size()));
+  MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+  if (!local.ok()) return local;
+  std::vector<int> failed;
+  for (int r = 0; r < world; ++r) {
+    int32_t c = 0;
+    std::memcpy(&c, host.data() + int64_t{r} * kRecord, sizeof(c));
+    if (c != 0) failed.push_back(r);
+  }
+  if (failed.empty()) return absl::OkStatus();
+  const char* first = host.data() + int64_t{failed.front()} * kRecord;
+  int32_t c = 0;
+  std::memcpy(&c, first, sizeof(c));
+  return absl::Status(static_cast<absl::StatusCode>(c),
+                      absl::StrCat(what, " failed on rank(s) ", absl::StrJoin(failed, ", "), "; rank ",
+                                   failed.front(), ": ", std::string(first + 4)));
+}
+
+FlatRange Trainer::OptimizerRange() const {
+  return zero_.stage() == 0 ? FlatRange{0, layout_.numel()} : layout_.OwnedReal();
+}
+
+absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
+                                          const std::function<void(int)>& after_shard_written) {
+  MEMWALL_RETURN_IF_ERROR(device_.Synchronize());
+  const std::string path = CheckpointPath(dir, step_);
+  const int rank = comm_.rank(), world = comm_.world_size();
+  // Rank 0 prepares the directory: a complete checkpoint is never replaced;
+  // a partial one (an interrupted save) is cleared.
+  absl::Status prepared;
+  if (rank == 0) {
+    std::error_code ec;
+    if (std::filesystem::exists(Join(path, kMarker))) {
+      prepared = absl::AlreadyExistsError(absl::StrCat("checkpoint ", path, " already exists"));
+    } else {
+      std::filesystem::remove_all(path, ec);
+      std::filesystem::create_directories(path, ec);
+      if (ec) prepared = absl::PermissionDeniedError(absl::StrCat("cannot create ", path, ": ", ec.message()));
+    }
+  }
+  MEMWALL_RETURN_IF_ERROR(Agree(prepared, "preparing the checkpoint directory"));
+
+  // This rank's shard file: master, m, v of its real range, staged to the host.
+  const bool writes = zero_.stage() > 0 || rank == 0;
+  const FlatRange range = OptimizerRange();
+  uint32_t crc = 0;
+  uint64_t bytes = 0;
+  absl::Status written;
+  if (writes) {
+    written = [&]() -> absl::Status {
+      MEMWALL_ASSIGN_OR_RETURN(auto file, AtomicFile::Open(Join(path, absl::StrFormat("rank_%05d.shard", rank))));
+      char header[kHeaderBytes];
+      const int64_t begin = range.begin, count = range.size();
+      std::memcpy(header, kMagic, 8);
+      std::memcpy(header + 8, &begin, 8);
+      std::memcpy(header + 16, &count, 8);
+      MEMWALL_RETURN_IF_ERROR(file->Write(header, kHeaderBytes));
+      std::vector<float> host(std::min<int64_t>(count, kChunk));
+      Stream& s = device_.compute_stream();
+      for (const Buffer* b : std::initializer_list<const Buffer*>{&master(), &m_, &v_}) {
+        for (int64_t at = 0; at < count; at += kChunk) {
+          const int64_t n = std::min(kChunk, count - at);
+          MEMWALL_RETURN_IF_ERROR(s.Copy(host.data(), b->as<float>() + at, n * sizeof(float)));
+          MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+          MEMWALL_RETURN_IF_ERROR(file->Write(host.data(), n * sizeof(float)));
+        }
+      }
+      MEMWALL_RETURN_IF_ERROR(file->Commit());
+      crc = file->crc();
+      bytes = file->size();
+      return absl::OkStatus();
+    }();
+  }
+  if (written.ok() && after_shard_written) after_shard_written(rank);
+  MEMWALL_RETURN_IF_ERROR(Agree(written, "writing a checkpoint shard"));
+
+  // Every shard is in place: gather their sizes and checksums on rank 0.
+  Stream& s = device_.compute_stream();
+  MEMWALL_ASSIGN_OR_RETURN(Buffer info, device_.Allocate(4 * world * sizeof(int32_t), MemoryTag::kOther));
+  const Tensor all = Tensor::OfBuffer(info, DType::kI32, &device_);
+  const int32_t mine[4] = {static_cast<int32_t>(crc), static_cast<int32_t>(bytes & 0xffffffffu),
+                           static_cast<int32_t>(bytes >> 32), writes ? 1 : 0};
+  MEMWALL_RETURN_IF_ERROR(s.Copy(all.Slice(4 * rank, 4).data(), mine, sizeof(mine)));
+  MEMWALL_RETURN_IF_ERROR(comm_.AllGather(all.Slice(4 * rank, 4), all, s));
+  std::vector<int32_t> infos(4 * world);
+  MEMWALL_RETURN_IF_ERROR(s.Copy(infos.data(), info.data(), info.bytes()));
+  MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+
+  absl::Status finished;
+  if (rank == 0) {
+    CheckpointMetadata meta;
+    meta.set_format_version(1);
+    meta.set_world_size(world);
+    meta.set_stage(zero_.stage());
+    meta.set_precision(std::string(PrecisionName(options_.precision)));
+    meta.set_numel(layout_.numel());
+    for (models::Parameter* p : layout_.params()) {
+      CheckpointTensor* t = meta.add_tensors();
+      t->set_name(p->name);
+      for (int64_t d : p->shape) t->add_shape(d);
+      t->set_offset(layout_.offset(p));
+    }
+    for (int r = 0; r < world; ++r) {
+      if (infos[4 * r + 3] == 0) continue;
+      CheckpointShard* sh = meta.add_shards();
+      sh->set_rank(r);
+      sh->set_file(absl::StrFormat("rank_%05d.shard", r));
+      const FlatRange rr = zero_.stage() == 0
+                               ? FlatRange{0, layout_.numel()}
+                               : FlatRange{std::min(layout_.numel(), r * layout_.shard()),
+                                           std::min(layout_.numel(), (r + 1) * layout_.shard())};
+      sh->set_flat_begin(rr.begin);
+      sh->set_count(rr.size());
+      sh->set_bytes(uint64_t(uint32_t(infos[4 * r + 1])) | (uint64_t(uint32_t(infos[4 * r + 2])) << 32));
+      sh->set_crc32(uint32_t(infos[4 * r]));
+    }
+    meta.set_step(step_);
+    meta.set_adam_step(adam_step_);
+    meta.set_loss_scale(loss_scale_);
+    meta.set_clean_steps(clean_steps_);
+    meta.set_seed(options_.seed);
+    meta.set_global_batch(int64_t{world} * options_.accumulation * options_.micro_batch);
+    meta.set_seq(options_.seq);
+    const std::string bytes_out = meta.SerializeAsString();
+    finished = WriteFileAtomically(Join(path, kMetadata), bytes_out);
+    if (finished.ok()) {
+      const uint32_t mcrc =
+          uint32_t(crc32_z(0, reinterpret_cast<const Bytef*>(bytes_out.data()), bytes_out.size()));
+      finished = WriteFileAtomically(Join(path, kMarker), absl::StrFormat("crc32 %08x\n", mcrc));
+    }
+  }
+  MEMWALL_RETURN_IF_ERROR(Agree(finished, "writing the checkpoint metadata"));
+  return path;
+}
+
+absl::Status Trainer::LoadLocal(const std::string& step_dir, CheckpointMetadata& meta,
+                                std::vector<float> values[3]) {
+  MEMWALL_ASSIGN_OR_RETURN(meta, ReadCheckpointMetadata(step_dir));
+  // The tensor table must be this model's.
+  const auto& params = layout_.params();
+  if (meta.numel() != layout_.numel() || meta.tensors_size() != static_cast<int>(params.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint ", step_dir, " holds ", meta.tensors_size(), " tensors, ", meta.numel(),
+        " parameters; this model has ", params.size(), " tensors, ", layout_.numel()));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const CheckpointTensor& t = meta.tensors(i);
+    const std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    if (t.name() != params[i]->name || shape != params[i]->shape || t.offset() != layout_.offset(params[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint ", step_dir, ": tensor ", i, " is ", t.name(), " (", absl::StrJoin(shape, "x"),
+          ") but the model's is ", params[i]->name, " (", absl::StrJoin(params[i]->shape, "x"), ")"));
+    }
+  }
+  // Every shard present and whole (cheap), whichever this rank reads.
+  for (const CheckpointShard& sh : meta.shards()) {
+    struct stat st;
+    const std::string file = Join(step_dir, sh.file());
+    if (::stat(file.c_str(), &st) != 0) {
+      return absl::NotFoundError(absl::StrCat("checkpoint ", step_dir, " is missing shard ", sh.file(),
+                                              " (rank ", sh.rank(), " of the saving run)"));
+    }
+    if (uint64_t(st.st_size) != sh.bytes()) {
+      return absl::DataLossError(absl::StrCat("shard ", file, " is ", st.st_size, " bytes but the metadata says ",
+                                              sh.bytes(), ": the file is truncated or was replaced"));
+    }
+  }
+  // The data position is step · global batch (models/data.h), so the
+  // stream continues only with the same global batch and sequence length.
+  const int64_t global_batch = int64_t{comm_.world_size()} * options_.accumulation * options_.micro_batch;
+  if (meta.global_batch() != global_batch || meta.seq() != options_.seq) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", step_dir, " was saved with a global batch of ", meta.global_batch(),
+        " sequences of ", meta.seq(), " tokens; this run has ", global_batch, " of ", options_.seq,
+        " (ranks x accumulation x micro_batch), so the data would not continue where it stopped"));
+  }
+  if (meta.world_size() != comm_.world_size() && comm_.rank() == 0) {
+    std::fprintf(stderr, "loading %s: re-partitioning from %d to %d ranks\n", step_dir.c_str(),
+                 meta.world_size(), comm_.world_size());
+  }
+  // This rank's range, from whichever old shards hold it (CRC-checked).
+  const FlatRange range = OptimizerRange();
+  std::vector<std::unique_ptr<ShardReader>> readers(meta.shards_size());
+  for (int section = 0; section < 3; ++section) {
+    values[section].resize(range.size());
+    MEMWALL_RETURN_IF_ERROR(ReadRange(step_dir, meta, readers, section, range.begin, range.end,
+                                      values[section].data()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Load(const std::string& step_dir) {
+  MEMWALL_RETURN_IF_ERROR(device_.Synchronize());
+  // Every rank reads (and verifies) what it needs into host memory first;
+  // only when all succeeded does any rank change its state.
+  CheckpointMetadata meta;
+  std::vector<float> values[3];
+  MEMWALL_RETURN_IF_ERROR(Agree(LoadLocal(step_dir, meta, values), absl::StrCat("loading ", step_dir)));
+  Stream& s = device_.compute_stream();
+  const Buffer* targets[3] = {&master(), &m_, &v_};
+  for (int section = 0; section < 3; ++section) {
+    MEMWALL_RETURN_IF_ERROR(s.Copy(targets[section]->data(), values[section].data(),
+                                   values[section].size() * sizeof(float)));
+  }
+  MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+  step_ = meta.step();
+  adam_step_ = meta.adam_step();
+  // A loss scale carries over only between fp16 runs.
+  const bool fp16 = options_.precision == Precision::kFp16;
+  loss_scale_ = !fp16 ? 1.0f : meta.precision() == "fp16" ? meta.loss_scale() : options_.initial_loss_scale;
+  clean_steps_ = fp16 && meta.precision() == "fp16" ? meta.clean_steps() : 0;
+  MEMWALL_RETURN_IF_ERROR(RefreshComputeCopy());
+  MEMWALL_RETURN_IF_ERROR(coll().Synchronize());
+  return device_.compute_stream().Synchronize();
+}
+
+absl::StatusOr<std::string> ConsolidateCheckpoint(const std::string& path, const std::string& out) {
+  std::string step_dir = path;
+  if (!std::filesystem::exists(Join(path, kMetadata)) && !std::filesystem::exists(Join(path, kMarker))) {
+    auto latest = LatestCheckpoint(path);
+    if (latest.ok()) step_dir = *latest;
+  }
+  MEMWALL_ASSIGN_OR_RETURN(const CheckpointMetadata meta, ReadCheckpointMetadata(step_dir));
+  // Every shard verified before anything is written.
+  std::vector<std::unique_ptr<ShardReader>> readers(meta.shards_size());
+  for (int i = 0; i < meta.shards_size(); ++i) {
+    MEMWALL_ASSIGN_OR_RETURN(readers[i], ShardReader::Open(step_dir, meta.shards(i), true));
+  }
+  std::vector<models::SafetensorsTensor> tensors;
+  for (const CheckpointTensor& t : meta.tensors()) {
+    tensors.push_back({t.name(), DType::kF32, std::vector<int64_t>(t.shape().begin(), t.shape().end()), nullptr});
+  }
+  MEMWALL_ASSIGN_OR_RETURN(auto writer, models::SafetensorsWriter::Create(out, tensors, {{"format", "pt"}}));
+  std::vector<float> one;  // the one tensor in memory
+  for (const CheckpointTensor& t : meta.tensors()) {
+    int64_t numel = 1;
+    for (int64_t d : t.shape()) numel *= d;
+    one.assign(numel, 0.0f);
+    MEMWALL_RETURN_IF_ERROR(ReadRange(step_dir, meta, readers, 0, t.offset(), t.offset() + numel, one.data()));
+    MEMWALL_RETURN_IF_ERROR(writer->Append(one.data(), one.size() * sizeof(float)));
+  }
+  MEMWALL_RETURN_IF_ERROR(writer->Finish());
+  return step_dir;
+}
+
+}  // namespace memwall::zero

@@ -1,0 +1,61 @@
+// Sharded checkpoints of the ZeRO engine (issue 5): Trainer::Save and
+// Trainer::Load (declared in trainer.h, defined in checkpoint.cc) and the
+// consolidation into one Hugging Face GPT-2 safetensors file.
+//
+// Layout of DIR/step_00000010/:
+//   rank_00000.shard ... one per rank that owns parameters (stage 0: rank 0
+//                        alone, holding everything): a 24-byte header
+//                        ("MWSHARD1", flat begin, count as int64) then the
+//                        fp32 master weights, Adam's m and v of that flat
+//                        range, only real elements (no padding)
+//   metadata.pb          CheckpointMetadata (checkpoint.proto): world size,
+//                        stage, tensor table, each shard's range, size and
+//                        CRC-32, the trainer's counters
+//   COMPLETE             the CRC-32 of metadata.pb, written last
+// Every file is written to a temporary name, fsynced and renamed (and the
+// directory fsynced), so a file under its real name is whole. A checkpoint
+// counts only once COMPLETE exists: rank 0 writes metadata and marker after
+// an all-gather that every rank enters only once its shard is in place, so
+// a rank killed mid-save leaves no marker and the directory is refused.
+//
+// Loading checks the marker, metadata's CRC, the tensor table against the
+// model, every shard's presence, size and CRC, and then reads the flat range
+// this rank owns now: from one file when the world size is unchanged, from
+// the overlapping old shards when it differs (re-partitioning). Errors are
+// agreed on by all ranks (one all-gather), so every rank returns a Status
+// and none is left in a collective; a failed load changes nothing.
+#ifndef MEMWALL_ZERO_CHECKPOINT_H_
+#define MEMWALL_ZERO_CHECKPOINT_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "zero/checkpoint.pb.h"
+
+namespace memwall::zero {
+
+// "DIR/step_00000010".
+std::string CheckpointPath(const std::string& dir, int64_t step);
+
+// The complete checkpoint (marker present) with the highest step under
+// `dir`; NotFound when there is none.
+absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir);
+
+// Reads and verifies `step_dir`'s marker and metadata (not the shards).
+absl::StatusOr<CheckpointMetadata> ReadCheckpointMetadata(const std::string& step_dir);
+
+// Writes the full fp32 weights of a checkpoint (`path`: a step directory,
+// or a directory of them for the latest) as one safetensors file in the
+// Hugging Face GPT-2 layout, holding one tensor in memory at a time; every
+// shard's CRC is verified first. Returns the step directory it read.
+absl::StatusOr<std::string> ConsolidateCheckpoint(const std::string& path, const std::string& out);
+
+// Tests: called by Save after this rank's shard file is in place and before
+// the metadata and marker exist (to kill a rank mid-save).
+using AfterShardWritten = std::function<void(int rank)>;
+
+}  // namespace memwall::zero
+
+#endif  // MEMWALL_ZERO_CHECKPOINT_H_
