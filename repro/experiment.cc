@@ -1,0 +1,117 @@
+#include "repro/experiment.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "models/gpt.h"
+#include "zero/config.h"
+
+namespace memwall::repro {
+namespace {
+
+class ErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (first.empty()) first = absl::StrCat("line ", line + 1, " column ", column + 1, ": ", message);
+  }
+  std::string first;
+};
+
+template <typename T>
+absl::Status Bad(absl::string_view field, const T& value, absl::string_view need) {
+  return absl::InvalidArgumentError(absl::StrCat("Experiment ", field, " = ", value, " ", need));
+}
+
+}  // namespace
+
+absl::Status ValidateExperiment(const Experiment& e) {
+  if (e.name().empty() || e.name().find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos) {
+    return Bad("name", absl::StrCat("\"", e.name(), "\""), "must be non-empty lower case, digits and '_' (it names results/<name>/)");
+  }
+  if (e.kind() == Experiment::KIND_UNSPECIFIED) {
+    return Bad("kind", "KIND_UNSPECIFIED", "must name what to run (ZERO_MEMORY)");
+  }
+  if (e.device() != "cpu") {
+    return Bad("device", absl::StrCat("\"", e.device(), "\""), "must be cpu (the only device these experiments measure so far)");
+  }
+  if (absl::Status st = models::ValidateConfig(e.model()); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("Experiment model: ", st.message()));
+  }
+  const Training& t = e.training();
+  if (t.seq() <= 0 || t.seq() > e.model().positions()) {
+    return Bad("training.seq", t.seq(), absl::StrCat("must be in [1, model.positions = ", e.model().positions(), "]"));
+  }
+  if (t.micro_batch() <= 0) return Bad("training.micro_batch", t.micro_batch(), "must be > 0");
+  if (t.accumulation() <= 0) return Bad("training.accumulation", t.accumulation(), "must be > 0 (unset: 1)");
+  if (t.steps() <= 0) return Bad("training.steps", t.steps(), "must be > 0 (unset: 2)");
+  if (!zero::ParsePrecision(t.precision()).ok()) {
+    return Bad("training.precision", absl::StrCat("\"", t.precision(), "\""), "must be fp32, bf16 or fp16");
+  }
+  if (e.zero().stage() != 0) {
+    return Bad("zero.stage", e.zero().stage(), "must be unset: the sweep's `stages` set it");
+  }
+  if (absl::Status st = zero::ValidateZeroConfig(e.zero()); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("Experiment zero: ", st.message()));
+  }
+  if (e.world_sizes().empty()) return Bad("world_sizes", "[]", "must list at least one world size");
+  for (int w : e.world_sizes()) {
+    if (w < 1 || w > 64) return Bad("world_sizes", w, "must be in [1, 64] (ranks on this machine)");
+  }
+  if (e.stages().empty()) return Bad("stages", "[]", "must list at least one ZeRO stage");
+  for (int s : e.stages()) {
+    if (s < 0 || s > 3) return Bad("stages", s, "must be 0, 1, 2 or 3");
+  }
+  for (const ModeledPoint& m : e.modeled()) {
+    if (m.params() <= 0) return Bad("modeled.params", m.params(), "must be > 0");
+    if (m.ranks() < 1) return Bad("modeled.ranks", m.ranks(), "must be >= 1");
+    if (m.paper_bytes_size() != 0 && m.paper_bytes_size() != 4) {
+      return Bad("modeled.paper_bytes", m.paper_bytes_size(), "values given; must be none or 4 (stages 0-3)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::string& origin) {
+  Experiment e;
+  google::protobuf::TextFormat::Parser parser;
+  ErrorCollector errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &e)) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": not an Experiment text proto: ", errors.first));
+  }
+  Training& t = *e.mutable_training();
+  if (t.accumulation() == 0) t.set_accumulation(1);
+  if (t.precision().empty()) t.set_precision("bf16");
+  if (t.steps() == 0) t.set_steps(2);
+  if (e.device().empty()) e.set_device("cpu");
+  if (absl::Status st = ValidateExperiment(e); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": ", st.message()));
+  }
+  return e;
+}
+
+absl::StatusOr<Experiment> LoadExperiment(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read experiment ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseExperiment(text.str(), path);
+}
+
+zero::TrainerOptions TrainerOptionsFor(const Experiment& e, int stage, int world_size) {
+  zero::TrainerOptions o;
+  o.seq = e.training().seq();
+  o.micro_batch = e.training().micro_batch();
+  o.accumulation = e.training().accumulation();
+  o.precision = *zero::ParsePrecision(e.training().precision());
+  o.zero = e.zero();
+  o.zero.set_stage(stage);
+  return o;
+}
+
+}  // namespace memwall::repro

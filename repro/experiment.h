@@ -1,0 +1,29 @@
+// Experiments (experiment.proto): loading, defaults and checks. Every bad
+// value is an InvalidArgument that names the file and the field, returned
+// before anything is allocated or launched.
+#ifndef MEMWALL_REPRO_EXPERIMENT_H_
+#define MEMWALL_REPRO_EXPERIMENT_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "repro/experiment.pb.h"
+#include "zero/trainer.h"
+
+namespace memwall::repro {
+
+// Parses a text proto (`text`, from `origin`), fills defaults
+// (training.accumulation 1, precision bf16, steps 2, device cpu) and checks
+// every field.
+absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::string& origin);
+absl::StatusOr<Experiment> LoadExperiment(const std::string& path);
+
+absl::Status ValidateExperiment(const Experiment& e);
+
+// The trainer options of one sweep point.
+zero::TrainerOptions TrainerOptionsFor(const Experiment& e, int stage, int world_size);
+
+}  // namespace memwall::repro
+
+#endif  // MEMWALL_REPRO_EXPERIMENT_H_

@@ -1,0 +1,109 @@
+// Experiments: the checked-in files parse; every bad value is an
+// InvalidArgument naming its field (the issue's list: stage 4, zero or
+// negative bucket sizes, a negative persistence threshold; a world size
+// that does not match the launch is zero_memory_test.sh's); and the
+// harness's quoting.
+#include "repro/experiment.h"
+
+#include <filesystem>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "repro/harness.h"
+
+namespace memwall::repro {
+namespace {
+
+TEST(Experiment, CheckedInExperimentsParse) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("repro/experiments")) {
+    auto e = LoadExperiment(entry.path().string());
+    EXPECT_TRUE(e.ok()) << entry.path() << ": " << e.status();
+    if (e.ok()) EXPECT_EQ(e->name() + ".textproto", entry.path().filename().string());
+    ++n;
+  }
+  EXPECT_GE(n, 1);
+}
+
+constexpr char kGood[] = R"pb(
+  name: "t"
+  kind: ZERO_MEMORY
+  model { name: "m" layers: 1 hidden: 16 heads: 2 vocab: 32 positions: 8 }
+  training { seq: 8 micro_batch: 1 }
+  world_sizes: [1, 2]
+  stages: [0, 3]
+)pb";
+
+// kGood with `extra` appended, or with the line holding `extra`'s field
+// name replaced when kGood already sets it (a message field may appear once).
+void ExpectError(const std::string& extra, const std::string& want) {
+  std::string text = kGood;
+  const std::string field = extra.substr(0, extra.find_first_of(" :"));
+  size_t at = text.find("\n  " + field + " ");
+  if (at == std::string::npos) at = text.find("\n  " + field + ":");
+  if (at != std::string::npos) {
+    text.erase(at + 1, text.find('\n', at + 1) - at);
+  }
+  text += extra;
+  auto e = ParseExperiment(text, "bad.textproto");
+  ASSERT_FALSE(e.ok()) << text;
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find(want), std::string::npos) << e.status().message();
+  EXPECT_NE(e.status().message().find("bad.textproto"), std::string::npos) << e.status().message();
+}
+
+TEST(Experiment, DefaultsAndTrainerOptions) {
+  auto e = ParseExperiment(kGood, "good");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->training().accumulation(), 1);
+  EXPECT_EQ(e->training().precision(), "bf16");
+  EXPECT_EQ(e->training().steps(), 2);
+  EXPECT_EQ(e->device(), "cpu");
+  const zero::TrainerOptions o = TrainerOptionsFor(*e, 3, 2);
+  EXPECT_EQ(o.zero.stage(), 3);
+  EXPECT_EQ(o.seq, 8);
+  EXPECT_EQ(o.precision, zero::Precision::kBf16);
+}
+
+TEST(Experiment, EachBadValueNamesItsField) {
+  ExpectError("stages: 4", "Experiment stages = 4 must be 0, 1, 2 or 3");
+  ExpectError("zero { stage: 4 }", "zero.stage = 4 must be unset");
+  ExpectError("zero { reduce_bucket_bytes: 0 }", "ZeroConfig reduce_bucket_bytes = 0 must be > 0");
+  ExpectError("zero { reduce_bucket_bytes: -1 }", "ZeroConfig reduce_bucket_bytes = -1 must be > 0");
+  ExpectError("zero { allgather_bucket_bytes: 0 }", "ZeroConfig allgather_bucket_bytes = 0 must be > 0");
+  ExpectError("zero { prefetch_bucket_bytes: -8 }", "ZeroConfig prefetch_bucket_bytes = -8 must be >= 0");
+  ExpectError("zero { param_persistence_threshold: -1 }",
+              "ZeroConfig param_persistence_threshold = -1 must be >= 0");
+  ExpectError("zero { max_live_params: 0 }", "ZeroConfig max_live_params = 0 must be > 0");
+  ExpectError("world_sizes: 0", "Experiment world_sizes = 0 must be in [1, 64]");
+  ExpectError("training { seq: 9 micro_batch: 1 }",
+              "Experiment training.seq = 9 must be in [1, model.positions = 8]");
+  ExpectError("training { seq: 8 micro_batch: -1 }", "training.micro_batch = -1 must be > 0");
+  ExpectError("training { seq: 8 micro_batch: 1 precision: \"fp8\" }",
+              "training.precision = \"fp8\" must be fp32, bf16 or fp16");
+  ExpectError("device: \"tpu\"", "Experiment device = \"tpu\" must be cpu");
+  ExpectError("name: \"Bad Name\"", "Experiment name = \"Bad Name\" must be non-empty lower case");
+  ExpectError("modeled { params: 0 ranks: 1 }", "modeled.params = 0 must be > 0");
+  ExpectError("modeled { params: 10 ranks: 1 paper_bytes: [1, 2] }", "modeled.paper_bytes = 2 values given");
+  ExpectError("model { name: \"m\" layers: 1 hidden: 16 heads: 3 vocab: 32 positions: 8 }", "Experiment model:");
+  ExpectError("stagez: 1", "line 8 column 7: Message type \"memwall.repro.Experiment\" has no field named \"stagez\"");
+  EXPECT_EQ(LoadExperiment("no/such.textproto").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(Experiment, KindMustBeGiven) {
+  auto e = ParseExperiment("name: \"x\" model { name: \"m\" layers: 1 hidden: 16 heads: 2 vocab: 32 positions: 8 }"
+                           " training { seq: 8 micro_batch: 1 } world_sizes: 1 stages: 0", "k");
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("Experiment kind = KIND_UNSPECIFIED"), std::string::npos) << e.status();
+}
+
+TEST(Harness, QuotesForShellCsvAndJson) {
+  EXPECT_EQ(ShellQuote("a b'c"), "'a b'\\''c'");
+  EXPECT_EQ(CsvField("plain"), "plain");
+  EXPECT_EQ(CsvField("ZeRO Figure 1: 7.5B, 64 ranks"), "\"ZeRO Figure 1: 7.5B, 64 ranks\"");
+  EXPECT_EQ(CsvField("say \"hi\""), "\"say \"\"hi\"\"\"");
+  EXPECT_EQ(JsonString("a\"b\\c\nd"), "\"a\\\"b\\\\c\\nd\"");
+}
+
+}  // namespace
+}  // namespace memwall::repro

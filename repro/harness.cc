@@ -1,0 +1,218 @@
+#include "repro/harness.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+
+namespace memwall::repro {
+namespace {
+
+// stdout of a shell command ("" when it fails).
+std::string Capture(const std::string& command) {
+  FILE* p = ::popen((command + " 2>/dev/null").c_str(), "r");
+  if (p == nullptr) return "";
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  return ::pclose(p) == 0 ? std::string(absl::StripAsciiWhitespace(out)) : "";
+}
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+    }
+  }
+  return "unknown";
+}
+
+double MemoryGiB() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  long long kib = 0;
+  while (in >> key >> kib) {
+    if (key == "MemTotal:") return kib / 1048576.0;
+    in.ignore(1 << 10, '\n');
+  }
+  return 0;
+}
+
+std::string UtcNow() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+int Shell(const std::string& command) {
+  const int st = std::system(command.c_str());
+  if (st == -1) return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+}  // namespace
+
+std::string WorkspaceDir() {
+  const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  return ws != nullptr && *ws != 0 ? ws : std::filesystem::current_path().string();
+}
+
+std::string ShellQuote(const std::string& arg) {
+  std::string out = "'";
+  for (char c : arg) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::string CsvField(const std::string& value) {
+  if (value.find_first_of(",\"\n") == std::string::npos) return value;
+  std::string out = "\"";
+  for (char c : value) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string JsonString(const std::string& value) {
+  std::string out = "\"";
+  for (char c : value) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
+    out << contents;
+    if (!out.flush()) return absl::DataLossError(absl::StrCat("write to ", tmp, " failed (disk full?)"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteProvenance(const std::string& path, const Provenance& p) {
+  const std::string git = absl::StrCat("git -C ", ShellQuote(WorkspaceDir()), " ");
+  std::string commit = Capture(git + "rev-parse HEAD");
+  if (commit.empty()) commit = "unknown (not a git checkout)";
+  const bool dirty = !Capture(git + "status --porcelain --untracked-files=no").empty();
+  const std::string gpu = Capture("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader");
+  std::string json = "{\n";
+  auto field = [&](const std::string& key, const std::string& value, bool last = false) {
+    absl::StrAppend(&json, "  ", JsonString(key), ": ", value, last ? "\n" : ",\n");
+  };
+  field("experiment", JsonString(p.experiment));
+  field("description", JsonString(p.description));
+  field("paper", JsonString(p.paper));
+  field("measured_or_modeled", JsonString(p.measured_or_modeled));
+  field("commit", JsonString(commit));
+  field("uncommitted_changes", dirty ? "true" : "false");
+  field("date", JsonString(UtcNow()));
+  field("command", JsonString(p.command));
+  std::string machine = absl::StrCat(
+      "{\"cpu\": ", JsonString(CpuModel()), ", \"cores\": ", std::thread::hardware_concurrency(),
+      ", \"memory_gib\": ", absl::StrFormat("%.1f", MemoryGiB()),
+      ", \"gpu\": ", JsonString(gpu.empty() ? "none" : gpu), "}");
+  field("machine", machine);
+  std::vector<std::string> files;
+  for (const auto& [name, what] : p.files) files.push_back(absl::StrCat("    ", JsonString(name), ": ", JsonString(what)));
+  field("files", absl::StrCat("{\n", absl::StrJoin(files, ",\n"), "\n  }"), /*last=*/true);
+  json += "}\n";
+  return WriteFileAtomically(path, json);
+}
+
+absl::Status RunFigureScript(const std::string& script, const std::vector<std::string>& args) {
+  std::string python;
+  for (const char* candidate : {"/usr/bin/python3", "python3"}) {
+    if (Shell(absl::StrCat(candidate, " -c 'import matplotlib' >/dev/null 2>&1")) == 0) {
+      python = candidate;
+      break;
+    }
+  }
+  if (python.empty()) {
+    return absl::FailedPreconditionError(
+        "no python3 with matplotlib: install Debian's python3-matplotlib (./bazelw does)");
+  }
+  std::string command = absl::StrCat(python, " ", ShellQuote(script));
+  for (const std::string& a : args) absl::StrAppend(&command, " ", ShellQuote(a));
+  const int code = Shell(command);
+  if (code != 0) return absl::InternalError(absl::StrCat("figure script failed (exit ", code, "): ", command));
+  return absl::OkStatus();
+}
+
+absl::Status LaunchRanks(int n, const std::vector<std::string>& argv) {
+  // mpirun refuses root unless told; a private session directory keeps
+  // concurrent launches (Bazel's PID namespaces) apart.
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string dir_template = absl::StrCat(base ? base : "/tmp", "/memwall_mpi.XXXXXX");
+  if (::mkdtemp(dir_template.data()) == nullptr) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir_template));
+  }
+  const std::string& session = dir_template;
+  std::string command = absl::StrCat(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TMPDIR=", ShellQuote(session),
+      " mpirun -np ", n,
+      " --oversubscribe --bind-to none --mca btl self,vader --mca oob_tcp_if_include lo"
+      " --mca btl_tcp_if_include lo --mca plm_rsh_agent false --mca orte_tmpdir_base ",
+      ShellQuote(session), " --mca btl_vader_backing_directory ", ShellQuote(session),
+      " --mca shmem_mmap_backing_file_base_dir ", ShellQuote(session));
+  for (const std::string& a : argv) absl::StrAppend(&command, " ", ShellQuote(a));
+  const int code = Shell(command);
+  std::error_code ec;
+  std::filesystem::remove_all(session, ec);
+  if (code == 127) return absl::FailedPreconditionError("mpirun not found: install Debian's openmpi-bin (./bazelw does)");
+  if (code != 0) return absl::InternalError(absl::StrCat("mpirun -np ", n, " failed (exit ", code, ")"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> SelfPath() {
+  std::error_code ec;
+  const auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot read /proc/self/exe: ", ec.message()));
+  return path.string();
+}
+
+}  // namespace memwall::repro
