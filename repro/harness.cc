@@ -138,7 +138,7 @@ absl::Status WriteProvenance(const std::string& path, const Provenance& p) {
   const std::string git = absl::StrCat("git -C ", ShellQuote(WorkspaceDir()), " ");
   std::string commit = Capture(git + "rev-parse HEAD");
   if (commit.empty()) commit = "unknown (not a git checkout)";
-  const bool dirty = !Capture(git + "status --porcelain --untracked-files=no").empty();
+  const bool dirty = !Capture(git + "status --porcelain --untracked-files=no -- . ':(exclude)results'").empty();
   const std::string gpu = Capture("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader");
   std::string json = "{\n";
   auto field = [&](const std::string& key, const std::string& value, bool last = false) {

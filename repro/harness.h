@@ -43,7 +43,7 @@ struct Provenance {
 };
 
 // provenance.json: the fields above plus the commit (and whether the tree
-// had uncommitted changes), the UTC date, and the machine: CPU model,
+// had uncommitted changes outside results/), the UTC date, and the machine: CPU model,
 // cores, memory, and the GPU name and driver when nvidia-smi finds one.
 absl::Status WriteProvenance(const std::string& path, const Provenance& p);
 
