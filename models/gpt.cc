@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/text_format.h"
 #include "ops/ops.h"
+#include "runtime/files.h"
 #include "runtime/status.h"
 #include "runtime/thread_pool.h"
 
@@ -353,10 +353,7 @@ absl::StatusOr<GptConfigList> LoadConfigs(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   GptConfigList list;
-  if (!google::protobuf::TextFormat::ParseFromString(text.str(), &list)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " is not a GptConfigList text proto (protobuf's parser logged where)"));
-  }
+  if (absl::Status st = ParseTextProto(text.str(), path, &list); !st.ok()) return st;
   for (const GptConfig& c : list.configs()) {
     if (absl::Status st = ValidateConfig(c); !st.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", st.message()));

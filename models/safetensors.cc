@@ -1,10 +1,6 @@
 #include "models/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -325,90 +321,44 @@ std::string SerializeSafetensors(const std::vector<SafetensorsTensor>& tensors,
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<SafetensorsTensor>& tensors,
                               const std::map<std::string, std::string>& metadata) {
-  const std::string bytes = SerializeSafetensors(tensors, metadata);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return absl::DataLossError(absl::StrCat("short write to ", tmp, " (disk full?)"));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, SerializeSafetensors(tensors, metadata));
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
     const std::string& path, std::vector<SafetensorsTensor> tensors,
     const std::map<std::string, std::string>& metadata) {
   std::unique_ptr<SafetensorsWriter> w(new SafetensorsWriter);
-  w->path_ = path;
-  w->tmp_ = path + ".tmp";
-  w->fd_ = ::open(w->tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w->fd_ < 0) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot write ", w->tmp_, ": ", std::strerror(errno)));
-  }
-  const std::string header = SafetensorsHeader(tensors, metadata);
+  MEMWALL_ASSIGN_OR_RETURN(w->file_, AtomicFile::Open(path));
   for (const auto& t : tensors) {
     int64_t numel = 1;
     for (int64_t d : t.shape) numel *= d;
     w->sizes_.push_back(static_cast<size_t>(numel) * SizeOf(t.dtype));
     w->names_.push_back(t.name);
   }
-  MEMWALL_RETURN_IF_ERROR(w->WriteAll(header.data(), header.size()));
+  const std::string header = SafetensorsHeader(tensors, metadata);
+  MEMWALL_RETURN_IF_ERROR(w->file_->Write(header.data(), header.size()));
   return w;
 }
 
-SafetensorsWriter::~SafetensorsWriter() {
-  if (fd_ >= 0) ::close(fd_);
-  if (!finished_ && !tmp_.empty()) ::unlink(tmp_.c_str());
-}
-
-absl::Status SafetensorsWriter::WriteAll(const void* data, size_t bytes) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::write(fd_, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return absl::DataLossError(absl::StrCat("write to ", tmp_, " failed: ", std::strerror(errno),
-                                              " (disk full?)"));
-    }
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
+SafetensorsWriter::~SafetensorsWriter() = default;
 
 absl::Status SafetensorsWriter::Append(const void* data, size_t bytes) {
   if (next_ >= sizes_.size() || bytes != sizes_[next_]) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "SafetensorsWriter ", path_, ": appended ", bytes, " bytes but ",
+        "SafetensorsWriter ", file_->path(), ": appended ", bytes, " bytes but ",
         next_ < sizes_.size() ? absl::StrCat("tensor ", names_[next_], " has ", sizes_[next_])
                               : std::string("every tensor is written")));
   }
   ++next_;
-  return WriteAll(data, bytes);
+  return file_->Write(data, bytes);
 }
 
 absl::Status SafetensorsWriter::Finish() {
   if (next_ != sizes_.size()) {
-    return absl::FailedPreconditionError(absl::StrCat("SafetensorsWriter ", path_, ": ",
+    return absl::FailedPreconditionError(absl::StrCat("SafetensorsWriter ", file_->path(), ": ",
                                                       sizes_.size() - next_, " tensors not written"));
   }
-  if (::fsync(fd_) != 0) return absl::DataLossError(absl::StrCat("fsync ", tmp_, ": ", std::strerror(errno)));
-  ::close(fd_);
-  fd_ = -1;
-  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp_, " to ", path_));
-  }
-  finished_ = true;
-  return absl::OkStatus();
+  return file_->Commit();
 }
 
 }  // namespace memwall::models

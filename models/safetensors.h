@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/dtype.h"
+#include "runtime/files.h"
 
 namespace memwall::models {
 
@@ -81,8 +82,8 @@ absl::Status WriteSafetensors(const std::string& path,
 // Writes a file one tensor at a time, so a tool holds at most one tensor in
 // memory (checkpoint consolidation): the header comes from the tensors'
 // names, dtypes and shapes (`data` unused), then Append() each tensor's
-// bytes in order, then Finish() fsyncs "<path>.tmp" and renames it into
-// place. An unfinished writer removes its temporary file when destroyed.
+// bytes in order, then Finish() commits the file (runtime/files.h's
+// AtomicFile: it appears whole or not at all).
 class SafetensorsWriter {
  public:
   static absl::StatusOr<std::unique_ptr<SafetensorsWriter>> Create(
@@ -94,13 +95,10 @@ class SafetensorsWriter {
 
  private:
   SafetensorsWriter() = default;
-  absl::Status WriteAll(const void* data, size_t bytes);
-  std::string path_, tmp_;
-  int fd_ = -1;
+  std::unique_ptr<AtomicFile> file_;
   std::vector<size_t> sizes_;
   std::vector<std::string> names_;
   size_t next_ = 0;
-  bool finished_ = false;
 };
 
 }  // namespace memwall::models

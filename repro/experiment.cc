@@ -6,21 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "google/protobuf/io/tokenizer.h"
-#include "google/protobuf/text_format.h"
 #include "models/gpt.h"
+#include "runtime/files.h"
 #include "zero/config.h"
 
 namespace memwall::repro {
 namespace {
-
-class ErrorCollector : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, int column, const std::string& message) override {
-    if (first.empty()) first = absl::StrCat("line ", line + 1, " column ", column + 1, ": ", message);
-  }
-  std::string first;
-};
 
 template <typename T>
 absl::Status Bad(absl::string_view field, const T& value, absl::string_view need) {
@@ -78,12 +69,7 @@ absl::Status ValidateExperiment(const Experiment& e) {
 
 absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::string& origin) {
   Experiment e;
-  google::protobuf::TextFormat::Parser parser;
-  ErrorCollector errors;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &e)) {
-    return absl::InvalidArgumentError(absl::StrCat(origin, ": not an Experiment text proto: ", errors.first));
-  }
+  if (absl::Status st = ParseTextProto(text, origin, &e); !st.ok()) return st;
   Training& t = *e.mutable_training();
   if (t.accumulation() == 0) t.set_accumulation(1);
   if (t.precision().empty()) t.set_precision("bf16");

@@ -19,7 +19,9 @@ TEST(Experiment, CheckedInExperimentsParse) {
   for (const auto& entry : std::filesystem::directory_iterator("repro/experiments")) {
     auto e = LoadExperiment(entry.path().string());
     EXPECT_TRUE(e.ok()) << entry.path() << ": " << e.status();
-    if (e.ok()) EXPECT_EQ(e->name() + ".textproto", entry.path().filename().string());
+    if (e.ok()) {
+      EXPECT_EQ(e->name() + ".textproto", entry.path().filename().string());
+    }
     ++n;
   }
   EXPECT_GE(n, 1);

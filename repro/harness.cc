@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "runtime/files.h"
 
 namespace memwall::repro {
 namespace {
@@ -116,22 +117,6 @@ std::string JsonString(const std::string& value) {
     }
   }
   return out + "\"";
-}
-
-absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
-    out << contents;
-    if (!out.flush()) return absl::DataLossError(absl::StrCat("write to ", tmp, " failed (disk full?)"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status WriteProvenance(const std::string& path, const Provenance& p) {

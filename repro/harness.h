@@ -30,9 +30,6 @@ std::string CsvField(const std::string& value);
 // A JSON string literal.
 std::string JsonString(const std::string& value);
 
-// Writes `contents` to `path` through a temporary file and a rename.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
-
 struct Provenance {
   std::string experiment;
   std::string description;

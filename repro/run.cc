@@ -24,6 +24,7 @@
 #include "repro/experiment.h"
 #include "repro/harness.h"
 #include "repro/zero_memory.h"
+#include "runtime/files.h"
 #include "runtime/launch.h"
 #include "runtime/status.h"
 

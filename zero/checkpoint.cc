@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "models/safetensors.h"
+#include "runtime/files.h"
 #include "runtime/status.h"
 #include "zero/trainer.h"
 
@@ -33,65 +34,26 @@ constexpr int64_t kChunk = 1 << 20;  // elements per staged read or write
 
 std::string Errno() { return std::strerror(errno); }
 
-// Writes `path` through "<path>.tmp": fsync, rename, fsync of the directory.
-class AtomicFile {
+// An AtomicFile (runtime/files.h) that keeps the CRC-32 of what it wrote.
+class ChecksummedFile {
  public:
-  static absl::StatusOr<std::unique_ptr<AtomicFile>> Open(const std::string& path) {
-    std::unique_ptr<AtomicFile> f(new AtomicFile(path));
-    f->fd_ = ::open(f->tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (f->fd_ < 0) return absl::PermissionDeniedError(absl::StrCat("cannot create ", f->tmp_, ": ", Errno()));
-    return f;
-  }
-  ~AtomicFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
+  static absl::StatusOr<ChecksummedFile> Open(const std::string& path) {
+    MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> file, AtomicFile::Open(path));
+    return ChecksummedFile(std::move(file));
   }
   absl::Status Write(const void* data, size_t bytes) {
     crc_ = crc32_z(crc_, static_cast<const Bytef*>(data), bytes);
-    size_ += bytes;
-    const char* p = static_cast<const char*>(data);
-    while (bytes > 0) {
-      const ssize_t n = ::write(fd_, p, bytes);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return absl::DataLossError(absl::StrCat("write to ", tmp_, " failed: ", Errno()));
-      p += n;
-      bytes -= static_cast<size_t>(n);
-    }
-    return absl::OkStatus();
+    return file_->Write(data, bytes);
   }
-  absl::Status Commit() {
-    if (::fsync(fd_) != 0) return absl::DataLossError(absl::StrCat("fsync ", tmp_, ": ", Errno()));
-    ::close(fd_);
-    fd_ = -1;
-    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-      return absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp_, " to ", path_, ": ", Errno()));
-    }
-    committed_ = true;
-    const std::string dir = std::filesystem::path(path_).parent_path().string();
-    const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
-    return absl::OkStatus();
-  }
+  absl::Status Commit() { return file_->Commit(); }
   uint32_t crc() const { return static_cast<uint32_t>(crc_); }
-  uint64_t size() const { return size_; }
+  uint64_t size() const { return file_->bytes_written(); }
 
  private:
-  explicit AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {}
-  std::string path_, tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
+  explicit ChecksummedFile(std::unique_ptr<AtomicFile> file) : file_(std::move(file)) {}
+  std::unique_ptr<AtomicFile> file_;
   uLong crc_ = crc32_z(0, nullptr, 0);
-  uint64_t size_ = 0;
 };
-
-absl::Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> f, AtomicFile::Open(path));
-  MEMWALL_RETURN_IF_ERROR(f->Write(bytes.data(), bytes.size()));
-  return f->Commit();
-}
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -333,13 +295,14 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
   absl::Status written;
   if (writes) {
     written = [&]() -> absl::Status {
-      MEMWALL_ASSIGN_OR_RETURN(auto file, AtomicFile::Open(Join(path, absl::StrFormat("rank_%05d.shard", rank))));
+      MEMWALL_ASSIGN_OR_RETURN(ChecksummedFile file,
+                               ChecksummedFile::Open(Join(path, absl::StrFormat("rank_%05d.shard", rank))));
       char header[kHeaderBytes];
       const int64_t begin = range.begin, count = range.size();
       std::memcpy(header, kMagic, 8);
       std::memcpy(header + 8, &begin, 8);
       std::memcpy(header + 16, &count, 8);
-      MEMWALL_RETURN_IF_ERROR(file->Write(header, kHeaderBytes));
+      MEMWALL_RETURN_IF_ERROR(file.Write(header, kHeaderBytes));
       std::vector<float> host(std::min<int64_t>(count, kChunk));
       Stream& s = device_.compute_stream();
       for (const Buffer* b : std::initializer_list<const Buffer*>{&master(), &m_, &v_}) {
@@ -347,12 +310,12 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
           const int64_t n = std::min(kChunk, count - at);
           MEMWALL_RETURN_IF_ERROR(s.Copy(host.data(), b->as<float>() + at, n * sizeof(float)));
           MEMWALL_RETURN_IF_ERROR(s.Synchronize());
-          MEMWALL_RETURN_IF_ERROR(file->Write(host.data(), n * sizeof(float)));
+          MEMWALL_RETURN_IF_ERROR(file.Write(host.data(), n * sizeof(float)));
         }
       }
-      MEMWALL_RETURN_IF_ERROR(file->Commit());
-      crc = file->crc();
-      bytes = file->size();
+      MEMWALL_RETURN_IF_ERROR(file.Commit());
+      crc = file.crc();
+      bytes = file.size();
       return absl::OkStatus();
     }();
   }

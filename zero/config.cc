@@ -1,8 +1,7 @@
 #include "zero/config.h"
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/io/tokenizer.h"
-#include "google/protobuf/text_format.h"
+#include "runtime/files.h"
 
 namespace memwall::zero {
 namespace {
@@ -11,16 +10,6 @@ absl::Status Bad(absl::string_view field, int64_t value, absl::string_view need)
   return absl::InvalidArgumentError(
       absl::StrCat("ZeroConfig ", field, " = ", value, " ", need));
 }
-
-// Collects protobuf's parse errors (line, column, message) instead of
-// letting it log them.
-class ErrorCollector : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, int column, const std::string& message) override {
-    if (first.empty()) first = absl::StrCat("line ", line + 1, " column ", column + 1, ": ", message);
-  }
-  std::string first;
-};
 
 }  // namespace
 
@@ -70,13 +59,7 @@ absl::Status CheckWorldSize(int64_t configured, int launched) {
 
 absl::StatusOr<ZeroConfig> ParseZeroConfig(const std::string& text, const std::string& origin) {
   ZeroConfig c;
-  google::protobuf::TextFormat::Parser parser;
-  ErrorCollector errors;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &c)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(origin, ": not a ZeroConfig text proto: ", errors.first));
-  }
+  if (absl::Status st = ParseTextProto(text, origin, &c); !st.ok()) return st;
   if (absl::Status st = ValidateZeroConfig(c); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(origin, ": ", st.message()));
   }

@@ -1,0 +1,98 @@
+#include "runtime/files.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/text_format.h"
+#include "runtime/status.h"
+
+namespace memwall {
+namespace {
+
+std::string Errno() { return std::strerror(errno); }
+
+// Keeps protobuf's first parse error (line, column, message) instead of
+// letting it log them.
+class FirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (first.empty()) first = absl::StrCat("line ", line + 1, " column ", column + 1, ": ", message);
+  }
+  std::string first;
+};
+
+}  // namespace
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {}
+
+absl::StatusOr<std::unique_ptr<AtomicFile>> AtomicFile::Open(const std::string& path) {
+  std::unique_ptr<AtomicFile> f(new AtomicFile(path));
+  f->fd_ = ::open(f->tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (f->fd_ < 0) return absl::PermissionDeniedError(absl::StrCat("cannot create ", f->tmp_, ": ", Errno()));
+  return f;
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(tmp_.c_str());
+}
+
+absl::Status AtomicFile::Write(const void* data, size_t bytes) {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": write after commit"));
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return absl::DataLossError(absl::StrCat("write to ", tmp_, " failed: ", Errno(), " (disk full?)"));
+    p += n;
+    bytes -= static_cast<size_t>(n);
+    bytes_ += static_cast<uint64_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AtomicFile::Commit() {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": committed twice"));
+  if (::fsync(fd_) != 0) return absl::DataLossError(absl::StrCat("fsync ", tmp_, ": ", Errno()));
+  ::close(fd_);
+  fd_ = -1;
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp_, " to ", path_, ": ", Errno()));
+  }
+  committed_ = true;
+  const std::string dir = std::filesystem::path(path_).parent_path().string();
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> f, AtomicFile::Open(path));
+  MEMWALL_RETURN_IF_ERROR(f->Write(contents.data(), contents.size()));
+  return f->Commit();
+}
+
+absl::Status ParseTextProto(const std::string& text, const std::string& origin,
+                            google::protobuf::Message* out) {
+  google::protobuf::TextFormat::Parser parser;
+  FirstError errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, out)) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": not a ", out->GetDescriptor()->name(),
+                                                   " text proto: ", errors.first));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace memwall
