@@ -1,0 +1,105 @@
+// A timeline of named zones on streams and host threads, to see what
+// overlaps what (ZeRO-Offload §5: gradient D2H under backward, parameter H2D
+// under the CPU Adam, the delayed parameter update under the next forward).
+//
+//   Timeline t;
+//   auto zone = t.Begin(copy_stream, "grad D2H");   // stamped when the stream gets there
+//   ... enqueue the copy ...
+//   t.End(copy_stream, zone);
+//   { Timeline::HostZone z(t, "cpu_adam", "host"); adam->Step(...); }
+//   ... synchronize ...
+//   t.WriteChromeTrace("step_12.json");   // opens in Perfetto / chrome://tracing
+//
+// A stream zone's begin and end are host functions enqueued on the stream
+// (Stream::EnqueueHost), so they are stamped, with one steady clock, when the
+// stream reaches them: on the CpuDevice that is when the work runs; on CUDA
+// it is when the GPU gets there plus the host callback's latency (a few
+// microseconds). The track of a stream zone is the stream's name. Zones are
+// facts about order: tests assert overlap and precedence from them, never a
+// duration.
+#ifndef MEMWALL_RUNTIME_TIMELINE_H_
+#define MEMWALL_RUNTIME_TIMELINE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/device.h"
+
+namespace memwall {
+
+struct Zone {
+  std::string track;  // stream name, or a host track ("host")
+  std::string name;
+  int64_t begin_ns = -1, end_ns = -1;  // steady clock; -1: not reached yet
+  bool complete() const { return begin_ns >= 0 && end_ns >= begin_ns; }
+  int64_t duration_ns() const { return complete() ? end_ns - begin_ns : 0; }
+};
+
+class Timeline {
+ public:
+  using ZoneId = int64_t;
+  // A disabled timeline records nothing and enqueues nothing.
+  explicit Timeline(bool enabled = true) : enabled_(enabled) {}
+
+  bool enabled() const { return enabled_; }
+  // Enqueues the zone's begin (end) stamp on `stream`.
+  absl::StatusOr<ZoneId> Begin(Stream& stream, absl::string_view name);
+  absl::Status End(Stream& stream, ZoneId zone);
+
+  // A zone of host work on the calling thread, from construction to
+  // destruction.
+  class HostZone {
+   public:
+    HostZone(Timeline& timeline, absl::string_view name, absl::string_view track = "host");
+    ~HostZone();
+    HostZone(const HostZone&) = delete;
+    HostZone& operator=(const HostZone&) = delete;
+
+   private:
+    Timeline& timeline_;
+    ZoneId id_ = -1;
+  };
+
+  // The zones so far (copies; those whose stamps have not run are
+  // incomplete). Synchronize the streams first for a whole picture.
+  std::vector<Zone> Zones() const;
+  void Clear();
+
+  // Chrome's trace-event format: one complete ("X") event per zone, times in
+  // microseconds from the first zone, process = `pid` (the rank), one
+  // thread per track.
+  std::string ChromeTraceJson(int pid = 0) const;
+  absl::Status WriteChromeTrace(const std::string& path, int pid = 0) const;
+
+ private:
+  ZoneId Add(absl::string_view track, absl::string_view name);
+  void Stamp(ZoneId id, bool end);
+
+  const bool enabled_;
+  mutable absl::Mutex mu_;
+  std::vector<Zone> zones_ ABSL_GUARDED_BY(mu_);
+};
+
+// Nanoseconds on the clock zones are stamped with.
+int64_t TimelineNowNs();
+
+// Total time during which some zone of `a` and some zone of `b` both run
+// (the measure of the intersection of their unions), in ns.
+int64_t OverlapNs(const std::vector<Zone>& a, const std::vector<Zone>& b);
+// Time covered by at least one zone (the measure of their union), in ns.
+int64_t BusyNs(const std::vector<Zone>& zones);
+// 1 - BusyNs(zones clipped to [begin, end)) / (end - begin): the fraction of
+// a window in which none of `zones` runs (a device's idle fraction when the
+// zones are its compute stream's).
+double IdleFraction(const std::vector<Zone>& zones, int64_t begin_ns, int64_t end_ns);
+// The complete zones of `all` on `track` (and with `name`, when given).
+std::vector<Zone> Select(const std::vector<Zone>& all, absl::string_view track,
+                         absl::string_view name = "");
+
+}  // namespace memwall
+
+#endif  // MEMWALL_RUNTIME_TIMELINE_H_

@@ -1,0 +1,142 @@
+// Timeline: zones stamped in stream order, overlap and precedence read from
+// them (two CpuDevice streams made to run together, or ordered by an
+// event), the interval arithmetic on hand-made zones, and the Chrome trace.
+#include "runtime/timeline.h"
+
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "runtime/cpu_device.h"
+
+namespace memwall {
+namespace {
+
+Zone Z(const std::string& track, int64_t b, int64_t e) { return Zone{track, "z", b, e}; }
+
+TEST(Timeline, IntervalArithmetic) {
+  const std::vector<Zone> busy = {Z("c", 0, 10), Z("c", 5, 20), Z("c", 30, 40)};
+  EXPECT_EQ(BusyNs(busy), 30);  // [0, 20) and [30, 40)
+  EXPECT_EQ(OverlapNs(busy, {Z("x", 8, 32)}), 14);  // [8, 20) and [30, 32)
+  EXPECT_EQ(OverlapNs(busy, {Z("x", 20, 30)}), 0);
+  EXPECT_DOUBLE_EQ(IdleFraction(busy, 0, 50), 1.0 - 30.0 / 50.0);
+  EXPECT_DOUBLE_EQ(IdleFraction(busy, 15, 35), 1.0 - 10.0 / 20.0);
+  EXPECT_DOUBLE_EQ(IdleFraction({}, 0, 10), 1.0);
+  // Incomplete zones (a stamp not reached) count for nothing.
+  EXPECT_EQ(BusyNs({Zone{"c", "open", 5, -1}}), 0);
+  const std::vector<Zone> mixed = {Zone{"a", "x", 0, 1}, Zone{"b", "x", 0, 1}, Zone{"a", "y", 2, 3},
+                                   Zone{"a", "x", 4, -1}};
+  EXPECT_EQ(Select(mixed, "a").size(), 2u);
+  EXPECT_EQ(Select(mixed, "a", "x").size(), 1u);
+}
+
+// Spins until `flag` is set; false after ~10 s (a test failure, not a hang).
+bool AwaitFlag(const std::atomic<bool>& flag) {
+  for (int i = 0; i < 10000 && !flag.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return flag.load();
+}
+
+class TimelineOnStreams : public testing::Test {
+ protected:
+  void SetUp() override {
+    device_ = *CreateCpuDevice();
+    a_ = *device_->CreateStream("stream_a");
+    b_ = *device_->CreateStream("stream_b");
+  }
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<Stream> a_, b_;
+};
+
+TEST_F(TimelineOnStreams, ZonesThatMustRunTogetherOverlap) {
+  Timeline t;
+  std::atomic<bool> a_running{false}, b_running{false};
+  // Each zone's work waits until the other's has started, so each zone
+  // begins before the other ends: they overlap whatever the timing.
+  auto za = *t.Begin(*a_, "a");
+  ASSERT_TRUE(a_->EnqueueHost([&] {
+    a_running = true;
+    return AwaitFlag(b_running) ? absl::OkStatus() : absl::DeadlineExceededError("b never ran");
+  }).ok());
+  ASSERT_TRUE(t.End(*a_, za).ok());
+  auto zb = *t.Begin(*b_, "b");
+  ASSERT_TRUE(b_->EnqueueHost([&] {
+    b_running = true;
+    return AwaitFlag(a_running) ? absl::OkStatus() : absl::DeadlineExceededError("a never ran");
+  }).ok());
+  ASSERT_TRUE(t.End(*b_, zb).ok());
+  ASSERT_TRUE(a_->Synchronize().ok());
+  ASSERT_TRUE(b_->Synchronize().ok());
+  const std::vector<Zone> zones = t.Zones();
+  const auto on_a = Select(zones, "stream_a", "a"), on_b = Select(zones, "stream_b", "b");
+  ASSERT_EQ(on_a.size(), 1u);
+  ASSERT_EQ(on_b.size(), 1u);
+  EXPECT_LT(on_a[0].begin_ns, on_b[0].end_ns);
+  EXPECT_LT(on_b[0].begin_ns, on_a[0].end_ns);
+  EXPECT_GT(OverlapNs(on_a, on_b), 0);
+}
+
+TEST_F(TimelineOnStreams, ZonesOrderedByAnEventDoNotOverlap) {
+  Timeline t;
+  auto event = *device_->CreateEvent();
+  auto za = *t.Begin(*a_, "first");
+  ASSERT_TRUE(a_->EnqueueHost([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return absl::OkStatus();
+  }).ok());
+  ASSERT_TRUE(t.End(*a_, za).ok());
+  ASSERT_TRUE(a_->Record(*event).ok());
+  ASSERT_TRUE(b_->Wait(*event).ok());
+  auto zb = *t.Begin(*b_, "second");
+  ASSERT_TRUE(t.End(*b_, zb).ok());
+  ASSERT_TRUE(b_->Synchronize().ok());
+  const std::vector<Zone> zones = t.Zones();
+  const auto first = Select(zones, "stream_a"), second = Select(zones, "stream_b");
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_GE(second[0].begin_ns, first[0].end_ns);
+  EXPECT_EQ(OverlapNs(first, second), 0);
+  {
+    Timeline::HostZone z(t, "on the host");
+  }
+  EXPECT_EQ(Select(t.Zones(), "host", "on the host").size(), 1u);
+  t.Clear();
+  EXPECT_TRUE(t.Zones().empty());
+}
+
+TEST_F(TimelineOnStreams, ChromeTraceHasOneEventPerZoneAndOneThreadPerTrack) {
+  Timeline t;
+  for (int i = 0; i < 3; ++i) {
+    auto z = *t.Begin(*a_, "copy \"tile\" " + std::to_string(i));
+    ASSERT_TRUE(t.End(*a_, z).ok());
+  }
+  { Timeline::HostZone z(t, "cpu_adam"); }
+  ASSERT_TRUE(a_->Synchronize().ok());
+  const std::string json = t.ChromeTraceJson(/*pid=*/3);
+  auto count = [&](const std::string& what) {
+    int n = 0;
+    for (size_t at = json.find(what); at != std::string::npos; at = json.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("\"ph\": \"X\""), 4) << json;
+  EXPECT_EQ(count("\"thread_name\""), 2) << json;  // stream_a and host
+  EXPECT_EQ(count("\"pid\": 3"), 6) << json;
+  EXPECT_NE(json.find("copy \\\"tile\\\" 2"), std::string::npos) << json;  // escaped
+  EXPECT_EQ(json.rfind("]}\n"), json.size() - 3);
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(dir ? dir : "/tmp") + "/trace.json";
+  ASSERT_TRUE(t.WriteChromeTrace(path, 3).ok());
+}
+
+TEST_F(TimelineOnStreams, DisabledRecordsNothing) {
+  Timeline t(/*enabled=*/false);
+  auto z = t.Begin(*a_, "x");
+  ASSERT_TRUE(z.ok());
+  ASSERT_TRUE(t.End(*a_, *z).ok());
+  { Timeline::HostZone h(t, "y"); }
+  ASSERT_TRUE(a_->Synchronize().ok());
+  EXPECT_TRUE(t.Zones().empty());
+}
+
+}  // namespace
+}  // namespace memwall
