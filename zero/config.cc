@@ -24,6 +24,12 @@ ZeroConfig WithDefaults(const ZeroConfig& c) {
     out.set_param_persistence_threshold(kDefaultParamPersistenceThreshold);
   }
   if (!out.has_max_live_params()) out.set_max_live_params(kDefaultMaxLiveParams);
+  if (out.offload_optimizer().device() != OffloadOptimizerConfig::NONE) {
+    OffloadOptimizerConfig& o = *out.mutable_offload_optimizer();
+    if (!o.has_pin_memory()) o.set_pin_memory(true);
+    if (!o.has_tile_elements()) o.set_tile_elements(kDefaultOffloadTileElements);
+    if (!o.has_delayed_update_after_steps()) o.set_delayed_update_after_steps(0);
+  }
   return out;
 }
 
@@ -45,6 +51,20 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c) {
   }
   if (c.has_max_live_params() && c.max_live_params() <= 0) {
     return Bad("max_live_params", c.max_live_params(), "must be > 0 elements (unset: 1e9)");
+  }
+  const OffloadOptimizerConfig& o = c.offload_optimizer();
+  if (o.device() != OffloadOptimizerConfig::NONE) {
+    if (c.stage() != 1 && c.stage() != 2) {
+      return Bad("offload_optimizer.device = CPU with stage", c.stage(),
+                 "needs stage 1 or 2 (ZeRO-Offload; stage 3 offload is ZeRO-Infinity's)");
+    }
+    if (o.has_tile_elements() && o.tile_elements() <= 0) {
+      return Bad("offload_optimizer.tile_elements", o.tile_elements(), "must be > 0 (unset: 4 Mi)");
+    }
+    if (o.has_delayed_update_after_steps() && o.delayed_update_after_steps() < 0) {
+      return Bad("offload_optimizer.delayed_update_after_steps", o.delayed_update_after_steps(),
+                 "must be >= 0 (0: no delayed parameter update; the paper uses 40)");
+    }
   }
   return absl::OkStatus();
 }

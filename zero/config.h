@@ -19,6 +19,7 @@ inline constexpr int64_t kDefaultAllgatherBucketBytes = int64_t{64} << 20;
 inline constexpr int64_t kDefaultPrefetchBucketBytes = int64_t{32} << 20;
 inline constexpr int64_t kDefaultParamPersistenceThreshold = 65536;
 inline constexpr int64_t kDefaultMaxLiveParams = 1000000000;
+inline constexpr int64_t kDefaultOffloadTileElements = int64_t{4} << 20;
 
 // `config` with every unset optional field set to its default
 // (overlap_comm and contiguous_gradients default to true).

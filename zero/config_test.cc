@@ -29,6 +29,17 @@ TEST(ZeroConfig, DefaultsFillOnlyUnsetFields) {
   EXPECT_EQ(d.param_persistence_threshold(), kDefaultParamPersistenceThreshold);
   EXPECT_EQ(d.max_live_params(), kDefaultMaxLiveParams);
   EXPECT_TRUE(ValidateZeroConfig(d).ok());
+  EXPECT_FALSE(d.has_offload_optimizer()) << "no offload: nothing filled in";
+}
+
+TEST(ZeroConfig, OffloadDefaults) {
+  auto c = ParseZeroConfig("stage: 2 offload_optimizer { device: CPU pin_memory: false }", "t");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const OffloadOptimizerConfig o = WithDefaults(*c).offload_optimizer();
+  EXPECT_EQ(o.device(), OffloadOptimizerConfig::CPU);
+  EXPECT_FALSE(o.pin_memory()) << "an explicit false stays false";
+  EXPECT_EQ(o.tile_elements(), kDefaultOffloadTileElements);
+  EXPECT_EQ(o.delayed_update_after_steps(), 0);
 }
 
 TEST(ZeroConfig, EachBadValueNamesItsField) {
@@ -40,6 +51,15 @@ TEST(ZeroConfig, EachBadValueNamesItsField) {
   ExpectError("prefetch_bucket_bytes: -1", "prefetch_bucket_bytes = -1 must be >= 0");
   ExpectError("param_persistence_threshold: -1", "param_persistence_threshold = -1 must be >= 0");
   ExpectError("max_live_params: 0", "max_live_params = 0 must be > 0");
+  ExpectError("stage: 3 offload_optimizer { device: CPU }",
+              "offload_optimizer.device = CPU with stage = 3 needs stage 1 or 2");
+  ExpectError("stage: 0 offload_optimizer { device: CPU }",
+              "offload_optimizer.device = CPU with stage = 0 needs stage 1 or 2");
+  ExpectError("stage: 2 offload_optimizer { device: CPU tile_elements: 0 }",
+              "offload_optimizer.tile_elements = 0 must be > 0");
+  ExpectError("stage: 2 offload_optimizer { device: CPU delayed_update_after_steps: -1 }",
+              "offload_optimizer.delayed_update_after_steps = -1 must be >= 0");
+  ExpectError("stage: 2 offload_optimizer { device: GPU }", "Unknown enumeration value of \"GPU\" for field \"device\"");
   ExpectError("stage: 2 bucket: 3", "line 1 column 16: Message type \"memwall.zero.ZeroConfig\" has no field named \"bucket\"");
   ExpectError("stage: two", "not a ZeroConfig text proto");
 }

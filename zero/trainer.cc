@@ -83,6 +83,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Dev
                                                    " exceeds the model's ",
                                                    model.config().positions(), " positions"));
   }
+  if (options.zero.offload_optimizer().device() != OffloadOptimizerConfig::NONE) {
+    return absl::UnimplementedError(
+        "ZeroConfig offload_optimizer.device = CPU: ZeRO-Offload is not built yet (issue 6; the "
+        "configuration is checked, the engine is next)");
+  }
   std::unique_ptr<Trainer> t(new Trainer(model, device, comm, options));
   MEMWALL_RETURN_IF_ERROR(t->Allocate());
   return t;
