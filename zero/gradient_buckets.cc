@@ -10,13 +10,13 @@ namespace memwall::zero {
 
 absl::StatusOr<std::unique_ptr<GradientBuckets>> GradientBuckets::Create(
     const FlatLayout& layout, Device& device, Communicator& comm, Stream& coll, DType dtype,
-    int64_t capacity, int count, Tensor shard_grad) {
+    int64_t capacity, int count, GradientSink& sink) {
   if (capacity <= 0 || count < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("reduce buckets: capacity ", capacity, " x ", count, " must be positive"));
   }
   std::unique_ptr<GradientBuckets> g(
-      new GradientBuckets(layout, device, comm, coll, dtype, capacity, std::move(shard_grad)));
+      new GradientBuckets(layout, device, comm, coll, dtype, capacity, sink));
   for (int i = 0; i < count; ++i) {
     Bucket b;
     MEMWALL_ASSIGN_OR_RETURN(b.memory, device.Allocate(static_cast<size_t>(capacity) * SizeOf(dtype),
@@ -31,14 +31,14 @@ absl::StatusOr<std::unique_ptr<GradientBuckets>> GradientBuckets::Create(
 }
 
 GradientBuckets::GradientBuckets(const FlatLayout& layout, Device& device, Communicator& comm,
-                                 Stream& coll, DType dtype, int64_t capacity, Tensor shard_grad)
+                                 Stream& coll, DType dtype, int64_t capacity, GradientSink& sink)
     : layout_(layout),
       device_(device),
       comm_(comm),
       coll_(coll),
       dtype_(dtype),
       capacity_(capacity),
-      shard_grad_(std::move(shard_grad)) {}
+      sink_(sink) {}
 
 void GradientBuckets::UnbindAll() {
   for (models::Parameter* p : layout_.params()) p->grad = Tensor(nullptr, dtype_, p->shape, &device_);
@@ -100,8 +100,7 @@ absl::Status GradientBuckets::Flush(Bucket& b) {
       const Tensor part = Slice(b, s.at + piece.begin - s.flat.begin, piece.size);
       MEMWALL_RETURN_IF_ERROR(comm_.Reduce(part, part, ReduceOp::kSum, piece.rank, coll_));
       if (piece.rank != layout_.rank()) continue;
-      const Tensor mine = shard_grad_.Slice(piece.begin - layout_.shard_begin(), piece.size);
-      MEMWALL_RETURN_IF_ERROR(ops::Add(mine, part, mine, coll_));
+      MEMWALL_RETURN_IF_ERROR(sink_.AddPiece(part, piece.begin - layout_.shard_begin(), coll_));
     }
   }
   MEMWALL_RETURN_IF_ERROR(coll_.Record(*b.free));
@@ -113,5 +112,10 @@ absl::Status GradientBuckets::Flush(Bucket& b) {
 }
 
 absl::Status GradientBuckets::FlushAll() { return Flush(buckets_[current_]); }
+
+absl::Status DeviceGradientSink::AddPiece(const Tensor& reduced, int64_t shard_offset, Stream& coll) {
+  const Tensor mine = shard_grad_.Slice(shard_offset, reduced.numel());
+  return ops::Add(mine, reduced, mine, coll);
+}
 
 }  // namespace memwall::zero

@@ -15,8 +15,9 @@
 //
 // Flush: on the communication stream (after an event from the compute
 // stream), Reduce(sum) of each piece to its owner, in place in the bucket,
-// then shard_grad[piece] += bucket[piece] on the owner (fp32 sum, one
-// rounding: ops::Add). With overlap_comm there are two buckets, so backward
+// then the owner hands bucket[piece] to its GradientSink: on the device,
+// shard_grad[piece] += bucket[piece] (fp32 sum, one rounding: ops::Add);
+// with ZeRO-Offload, a copy to host memory and the same add there. With overlap_comm there are two buckets, so backward
 // fills one while the other is reduced; the compute stream waits for a
 // bucket's previous flush before reusing it. A gradient flushed in the
 // middle of a pass and produced again later (the tied wte) gets a fresh
@@ -36,15 +37,38 @@
 
 namespace memwall::zero {
 
+// Where the reduced pieces a rank owns go.
+class GradientSink {
+ public:
+  virtual ~GradientSink() = default;
+  // `reduced` (bucket memory, on the device) holds this rank's shard
+  // elements [shard_offset, shard_offset + n) of one micro-batch's
+  // gradient, ready in `coll`'s order; the sink adds them to the shard
+  // gradient. The bucket is reused once `coll` passes this point, so a sink
+  // that reads it later must copy it on `coll` first.
+  virtual absl::Status AddPiece(const Tensor& reduced, int64_t shard_offset, Stream& coll) = 0;
+};
+
+// The device's shard gradient (stage 2, 3): shard[piece] += reduced.
+class DeviceGradientSink : public GradientSink {
+ public:
+  explicit DeviceGradientSink(Tensor shard_grad) : shard_grad_(std::move(shard_grad)) {}
+  absl::Status AddPiece(const Tensor& reduced, int64_t shard_offset, Stream& coll) override;
+
+ private:
+  Tensor shard_grad_;
+};
+
 class GradientBuckets {
  public:
   // `capacity` elements per bucket (at least the largest module's own
-  // parameters), `count` buckets (1, or 2 to overlap). `shard_grad` holds
-  // layout.shard() elements of `dtype`; `coll` is where every collective of
-  // the engine runs (the compute stream itself without overlap).
+  // parameters), `count` buckets (1, or 2 to overlap); gradients are
+  // `dtype`; `sink` (which must outlive the buckets) receives this rank's
+  // reduced pieces; `coll` is where every collective of the engine runs
+  // (the compute stream itself without overlap).
   static absl::StatusOr<std::unique_ptr<GradientBuckets>> Create(
       const FlatLayout& layout, Device& device, Communicator& comm, Stream& coll, DType dtype,
-      int64_t capacity, int count, Tensor shard_grad);
+      int64_t capacity, int count, GradientSink& sink);
 
   // Points every gradient of the layout at no memory (a deferred binding).
   void UnbindAll();
@@ -71,7 +95,7 @@ class GradientBuckets {
   };
 
   GradientBuckets(const FlatLayout& layout, Device& device, Communicator& comm, Stream& coll,
-                  DType dtype, int64_t capacity, Tensor shard_grad);
+                  DType dtype, int64_t capacity, GradientSink& sink);
   absl::Status Flush(Bucket& b);
   Tensor Slice(const Bucket& b, int64_t at, int64_t n) const;
 
@@ -81,7 +105,7 @@ class GradientBuckets {
   Stream& coll_;
   DType dtype_;
   int64_t capacity_;
-  Tensor shard_grad_;
+  GradientSink& sink_;
   std::vector<Bucket> buckets_;
   size_t current_ = 0;
   std::unique_ptr<Event> ready_;  // compute work so far, for coll to wait on

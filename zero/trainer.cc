@@ -72,6 +72,7 @@ Trainer::~Trainer() {
   if (hook_id_ != 0) model_.RemoveHookRecursive(hook_id_);
   gather_.reset();
   buckets_.reset();
+  sink_.reset();
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Device& device,
@@ -207,9 +208,9 @@ absl::Status Trainer::AllocatePartitioned() {
     // A bucket holds at least the largest module's gradients.
     const int64_t capacity = std::min<int64_t>(
         padded, std::max<int64_t>(zero_.reduce_bucket_bytes() / elem, LargestModuleParameters(model_)));
+    sink_ = std::make_unique<DeviceGradientSink>(Tensor::OfBuffer(grads_, dtype, &device_));
     MEMWALL_ASSIGN_OR_RETURN(buckets_, GradientBuckets::Create(layout_, device_, comm_, coll(), dtype,
-                                                               capacity, comm_stream_ ? 2 : 1,
-                                                               Tensor::OfBuffer(grads_, dtype, &device_)));
+                                                               capacity, comm_stream_ ? 2 : 1, *sink_));
   }
   if (stage == 3) {
     MEMWALL_ASSIGN_OR_RETURN(gather_, ParameterGather::Create(layout_, model_, device_, comm_, coll(),

@@ -190,6 +190,7 @@ class Trainer {
   Buffer grads_;                 // stage 1: N shard padded grads; 2, 3: the shard
   Buffer gather_bucket_;         // stage 1, 2: the all-gather bucket
   std::unique_ptr<Stream> comm_stream_;
+  std::unique_ptr<GradientSink> sink_;         // stage 2, 3: where owned pieces go
   std::unique_ptr<GradientBuckets> buckets_;   // stage 2, 3
   std::unique_ptr<ParameterGather> gather_;    // stage 3
   int hook_id_ = 0;
