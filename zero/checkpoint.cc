@@ -304,12 +304,10 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
       std::memcpy(header + 16, &count, 8);
       MEMWALL_RETURN_IF_ERROR(file.Write(header, kHeaderBytes));
       std::vector<float> host(std::min<int64_t>(count, kChunk));
-      Stream& s = device_.compute_stream();
-      for (const Buffer* b : std::initializer_list<const Buffer*>{&master(), &m_, &v_}) {
+      for (OptimizerState state : {OptimizerState::kMaster, OptimizerState::kExpAvg, OptimizerState::kExpAvgSq}) {
         for (int64_t at = 0; at < count; at += kChunk) {
           const int64_t n = std::min(kChunk, count - at);
-          MEMWALL_RETURN_IF_ERROR(s.Copy(host.data(), b->as<float>() + at, n * sizeof(float)));
-          MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+          MEMWALL_RETURN_IF_ERROR(optimizer_->ReadState(state, at, n, host.data()));
           MEMWALL_RETURN_IF_ERROR(file.Write(host.data(), n * sizeof(float)));
         }
       }
@@ -444,13 +442,10 @@ absl::Status Trainer::Load(const std::string& step_dir) {
   CheckpointMetadata meta;
   std::vector<float> values[3];
   MEMWALL_RETURN_IF_ERROR(Agree(LoadLocal(step_dir, meta, values), absl::StrCat("loading ", step_dir)));
-  Stream& s = device_.compute_stream();
-  const Buffer* targets[3] = {&master(), &m_, &v_};
   for (int section = 0; section < 3; ++section) {
-    MEMWALL_RETURN_IF_ERROR(s.Copy(targets[section]->data(), values[section].data(),
-                                   values[section].size() * sizeof(float)));
+    MEMWALL_RETURN_IF_ERROR(optimizer_->WriteState(static_cast<OptimizerState>(section), 0,
+                                                   values[section].size(), values[section].data()));
   }
-  MEMWALL_RETURN_IF_ERROR(s.Synchronize());
   step_ = meta.step();
   adam_step_ = meta.adam_step();
   // A loss scale carries over only between fp16 runs.

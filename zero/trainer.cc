@@ -111,16 +111,22 @@ absl::Status Trainer::Allocate() {
   const size_t bytes = static_cast<size_t>(storage_.numel) * sizeof(float);
   MEMWALL_RETURN_IF_ERROR(model_.Initialize(options_.seed, device_));
   Stream& s = device_.compute_stream();
-  if (half) {  // the master starts from the 16-bit initial values, widened exactly
-    MEMWALL_ASSIGN_OR_RETURN(master_, device_.Allocate(bytes, MemoryTag::kMasterParams));
-    MEMWALL_RETURN_IF_ERROR(ops::Cast(storage_.Values(device_), FlatF32(master_, device_), s));
+  // fp32: the model's values are the master weights. 16-bit: the master
+  // starts from the 16-bit initial values, widened exactly.
+  MEMWALL_ASSIGN_OR_RETURN(
+      optimizer_, CreateDeviceShardOptimizer(device_, storage_.numel, storage_.Grads(device_),
+                                             half ? std::nullopt : std::optional<Tensor>(storage_.Values(device_))));
+  if (half) {
+    std::vector<uint16_t> values(storage_.numel);
+    std::vector<float> widened(storage_.numel);
+    MEMWALL_RETURN_IF_ERROR(s.Copy(values.data(), storage_.values.data(), values.size() * sizeof(uint16_t)));
+    MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+    MEMWALL_RETURN_IF_ERROR(Convert(values.data(), param_dtype(), widened.data(), DType::kF32, values.size()));
+    MEMWALL_RETURN_IF_ERROR(optimizer_->WriteState(OptimizerState::kMaster, 0, storage_.numel, widened.data()));
   }
-  MEMWALL_ASSIGN_OR_RETURN(m_, device_.Allocate(bytes, MemoryTag::kOptimizerStates));
-  MEMWALL_ASSIGN_OR_RETURN(v_, device_.Allocate(bytes, MemoryTag::kOptimizerStates));
   MEMWALL_ASSIGN_OR_RETURN(norm_, device_.Allocate(2 * sizeof(float), MemoryTag::kWorkspace));
   MEMWALL_ASSIGN_OR_RETURN(loss_, device_.Allocate(2 * sizeof(float), MemoryTag::kCommBuffers));
-  MEMWALL_RETURN_IF_ERROR(s.Memset(m_.data(), 0, bytes));
-  MEMWALL_RETURN_IF_ERROR(s.Memset(v_.data(), 0, bytes));
+  (void)bytes;
   return s.Synchronize();
 }
 
@@ -165,12 +171,7 @@ absl::Status Trainer::AllocatePartitioned() {
     }
   }
   // fp32 master weights and Adam's moments: the shard.
-  const size_t shard_bytes = static_cast<size_t>(shard) * sizeof(float);
-  MEMWALL_ASSIGN_OR_RETURN(master_, device_.Allocate(shard_bytes, MemoryTag::kMasterParams));
-  MEMWALL_ASSIGN_OR_RETURN(m_, device_.Allocate(shard_bytes, MemoryTag::kOptimizerStates));
-  MEMWALL_ASSIGN_OR_RETURN(v_, device_.Allocate(shard_bytes, MemoryTag::kOptimizerStates));
-  MEMWALL_RETURN_IF_ERROR(s.Memset(m_.data(), 0, shard_bytes));
-  MEMWALL_RETURN_IF_ERROR(s.Memset(v_.data(), 0, shard_bytes));
+  MEMWALL_ASSIGN_OR_RETURN(optimizer_, CreateDeviceShardOptimizer(device_, shard, GradientShard()));
   MEMWALL_ASSIGN_OR_RETURN(norm_, device_.Allocate(2 * sizeof(float), MemoryTag::kWorkspace));
   MEMWALL_ASSIGN_OR_RETURN(loss_, device_.Allocate(2 * sizeof(float), MemoryTag::kCommBuffers));
 
@@ -191,11 +192,14 @@ absl::Status Trainer::AllocatePartitioned() {
                            init.data() + (lo - layout_.shard_begin()));
     });
   }
-  const Tensor master = FlatF32(master_, device_);
-  MEMWALL_RETURN_IF_ERROR(s.Copy(master_.data(), init.data(), shard_bytes));
-  MEMWALL_RETURN_IF_ERROR(ops::Cast(master, ValuesShard(), s));
-  MEMWALL_RETURN_IF_ERROR(ops::Cast(ValuesShard(), master, s));
-  MEMWALL_RETURN_IF_ERROR(s.Synchronize());  // `init` goes away
+  if (dtype != DType::kF32) {  // round to the parameter type (and widen back, exactly)
+    std::vector<uint16_t> half(shard);
+    MEMWALL_RETURN_IF_ERROR(Convert(init.data(), DType::kF32, half.data(), dtype, shard));
+    MEMWALL_RETURN_IF_ERROR(Convert(half.data(), dtype, init.data(), DType::kF32, shard));
+  }
+  MEMWALL_RETURN_IF_ERROR(optimizer_->WriteState(OptimizerState::kMaster, 0, shard, init.data()));
+  MEMWALL_RETURN_IF_ERROR(optimizer_->WriteValues(ValuesShard(), s));
+  MEMWALL_RETURN_IF_ERROR(s.Synchronize());
 
   if (stage < 3) {  // the all-gather bucket: N chunks of equal size
     const int64_t n = comm_.world_size();
@@ -267,11 +271,8 @@ absl::Status Trainer::AllGatherValues() {
 
 absl::Status Trainer::RefreshComputeCopy() {
   Stream& s = device_.compute_stream();
-  if (zero_.stage() == 0) {
-    if (options_.precision == Precision::kFp32) return absl::OkStatus();
-    return ops::Cast(FlatF32(master_, device_), storage_.Values(device_), s);
-  }
-  MEMWALL_RETURN_IF_ERROR(ops::Cast(FlatF32(master_, device_), ValuesShard(), s));
+  if (zero_.stage() == 0) return optimizer_->WriteValues(storage_.Values(device_), s);
+  MEMWALL_RETURN_IF_ERROR(optimizer_->WriteValues(ValuesShard(), s));
   if (zero_.stage() < 3) return AllGatherValues();
   MEMWALL_RETURN_IF_ERROR(s.Synchronize());  // coll reads the shard next
   return gather_->RefreshPersistent();
@@ -281,14 +282,19 @@ absl::StatusOr<std::vector<float>> Trainer::MasterWeights() {
   Stream& s = device_.compute_stream();
   if (zero_.stage() == 0) {
     std::vector<float> out(storage_.numel);
-    MEMWALL_RETURN_IF_ERROR(s.Copy(out.data(), master().data(), out.size() * sizeof(float)));
-    MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+    MEMWALL_RETURN_IF_ERROR(optimizer_->ReadState(OptimizerState::kMaster, 0, out.size(), out.data()));
     return out;
   }
+  // Each rank's shard, staged through device memory for the all-gather.
+  const int64_t shard = layout_.shard();
+  std::vector<float> mine(shard);
+  MEMWALL_RETURN_IF_ERROR(optimizer_->ReadState(OptimizerState::kMaster, 0, shard, mine.data()));
   MEMWALL_ASSIGN_OR_RETURN(Buffer all, device_.Allocate(layout_.padded() * sizeof(float),
                                                         MemoryTag::kOther));
   const Tensor whole = FlatF32(all, device_);
-  MEMWALL_RETURN_IF_ERROR(comm_.AllGather(FlatF32(master_, device_), whole, s));
+  const Tensor slot = whole.Slice(layout_.shard_begin(), shard);
+  MEMWALL_RETURN_IF_ERROR(s.Copy(slot.data(), mine.data(), slot.bytes()));
+  MEMWALL_RETURN_IF_ERROR(comm_.AllGather(slot, whole, s));
   std::vector<float> out(layout_.numel());
   MEMWALL_RETURN_IF_ERROR(s.Copy(out.data(), all.data(), out.size() * sizeof(float)));
   MEMWALL_RETURN_IF_ERROR(s.Synchronize());
@@ -362,7 +368,7 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   MEMWALL_RETURN_IF_ERROR(comm_.AllReduce(loss, loss, ReduceOp::kSum, c));
   // Global norm and overflow flag in one pass: over the shards, summed.
   const Tensor norm = FlatF32(norm_, device_);
-  MEMWALL_RETURN_IF_ERROR(ops::SquaredNorm(GradientShard(), norm, false, c));
+  MEMWALL_RETURN_IF_ERROR(optimizer_->GradientNorm(norm, c));
   if (stage > 0) MEMWALL_RETURN_IF_ERROR(comm_.AllReduce(norm, norm, ReduceOp::kSum, c));
   float norm_host[2], loss_sum[2];
   MEMWALL_RETURN_IF_ERROR(c.Copy(norm_host, norm_.data(), sizeof(norm_host)));
@@ -393,9 +399,7 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
     ++adam_step_;
     ops::AdamOptions adam = options_.adam;
     adam.lr = stats.lr;
-    MEMWALL_RETURN_IF_ERROR(ops::AdamStep(FlatF32(master(), device_), GradientShard(),
-                                          FlatF32(m_, device_), FlatF32(v_, device_), adam,
-                                          adam_step_, static_cast<float>(clip / loss_scale_), s));
+    MEMWALL_RETURN_IF_ERROR(optimizer_->Step(adam, adam_step_, static_cast<float>(clip / loss_scale_), s));
     MEMWALL_RETURN_IF_ERROR(RefreshComputeCopy());
     MEMWALL_RETURN_IF_ERROR(c.Synchronize());
     MEMWALL_RETURN_IF_ERROR(s.Synchronize());

@@ -57,6 +57,7 @@
 #include "zero/gradient_buckets.h"
 #include "zero/parameter_gather.h"
 #include "zero/partition.h"
+#include "zero/shard_optimizer.h"
 #include "zero/zero_config.pb.h"
 
 namespace memwall::zero {
@@ -171,18 +172,15 @@ class Trainer {
   // stages 2 and 3, else the compute stream.
   Stream& coll() { return comm_stream_ ? *comm_stream_ : device_.compute_stream(); }
   float LearningRate(int64_t step) const;
-  // The fp32 master weights: the compute buffer itself in fp32 mode.
-  const Buffer& master() const {
-    return options_.precision == Precision::kFp32 && zero_.stage() == 0 ? storage_.values : master_;
-  }
 
   models::Gpt& model_;
   Device& device_;
   Communicator& comm_;
   TrainerOptions options_;
   models::FlatStorage storage_;  // values: the compute copy; grads: gradients
-  Buffer master_;                // fp32 master weights (16-bit modes; the shard at stage >= 1)
-  Buffer m_, v_;                 // Adam moments (the shard at stage >= 1)
+  // fp32 master weights and Adam moments (the shard at stage >= 1), and the
+  // step over them (zero/shard_optimizer.h).
+  std::unique_ptr<ShardOptimizer> optimizer_;
   // Stages 1-3.
   ZeroConfig zero_;              // defaults filled
   FlatLayout layout_;

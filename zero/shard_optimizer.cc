@@ -1,0 +1,98 @@
+#include "zero/shard_optimizer.h"
+
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/status.h"
+
+namespace memwall::zero {
+namespace {
+
+class DeviceShardOptimizer : public ShardOptimizer {
+ public:
+  DeviceShardOptimizer(Device& device, int64_t elements, Tensor grads)
+      : device_(device), elements_(elements), grads_(std::move(grads)) {}
+
+  absl::Status Init(std::optional<Tensor> master) {
+    const size_t bytes = static_cast<size_t>(elements_) * sizeof(float);
+    if (master.has_value()) {
+      master_ = *master;
+    } else {
+      MEMWALL_ASSIGN_OR_RETURN(master_buffer_, device_.Allocate(bytes, MemoryTag::kMasterParams));
+      master_ = Tensor::OfBuffer(master_buffer_, DType::kF32, &device_);
+    }
+    MEMWALL_ASSIGN_OR_RETURN(m_, device_.Allocate(bytes, MemoryTag::kOptimizerStates));
+    MEMWALL_ASSIGN_OR_RETURN(v_, device_.Allocate(bytes, MemoryTag::kOptimizerStates));
+    Stream& s = device_.compute_stream();
+    MEMWALL_RETURN_IF_ERROR(s.Memset(m_.data(), 0, bytes));
+    MEMWALL_RETURN_IF_ERROR(s.Memset(v_.data(), 0, bytes));
+    return s.Synchronize();
+  }
+
+  int64_t elements() const override { return elements_; }
+
+  absl::Status GradientNorm(const Tensor& norm, Stream& stream) override {
+    return ops::SquaredNorm(grads_, norm, false, stream);
+  }
+
+  absl::Status Step(const ops::AdamOptions& adam, int64_t step, float grad_scale, Stream& stream) override {
+    return ops::AdamStep(master_, grads_, Tensor::OfBuffer(m_, DType::kF32, &device_),
+                         Tensor::OfBuffer(v_, DType::kF32, &device_), adam, step, grad_scale, stream);
+  }
+
+  absl::Status WriteValues(const Tensor& values, Stream& stream) override {
+    if (values.data() == master_.data()) return absl::OkStatus();  // fp32 stage 0: the same memory
+    return ops::Cast(master_, values, stream);
+  }
+
+  absl::Status ReadState(OptimizerState state, int64_t begin, int64_t n, float* out) override {
+    MEMWALL_ASSIGN_OR_RETURN(const Tensor t, Of(state, begin, n));
+    Stream& s = device_.compute_stream();
+    MEMWALL_RETURN_IF_ERROR(s.Copy(out, t.data(), t.bytes()));
+    return s.Synchronize();
+  }
+
+  absl::Status WriteState(OptimizerState state, int64_t begin, int64_t n, const float* in) override {
+    MEMWALL_ASSIGN_OR_RETURN(const Tensor t, Of(state, begin, n));
+    Stream& s = device_.compute_stream();
+    MEMWALL_RETURN_IF_ERROR(s.Copy(t.data(), in, t.bytes()));
+    return s.Synchronize();
+  }
+
+ private:
+  absl::StatusOr<Tensor> Of(OptimizerState state, int64_t begin, int64_t n) const {
+    if (begin < 0 || n < 0 || begin + n > elements_) {
+      return absl::OutOfRangeError(absl::StrCat("optimizer state elements [", begin, ", ", begin + n,
+                                                ") outside the shard's ", elements_));
+    }
+    switch (state) {
+      case OptimizerState::kMaster: return master_.Slice(begin, n);
+      case OptimizerState::kExpAvg: return Tensor::OfBuffer(m_, DType::kF32, &device_).Slice(begin, n);
+      case OptimizerState::kExpAvgSq: return Tensor::OfBuffer(v_, DType::kF32, &device_).Slice(begin, n);
+    }
+    return absl::InvalidArgumentError("unknown optimizer state");
+  }
+
+  Device& device_;
+  int64_t elements_;
+  Tensor grads_;
+  Buffer master_buffer_;
+  Tensor master_;
+  Buffer m_, v_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardOptimizer>> CreateDeviceShardOptimizer(Device& device, int64_t elements,
+                                                                           Tensor grads,
+                                                                           std::optional<Tensor> master) {
+  if (grads.numel() != elements || (master.has_value() && master->numel() != elements)) {
+    return absl::InvalidArgumentError(absl::StrCat("device shard optimizer: ", elements, " elements but ",
+                                                   grads.numel(), " gradients"));
+  }
+  auto opt = std::make_unique<DeviceShardOptimizer>(device, elements, std::move(grads));
+  MEMWALL_RETURN_IF_ERROR(opt->Init(std::move(master)));
+  return std::unique_ptr<ShardOptimizer>(std::move(opt));
+}
+
+}  // namespace memwall::zero

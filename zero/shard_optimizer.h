@@ -1,0 +1,56 @@
+// Where a rank's optimizer states live and who steps them (ZeRO §5.1: the
+// fp32 master weights and Adam's two moments, 12 bytes per parameter, of
+// the rank's shard; ZeRO-Offload §4: the same on the host, stepped by the
+// CPU Adam). The engine talks to this interface only, so offload/ plugs in
+// without a branch per mode in zero/ (ARCHITECTURE.md).
+//
+// States are `elements` fp32 values each: the whole model at stage 0, the
+// padded shard at stages 1-3 (padding elements are zero and stay zero).
+#ifndef MEMWALL_ZERO_SHARD_OPTIMIZER_H_
+#define MEMWALL_ZERO_SHARD_OPTIMIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ops/ops.h"
+#include "runtime/device.h"
+
+namespace memwall::zero {
+
+enum class OptimizerState { kMaster = 0, kExpAvg = 1, kExpAvgSq = 2 };
+
+class ShardOptimizer {
+ public:
+  virtual ~ShardOptimizer() = default;
+  virtual int64_t elements() const = 0;
+
+  // [sum of squares, inf/NaN flag] of this rank's gradient shard into
+  // `norm` (2 fp32 on the device), in `stream`'s order.
+  virtual absl::Status GradientNorm(const Tensor& norm, Stream& stream) = 0;
+  // One Adam/AdamW step over the shard; gradients are multiplied by
+  // `grad_scale` (clip / loss scale) as they are read.
+  virtual absl::Status Step(const ops::AdamOptions& adam, int64_t step, float grad_scale,
+                            Stream& stream) = 0;
+  // The master weights rounded into `values` (`elements` of the parameter
+  // type, device memory): the compute copy of this rank's part.
+  virtual absl::Status WriteValues(const Tensor& values, Stream& stream) = 0;
+
+  // Host copies of a state, elements [begin, begin + n) (checkpoints,
+  // export, initialization). Synchronous.
+  virtual absl::Status ReadState(OptimizerState state, int64_t begin, int64_t n, float* out) = 0;
+  virtual absl::Status WriteState(OptimizerState state, int64_t begin, int64_t n, const float* in) = 0;
+};
+
+// The states in device memory (tags kMasterParams, kOptimizerStates),
+// stepped by ops::AdamStep on `stream` against the device gradient shard
+// `grads` (`elements` values). In fp32 stage 0 the master weights are the
+// model's own fp32 values: pass them as `master` and none is allocated.
+absl::StatusOr<std::unique_ptr<ShardOptimizer>> CreateDeviceShardOptimizer(
+    Device& device, int64_t elements, Tensor grads, std::optional<Tensor> master = std::nullopt);
+
+}  // namespace memwall::zero
+
+#endif  // MEMWALL_ZERO_SHARD_OPTIMIZER_H_
