@@ -31,13 +31,18 @@ class DeviceShardOptimizer : public ShardOptimizer {
 
   int64_t elements() const override { return elements_; }
 
+  absl::Status ZeroGradients(Stream&) override { return absl::OkStatus(); }  // the engine's buffer
+
   absl::Status GradientNorm(const Tensor& norm, Stream& stream) override {
     return ops::SquaredNorm(grads_, norm, false, stream);
   }
 
-  absl::Status Step(const ops::AdamOptions& adam, int64_t step, float grad_scale, Stream& stream) override {
-    return ops::AdamStep(master_, grads_, Tensor::OfBuffer(m_, DType::kF32, &device_),
-                         Tensor::OfBuffer(v_, DType::kF32, &device_), adam, step, grad_scale, stream);
+  absl::Status Step(const ops::AdamOptions& adam, int64_t step, float grad_scale, const Tensor& values,
+                    Stream& stream) override {
+    MEMWALL_RETURN_IF_ERROR(ops::AdamStep(master_, grads_, Tensor::OfBuffer(m_, DType::kF32, &device_),
+                                          Tensor::OfBuffer(v_, DType::kF32, &device_), adam, step,
+                                          grad_scale, stream));
+    return WriteValues(values, stream);
   }
 
   absl::Status WriteValues(const Tensor& values, Stream& stream) override {

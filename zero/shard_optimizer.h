@@ -10,6 +10,7 @@
 #define MEMWALL_ZERO_SHARD_OPTIMIZER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -17,6 +18,8 @@
 #include "absl/status/statusor.h"
 #include "ops/ops.h"
 #include "runtime/device.h"
+#include "zero/gradient_buckets.h"
+#include "zero/zero_config.pb.h"
 
 namespace memwall::zero {
 
@@ -27,13 +30,24 @@ class ShardOptimizer {
   virtual ~ShardOptimizer() = default;
   virtual int64_t elements() const = 0;
 
+  // Where reduce buckets hand this rank's pieces (stage 2, 3), when the
+  // gradient shard lives with the optimizer (ZeRO-Offload); null when it is
+  // the device buffer the engine owns.
+  virtual GradientSink* gradient_sink() { return nullptr; }
+  // Zeroes the gradients this optimizer owns (gradient_sink() != null)
+  // before a step's first micro-batch, in `stream`'s order (the compute
+  // stream, ahead of backward). The engine zeroes its own buffers.
+  virtual absl::Status ZeroGradients(Stream& stream) = 0;
   // [sum of squares, inf/NaN flag] of this rank's gradient shard into
   // `norm` (2 fp32 on the device), in `stream`'s order.
   virtual absl::Status GradientNorm(const Tensor& norm, Stream& stream) = 0;
   // One Adam/AdamW step over the shard; gradients are multiplied by
-  // `grad_scale` (clip / loss scale) as they are read.
+  // `grad_scale` (clip / loss scale) as they are read. The updated master
+  // weights, rounded, land in `values` as WriteValues would put them, in
+  // `stream`'s order. The gradient shard must be complete (the engine has
+  // synchronized the streams that produce it).
   virtual absl::Status Step(const ops::AdamOptions& adam, int64_t step, float grad_scale,
-                            Stream& stream) = 0;
+                            const Tensor& values, Stream& stream) = 0;
   // The master weights rounded into `values` (`elements` of the parameter
   // type, device memory): the compute copy of this rank's part.
   virtual absl::Status WriteValues(const Tensor& values, Stream& stream) = 0;
@@ -43,6 +57,19 @@ class ShardOptimizer {
   virtual absl::Status ReadState(OptimizerState state, int64_t begin, int64_t n, float* out) = 0;
   virtual absl::Status WriteState(OptimizerState state, int64_t begin, int64_t n, const float* in) = 0;
 };
+
+// What an optimizer is made for: a rank's shard and its types.
+struct ShardOptimizerRequest {
+  Device* device = nullptr;
+  int64_t elements = 0;           // the shard (stages 1-3) or the model (stage 0)
+  DType grad_dtype = DType::kF32;
+  DType value_dtype = DType::kF32;
+  int64_t largest_piece = 0;      // elements: the reduce bucket capacity
+  ops::AdamOptions adam;          // betas, eps, weight decay (lr changes per step)
+  ZeroConfig zero;                // defaults filled
+};
+using ShardOptimizerFactory =
+    std::function<absl::StatusOr<std::unique_ptr<ShardOptimizer>>(const ShardOptimizerRequest&)>;
 
 // The states in device memory (tags kMasterParams, kOptimizerStates),
 // stepped by ops::AdamStep on `stream` against the device gradient shard

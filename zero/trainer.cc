@@ -84,10 +84,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Dev
                                                    " exceeds the model's ",
                                                    model.config().positions(), " positions"));
   }
-  if (options.zero.offload_optimizer().device() != OffloadOptimizerConfig::NONE) {
-    return absl::UnimplementedError(
-        "ZeroConfig offload_optimizer.device = CPU: ZeRO-Offload is not built yet (issue 6; the "
-        "configuration is checked, the engine is next)");
+  if (options.zero.offload_optimizer().device() != OffloadOptimizerConfig::NONE &&
+      !options.shard_optimizer_factory) {
+    return absl::FailedPreconditionError(
+        "ZeroConfig offload_optimizer.device = CPU: create the trainer with offload::CreateTrainer "
+        "(//offload), which supplies the host optimizer");
+  }
+  if (options.shard_optimizer_factory && (options.zero.stage() < 1 || options.zero.stage() > 2)) {
+    return absl::InvalidArgumentError(absl::StrCat("an offloaded optimizer needs ZeRO stage 1 or 2, not ",
+                                                   options.zero.stage()));
   }
   std::unique_ptr<Trainer> t(new Trainer(model, device, comm, options));
   MEMWALL_RETURN_IF_ERROR(t->Allocate());
@@ -150,7 +155,7 @@ absl::Status Trainer::AllocatePartitioned() {
   layout_ = FlatLayout(model_, comm_.world_size(), comm_.rank());
   const int64_t shard = layout_.shard(), padded = layout_.padded();
   Stream& s = device_.compute_stream();
-  if (zero_.overlap_comm() && stage >= 2) {
+  if (zero_.overlap_comm() && bucketed_gradients()) {
     MEMWALL_ASSIGN_OR_RETURN(comm_stream_, device_.CreateStream("zero_comm"));
   }
 
@@ -162,16 +167,36 @@ absl::Status Trainer::AllocatePartitioned() {
       p->value = Tensor(values_.as<char>() + layout_.offset(p) * elem, dtype, p->shape, &device_);
     }
   }
-  // Gradients: N shard padded (stage 1) or the shard (stage 2, 3).
-  MEMWALL_ASSIGN_OR_RETURN(grads_, device_.Allocate((stage == 1 ? padded : shard) * elem, MemoryTag::kGrads));
-  MEMWALL_RETURN_IF_ERROR(s.Memset(grads_.data(), 0, grads_.bytes()));
-  if (stage == 1) {
+  // Gradients: N shard padded (stage 1) or the shard (stage 2, 3); none on
+  // the device when the optimizer keeps them (offload).
+  const bool offload = options_.shard_optimizer_factory != nullptr;
+  if (!offload) {
+    MEMWALL_ASSIGN_OR_RETURN(grads_, device_.Allocate((bucketed_gradients() ? shard : padded) * elem,
+                                                      MemoryTag::kGrads));
+    MEMWALL_RETURN_IF_ERROR(s.Memset(grads_.data(), 0, grads_.bytes()));
+  }
+  if (!bucketed_gradients()) {
     for (models::Parameter* p : layout_.params()) {
       p->grad = Tensor(grads_.as<char>() + layout_.offset(p) * elem, dtype, p->shape, &device_);
     }
   }
+  // A reduce bucket holds at least the largest module's gradients.
+  const int64_t capacity = std::min<int64_t>(
+      padded, std::max<int64_t>(zero_.reduce_bucket_bytes() / elem, LargestModuleParameters(model_)));
   // fp32 master weights and Adam's moments: the shard.
-  MEMWALL_ASSIGN_OR_RETURN(optimizer_, CreateDeviceShardOptimizer(device_, shard, GradientShard()));
+  if (offload) {
+    ShardOptimizerRequest request;
+    request.device = &device_;
+    request.elements = shard;
+    request.grad_dtype = dtype;
+    request.value_dtype = dtype;
+    request.largest_piece = capacity;
+    request.adam = options_.adam;
+    request.zero = zero_;
+    MEMWALL_ASSIGN_OR_RETURN(optimizer_, options_.shard_optimizer_factory(request));
+  } else {
+    MEMWALL_ASSIGN_OR_RETURN(optimizer_, CreateDeviceShardOptimizer(device_, shard, GradientShard()));
+  }
   MEMWALL_ASSIGN_OR_RETURN(norm_, device_.Allocate(2 * sizeof(float), MemoryTag::kWorkspace));
   MEMWALL_ASSIGN_OR_RETURN(loss_, device_.Allocate(2 * sizeof(float), MemoryTag::kCommBuffers));
 
@@ -208,20 +233,21 @@ absl::Status Trainer::AllocatePartitioned() {
     MEMWALL_ASSIGN_OR_RETURN(gather_bucket_, device_.Allocate(chunk * n * elem, MemoryTag::kCommBuffers));
     MEMWALL_RETURN_IF_ERROR(AllGatherValues());
   }
-  if (stage >= 2) {
-    // A bucket holds at least the largest module's gradients.
-    const int64_t capacity = std::min<int64_t>(
-        padded, std::max<int64_t>(zero_.reduce_bucket_bytes() / elem, LargestModuleParameters(model_)));
-    sink_ = std::make_unique<DeviceGradientSink>(Tensor::OfBuffer(grads_, dtype, &device_));
+  if (bucketed_gradients()) {
+    GradientSink* sink = optimizer_->gradient_sink();
+    if (sink == nullptr) {
+      sink_ = std::make_unique<DeviceGradientSink>(Tensor::OfBuffer(grads_, dtype, &device_));
+      sink = sink_.get();
+    }
     MEMWALL_ASSIGN_OR_RETURN(buckets_, GradientBuckets::Create(layout_, device_, comm_, coll(), dtype,
-                                                               capacity, comm_stream_ ? 2 : 1, *sink_));
+                                                               capacity, comm_stream_ ? 2 : 1, *sink));
   }
   if (stage == 3) {
     MEMWALL_ASSIGN_OR_RETURN(gather_, ParameterGather::Create(layout_, model_, device_, comm_, coll(),
                                                               dtype, values_tag, ValuesShard(), zero_));
     MEMWALL_RETURN_IF_ERROR(gather_->RefreshPersistent());
   }
-  if (stage >= 2) {
+  if (bucketed_gradients()) {
     hook_id_ = model_.AddHookRecursive(
         [this](models::Module& m, models::HookPoint point) { return OnHook(m, point); });
   }
@@ -273,8 +299,13 @@ absl::Status Trainer::RefreshComputeCopy() {
   Stream& s = device_.compute_stream();
   if (zero_.stage() == 0) return optimizer_->WriteValues(storage_.Values(device_), s);
   MEMWALL_RETURN_IF_ERROR(optimizer_->WriteValues(ValuesShard(), s));
+  return GatherValues();
+}
+
+absl::Status Trainer::GatherValues() {
+  if (zero_.stage() == 0) return absl::OkStatus();
   if (zero_.stage() < 3) return AllGatherValues();
-  MEMWALL_RETURN_IF_ERROR(s.Synchronize());  // coll reads the shard next
+  MEMWALL_RETURN_IF_ERROR(device_.compute_stream().Synchronize());  // coll reads the shard next
   return gather_->RefreshPersistent();
 }
 
@@ -326,7 +357,8 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   const int stage = zero_.stage();
   const Tensor grads = stage == 0 ? storage_.Grads(device_)
                                   : Tensor::OfBuffer(grads_, param_dtype(), &device_);
-  MEMWALL_RETURN_IF_ERROR(s.Memset(grads.data(), 0, grads.bytes()));
+  if (grads.data() != nullptr) MEMWALL_RETURN_IF_ERROR(s.Memset(grads.data(), 0, grads.bytes()));
+  MEMWALL_RETURN_IF_ERROR(optimizer_->ZeroGradients(s));
 
   // Forward and backward over this rank's micro-batches.
   const int64_t global_tokens = layout.global_batch() * options_.seq;
@@ -359,7 +391,7 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   // Data parallelism: sum gradients (stage 0) or reduce-scatter them to
   // their owners (stage 1; stage 2, 3 did it in backward), and the loss.
   if (stage == 0) MEMWALL_RETURN_IF_ERROR(comm_.AllReduce(grads, grads, ReduceOp::kSum, c));
-  if (stage == 1) {
+  if (stage == 1 && !bucketed_gradients()) {
     MEMWALL_RETURN_IF_ERROR(comm_.ReduceScatter(grads, GradientShard(), ReduceOp::kSum, c));
   }
   const float loss_host[2] = {static_cast<float>(local.sum), static_cast<float>(local.tokens)};
@@ -399,8 +431,9 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
     ++adam_step_;
     ops::AdamOptions adam = options_.adam;
     adam.lr = stats.lr;
-    MEMWALL_RETURN_IF_ERROR(optimizer_->Step(adam, adam_step_, static_cast<float>(clip / loss_scale_), s));
-    MEMWALL_RETURN_IF_ERROR(RefreshComputeCopy());
+    const Tensor values = stage == 0 ? storage_.Values(device_) : ValuesShard();
+    MEMWALL_RETURN_IF_ERROR(optimizer_->Step(adam, adam_step_, static_cast<float>(clip / loss_scale_), values, s));
+    MEMWALL_RETURN_IF_ERROR(GatherValues());
     MEMWALL_RETURN_IF_ERROR(c.Synchronize());
     MEMWALL_RETURN_IF_ERROR(s.Synchronize());
     if (options_.precision == Precision::kFp16 &&

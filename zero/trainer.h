@@ -87,6 +87,10 @@ struct TrainerOptions {
   uint64_t seed = 1234;
   // Stage, buckets, overlap, stage-3 prefetch (zero/config.h fills defaults).
   ZeroConfig zero;
+  // Makes the rank's ShardOptimizer (zero/shard_optimizer.h) when the
+  // optimizer states live elsewhere than the device: offload::CreateTrainer
+  // sets it for ZeroConfig.offload_optimizer. Unset: the device's.
+  ShardOptimizerFactory shard_optimizer_factory;
   // Tests: edits each micro-batch (rank, micro index, token count, ids,
   // targets) before
   // it runs, e.g. to ignore every target on ranks > 0 so that cross-rank
@@ -171,6 +175,12 @@ class Trainer {
   // Where collectives run: a communication stream with overlap_comm at
   // stages 2 and 3, else the compute stream.
   Stream& coll() { return comm_stream_ ? *comm_stream_ : device_.compute_stream(); }
+  // Gradients reach their owners through reduce buckets during backward:
+  // stage 2 and 3, and stage 1 with offload (which keeps no full gradient).
+  bool bucketed_gradients() const { return zero_.stage() >= 2 || options_.shard_optimizer_factory != nullptr; }
+  // After the shard's values changed: all-gather them (stage 1, 2) or
+  // refresh the persistent parameters (stage 3).
+  absl::Status GatherValues();
   float LearningRate(int64_t step) const;
 
   models::Gpt& model_;

@@ -238,13 +238,14 @@ TEST(Trainer, RefusesBadOptionsNamingTheField) {
   auto t = Trainer::Create(*model, *device, *comm, o);
   EXPECT_NE(t.status().message().find("seq = 64 exceeds the model's 32 positions"), std::string::npos);
   EXPECT_EQ(ParsePrecision("fp8").status().code(), absl::StatusCode::kInvalidArgument);
-  // A valid offload configuration is refused plainly until ZeRO-Offload
-  // exists, never silently trained on the device.
+  // An offload configuration without the host optimizer (offload::
+  // CreateTrainer supplies it) is refused, never trained on the device.
   o = Options(Precision::kFp32);
   o.zero.set_stage(2);
   o.zero.mutable_offload_optimizer()->set_device(OffloadOptimizerConfig::CPU);
   t = Trainer::Create(*model, *device, *comm, o);
-  EXPECT_EQ(t.status().code(), absl::StatusCode::kUnimplemented) << t.status();
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
+  EXPECT_NE(t.status().message().find("offload::CreateTrainer"), std::string::npos) << t.status();
 }
 
 }  // namespace
