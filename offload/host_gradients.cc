@@ -91,4 +91,33 @@ absl::Status AccumulateGradient(const void* piece, void* shard, DType dtype, int
   return absl::OkStatus();
 }
 
+absl::StatusOr<GradientNorm> SquaredNorm(const void* x, DType dtype, int64_t n, ThreadPool* pool) {
+  if (!IsFloating(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("SquaredNorm: ", DTypeName(dtype), " is not a float type"));
+  }
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<GradientNorm> partial(chunks);
+  auto run = [&](int64_t c) {
+    const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
+    thread_local std::vector<float> wide;
+    wide.resize(kChunk);
+    if (Convert(static_cast<const char*>(x) + begin * SizeOf(dtype), dtype, wide.data(), DType::kF32,
+                end - begin).ok()) {
+      for (int64_t i = 0; i < end - begin; ++i) {
+        const double v = wide[i];
+        partial[c].sum_of_squares += v * v;
+        partial[c].nonfinite |= !std::isfinite(v);
+      }
+    }
+  };
+  if (pool != nullptr && chunks > 1) {
+    pool->ParallelFor(chunks, run);
+  } else {
+    for (int64_t c = 0; c < chunks; ++c) run(c);
+  }
+  GradientNorm norm;
+  for (const GradientNorm& p : partial) norm.Merge(p);
+  return norm;
+}
+
 }  // namespace memwall::offload

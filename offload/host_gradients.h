@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "runtime/dtype.h"
 #include "runtime/thread_pool.h"
 
@@ -37,6 +38,10 @@ struct GradientNorm {
 // fixed order, so the result does not depend on the thread count.
 absl::Status AccumulateGradient(const void* piece, void* shard, DType dtype, int64_t n, bool first,
                                 GradientNorm* norm, ThreadPool* pool);
+
+// Sum of squares (double) and inf/NaN of n values of `dtype`, in the same
+// fixed chunk order.
+absl::StatusOr<GradientNorm> SquaredNorm(const void* x, DType dtype, int64_t n, ThreadPool* pool);
 
 }  // namespace memwall::offload
 

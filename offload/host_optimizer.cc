@@ -1,0 +1,249 @@
+#include "offload/host_optimizer.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "cpu_adam/cpu_adam.h"
+#include "offload/host_gradients.h"
+#include "runtime/status.h"
+#include "runtime/thread_pool.h"
+#include "zero/config.h"
+
+namespace memwall::offload {
+namespace {
+
+using zero::OptimizerState;
+
+class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
+ public:
+  HostOptimizer(const zero::ShardOptimizerRequest& r, Timeline* timeline)
+      : device_(*r.device),
+        n_(r.elements),
+        grad_dtype_(r.grad_dtype),
+        value_dtype_(r.value_dtype),
+        adam_options_(r.adam),
+        tile_(std::max<int64_t>(1, std::min(r.zero.offload_optimizer().tile_elements(), r.elements))),
+        staging_elements_(r.largest_piece),
+        timeline_(timeline ? timeline : &no_timeline_),
+        pool_(0) {}
+
+  absl::Status Init() {
+    const size_t f32 = static_cast<size_t>(n_) * sizeof(float);
+    MEMWALL_ASSIGN_OR_RETURN(master_, device_.AllocatePinnedHost(f32, MemoryTag::kMasterParams));
+    MEMWALL_ASSIGN_OR_RETURN(m_, device_.AllocatePinnedHost(f32, MemoryTag::kOptimizerStates));
+    MEMWALL_ASSIGN_OR_RETURN(v_, device_.AllocatePinnedHost(f32, MemoryTag::kOptimizerStates));
+    MEMWALL_ASSIGN_OR_RETURN(grads_, device_.AllocatePinnedHost(n_ * SizeOf(grad_dtype_), MemoryTag::kGrads));
+    MEMWALL_ASSIGN_OR_RETURN(staging_grads_, device_.AllocatePinnedHost(staging_elements_ * SizeOf(grad_dtype_),
+                                                                        MemoryTag::kStaging));
+    MEMWALL_ASSIGN_OR_RETURN(staging_values_,
+                             device_.AllocatePinnedHost(2 * tile_ * SizeOf(value_dtype_), MemoryTag::kStaging));
+    MEMWALL_ASSIGN_OR_RETURN(norm_host_, device_.AllocatePinnedHost(2 * sizeof(float), MemoryTag::kStaging));
+    for (const Buffer* b : {&master_, &m_, &v_, &grads_}) std::memset(b->data(), 0, b->bytes());
+    MEMWALL_ASSIGN_OR_RETURN(copy_stream_, device_.CreateStream("offload_h2d"));
+    for (auto& e : slot_free_) {
+      MEMWALL_ASSIGN_OR_RETURN(e, device_.CreateEvent());
+    }
+    MEMWALL_ASSIGN_OR_RETURN(copied_, device_.CreateEvent());
+    cpu_adam::CpuAdam::Options o;
+    o.adam = AdamConfig(adam_options_);
+    MEMWALL_ASSIGN_OR_RETURN(adam_, cpu_adam::CpuAdam::Create(o));
+    return absl::OkStatus();
+  }
+
+  ~HostOptimizer() override {
+    if (copy_stream_) (void)copy_stream_->Synchronize();
+  }
+
+  int64_t elements() const override { return n_; }
+  zero::GradientSink* gradient_sink() override { return this; }
+
+  absl::Status ZeroGradients(Stream& stream) override {
+    return stream.EnqueueHost([this] {
+      std::memset(grads_.data(), 0, grads_.bytes());
+      return absl::OkStatus();
+    });
+  }
+
+  // A reduced piece this rank owns: D2H into staging, then the host add, both
+  // in the collective stream's order (the bucket is reused after them).
+  absl::Status AddPiece(const Tensor& reduced, int64_t shard_offset, Stream& coll) override {
+    const int64_t n = reduced.numel();
+    if (n > staging_elements_ || shard_offset < 0 || shard_offset + n > n_) {
+      return absl::InternalError(absl::StrCat("offload: gradient piece of ", n, " elements at ", shard_offset,
+                                              " does not fit the staging (", staging_elements_,
+                                              ") or the shard (", n_, ")"));
+    }
+    MEMWALL_ASSIGN_OR_RETURN(const Timeline::ZoneId d2h, timeline_->Begin(coll, "grad D2H"));
+    MEMWALL_RETURN_IF_ERROR(coll.Copy(staging_grads_.data(), reduced.data(), reduced.bytes()));
+    MEMWALL_RETURN_IF_ERROR(timeline_->End(coll, d2h));
+    MEMWALL_ASSIGN_OR_RETURN(const Timeline::ZoneId add, timeline_->Begin(coll, "grad accumulate"));
+    char* dst = grads_.as<char>() + shard_offset * SizeOf(grad_dtype_);
+    MEMWALL_RETURN_IF_ERROR(coll.EnqueueHost([this, dst, n] {
+      return AccumulateGradient(staging_grads_.data(), dst, grad_dtype_, n, /*first=*/false, nullptr, &pool_);
+    }));
+    return timeline_->End(coll, add);
+  }
+
+  absl::Status GradientNorm(const Tensor& norm, Stream& stream) override {
+    MEMWALL_RETURN_IF_ERROR(stream.EnqueueHost([this]() -> absl::Status {
+      MEMWALL_ASSIGN_OR_RETURN(const offload::GradientNorm g, SquaredNorm(grads_.data(), grad_dtype_, n_, &pool_));
+      float* out = norm_host_.as<float>();
+      out[0] = static_cast<float>(g.sum_of_squares);
+      out[1] = g.nonfinite ? 1.0f : 0.0f;
+      return absl::OkStatus();
+    }));
+    return stream.Copy(norm.data(), norm_host_.data(), 2 * sizeof(float));
+  }
+
+  absl::Status Step(const ops::AdamOptions& adam, int64_t step, float grad_scale, const Tensor& values,
+                    Stream& stream) override {
+    if (adam.beta1 != adam_options_.beta1 || adam.beta2 != adam_options_.beta2 || adam.eps != adam_options_.eps ||
+        adam.weight_decay != adam_options_.weight_decay || adam.adamw != adam_options_.adamw) {
+      return absl::InvalidArgumentError("offload: only the learning rate may change between steps");
+    }
+    MEMWALL_RETURN_IF_ERROR(adam_->SetLearningRate(adam.lr));
+    return SendValues(values, stream, [&](int64_t begin, int64_t len, void* out16) -> absl::Status {
+      Timeline::HostZone zone(*timeline_, "cpu_adam");
+      cpu_adam::AdamBuffers b;
+      b.params = master_.as<float>() + begin;
+      b.exp_avg = m_.as<float>() + begin;
+      b.exp_avg_sq = v_.as<float>() + begin;
+      b.grads = grads_.as<char>() + begin * SizeOf(grad_dtype_);
+      b.grad_dtype = grad_dtype_;
+      b.n = len;
+      b.params16 = out16;
+      b.params16_dtype = value_dtype_;
+      return adam_->Step(b, step, grad_scale);
+    });
+  }
+
+  absl::Status WriteValues(const Tensor& values, Stream& stream) override {
+    return SendValues(values, stream, [&](int64_t begin, int64_t len, void* out16) -> absl::Status {
+      if (out16 == nullptr) return absl::OkStatus();
+      return Convert(master_.as<float>() + begin, DType::kF32, out16, value_dtype_, len);
+    });
+  }
+
+  absl::Status ReadState(OptimizerState state, int64_t begin, int64_t n, float* out) override {
+    MEMWALL_ASSIGN_OR_RETURN(float* p, Of(state, begin, n));
+    MEMWALL_RETURN_IF_ERROR(copy_stream_->Synchronize());
+    std::memcpy(out, p, n * sizeof(float));
+    return absl::OkStatus();
+  }
+
+  absl::Status WriteState(OptimizerState state, int64_t begin, int64_t n, const float* in) override {
+    MEMWALL_ASSIGN_OR_RETURN(float* p, Of(state, begin, n));
+    MEMWALL_RETURN_IF_ERROR(copy_stream_->Synchronize());
+    std::memcpy(p, in, n * sizeof(float));
+    return absl::OkStatus();
+  }
+
+ private:
+  static cpu_adam::AdamConfig AdamConfig(const ops::AdamOptions& a) {
+    cpu_adam::AdamConfig c;
+    c.lr = a.lr;
+    c.beta1 = a.beta1;
+    c.beta2 = a.beta2;
+    c.eps = a.eps;
+    c.weight_decay = a.weight_decay;
+    c.adamw = a.adamw;
+    return c;
+  }
+
+  // Tile by tile: `produce` fills tile [begin, begin + len) of the values
+  // (into a 16-bit staging tile, or into the fp32 master itself when the
+  // values are fp32 and out16 is null), then the copy stream sends it to
+  // `values` while the next tile is produced. Two staging tiles alternate.
+  template <typename Produce>
+  absl::Status SendValues(const Tensor& values, Stream& stream, Produce produce) {
+    if (values.numel() != n_ || values.dtype() != value_dtype_) {
+      return absl::InvalidArgumentError(absl::StrCat("offload: values hold ", values.numel(), " elements, the shard ",
+                                                     n_));
+    }
+    const size_t vsize = SizeOf(value_dtype_);
+    const bool wide = value_dtype_ == DType::kF32;
+    // The device must be done with `values` (and the staging tiles with the
+    // previous step's copies) before they are overwritten.
+    MEMWALL_RETURN_IF_ERROR(stream.Synchronize());
+    for (int64_t k = 0, begin = 0; begin < n_; ++k, begin += tile_) {
+      const int64_t len = std::min(tile_, n_ - begin);
+      const int slot = static_cast<int>(k % 2);
+      if (k >= 2) MEMWALL_RETURN_IF_ERROR(slot_free_[slot]->Synchronize());
+      void* out16 = wide ? nullptr : staging_values_.as<char>() + slot * tile_ * vsize;
+      MEMWALL_RETURN_IF_ERROR(produce(begin, len, out16));
+      const void* src = wide ? static_cast<const void*>(master_.as<float>() + begin) : out16;
+      MEMWALL_ASSIGN_OR_RETURN(const Timeline::ZoneId h2d, timeline_->Begin(*copy_stream_, "param H2D"));
+      MEMWALL_RETURN_IF_ERROR(copy_stream_->Copy(values.data_as<char>() + begin * vsize, src, len * vsize));
+      MEMWALL_RETURN_IF_ERROR(timeline_->End(*copy_stream_, h2d));
+      MEMWALL_RETURN_IF_ERROR(copy_stream_->Record(*slot_free_[slot]));
+    }
+    // Work on `stream` after this sees the values.
+    MEMWALL_RETURN_IF_ERROR(copy_stream_->Record(*copied_));
+    return stream.Wait(*copied_);
+  }
+
+  absl::StatusOr<float*> Of(OptimizerState state, int64_t begin, int64_t n) const {
+    if (begin < 0 || n < 0 || begin + n > n_) {
+      return absl::OutOfRangeError(absl::StrCat("optimizer state elements [", begin, ", ", begin + n,
+                                                ") outside the shard's ", n_));
+    }
+    switch (state) {
+      case OptimizerState::kMaster: return master_.as<float>() + begin;
+      case OptimizerState::kExpAvg: return m_.as<float>() + begin;
+      case OptimizerState::kExpAvgSq: return v_.as<float>() + begin;
+    }
+    return absl::InvalidArgumentError("unknown optimizer state");
+  }
+
+  Device& device_;
+  const int64_t n_;
+  const DType grad_dtype_, value_dtype_;
+  const ops::AdamOptions adam_options_;
+  const int64_t tile_;
+  const int64_t staging_elements_;
+  Timeline no_timeline_{/*enabled=*/false};
+  Timeline* timeline_;
+  ThreadPool pool_;
+  Buffer master_, m_, v_, grads_, staging_grads_, staging_values_, norm_host_;
+  std::unique_ptr<Stream> copy_stream_;
+  std::unique_ptr<Event> slot_free_[2];
+  std::unique_ptr<Event> copied_;
+  std::unique_ptr<cpu_adam::CpuAdam> adam_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(const zero::ShardOptimizerRequest& r,
+                                                                         Timeline* timeline) {
+  if (r.device == nullptr || r.elements <= 0 || r.largest_piece <= 0) {
+    return absl::InvalidArgumentError("offload: a host optimizer needs a device, a shard and a bucket size");
+  }
+  const zero::OffloadOptimizerConfig& c = r.zero.offload_optimizer();
+  if (!c.pin_memory()) {
+    return absl::InvalidArgumentError(
+        "ZeroConfig offload_optimizer.pin_memory = false is not supported: memwall stages every "
+        "transfer through pinned host memory (pageable copies would be synchronous)");
+  }
+  auto opt = std::make_unique<HostOptimizer>(r, timeline);
+  MEMWALL_RETURN_IF_ERROR(opt->Init());
+  return std::unique_ptr<zero::ShardOptimizer>(std::move(opt));
+}
+
+absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model, Device& device, Communicator& comm,
+                                                             zero::TrainerOptions options, Timeline* timeline) {
+  if (options.zero.offload_optimizer().device() == zero::OffloadOptimizerConfig::CPU) {
+    MEMWALL_RETURN_IF_ERROR(zero::ValidateZeroConfig(options.zero));
+    if (zero::WithDefaults(options.zero).offload_optimizer().delayed_update_after_steps() > 0) {
+      return absl::UnimplementedError(
+          "ZeroConfig offload_optimizer.delayed_update_after_steps > 0: the delayed parameter update "
+          "is not built yet (issue 6)");
+    }
+    options.shard_optimizer_factory = [timeline](const zero::ShardOptimizerRequest& r) {
+      return CreateHostOptimizer(r, timeline);
+    };
+  }
+  return zero::Trainer::Create(model, device, comm, options);
+}
+
+}  // namespace memwall::offload

@@ -1,0 +1,54 @@
+// ZeRO-Offload's optimizer (ATC21 §4): the rank's fp32 master weights, Adam
+// moments and 16-bit gradient shard in pinned host memory (12Ψ/N + 2Ψ/N
+// bytes), the reduced gradient pieces streamed in during backward, the step
+// run by the CPU Adam (cpu_adam/), and the updated parameters sent back to
+// the device tile by tile.
+//
+//   auto trainer = offload::CreateTrainer(model, device, comm, options);
+//   // options.zero.offload_optimizer { device: CPU }, stage 1 or 2
+//
+// Streams and order, per step:
+//   backward   each owned piece of a reduce bucket: copied D2H on the
+//              engine's collective stream into a pinned staging buffer, then
+//              added into the host gradient shard there (a host function in
+//              stream order: AccumulateGradient, the device's arithmetic);
+//              the compute stream goes on with backward meanwhile
+//   norm       a host pass over the 16-bit gradient shard (sum of squares,
+//              inf/NaN) into a pinned pair, copied to the device for the
+//              engine's all-reduce
+//   Adam       on the calling thread, tile by tile (offload_optimizer.
+//              tile_elements): CpuAdam updates master, m, v and writes the
+//              tile rounded to 16 bits into one of two pinned staging tiles;
+//              a copy stream sends it to the device while the next tile is
+//              stepped (the H2D of tile k overlaps the Adam of tile k + 1)
+#ifndef MEMWALL_OFFLOAD_HOST_OPTIMIZER_H_
+#define MEMWALL_OFFLOAD_HOST_OPTIMIZER_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "models/gpt.h"
+#include "runtime/communicator.h"
+#include "runtime/device.h"
+#include "runtime/timeline.h"
+#include "zero/shard_optimizer.h"
+#include "zero/trainer.h"
+
+namespace memwall::offload {
+
+// The host optimizer for `request` (zero/shard_optimizer.h); `timeline`, if
+// given, receives zones "grad D2H", "grad accumulate", "cpu_adam" and
+// "param H2D".
+absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(
+    const zero::ShardOptimizerRequest& request, Timeline* timeline = nullptr);
+
+// A zero::Trainer whose optimizer is the host optimizer when
+// options.zero.offload_optimizer.device is CPU, the device's otherwise.
+absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model, Device& device,
+                                                             Communicator& comm,
+                                                             zero::TrainerOptions options,
+                                                             Timeline* timeline = nullptr);
+
+}  // namespace memwall::offload
+
+#endif  // MEMWALL_OFFLOAD_HOST_OPTIMIZER_H_

@@ -1,0 +1,289 @@
+// ZeRO-Offload against the device engine, under mpirun with 1, 2 and 4
+// ranks (issue 6, "Done when"):
+//   - equivalence: stage 2 + offload, and stage 1 + offload, give stage 2's
+//     losses and weights (fp32 and bf16, with and without gradient
+//     accumulation, overlap_comm on and off); bit for bit when clipping is
+//     off, since the host Adam and accumulation use the device's arithmetic;
+//   - fp16: a forced overflow skips the same steps, with the same loss
+//     scales, and leaves the same weights;
+//   - memory: on the device no gradient, master or Adam bytes; in pinned
+//     host memory 4, 8 and 2 bytes per shard element plus the staging;
+//   - checkpoints: an offloaded run resumes bit for bit;
+//   - refusals: pinned memory off, the delayed update (not built), stage 3.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "offload/host_optimizer.h"
+#include "runtime/cpu_device.h"
+#include "runtime/status.h"
+#include "zero/checkpoint.h"
+#include "zero/partition.h"
+
+namespace memwall::offload {
+namespace {
+
+using zero::Precision;
+
+models::GptConfig Small() {
+  models::GptConfig c;
+  c.set_name("small");
+  c.set_layers(2);
+  c.set_hidden(32);
+  c.set_heads(4);
+  c.set_vocab(256);
+  c.set_positions(16);
+  return c;
+}
+
+struct Case {
+  int stage = 2;
+  bool offload = false;
+  bool overlap = true;
+  int64_t accumulation = 1;
+  Precision precision = Precision::kFp32;
+  float clip = 1.0f;
+  float initial_loss_scale = 65536.0f;
+  std::string Name() const {
+    return absl::StrCat("stage ", stage, offload ? " + offload" : "", overlap ? " overlap" : "", " x",
+                        accumulation, " ", zero::PrecisionName(precision));
+  }
+};
+
+zero::TrainerOptions Options(const Case& c, int world) {
+  zero::TrainerOptions o;
+  o.seq = 16;
+  o.accumulation = c.accumulation;
+  o.micro_batch = 8 / (world * c.accumulation);
+  o.precision = c.precision;
+  o.adam.lr = 1e-3f;
+  o.adam.weight_decay = 0.01f;
+  o.clip_norm = c.clip;
+  o.initial_loss_scale = c.initial_loss_scale;
+  o.loss_scale_growth_interval = 3;
+  o.zero.set_stage(c.stage);
+  o.zero.set_overlap_comm(c.overlap);
+  o.zero.set_reduce_bucket_bytes(4096);
+  o.zero.set_allgather_bucket_bytes(2048);
+  if (c.offload) {
+    o.zero.mutable_offload_optimizer()->set_device(zero::OffloadOptimizerConfig::CPU);
+    o.zero.mutable_offload_optimizer()->set_tile_elements(3000);  // several tiles per shard
+  }
+  return o;
+}
+
+struct Run {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<models::Gpt> model;
+  std::unique_ptr<zero::Trainer> trainer;
+};
+
+absl::StatusOr<Run> Start(Communicator& comm, const Case& c) {
+  Run r;
+  MEMWALL_ASSIGN_OR_RETURN(r.device, CreateCpuDevice());
+  MEMWALL_ASSIGN_OR_RETURN(r.model, models::Gpt::Create(Small()));
+  MEMWALL_ASSIGN_OR_RETURN(r.trainer, CreateTrainer(*r.model, *r.device, comm, Options(c, comm.world_size())));
+  return r;
+}
+
+struct Outcome {
+  std::vector<double> losses;
+  std::vector<bool> skipped;
+  std::vector<float> scales;
+  std::vector<float> weights;
+};
+
+const models::TokenSource& Data() {
+  static const auto* data = models::SyntheticSource(50000, 256, 3).release();
+  return *data;
+}
+
+Outcome Train(Communicator& comm, const Case& c, int steps) {
+  Outcome o;
+  auto r = Start(comm, c);
+  EXPECT_TRUE(r.ok()) << c.Name() << ": " << r.status();
+  if (!r.ok()) return o;
+  for (int i = 0; i < steps; ++i) {
+    auto st = r->trainer->Step(Data());
+    EXPECT_TRUE(st.ok()) << c.Name() << ": " << st.status();
+    if (!st.ok()) return o;
+    o.losses.push_back(st->loss);
+    o.skipped.push_back(st->skipped);
+    o.scales.push_back(st->loss_scale);
+  }
+  auto w = r->trainer->MasterWeights();
+  EXPECT_TRUE(w.ok()) << w.status();
+  if (w.ok()) o.weights = *std::move(w);
+  return o;
+}
+
+size_t Differ(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::max(a.size(), b.size());
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
+}
+
+class Offload : public testing::Test {
+ protected:
+  void SetUp() override {
+    device_ = *CreateCpuDevice();
+    comm_ = *CreateCommunicator(*device_);
+  }
+  int W() const { return comm_->world_size(); }
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<Communicator> comm_;
+};
+
+TEST_F(Offload, GivesStageTwosLossesAndWeights) {
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    for (int64_t accumulation : {1, 2}) {
+      for (bool overlap : {false, true}) {
+        Case device_case;
+        device_case.precision = precision;
+        device_case.accumulation = accumulation;
+        device_case.overlap = overlap;
+        const Outcome expected = Train(*comm_, device_case, 12);
+        ASSERT_EQ(expected.losses.size(), 12u);
+        for (int stage : {2, 1}) {
+          Case c = device_case;
+          c.stage = stage;
+          c.offload = true;
+          const Outcome got = Train(*comm_, c, 12);
+          ASSERT_EQ(got.losses.size(), 12u) << c.Name();
+          for (size_t i = 0; i < got.losses.size(); ++i) {
+            EXPECT_NEAR(got.losses[i], expected.losses[i], 1e-5 * std::abs(expected.losses[i]))
+                << c.Name() << ", world " << W() << ", step " << i + 1;
+          }
+          ASSERT_EQ(got.weights.size(), expected.weights.size());
+          for (size_t i = 0; i < got.weights.size(); ++i) {
+            ASSERT_NEAR(got.weights[i], expected.weights[i], 1e-5) << c.Name() << ", weight " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Offload, WithoutClippingItIsStageTwoBitForBit) {
+  // The norm's partial sums are the only arithmetic that differs in order;
+  // with clipping off the norm does not enter the update.
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    Case device_case;
+    device_case.precision = precision;
+    device_case.clip = 0;
+    device_case.accumulation = 2;
+    const Outcome expected = Train(*comm_, device_case, 8);
+    Case c = device_case;
+    c.offload = true;
+    const Outcome got = Train(*comm_, c, 8);
+    EXPECT_EQ(got.losses, expected.losses) << c.Name();
+    EXPECT_EQ(Differ(got.weights, expected.weights), 0u) << c.Name() << ", world " << W();
+  }
+}
+
+TEST_F(Offload, Fp16OverflowSkipsTheSameSteps) {
+  Case device_case;
+  device_case.precision = Precision::kFp16;
+  device_case.clip = 0;
+  device_case.initial_loss_scale = 4294967296.0f;  // 2^32: overflows until it halves enough
+  const Outcome expected = Train(*comm_, device_case, 30);
+  const int skipped = std::count(expected.skipped.begin(), expected.skipped.end(), true);
+  ASSERT_GT(skipped, 0) << "the test needs overflowing steps";
+  ASSERT_LT(skipped, 30) << "and clean ones";
+  Case c = device_case;
+  c.offload = true;
+  const Outcome got = Train(*comm_, c, 30);
+  EXPECT_EQ(got.skipped, expected.skipped);
+  EXPECT_EQ(got.scales, expected.scales);
+  EXPECT_EQ(Differ(got.weights, expected.weights), 0u) << "world " << W();
+}
+
+TEST_F(Offload, ModelStatesLeaveTheDevice) {
+  const int64_t psi = models::CountParameters(Small());
+  const int64_t n = W(), shard = (psi + n - 1) / n;
+  for (int stage : {1, 2}) {
+    Case c;
+    c.stage = stage;
+    c.offload = true;
+    c.precision = Precision::kBf16;
+    auto r = Start(*comm_, c);
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(r->trainer->Step(Data()).ok());
+    const MemoryAccount& dev = r->device->memory().account();
+    const MemoryAccount& host = r->device->pinned_host().account();
+    const std::string what = absl::StrCat("stage ", stage, " + offload, world ", n);
+    // Device: the 16-bit parameters (2Ψ, padded to N shards) and nothing
+    // else of the model states.
+    EXPECT_EQ(dev.peak(MemoryTag::kParams16), size_t(2 * n * shard)) << what;
+    EXPECT_EQ(dev.peak(MemoryTag::kGrads), 0u) << what;
+    EXPECT_EQ(dev.peak(MemoryTag::kMasterParams), 0u) << what;
+    EXPECT_EQ(dev.peak(MemoryTag::kOptimizerStates), 0u) << what;
+    // Host: 12Ψ/N of optimizer states and 2Ψ/N of gradients, plus staging:
+    // one reduce bucket of gradients, two tiles of values, the norm pair.
+    EXPECT_EQ(host.peak(MemoryTag::kMasterParams), size_t(4 * shard)) << what;
+    EXPECT_EQ(host.peak(MemoryTag::kOptimizerStates), size_t(8 * shard)) << what;
+    EXPECT_EQ(host.peak(MemoryTag::kGrads), size_t(2 * shard)) << what;
+    const int64_t padded = n * shard;
+    const int64_t bucket = std::min<int64_t>(padded, std::max<int64_t>(4096 / 2, zero::LargestModuleParameters(*r->model)));
+    const int64_t tile = std::min<int64_t>(3000, shard);
+    EXPECT_EQ(host.peak(MemoryTag::kStaging), size_t(2 * bucket + 2 * 2 * tile + 8)) << what;
+  }
+}
+
+TEST_F(Offload, CheckpointsResumeBitForBit) {
+  Case c;
+  c.offload = true;
+  c.precision = Precision::kBf16;
+  const Outcome whole = Train(*comm_, c, 8);
+  const char* base = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(base ? base : "/tmp") + "/offload_ckpt";
+  std::string path;
+  {
+    auto r = Start(*comm_, c);
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(r->trainer->Step(Data()).ok());
+    auto saved = r->trainer->Save(dir);
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    path = *saved;
+  }
+  auto r = Start(*comm_, c);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r->trainer->Load(path).ok());
+  std::vector<double> losses;
+  for (int i = 0; i < 4; ++i) {
+    auto st = r->trainer->Step(Data());
+    ASSERT_TRUE(st.ok()) << st.status();
+    losses.push_back(st->loss);
+  }
+  EXPECT_EQ(losses, std::vector<double>(whole.losses.begin() + 4, whole.losses.end()));
+  auto w = r->trainer->MasterWeights();
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(Differ(*w, whole.weights), 0u);
+}
+
+TEST_F(Offload, RefusesWhatItCannotDo) {
+  auto device = *CreateCpuDevice();
+  auto model = *models::Gpt::Create(Small());
+  Case c;
+  c.offload = true;
+  zero::TrainerOptions o = Options(c, W());
+  o.zero.mutable_offload_optimizer()->set_pin_memory(false);
+  auto t = CreateTrainer(*model, *device, *comm_, o);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
+  EXPECT_NE(t.status().message().find("pin_memory = false"), std::string::npos) << t.status();
+  o = Options(c, W());
+  o.zero.mutable_offload_optimizer()->set_delayed_update_after_steps(40);
+  t = CreateTrainer(*model, *device, *comm_, o);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kUnimplemented) << t.status();
+  o = Options(c, W());
+  o.zero.set_stage(3);
+  t = CreateTrainer(*model, *device, *comm_, o);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
+  EXPECT_NE(t.status().message().find("needs stage 1 or 2"), std::string::npos) << t.status();
+}
+
+}  // namespace
+}  // namespace memwall::offload
