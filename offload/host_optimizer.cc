@@ -17,8 +17,9 @@ using zero::OptimizerState;
 
 class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
  public:
-  HostOptimizer(const zero::ShardOptimizerRequest& r, Timeline* timeline)
-      : device_(*r.device),
+  HostOptimizer(const zero::ShardOptimizerRequest& r, Timeline* timeline, const HostOptimizerHooks* hooks)
+      : hooks_(hooks ? *hooks : HostOptimizerHooks{}),
+        device_(*r.device),
         n_(r.elements),
         grad_dtype_(r.grad_dtype),
         value_dtype_(r.value_dtype),
@@ -105,6 +106,7 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
     MEMWALL_RETURN_IF_ERROR(adam_->SetLearningRate(adam.lr));
     return SendValues(values, stream, [&](int64_t begin, int64_t len, void* out16) -> absl::Status {
       Timeline::HostZone zone(*timeline_, "cpu_adam");
+      if (hooks_.adam_started) hooks_.adam_started(tile_index_);
       cpu_adam::AdamBuffers b;
       b.params = master_.as<float>() + begin;
       b.exp_avg = m_.as<float>() + begin;
@@ -171,9 +173,13 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
       const int slot = static_cast<int>(k % 2);
       if (k >= 2) MEMWALL_RETURN_IF_ERROR(slot_free_[slot]->Synchronize());
       void* out16 = wide ? nullptr : staging_values_.as<char>() + slot * tile_ * vsize;
+      tile_index_ = k;
       MEMWALL_RETURN_IF_ERROR(produce(begin, len, out16));
       const void* src = wide ? static_cast<const void*>(master_.as<float>() + begin) : out16;
       MEMWALL_ASSIGN_OR_RETURN(const Timeline::ZoneId h2d, timeline_->Begin(*copy_stream_, "param H2D"));
+      if (hooks_.copy_starting) {
+        MEMWALL_RETURN_IF_ERROR(copy_stream_->EnqueueHost([this, k] { return hooks_.copy_starting(k); }));
+      }
       MEMWALL_RETURN_IF_ERROR(copy_stream_->Copy(values.data_as<char>() + begin * vsize, src, len * vsize));
       MEMWALL_RETURN_IF_ERROR(timeline_->End(*copy_stream_, h2d));
       MEMWALL_RETURN_IF_ERROR(copy_stream_->Record(*slot_free_[slot]));
@@ -196,6 +202,8 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
     return absl::InvalidArgumentError("unknown optimizer state");
   }
 
+  const HostOptimizerHooks hooks_;
+  int64_t tile_index_ = 0;
   Device& device_;
   const int64_t n_;
   const DType grad_dtype_, value_dtype_;
@@ -215,7 +223,8 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(const zero::ShardOptimizerRequest& r,
-                                                                         Timeline* timeline) {
+                                                                         Timeline* timeline,
+                                                                         const HostOptimizerHooks* hooks) {
   if (r.device == nullptr || r.elements <= 0 || r.largest_piece <= 0) {
     return absl::InvalidArgumentError("offload: a host optimizer needs a device, a shard and a bucket size");
   }
@@ -225,13 +234,14 @@ absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(const 
         "ZeroConfig offload_optimizer.pin_memory = false is not supported: memwall stages every "
         "transfer through pinned host memory (pageable copies would be synchronous)");
   }
-  auto opt = std::make_unique<HostOptimizer>(r, timeline);
+  auto opt = std::make_unique<HostOptimizer>(r, timeline, hooks);
   MEMWALL_RETURN_IF_ERROR(opt->Init());
   return std::unique_ptr<zero::ShardOptimizer>(std::move(opt));
 }
 
 absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model, Device& device, Communicator& comm,
-                                                             zero::TrainerOptions options, Timeline* timeline) {
+                                                             zero::TrainerOptions options, Timeline* timeline,
+                                                             const HostOptimizerHooks* hooks) {
   if (options.zero.offload_optimizer().device() == zero::OffloadOptimizerConfig::CPU) {
     MEMWALL_RETURN_IF_ERROR(zero::ValidateZeroConfig(options.zero));
     if (zero::WithDefaults(options.zero).offload_optimizer().delayed_update_after_steps() > 0) {
@@ -239,8 +249,8 @@ absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model,
           "ZeroConfig offload_optimizer.delayed_update_after_steps > 0: the delayed parameter update "
           "is not built yet (issue 6)");
     }
-    options.shard_optimizer_factory = [timeline](const zero::ShardOptimizerRequest& r) {
-      return CreateHostOptimizer(r, timeline);
+    options.shard_optimizer_factory = [timeline, hooks](const zero::ShardOptimizerRequest& r) {
+      return CreateHostOptimizer(r, timeline, hooks);
     };
   }
   return zero::Trainer::Create(model, device, comm, options);

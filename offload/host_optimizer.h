@@ -24,6 +24,7 @@
 #ifndef MEMWALL_OFFLOAD_HOST_OPTIMIZER_H_
 #define MEMWALL_OFFLOAD_HOST_OPTIMIZER_H_
 
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -36,18 +37,28 @@
 
 namespace memwall::offload {
 
+// Tests: called on the host as the Adam of a tile starts (inside its
+// "cpu_adam" zone), and on the copy stream as the tile's H2D copy starts
+// (inside its "param H2D" zone); tiles count from 0 in each step.
+struct HostOptimizerHooks {
+  std::function<void(int64_t tile)> adam_started;
+  std::function<absl::Status(int64_t tile)> copy_starting;
+};
+
 // The host optimizer for `request` (zero/shard_optimizer.h); `timeline`, if
 // given, receives zones "grad D2H", "grad accumulate", "cpu_adam" and
 // "param H2D".
 absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(
-    const zero::ShardOptimizerRequest& request, Timeline* timeline = nullptr);
+    const zero::ShardOptimizerRequest& request, Timeline* timeline = nullptr,
+    const HostOptimizerHooks* hooks = nullptr);
 
 // A zero::Trainer whose optimizer is the host optimizer when
 // options.zero.offload_optimizer.device is CPU, the device's otherwise.
 absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model, Device& device,
                                                              Communicator& comm,
                                                              zero::TrainerOptions options,
-                                                             Timeline* timeline = nullptr);
+                                                             Timeline* timeline = nullptr,
+                                                             const HostOptimizerHooks* hooks = nullptr);
 
 }  // namespace memwall::offload
 

@@ -10,7 +10,10 @@
 //     host memory 4, 8 and 2 bytes per shard element plus the staging;
 //   - checkpoints: an offloaded run resumes bit for bit;
 //   - refusals: pinned memory off, the delayed update (not built), stage 3.
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -262,6 +265,106 @@ TEST_F(Offload, CheckpointsResumeBitForBit) {
   auto w = r->trainer->MasterWeights();
   ASSERT_TRUE(w.ok());
   EXPECT_EQ(Differ(*w, whole.weights), 0u);
+}
+
+// The overlap ZeRO-Offload is built for, read from the recorded zones (their
+// order and intersection, not their durations):
+//   - reduced gradients travel to the host while backward still runs on the
+//     compute stream (backward is long enough that this always shows);
+//   - the H2D of parameter tile k runs while the CPU Adam steps tile k + 1.
+//     On the CpuDevice the "copy engine" shares the cores with the Adam, so
+//     the test makes it structural: tile k's copy waits (on the copy
+//     stream) until tile k + 1's Adam has started. A pipeline that waited
+//     for copy k before stepping tile k + 1 would deadlock here and fail
+//     after the hook's timeout; this one gives overlapping zones.
+TEST_F(Offload, TimelineShowsTheOverlaps) {
+  Timeline timeline;
+  auto device = *CreateCpuDevice();
+  models::GptConfig config = Small();
+  config.set_layers(4);
+  config.set_hidden(64);
+  auto model = *models::Gpt::Create(config);
+  Case c;
+  c.offload = true;
+  c.precision = Precision::kBf16;
+  zero::TrainerOptions o = Options(c, W());
+  o.zero.mutable_offload_optimizer()->set_tile_elements(4096);
+  o.timeline = &timeline;
+  // Tile k's copy and tile k + 1's Adam each wait, inside their zones,
+  // until the other has started: both zones are open at once.
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t adam_started = -1, copy_started = -1;
+  bool stepping = false;  // hooks act only during Step (not initial values)
+  bool timed_out = false;
+  int64_t tiles = 0;
+  HostOptimizerHooks hooks;
+  hooks.adam_started = [&](int64_t tile) {
+    std::unique_lock<std::mutex> lock(mu);
+    adam_started = tile;
+    cv.notify_all();
+    if (!stepping || tile == 0) return;
+    timed_out |= !cv.wait_for(lock, std::chrono::seconds(20), [&] { return copy_started >= tile - 1; });
+  };
+  hooks.copy_starting = [&](int64_t tile) -> absl::Status {
+    std::unique_lock<std::mutex> lock(mu);
+    copy_started = tile;
+    cv.notify_all();
+    if (!stepping || tile + 1 >= tiles) return absl::OkStatus();
+    if (!cv.wait_for(lock, std::chrono::seconds(20), [&] { return adam_started >= tile + 1; })) {
+      return absl::DeadlineExceededError("the Adam of the next tile never started while this copy waited");
+    }
+    return absl::OkStatus();
+  };
+  auto trainer = CreateTrainer(*model, *device, *comm_, o, &timeline, &hooks);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  const int64_t shard = (models::CountParameters(config) + W() - 1) / W();
+  tiles = (shard + 4095) / 4096;
+  ASSERT_GE(tiles, 2) << "the test needs several tiles";
+  timeline.Clear();  // the initial values' copies
+  std::string line;
+  for (int i = 0; i < 3; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stepping = true;
+      adam_started = copy_started = -1;
+    }
+    auto st = (*trainer)->Step(Data());
+    ASSERT_TRUE(st.ok()) << st.status();
+    line = (*trainer)->LogLine(*st);
+    EXPECT_GE(st->device_idle_fraction, 0.0);
+    EXPECT_LE(st->device_idle_fraction, 1.0);
+  }
+  EXPECT_FALSE(timed_out) << "a tile's Adam waited in vain for the previous tile's copy to start";
+  EXPECT_NE(line.find("device idle"), std::string::npos) << line;
+  EXPECT_NE(line.find("cpu_adam"), std::string::npos) << line;
+  const std::vector<Zone> zones = timeline.Zones();
+  const auto passes = Select(zones, device->compute_stream().name(), "forward+backward");
+  const auto d2h = Select(zones, "zero_comm", "grad D2H");
+  const auto adam = Select(zones, "host", "cpu_adam");
+  const auto h2d = Select(zones, "offload_h2d", "param H2D");
+  ASSERT_EQ(passes.size(), 3u);
+  ASSERT_GT(d2h.size(), 3u) << "several buckets per pass";
+  ASSERT_EQ(adam.size(), size_t(3 * tiles));
+  ASSERT_EQ(h2d.size(), adam.size());
+  EXPECT_GT(OverlapNs(passes, d2h), 0) << "no gradient copy ran during backward";
+  for (const Zone& pass : passes) {
+    bool early = false;
+    for (const Zone& z : d2h) early |= z.begin_ns >= pass.begin_ns && z.begin_ns < pass.end_ns;
+    EXPECT_TRUE(early) << "a step whose gradients all moved after its backward";
+  }
+  // Tile k's copy: after its own Adam, overlapping the next tile's, done
+  // before tile k + 2's Adam (two staging tiles).
+  for (size_t k = 0; k < adam.size(); ++k) {
+    EXPECT_GE(h2d[k].begin_ns, adam[k].end_ns) << "tile " << k;
+    if (k % tiles + 1 < size_t(tiles)) {
+      EXPECT_GT(OverlapNs({h2d[k]}, {adam[k + 1]}), 0) << "tile " << k;
+    }
+    if (k % tiles + 2 < size_t(tiles)) EXPECT_LE(h2d[k].end_ns, adam[k + 2].begin_ns) << "tile " << k;
+  }
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string trace = std::string(dir ? dir : "/tmp") + "/offload_rank" + std::to_string(comm_->rank()) + ".json";
+  ASSERT_TRUE(timeline.WriteChromeTrace(trace, comm_->rank()).ok());
 }
 
 TEST_F(Offload, RefusesWhatItCannotDo) {

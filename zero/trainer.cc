@@ -1,6 +1,7 @@
 #include "zero/trainer.h"
 
 #include <chrono>
+#include <map>
 #include <cmath>
 #include <vector>
 
@@ -365,6 +366,8 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   const float grad_scale = loss_scale_ / static_cast<float>(global_tokens);
   std::vector<int32_t> ids(options_.micro_batch * options_.seq), targets(ids.size());
   models::LossSum local;
+  Timeline* timeline = options_.timeline;
+  const int64_t step_begin_ns = TimelineNowNs();
   for (int64_t micro = 0; micro < options_.accumulation; ++micro) {
     MEMWALL_RETURN_IF_ERROR(models::FillMicroBatch(data, layout, step_, comm_.rank(), micro,
                                                    ids.data(), targets.data()));
@@ -372,9 +375,14 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
       options_.edit_micro_batch(comm_.rank(), micro, ids.size(), ids.data(), targets.data());
     }
     if (gather_) gather_->BeginPass();
+    Timeline::ZoneId pass_zone = -1;
+    if (timeline) {
+      MEMWALL_ASSIGN_OR_RETURN(pass_zone, timeline->Begin(s, "forward+backward"));
+    }
     absl::StatusOr<models::LossSum> part =
         model_.ForwardBackward(device_, ids.data(), targets.data(), options_.micro_batch,
                                options_.seq, grad_scale, true);
+    if (timeline) MEMWALL_RETURN_IF_ERROR(timeline->End(s, pass_zone));
     // Stage 2, 3: what is left in the buckets is reduced now.
     absl::Status pass = part.status();
     if (pass.ok() && buckets_) pass = buckets_->FlushAll();
@@ -432,8 +440,18 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
     ops::AdamOptions adam = options_.adam;
     adam.lr = stats.lr;
     const Tensor values = stage == 0 ? storage_.Values(device_) : ValuesShard();
+    Timeline::ZoneId zone = -1;
+    if (timeline && !options_.shard_optimizer_factory) {
+      MEMWALL_ASSIGN_OR_RETURN(zone, timeline->Begin(s, "adam"));
+    }
     MEMWALL_RETURN_IF_ERROR(optimizer_->Step(adam, adam_step_, static_cast<float>(clip / loss_scale_), values, s));
+    if (timeline) MEMWALL_RETURN_IF_ERROR(timeline->End(s, zone));
+    zone = -1;
+    if (timeline && stage > 0) {
+      MEMWALL_ASSIGN_OR_RETURN(zone, timeline->Begin(s, "all-gather"));
+    }
     MEMWALL_RETURN_IF_ERROR(GatherValues());
+    if (timeline) MEMWALL_RETURN_IF_ERROR(timeline->End(s, zone));
     MEMWALL_RETURN_IF_ERROR(c.Synchronize());
     MEMWALL_RETURN_IF_ERROR(s.Synchronize());
     if (options_.precision == Precision::kFp16 &&
@@ -443,6 +461,17 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
     }
   }
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (timeline) {
+    const int64_t step_end_ns = TimelineNowNs();
+    std::vector<Zone> zones;
+    for (const Zone& z : timeline->Zones()) {
+      if (z.complete() && z.begin_ns >= step_begin_ns && z.end_ns <= step_end_ns) zones.push_back(z);
+    }
+    stats.device_idle_fraction = IdleFraction(Select(zones, s.name()), step_begin_ns, step_end_ns);
+    std::map<std::string, int64_t> by_name;  // sorted: a stable line
+    for (const Zone& z : zones) by_name[z.name] += z.duration_ns();
+    for (const auto& [name, ns] : by_name) absl::StrAppendFormat(&stats.breakdown, "%s%s %.3f", stats.breakdown.empty() ? "" : ", ", name, ns / 1e9);
+  }
   stats.tokens_per_second = double(global_tokens) / stats.seconds;
   const double forward = models::ForwardFlopsPerToken(model_.config(), options_.seq);
   const double rank_tokens = double(global_tokens) / comm_.world_size();
@@ -461,6 +490,9 @@ std::string Trainer::LogLine(const StepStats& st) const {
   absl::StrAppendFormat(&line, " | %.0f tokens/s | %.3f TFLOPS", st.tokens_per_second, st.tflops);
   if (st.recompute_tflops > 0) absl::StrAppendFormat(&line, " (+%.3f recompute)", st.recompute_tflops);
   absl::StrAppendFormat(&line, " | %.3f s", st.seconds);
+  if (st.device_idle_fraction >= 0) {
+    absl::StrAppendFormat(&line, " | device idle %.0f%% | %s", 100 * st.device_idle_fraction, st.breakdown);
+  }
   return line;
 }
 

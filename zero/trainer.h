@@ -54,6 +54,7 @@
 #include "ops/ops.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
+#include "runtime/timeline.h"
 #include "zero/gradient_buckets.h"
 #include "zero/parameter_gather.h"
 #include "zero/partition.h"
@@ -91,6 +92,11 @@ struct TrainerOptions {
   // optimizer states live elsewhere than the device: offload::CreateTrainer
   // sets it for ZeroConfig.offload_optimizer. Unset: the device's.
   ShardOptimizerFactory shard_optimizer_factory;
+  // When set, each step records zones on it (runtime/timeline.h): per
+  // micro-batch "forward+backward" on the compute stream, "adam" (device
+  // optimizer) and "all-gather"; an offloaded optimizer adds its own. The
+  // caller may write a Chrome trace and Clear() it between steps.
+  Timeline* timeline = nullptr;
   // Tests: edits each micro-batch (rank, micro index, token count, ids,
   // targets) before
   // it runs, e.g. to ignore every target on ranks > 0 so that cross-rank
@@ -112,6 +118,10 @@ struct StepStats {
   double tokens_per_second = 0;  // global
   double tflops = 0;             // per rank: 6 N + attention, per token
   double recompute_tflops = 0;   // per rank: the extra forward of checkpointing
+  // With TrainerOptions.timeline: the fraction of the step in which the
+  // compute stream ran nothing, and "name seconds" per zone kind.
+  double device_idle_fraction = -1;
+  std::string breakdown;
 };
 
 class Trainer {
