@@ -1,6 +1,8 @@
 #include "offload/host_optimizer.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -62,9 +64,13 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
   absl::Status ZeroGradients(Stream& stream) override {
     return stream.EnqueueHost([this] {
       std::memset(grads_.data(), 0, grads_.bytes());
+      folded_ = {};
+      folded_ranges_.clear();
       return absl::OkStatus();
     });
   }
+
+  void BeginMicroBatch(int64_t index, int64_t count) override { last_pass_ = index + 1 == count; }
 
   // A reduced piece this rank owns: D2H into staging, then the host add, both
   // in the collective stream's order (the bucket is reused after them).
@@ -80,21 +86,41 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
     MEMWALL_RETURN_IF_ERROR(timeline_->End(coll, d2h));
     MEMWALL_ASSIGN_OR_RETURN(const Timeline::ZoneId add, timeline_->Begin(coll, "grad accumulate"));
     char* dst = grads_.as<char>() + shard_offset * SizeOf(grad_dtype_);
-    MEMWALL_RETURN_IF_ERROR(coll.EnqueueHost([this, dst, n] {
-      return AccumulateGradient(staging_grads_.data(), dst, grad_dtype_, n, /*first=*/false, nullptr, &pool_);
+    // The last pass completes the gradient: its adds also sum the squares
+    // of their results (ZeRO-Offload §5.1: no extra pass for the norm and
+    // the overflow check). Host functions on one stream run in order, so
+    // folded_ needs no lock.
+    const bool fold = last_pass_;
+    MEMWALL_RETURN_IF_ERROR(coll.EnqueueHost([this, dst, n, shard_offset, fold] {
+      if (fold) folded_ranges_.emplace_back(shard_offset, shard_offset + n);
+      return AccumulateGradient(staging_grads_.data(), dst, grad_dtype_, n, /*first=*/false,
+                                fold ? &folded_ : nullptr, &pool_);
     }));
     return timeline_->End(coll, add);
   }
 
+  // The folded sum, unless one pass added to some element twice (GPT's
+  // tied wte when a flush falls between its head and embedding gradients):
+  // the first add's square would count too, so then one pass over the
+  // gradient shard recomputes the norm (zone "grad norm pass").
   absl::Status GradientNorm(const Tensor& norm, Stream& stream) override {
+    MEMWALL_ASSIGN_OR_RETURN(const Timeline::ZoneId zone, timeline_->Begin(stream, "grad norm"));
     MEMWALL_RETURN_IF_ERROR(stream.EnqueueHost([this]() -> absl::Status {
-      MEMWALL_ASSIGN_OR_RETURN(const offload::GradientNorm g, SquaredNorm(grads_.data(), grad_dtype_, n_, &pool_));
+      offload::GradientNorm g = folded_;
+      std::sort(folded_ranges_.begin(), folded_ranges_.end());
+      bool twice = false;
+      for (size_t i = 1; i < folded_ranges_.size(); ++i) twice |= folded_ranges_[i].first < folded_ranges_[i - 1].second;
+      if (twice) {
+        Timeline::HostZone pass(*timeline_, "grad norm pass");
+        MEMWALL_ASSIGN_OR_RETURN(g, SquaredNorm(grads_.data(), grad_dtype_, n_, &pool_));
+      }
       float* out = norm_host_.as<float>();
       out[0] = static_cast<float>(g.sum_of_squares);
       out[1] = g.nonfinite ? 1.0f : 0.0f;
       return absl::OkStatus();
     }));
-    return stream.Copy(norm.data(), norm_host_.data(), 2 * sizeof(float));
+    MEMWALL_RETURN_IF_ERROR(stream.Copy(norm.data(), norm_host_.data(), 2 * sizeof(float)));
+    return timeline_->End(stream, zone);
   }
 
   absl::Status Step(const ops::AdamOptions& adam, int64_t step, float grad_scale, const Tensor& values,
@@ -218,6 +244,9 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
   std::unique_ptr<Event> slot_free_[2];
   std::unique_ptr<Event> copied_;
   std::unique_ptr<cpu_adam::CpuAdam> adam_;
+  bool last_pass_ = true;                    // set on the host before each micro-batch
+  offload::GradientNorm folded_;             // written by host functions, in stream order
+  std::vector<std::pair<int64_t, int64_t>> folded_ranges_;
 };
 
 }  // namespace

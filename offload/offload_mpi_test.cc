@@ -367,6 +367,68 @@ TEST_F(Offload, TimelineShowsTheOverlaps) {
   ASSERT_TRUE(timeline.WriteChromeTrace(trace, comm_->rank()).ok());
 }
 
+// The norm comes from the last pass's accumulation (no pass of its own)
+// unless that pass added to an element twice: with small buckets GPT's tied
+// wte gets its head and embedding gradients in different flushes, and one
+// recomputing pass ("grad norm pass") keeps the norm exact. Either way the
+// clipped steps match stage 2's.
+TEST_F(Offload, NormIsFoldedIntoTheLastPassUnlessAnElementIsAddedTwice) {
+  for (int64_t bucket : {int64_t{64} << 20, int64_t{4096}}) {
+    Timeline timeline;
+    auto device = *CreateCpuDevice();
+    auto model = *models::Gpt::Create(Small());
+    Case c;
+    c.offload = true;
+    c.accumulation = 2;
+    zero::TrainerOptions o = Options(c, W());
+    o.zero.set_reduce_bucket_bytes(bucket);
+    o.timeline = &timeline;
+    auto trainer = CreateTrainer(*model, *device, *comm_, o, &timeline);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    std::vector<double> losses;
+    for (int i = 0; i < 6; ++i) {
+      auto st = (*trainer)->Step(Data());
+      ASSERT_TRUE(st.ok()) << st.status();
+      losses.push_back(st->loss);
+    }
+    const std::vector<Zone> zones = timeline.Zones();
+    const size_t norms = Select(zones, "zero_comm", "grad norm").size();
+    const size_t passes = Select(zones, "host", "grad norm pass").size();
+    EXPECT_EQ(norms, 6u);
+    // Only the ranks whose shard holds part of wte see it added twice.
+    const zero::FlatLayout layout(*model, W(), comm_->rank());
+    bool owns_wte = false;
+    for (models::Parameter* p : model->Parameters()) {
+      if (p->name != "wte.weight") continue;
+      const zero::FlatRange mine = layout.OwnedReal();
+      owns_wte = std::max(mine.begin, layout.offset(p)) < std::min(mine.end, layout.offset(p) + p->numel());
+    }
+    if (bucket > 4096 || !owns_wte) {
+      EXPECT_EQ(passes, 0u) << "every element of this shard is added once per pass";
+    } else {
+      EXPECT_EQ(passes, 6u) << "the tied wte is split across flushes";
+    }
+    // Against the device's stage 2 with the same buckets.
+    Case d = c;
+    d.offload = false;
+    auto ddevice = *CreateCpuDevice();
+    auto dmodel = *models::Gpt::Create(Small());
+    zero::TrainerOptions od = Options(d, W());
+    od.zero.set_reduce_bucket_bytes(bucket);
+    auto dtrainer = zero::Trainer::Create(*dmodel, *ddevice, *comm_, od);
+    ASSERT_TRUE(dtrainer.ok());
+    for (int i = 0; i < 6; ++i) {
+      auto st = (*dtrainer)->Step(Data());
+      ASSERT_TRUE(st.ok());
+      EXPECT_NEAR(losses[i], st->loss, 1e-5 * std::abs(st->loss)) << "bucket " << bucket << ", step " << i + 1;
+    }
+    auto w = (*trainer)->MasterWeights();
+    auto dw = (*dtrainer)->MasterWeights();
+    ASSERT_TRUE(w.ok() && dw.ok());
+    for (size_t i = 0; i < w->size(); ++i) ASSERT_NEAR((*w)[i], (*dw)[i], 1e-5) << "bucket " << bucket;
+  }
+}
+
 TEST_F(Offload, RefusesWhatItCannotDo) {
   auto device = *CreateCpuDevice();
   auto model = *models::Gpt::Create(Small());

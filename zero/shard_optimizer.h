@@ -38,6 +38,10 @@ class ShardOptimizer {
   // before a step's first micro-batch, in `stream`'s order (the compute
   // stream, ahead of backward). The engine zeroes its own buffers.
   virtual absl::Status ZeroGradients(Stream& stream) = 0;
+  // Called on the host before each micro-batch's forward and backward
+  // (`index` of `count`), so an optimizer that owns the gradients knows
+  // which pass completes them.
+  virtual void BeginMicroBatch(int64_t index, int64_t count) {}
   // [sum of squares, inf/NaN flag] of this rank's gradient shard into
   // `norm` (2 fp32 on the device), in `stream`'s order.
   virtual absl::Status GradientNorm(const Tensor& norm, Stream& stream) = 0;

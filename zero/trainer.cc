@@ -369,6 +369,7 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   Timeline* timeline = options_.timeline;
   const int64_t step_begin_ns = TimelineNowNs();
   for (int64_t micro = 0; micro < options_.accumulation; ++micro) {
+    optimizer_->BeginMicroBatch(micro, options_.accumulation);
     MEMWALL_RETURN_IF_ERROR(models::FillMicroBatch(data, layout, step_, comm_.rank(), micro,
                                                    ids.data(), targets.data()));
     if (options_.edit_micro_batch) {
