@@ -360,7 +360,9 @@ TEST_F(Offload, TimelineShowsTheOverlaps) {
     if (k % tiles + 1 < size_t(tiles)) {
       EXPECT_GT(OverlapNs({h2d[k]}, {adam[k + 1]}), 0) << "tile " << k;
     }
-    if (k % tiles + 2 < size_t(tiles)) EXPECT_LE(h2d[k].end_ns, adam[k + 2].begin_ns) << "tile " << k;
+    if (k % tiles + 2 < size_t(tiles)) {
+      EXPECT_LE(h2d[k].end_ns, adam[k + 2].begin_ns) << "tile " << k;
+    }
   }
   const char* dir = std::getenv("TEST_TMPDIR");
   const std::string trace = std::string(dir ? dir : "/tmp") + "/offload_rank" + std::to_string(comm_->rank()) + ".json";

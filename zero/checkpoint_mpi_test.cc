@@ -190,7 +190,9 @@ TEST_F(Checkpoints, ResumingMatchesAnUninterruptedRunBitForBit) {
     }
     EXPECT_TRUE(Bitwise(Weights(*second), expected_weights));
     EXPECT_EQ(second->trainer->loss_scale(), expected_scale);
-    if (c.precision == Precision::kFp16) EXPECT_NE(expected_scale, 1 << 20);  // it did move
+    if (c.precision == Precision::kFp16) {
+      EXPECT_NE(expected_scale, 1 << 20);  // it did move
+    }
   }
 }
 
