@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 #include <vector>
 #include <utility>
 
@@ -28,6 +29,7 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
         adam_options_(r.adam),
         tile_(std::max<int64_t>(1, std::min(r.zero.offload_optimizer().tile_elements(), r.elements))),
         staging_elements_(r.largest_piece),
+        delayed_(r.zero.offload_optimizer().delayed_update_after_steps() > 0),
         timeline_(timeline ? timeline : &no_timeline_),
         pool_(0) {}
 
@@ -36,13 +38,22 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
     MEMWALL_ASSIGN_OR_RETURN(master_, device_.AllocatePinnedHost(f32, MemoryTag::kMasterParams));
     MEMWALL_ASSIGN_OR_RETURN(m_, device_.AllocatePinnedHost(f32, MemoryTag::kOptimizerStates));
     MEMWALL_ASSIGN_OR_RETURN(v_, device_.AllocatePinnedHost(f32, MemoryTag::kOptimizerStates));
-    MEMWALL_ASSIGN_OR_RETURN(grads_, device_.AllocatePinnedHost(n_ * SizeOf(grad_dtype_), MemoryTag::kGrads));
+    // Two gradient shards with the delayed update: one stepped while the
+    // next iteration accumulates into the other.
+    for (int i = 0; i < (delayed_ ? 2 : 1); ++i) {
+      MEMWALL_ASSIGN_OR_RETURN(grads_[i], device_.AllocatePinnedHost(n_ * SizeOf(grad_dtype_), MemoryTag::kGrads));
+      std::memset(grads_[i].data(), 0, grads_[i].bytes());
+    }
+    if (delayed_ && value_dtype_ != DType::kF32) {  // the delayed step's 16-bit result, whole
+      MEMWALL_ASSIGN_OR_RETURN(delayed_values_,
+                               device_.AllocatePinnedHost(n_ * SizeOf(value_dtype_), MemoryTag::kStaging));
+    }
     MEMWALL_ASSIGN_OR_RETURN(staging_grads_, device_.AllocatePinnedHost(staging_elements_ * SizeOf(grad_dtype_),
                                                                         MemoryTag::kStaging));
     MEMWALL_ASSIGN_OR_RETURN(staging_values_,
                              device_.AllocatePinnedHost(2 * tile_ * SizeOf(value_dtype_), MemoryTag::kStaging));
     MEMWALL_ASSIGN_OR_RETURN(norm_host_, device_.AllocatePinnedHost(2 * sizeof(float), MemoryTag::kStaging));
-    for (const Buffer* b : {&master_, &m_, &v_, &grads_}) std::memset(b->data(), 0, b->bytes());
+    for (const Buffer* b : {&master_, &m_, &v_}) std::memset(b->data(), 0, b->bytes());
     MEMWALL_ASSIGN_OR_RETURN(copy_stream_, device_.CreateStream("offload_h2d"));
     for (auto& e : slot_free_) {
       MEMWALL_ASSIGN_OR_RETURN(e, device_.CreateEvent());
@@ -55,6 +66,7 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
   }
 
   ~HostOptimizer() override {
+    if (worker_.joinable()) worker_.join();
     if (copy_stream_) (void)copy_stream_->Synchronize();
   }
 
@@ -62,8 +74,9 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
   zero::GradientSink* gradient_sink() override { return this; }
 
   absl::Status ZeroGradients(Stream& stream) override {
-    return stream.EnqueueHost([this] {
-      std::memset(grads_.data(), 0, grads_.bytes());
+    const Buffer* grads = &grads_[active_];
+    return stream.EnqueueHost([this, grads] {
+      std::memset(grads->data(), 0, grads->bytes());
       folded_ = {};
       folded_ranges_.clear();
       return absl::OkStatus();
@@ -85,7 +98,7 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
     MEMWALL_RETURN_IF_ERROR(coll.Copy(staging_grads_.data(), reduced.data(), reduced.bytes()));
     MEMWALL_RETURN_IF_ERROR(timeline_->End(coll, d2h));
     MEMWALL_ASSIGN_OR_RETURN(const Timeline::ZoneId add, timeline_->Begin(coll, "grad accumulate"));
-    char* dst = grads_.as<char>() + shard_offset * SizeOf(grad_dtype_);
+    char* dst = grads_[active_].as<char>() + shard_offset * SizeOf(grad_dtype_);
     // The last pass completes the gradient: its adds also sum the squares
     // of their results (ZeRO-Offload §5.1: no extra pass for the norm and
     // the overflow check). Host functions on one stream run in order, so
@@ -105,14 +118,15 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
   // gradient shard recomputes the norm (zone "grad norm pass").
   absl::Status GradientNorm(const Tensor& norm, Stream& stream) override {
     MEMWALL_ASSIGN_OR_RETURN(const Timeline::ZoneId zone, timeline_->Begin(stream, "grad norm"));
-    MEMWALL_RETURN_IF_ERROR(stream.EnqueueHost([this]() -> absl::Status {
+    const Buffer* grads = &grads_[active_];
+    MEMWALL_RETURN_IF_ERROR(stream.EnqueueHost([this, grads]() -> absl::Status {
       offload::GradientNorm g = folded_;
       std::sort(folded_ranges_.begin(), folded_ranges_.end());
       bool twice = false;
       for (size_t i = 1; i < folded_ranges_.size(); ++i) twice |= folded_ranges_[i].first < folded_ranges_[i - 1].second;
       if (twice) {
         Timeline::HostZone pass(*timeline_, "grad norm pass");
-        MEMWALL_ASSIGN_OR_RETURN(g, SquaredNorm(grads_.data(), grad_dtype_, n_, &pool_));
+        MEMWALL_ASSIGN_OR_RETURN(g, SquaredNorm(grads->data(), grad_dtype_, n_, &pool_));
       }
       float* out = norm_host_.as<float>();
       out[0] = static_cast<float>(g.sum_of_squares);
@@ -125,10 +139,7 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
 
   absl::Status Step(const ops::AdamOptions& adam, int64_t step, float grad_scale, const Tensor& values,
                     Stream& stream) override {
-    if (adam.beta1 != adam_options_.beta1 || adam.beta2 != adam_options_.beta2 || adam.eps != adam_options_.eps ||
-        adam.weight_decay != adam_options_.weight_decay || adam.adamw != adam_options_.adamw) {
-      return absl::InvalidArgumentError("offload: only the learning rate may change between steps");
-    }
+    MEMWALL_RETURN_IF_ERROR(CheckAdam(adam));
     MEMWALL_RETURN_IF_ERROR(adam_->SetLearningRate(adam.lr));
     return SendValues(values, stream, [&](int64_t begin, int64_t len, void* out16) -> absl::Status {
       Timeline::HostZone zone(*timeline_, "cpu_adam");
@@ -137,13 +148,60 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
       b.params = master_.as<float>() + begin;
       b.exp_avg = m_.as<float>() + begin;
       b.exp_avg_sq = v_.as<float>() + begin;
-      b.grads = grads_.as<char>() + begin * SizeOf(grad_dtype_);
+      b.grads = grads_[active_].as<char>() + begin * SizeOf(grad_dtype_);
       b.grad_dtype = grad_dtype_;
       b.n = len;
       b.params16 = out16;
       b.params16_dtype = value_dtype_;
       return adam_->Step(b, step, grad_scale);
     });
+  }
+
+  bool SupportsDelayedUpdate() const override { return delayed_; }
+
+  // The step on the gradients accumulated so far, on a host thread (zone
+  // "cpu_adam (delayed)" on track "host dpu"), its 16-bit result kept whole;
+  // accumulation moves to the other gradient shard.
+  absl::Status StartDelayedStep(const ops::AdamOptions& adam, int64_t step, float grad_scale) override {
+    if (!delayed_) return absl::FailedPreconditionError("offload: the delayed update is not configured");
+    if (worker_.joinable()) return absl::FailedPreconditionError("offload: a delayed step is already running");
+    MEMWALL_RETURN_IF_ERROR(CheckAdam(adam));
+    MEMWALL_RETURN_IF_ERROR(adam_->SetLearningRate(adam.lr));
+    MEMWALL_RETURN_IF_ERROR(copy_stream_->Synchronize());  // the last copies from delayed_values_
+    const int consume = active_;
+    active_ ^= 1;
+    worker_status_ = absl::OkStatus();
+    worker_ = std::thread([this, consume, step, grad_scale] {
+      Timeline::HostZone zone(*timeline_, "cpu_adam (delayed)", "host dpu");
+      if (hooks_.delayed_step_running) hooks_.delayed_step_running();
+      cpu_adam::AdamBuffers b;
+      b.params = master_.as<float>();
+      b.exp_avg = m_.as<float>();
+      b.exp_avg_sq = v_.as<float>();
+      b.grads = grads_[consume].data();
+      b.grad_dtype = grad_dtype_;
+      b.n = n_;
+      b.params16 = value_dtype_ == DType::kF32 ? nullptr : delayed_values_.data();
+      b.params16_dtype = value_dtype_;
+      worker_status_ = adam_->Step(b, step, grad_scale);
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status FinishDelayedStep(const Tensor& values, Stream& stream) override {
+    if (!worker_.joinable()) return absl::FailedPreconditionError("offload: no delayed step is running");
+    worker_.join();
+    MEMWALL_RETURN_IF_ERROR(worker_status_);
+    if (values.numel() != n_ || values.dtype() != value_dtype_) {
+      return absl::InvalidArgumentError("offload: values do not match the shard");
+    }
+    MEMWALL_RETURN_IF_ERROR(stream.Synchronize());  // the device is done reading the old values
+    const void* src = value_dtype_ == DType::kF32 ? master_.data() : delayed_values_.data();
+    MEMWALL_ASSIGN_OR_RETURN(const Timeline::ZoneId h2d, timeline_->Begin(*copy_stream_, "param H2D"));
+    MEMWALL_RETURN_IF_ERROR(copy_stream_->Copy(values.data(), src, values.bytes()));
+    MEMWALL_RETURN_IF_ERROR(timeline_->End(*copy_stream_, h2d));
+    MEMWALL_RETURN_IF_ERROR(copy_stream_->Record(*copied_));
+    return stream.Wait(*copied_);
   }
 
   absl::Status WriteValues(const Tensor& values, Stream& stream) override {
@@ -155,6 +213,7 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
 
   absl::Status ReadState(OptimizerState state, int64_t begin, int64_t n, float* out) override {
     MEMWALL_ASSIGN_OR_RETURN(float* p, Of(state, begin, n));
+    if (worker_.joinable()) return absl::FailedPreconditionError("offload: a delayed step is running");
     MEMWALL_RETURN_IF_ERROR(copy_stream_->Synchronize());
     std::memcpy(out, p, n * sizeof(float));
     return absl::OkStatus();
@@ -162,12 +221,21 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
 
   absl::Status WriteState(OptimizerState state, int64_t begin, int64_t n, const float* in) override {
     MEMWALL_ASSIGN_OR_RETURN(float* p, Of(state, begin, n));
+    if (worker_.joinable()) return absl::FailedPreconditionError("offload: a delayed step is running");
     MEMWALL_RETURN_IF_ERROR(copy_stream_->Synchronize());
     std::memcpy(p, in, n * sizeof(float));
     return absl::OkStatus();
   }
 
  private:
+  absl::Status CheckAdam(const ops::AdamOptions& adam) const {
+    if (adam.beta1 != adam_options_.beta1 || adam.beta2 != adam_options_.beta2 || adam.eps != adam_options_.eps ||
+        adam.weight_decay != adam_options_.weight_decay || adam.adamw != adam_options_.adamw) {
+      return absl::InvalidArgumentError("offload: only the learning rate may change between steps");
+    }
+    return absl::OkStatus();
+  }
+
   static cpu_adam::AdamConfig AdamConfig(const ops::AdamOptions& a) {
     cpu_adam::AdamConfig c;
     c.lr = a.lr;
@@ -236,10 +304,14 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
   const ops::AdamOptions adam_options_;
   const int64_t tile_;
   const int64_t staging_elements_;
+  const bool delayed_;
   Timeline no_timeline_{/*enabled=*/false};
   Timeline* timeline_;
   ThreadPool pool_;
-  Buffer master_, m_, v_, grads_, staging_grads_, staging_values_, norm_host_;
+  Buffer master_, m_, v_, grads_[2], staging_grads_, staging_values_, norm_host_, delayed_values_;
+  int active_ = 0;  // the gradient shard backward accumulates into
+  std::thread worker_;  // the delayed step
+  absl::Status worker_status_;
   std::unique_ptr<Stream> copy_stream_;
   std::unique_ptr<Event> slot_free_[2];
   std::unique_ptr<Event> copied_;
@@ -273,11 +345,6 @@ absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model,
                                                              const HostOptimizerHooks* hooks) {
   if (options.zero.offload_optimizer().device() == zero::OffloadOptimizerConfig::CPU) {
     MEMWALL_RETURN_IF_ERROR(zero::ValidateZeroConfig(options.zero));
-    if (zero::WithDefaults(options.zero).offload_optimizer().delayed_update_after_steps() > 0) {
-      return absl::UnimplementedError(
-          "ZeroConfig offload_optimizer.delayed_update_after_steps > 0: the delayed parameter update "
-          "is not built yet (issue 6)");
-    }
     options.shard_optimizer_factory = [timeline, hooks](const zero::ShardOptimizerRequest& r) {
       return CreateHostOptimizer(r, timeline, hooks);
     };

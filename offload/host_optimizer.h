@@ -43,6 +43,8 @@ namespace memwall::offload {
 struct HostOptimizerHooks {
   std::function<void(int64_t tile)> adam_started;
   std::function<absl::Status(int64_t tile)> copy_starting;
+  // On the delayed step's thread, inside its zone, before the Adam runs.
+  std::function<void()> delayed_step_running;
 };
 
 // The host optimizer for `request` (zero/shard_optimizer.h); `timeline`, if

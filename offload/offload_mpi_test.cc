@@ -9,15 +9,24 @@
 //   - memory: on the device no gradient, master or Adam bytes; in pinned
 //     host memory 4, 8 and 2 bytes per shard element plus the staging;
 //   - checkpoints: an offloaded run resumes bit for bit;
-//   - refusals: pinned memory off, the delayed update (not built), stage 3.
+//   - the delayed parameter update: identical through warm-up, then one
+//     step stale, and within a stated tolerance of the undelayed run over
+//     200 steps of the overfit task; its host step runs during the next
+//     iteration's forward and backward (zones);
+//   - refusals: pinned memory off, stage 3.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "offload/host_optimizer.h"
 #include "runtime/cpu_device.h"
@@ -431,6 +440,140 @@ TEST_F(Offload, NormIsFoldedIntoTheLastPassUnlessAnElementIsAddedTwice) {
   }
 }
 
+// ZeRO-Offload §5.2: after `warmup` ordinary steps, iteration i's CPU step
+// runs during iteration i + 1's forward and backward, which use the
+// parameters of iteration i - 1. The overfit task of zero/trainer_test: a
+// short text the model memorizes.
+constexpr char kText[] =
+    "the memory wall: a model's states outgrow the device that trains it. "
+    "zero partitions them; offload moves them to the host; infinity to nvme. ";
+
+TEST_F(Offload, DelayedUpdateTracksTheUndelayedRunOnTheOverfitTask) {
+  constexpr int kWarmup = 40, kSteps = 200;
+  auto text = models::ByteStringSource(kText, "text");
+  std::vector<double> losses[2];
+  std::vector<Zone> zones;
+  for (int delayed = 0; delayed < 2; ++delayed) {
+    Timeline timeline;
+    auto device = *CreateCpuDevice();
+    auto model = *models::Gpt::Create(Small());
+    Case c;
+    c.offload = true;
+    c.precision = Precision::kBf16;
+    zero::TrainerOptions o = Options(c, W());
+    o.adam.lr = 1e-3f;
+    o.adam.weight_decay = 0;
+    o.zero.set_reduce_bucket_bytes(int64_t{64} << 20);
+    if (delayed) o.zero.mutable_offload_optimizer()->set_delayed_update_after_steps(kWarmup);
+    o.timeline = &timeline;
+    // The delayed step's thread waits (inside its zone) until its
+    // iteration's forward and backward has begun on the compute stream, so
+    // the zones overlap whatever the scheduling; a delayed step that had to
+    // finish before the iteration could start would time out here.
+    bool timed_out = false;
+    std::atomic<int64_t> step_called_ns{0};
+    HostOptimizerHooks hooks;
+    hooks.delayed_step_running = [&] {
+      for (int i = 0; i < 20000; ++i) {  // ~20 s
+        for (const Zone& z : timeline.Zones()) {
+          if (z.name == "forward+backward" && z.begin_ns >= step_called_ns.load()) return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      timed_out = true;
+    };
+    auto trainer = CreateTrainer(*model, *device, *comm_, o, &timeline, &hooks);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    for (int i = 0; i < kSteps; ++i) {
+      step_called_ns = TimelineNowNs();
+      auto st = (*trainer)->Step(*text);
+      ASSERT_TRUE(st.ok()) << st.status();
+      losses[delayed].push_back(st->loss);
+    }
+    EXPECT_FALSE(timed_out) << "a delayed step waited in vain for its iteration to start";
+    if (delayed) {
+      zones = timeline.Zones();
+      // Memory: two host gradient shards and the whole 16-bit result.
+      const int64_t shard = (models::CountParameters(Small()) + W() - 1) / W();
+      EXPECT_EQ(device->pinned_host().account().peak(MemoryTag::kGrads), size_t(2 * 2 * shard));
+    }
+  }
+  // Through warm-up and the first delayed iteration (which still uses the
+  // parameters of the step before it) the runs are the same computation.
+  for (int i = 0; i <= kWarmup; ++i) EXPECT_EQ(losses[1][i], losses[0][i]) << "step " << i + 1;
+  EXPECT_NE(losses[1][kWarmup + 1], losses[0][kWarmup + 1]) << "the update was not delayed";
+  auto tail_mean = [&](const std::vector<double>& l) {
+    double sum = 0;
+    for (int i = kSteps - 20; i < kSteps; ++i) sum += l[i];
+    return sum / 20;
+  };
+  const double undelayed = tail_mean(losses[0]), delayed = tail_mean(losses[1]);
+  double largest_gap = 0;
+  for (int i = 0; i < kSteps; ++i) largest_gap = std::max(largest_gap, std::abs(losses[1][i] - losses[0][i]));
+  std::printf("world %d: mean loss of steps 181-200: %.4f undelayed, %.4f delayed (first %.4f); largest "
+              "gap at one step %.4f\n",
+              W(), undelayed, delayed, losses[0][0], largest_gap);
+  EXPECT_LT(undelayed, 0.5 * losses[0][0]) << "the task was learned";
+  EXPECT_LT(delayed, 0.5 * losses[0][0]) << "the task was learned with the delayed update too";
+  // The stated tolerance (lr 1e-3, batch 8 x 16 tokens, warm-up 40): every
+  // step's loss within 0.4 nats of the undelayed run's, and the mean of the
+  // last 20 steps within 20% of it.
+  EXPECT_LT(largest_gap, 0.4);
+  EXPECT_NEAR(delayed, undelayed, 0.2 * undelayed);
+  // Each delayed host step waited (hook) for its iteration's forward and
+  // backward to begin, and ended before the next one began (it is joined in
+  // its own iteration). Whether it also ran while that pass was still going
+  // is up to the scheduler on a 2-core machine; across the 159 delayed steps
+  // it does (asserted on the union, not per step).
+  const auto passes = Select(zones, device_->compute_stream().name(), "forward+backward");
+  const auto host = Select(zones, "host dpu", "cpu_adam (delayed)");
+  ASSERT_EQ(host.size(), size_t(kSteps - kWarmup - 1)) << "one delayed step per iteration after the first delayed one";
+  ASSERT_EQ(passes.size(), size_t(kSteps));
+  for (size_t k = 0; k < host.size(); ++k) {
+    const size_t iteration = kWarmup + 1 + k;
+    EXPECT_GE(host[k].end_ns, passes[iteration].begin_ns) << "delayed step " << k;
+    if (iteration + 1 < passes.size()) {
+      EXPECT_LT(host[k].end_ns, passes[iteration + 1].begin_ns) << "delayed step " << k;
+    }
+  }
+  EXPECT_GT(OverlapNs(host, passes), 0);
+}
+
+// Every gradient is consumed exactly once, in order, by the right step:
+// with a learning rate of 0 the parameters never move, so every iteration's
+// gradient is the same in the delayed and the undelayed run, and after all
+// updates (the last one applied by Save) Adam's moments, which sum those
+// gradients, must be bit for bit the same. A lost, repeated or half-zeroed
+// gradient buffer changes them.
+TEST_F(Offload, DelayedUpdateConsumesEveryGradientOnce) {
+  constexpr int kWarmup = 3, kSteps = 20;
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string shard[2];
+  for (int delayed = 0; delayed < 2; ++delayed) {
+    auto device = *CreateCpuDevice();
+    auto model = *models::Gpt::Create(Small());
+    Case c;
+    c.offload = true;
+    c.accumulation = 2;
+    zero::TrainerOptions o = Options(c, W());
+    o.adam.lr = 0;
+    if (delayed) o.zero.mutable_offload_optimizer()->set_delayed_update_after_steps(kWarmup);
+    auto trainer = CreateTrainer(*model, *device, *comm_, o);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    for (int i = 0; i < kSteps; ++i) ASSERT_TRUE((*trainer)->Step(Data()).ok());
+    const std::string dir = absl::StrCat(base ? base : "/tmp", "/dpu_once_", delayed);
+    auto saved = (*trainer)->Save(dir);  // applies the pending update first
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    std::ifstream in(absl::StrCat(*saved, "/rank_", absl::StrFormat("%05d", comm_->rank()), ".shard"),
+                     std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    shard[delayed] = bytes.str();
+  }
+  ASSERT_FALSE(shard[0].empty());
+  EXPECT_TRUE(shard[0] == shard[1]) << "master, m and v differ between the delayed and the undelayed run";
+}
+
 TEST_F(Offload, RefusesWhatItCannotDo) {
   auto device = *CreateCpuDevice();
   auto model = *models::Gpt::Create(Small());
@@ -441,10 +584,6 @@ TEST_F(Offload, RefusesWhatItCannotDo) {
   auto t = CreateTrainer(*model, *device, *comm_, o);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
   EXPECT_NE(t.status().message().find("pin_memory = false"), std::string::npos) << t.status();
-  o = Options(c, W());
-  o.zero.mutable_offload_optimizer()->set_delayed_update_after_steps(40);
-  t = CreateTrainer(*model, *device, *comm_, o);
-  EXPECT_EQ(t.status().code(), absl::StatusCode::kUnimplemented) << t.status();
   o = Options(c, W());
   o.zero.set_stage(3);
   t = CreateTrainer(*model, *device, *comm_, o);

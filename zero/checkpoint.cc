@@ -269,6 +269,7 @@ FlatRange Trainer::OptimizerRange() const {
 
 absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
                                           const std::function<void(int)>& after_shard_written) {
+  MEMWALL_RETURN_IF_ERROR(ApplyPendingUpdate());  // a checkpoint holds every update so far
   MEMWALL_RETURN_IF_ERROR(device_.Synchronize());
   const std::string path = CheckpointPath(dir, step_);
   const int rank = comm_.rank(), world = comm_.world_size();
@@ -442,6 +443,8 @@ absl::Status Trainer::Load(const std::string& step_dir) {
   CheckpointMetadata meta;
   std::vector<float> values[3];
   MEMWALL_RETURN_IF_ERROR(Agree(LoadLocal(step_dir, meta, values), absl::StrCat("loading ", step_dir)));
+  MEMWALL_RETURN_IF_ERROR(ApplyPendingUpdate());  // finish the host's work before its states change
+  pending_.reset();
   for (int section = 0; section < 3; ++section) {
     MEMWALL_RETURN_IF_ERROR(optimizer_->WriteState(static_cast<OptimizerState>(section), 0,
                                                    values[section].size(), values[section].data()));

@@ -52,6 +52,20 @@ class ShardOptimizer {
   // synchronized the streams that produce it).
   virtual absl::Status Step(const ops::AdamOptions& adam, int64_t step, float grad_scale,
                             const Tensor& values, Stream& stream) = 0;
+  // Delayed parameter update (ZeRO-Offload §5.2), for optimizers that
+  // support it. StartDelayedStep begins the step on the gradients
+  // accumulated so far and returns at once; accumulation moves to a second
+  // gradient buffer, so the next iteration's backward can run meanwhile.
+  // FinishDelayedStep waits for it and writes the updated values into
+  // `values` in `stream`'s order.
+  virtual bool SupportsDelayedUpdate() const { return false; }
+  virtual absl::Status StartDelayedStep(const ops::AdamOptions& adam, int64_t step, float grad_scale) {
+    return absl::UnimplementedError("this optimizer has no delayed parameter update");
+  }
+  virtual absl::Status FinishDelayedStep(const Tensor& values, Stream& stream) {
+    return absl::UnimplementedError("this optimizer has no delayed parameter update");
+  }
+
   // The master weights rounded into `values` (`elements` of the parameter
   // type, device memory): the compute copy of this rank's part.
   virtual absl::Status WriteValues(const Tensor& values, Stream& stream) = 0;

@@ -310,7 +310,24 @@ absl::Status Trainer::GatherValues() {
   return gather_->RefreshPersistent();
 }
 
+bool Trainer::delayed_update_active() const {
+  const int64_t after = zero_.offload_optimizer().delayed_update_after_steps();
+  return after > 0 && step_ > after && optimizer_->SupportsDelayedUpdate();
+}
+
+absl::Status Trainer::ApplyPendingUpdate() {
+  if (!pending_.has_value()) return absl::OkStatus();
+  Stream& s = device_.compute_stream();
+  MEMWALL_RETURN_IF_ERROR(optimizer_->StartDelayedStep(pending_->adam, pending_->step, pending_->grad_scale));
+  pending_.reset();
+  MEMWALL_RETURN_IF_ERROR(optimizer_->FinishDelayedStep(zero_.stage() == 0 ? storage_.Values(device_) : ValuesShard(), s));
+  MEMWALL_RETURN_IF_ERROR(GatherValues());
+  MEMWALL_RETURN_IF_ERROR(coll().Synchronize());
+  return s.Synchronize();
+}
+
 absl::StatusOr<std::vector<float>> Trainer::MasterWeights() {
+  MEMWALL_RETURN_IF_ERROR(ApplyPendingUpdate());
   Stream& s = device_.compute_stream();
   if (zero_.stage() == 0) {
     std::vector<float> out(storage_.numel);
@@ -358,6 +375,14 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   const int stage = zero_.stage();
   const Tensor grads = stage == 0 ? storage_.Grads(device_)
                                   : Tensor::OfBuffer(grads_, param_dtype(), &device_);
+  // Delayed parameter update: the previous iteration's step runs on the
+  // host while this iteration computes on the parameters it had. It
+  // consumes the gradient shard, so it starts before a fresh one is zeroed.
+  const bool finish_pending = pending_.has_value();
+  if (finish_pending) {
+    MEMWALL_RETURN_IF_ERROR(optimizer_->StartDelayedStep(pending_->adam, pending_->step, pending_->grad_scale));
+    pending_.reset();
+  }
   if (grads.data() != nullptr) MEMWALL_RETURN_IF_ERROR(s.Memset(grads.data(), 0, grads.bytes()));
   MEMWALL_RETURN_IF_ERROR(optimizer_->ZeroGradients(s));
 
@@ -426,6 +451,14 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   stats.tokens = global_tokens;
   const bool overflow = norm_host[1] != 0.0f || !std::isfinite(norm_host[0]);
   stats.grad_norm = std::sqrt(double(norm_host[0])) / loss_scale_;
+  if (overflow && finish_pending) {
+    // The previous iteration's update still lands; only this one is skipped.
+    MEMWALL_RETURN_IF_ERROR(
+        optimizer_->FinishDelayedStep(stage == 0 ? storage_.Values(device_) : ValuesShard(), s));
+    MEMWALL_RETURN_IF_ERROR(GatherValues());
+    MEMWALL_RETURN_IF_ERROR(c.Synchronize());
+    MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+  }
   if (overflow) {
     stats.skipped = true;
     stats.grad_norm = NAN;
@@ -441,18 +474,27 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
     ops::AdamOptions adam = options_.adam;
     adam.lr = stats.lr;
     const Tensor values = stage == 0 ? storage_.Values(device_) : ValuesShard();
-    Timeline::ZoneId zone = -1;
-    if (timeline && !options_.shard_optimizer_factory) {
-      MEMWALL_ASSIGN_OR_RETURN(zone, timeline->Begin(s, "adam"));
+    if (finish_pending) {
+      MEMWALL_RETURN_IF_ERROR(optimizer_->FinishDelayedStep(values, s));
+      MEMWALL_RETURN_IF_ERROR(GatherValues());
     }
-    MEMWALL_RETURN_IF_ERROR(optimizer_->Step(adam, adam_step_, static_cast<float>(clip / loss_scale_), values, s));
-    if (timeline) MEMWALL_RETURN_IF_ERROR(timeline->End(s, zone));
-    zone = -1;
-    if (timeline && stage > 0) {
-      MEMWALL_ASSIGN_OR_RETURN(zone, timeline->Begin(s, "all-gather"));
+    if (delayed_update_active()) {
+      // This step's own update waits for the next iteration.
+      pending_ = PendingUpdate{adam, adam_step_, static_cast<float>(clip / loss_scale_)};
+    } else {
+      Timeline::ZoneId zone = -1;
+      if (timeline && !options_.shard_optimizer_factory) {
+        MEMWALL_ASSIGN_OR_RETURN(zone, timeline->Begin(s, "adam"));
+      }
+      MEMWALL_RETURN_IF_ERROR(optimizer_->Step(adam, adam_step_, static_cast<float>(clip / loss_scale_), values, s));
+      if (timeline) MEMWALL_RETURN_IF_ERROR(timeline->End(s, zone));
+      zone = -1;
+      if (timeline && stage > 0) {
+        MEMWALL_ASSIGN_OR_RETURN(zone, timeline->Begin(s, "all-gather"));
+      }
+      MEMWALL_RETURN_IF_ERROR(GatherValues());
+      if (timeline) MEMWALL_RETURN_IF_ERROR(timeline->End(s, zone));
     }
-    MEMWALL_RETURN_IF_ERROR(GatherValues());
-    if (timeline) MEMWALL_RETURN_IF_ERROR(timeline->End(s, zone));
     MEMWALL_RETURN_IF_ERROR(c.Synchronize());
     MEMWALL_RETURN_IF_ERROR(s.Synchronize());
     if (options_.precision == Precision::kFp16 &&

@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -201,6 +202,18 @@ class Trainer {
   // fp32 master weights and Adam moments (the shard at stage >= 1), and the
   // step over them (zero/shard_optimizer.h).
   std::unique_ptr<ShardOptimizer> optimizer_;
+  // Delayed parameter update: the step owed for the previous iteration's
+  // gradients (started at the beginning of the next Step, finished at its
+  // end), and the wait for it before anything reads or writes the states.
+  struct PendingUpdate {
+    ops::AdamOptions adam;
+    int64_t step = 0;
+    float grad_scale = 1;
+  };
+  std::optional<PendingUpdate> pending_;
+  bool delayed_update_active() const;
+  absl::Status ApplyPendingUpdate();
+
   // Stages 1-3.
   ZeroConfig zero_;              // defaults filled
   FlatLayout layout_;
