@@ -33,22 +33,14 @@
 #include "runtime/status.h"
 #include "zero/checkpoint.h"
 #include "zero/partition.h"
+#include "zero/testing.h"
 
 namespace memwall::offload {
 namespace {
 
 using zero::Precision;
 
-models::GptConfig Small() {
-  models::GptConfig c;
-  c.set_name("small");
-  c.set_layers(2);
-  c.set_hidden(32);
-  c.set_heads(4);
-  c.set_vocab(256);
-  c.set_positions(16);
-  return c;
-}
+models::GptConfig Small() { return zero::test::SmallGpt(); }
 
 struct Case {
   int stage = 2;
@@ -132,10 +124,7 @@ Outcome Train(Communicator& comm, const Case& c, int steps) {
 }
 
 size_t Differ(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return std::max(a.size(), b.size());
-  size_t n = 0;
-  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-  return n;
+  return zero::test::CountBitDifferences(a, b);
 }
 
 class Offload : public testing::Test {

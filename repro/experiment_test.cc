@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "repro/harness.h"
+#include "runtime/files.h"
 
 namespace memwall::repro {
 namespace {

@@ -98,27 +98,6 @@ std::string CsvField(const std::string& value) {
   return out + "\"";
 }
 
-std::string JsonString(const std::string& value) {
-  std::string out = "\"";
-  for (char c : value) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
 absl::Status WriteProvenance(const std::string& path, const Provenance& p) {
   const std::string git = absl::StrCat("git -C ", ShellQuote(WorkspaceDir()), " ");
   std::string commit = Capture(git + "rev-parse HEAD");

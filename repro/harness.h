@@ -27,8 +27,6 @@ std::string WorkspaceDir();
 std::string ShellQuote(const std::string& arg);
 // One CSV field, quoted when it holds a comma, quote or newline.
 std::string CsvField(const std::string& value);
-// A JSON string literal.
-std::string JsonString(const std::string& value);
 
 struct Provenance {
   std::string experiment;

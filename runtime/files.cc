@@ -83,6 +83,27 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
   return f->Commit();
 }
 
+std::string JsonString(absl::string_view value) {
+  std::string out = "\"";
+  for (char c : value) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
 absl::Status ParseTextProto(const std::string& text, const std::string& origin,
                             google::protobuf::Message* out) {
   google::protobuf::TextFormat::Parser parser;

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace google::protobuf {
 class Message;
@@ -42,6 +43,9 @@ class AtomicFile {
 
 // The whole of `contents`, atomically (AtomicFile).
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
+
+// `value` as a JSON string literal, quotes included ("a\"b").
+std::string JsonString(absl::string_view value);
 
 // Parses a text proto into `out`. A syntax error or unknown field is an
 // InvalidArgument: "<origin>: not a <Type> text proto: line L column C: ...".

@@ -12,19 +12,6 @@
 namespace memwall {
 namespace {
 
-std::string JsonEscaped(absl::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", c);
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
 // The union of complete zones as sorted, disjoint intervals.
 std::vector<std::pair<int64_t, int64_t>> Union(const std::vector<Zone>& zones) {
   std::vector<std::pair<int64_t, int64_t>> in;
@@ -122,11 +109,11 @@ std::string Timeline::ChromeTraceJson(int pid) const {
     auto [it, added] = tids.emplace(z.track, static_cast<int>(tids.size()) + 1);
     if (added) {
       append(absl::StrFormat(
-          R"({"name": "thread_name", "ph": "M", "pid": %d, "tid": %d, "args": {"name": "%s"}})", pid,
-          it->second, JsonEscaped(z.track)));
+          R"({"name": "thread_name", "ph": "M", "pid": %d, "tid": %d, "args": {"name": %s}})", pid,
+          it->second, JsonString(z.track)));
     }
-    append(absl::StrFormat(R"({"name": "%s", "ph": "X", "pid": %d, "tid": %d, "ts": %.3f, "dur": %.3f})",
-                           JsonEscaped(z.name), pid, it->second, (z.begin_ns - origin) / 1e3,
+    append(absl::StrFormat(R"({"name": %s, "ph": "X", "pid": %d, "tid": %d, "ts": %.3f, "dur": %.3f})",
+                           JsonString(z.name), pid, it->second, (z.begin_ns - origin) / 1e3,
                            z.duration_ns() / 1e3));
   }
   json += "\n]}\n";

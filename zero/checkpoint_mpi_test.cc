@@ -32,6 +32,7 @@
 #include "runtime/cpu_device.h"
 #include "runtime/status.h"
 #include "zero/checkpoint.h"
+#include "zero/testing.h"
 #include "zero/trainer.h"
 
 namespace memwall::zero {
@@ -41,16 +42,7 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kGlobalBatch = 8;  // sequences per step at every rank count
 
-models::GptConfig Small(int layers = 2) {
-  models::GptConfig c;
-  c.set_name("small");
-  c.set_layers(layers);
-  c.set_hidden(32);
-  c.set_heads(4);
-  c.set_vocab(256);
-  c.set_positions(16);
-  return c;
-}
+models::GptConfig Small(int layers = 2) { return test::SmallGpt(layers); }
 
 struct Case {
   int stage = 0;
@@ -120,7 +112,7 @@ std::vector<float> Weights(Session& s) {
 }
 
 bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return test::CountBitDifferences(a, b) == 0;
 }
 
 // A directory every rank of this launch names the same way (ranks share

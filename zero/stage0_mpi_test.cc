@@ -7,21 +7,13 @@
 
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
+#include "zero/testing.h"
 #include "zero/trainer.h"
 
 namespace memwall::zero {
 namespace {
 
-models::GptConfig Tiny() {
-  models::GptConfig c;
-  c.set_name("tiny");
-  c.set_layers(2);
-  c.set_hidden(32);
-  c.set_heads(4);
-  c.set_vocab(256);
-  c.set_positions(16);
-  return c;
-}
+models::GptConfig Tiny() { return test::SmallGpt(); }
 
 struct Result {
   std::vector<double> losses;

@@ -21,21 +21,13 @@
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
 #include "zero/estimator.h"
+#include "zero/testing.h"
 #include "zero/trainer.h"
 
 namespace memwall::zero {
 namespace {
 
-models::GptConfig Small() {
-  models::GptConfig c;
-  c.set_name("small");
-  c.set_layers(2);
-  c.set_hidden(32);
-  c.set_heads(4);
-  c.set_vocab(256);
-  c.set_positions(16);
-  return c;
-}
+models::GptConfig Small() { return test::SmallGpt(); }
 
 struct Outcome {
   std::vector<double> losses;
