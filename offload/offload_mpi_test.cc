@@ -153,15 +153,8 @@ TEST_F(Offload, GivesStageTwosLossesAndWeights) {
           c.stage = stage;
           c.offload = true;
           const Outcome got = Train(*comm_, c, 12);
-          ASSERT_EQ(got.losses.size(), 12u) << c.Name();
-          for (size_t i = 0; i < got.losses.size(); ++i) {
-            EXPECT_NEAR(got.losses[i], expected.losses[i], 1e-5 * std::abs(expected.losses[i]))
-                << c.Name() << ", world " << W() << ", step " << i + 1;
-          }
-          ASSERT_EQ(got.weights.size(), expected.weights.size());
-          for (size_t i = 0; i < got.weights.size(); ++i) {
-            ASSERT_NEAR(got.weights[i], expected.weights[i], 1e-5) << c.Name() << ", weight " << i;
-          }
+          zero::test::ExpectSameTraining(got.losses, expected.losses, got.weights, expected.weights,
+                                         absl::StrCat(c.Name(), ", world ", W()));
         }
       }
     }

@@ -131,15 +131,8 @@ TEST_F(Stages, EveryStageMatchesSingleRankStageZero) {
         s.accumulation = accumulation;
         s.micro_batch = kGlobal / (W() * accumulation);
         const Outcome got = Train(*comm_, s);
-        ASSERT_EQ(got.losses.size(), 20u) << s.Name();
-        for (int step = 0; step < 20; ++step) {
-          EXPECT_NEAR(got.losses[step], one.losses[step], 1e-5 * one.losses[step])
-              << s.Name() << ", world " << W() << ", step " << step + 1;
-        }
-        ASSERT_EQ(got.weights.size(), one.weights.size());
-        for (size_t i = 0; i < one.weights.size(); ++i) {
-          ASSERT_NEAR(got.weights[i], one.weights[i], 1e-5) << s.Name() << ", weight " << i;
-        }
+        test::ExpectSameTraining(got.losses, one.losses, got.weights, one.weights,
+                                 absl::StrCat(s.Name(), ", world ", W()));
       }
     }
   }

@@ -7,6 +7,10 @@
 #include <cstring>
 #include <vector>
 
+#include <cmath>
+#include <string>
+
+#include "gtest/gtest.h"
 #include "models/gpt.h"
 
 namespace memwall::zero::test {
@@ -30,6 +34,23 @@ inline size_t CountBitDifferences(const std::vector<float>& a, const std::vector
   size_t n = 0;
   for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
   return n;
+}
+
+// The equivalence the stage, offload and re-partitioning tests assert: the
+// same number of steps, each loss within `relative` of the reference's, and
+// the same number of weights, each within `absolute` (the first weight out
+// of tolerance is reported, not all of them).
+inline void ExpectSameTraining(const std::vector<double>& losses, const std::vector<double>& want_losses,
+                               const std::vector<float>& weights, const std::vector<float>& want_weights,
+                               const std::string& what, double relative = 1e-5, double absolute = 1e-5) {
+  ASSERT_EQ(losses.size(), want_losses.size()) << what;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    EXPECT_NEAR(losses[i], want_losses[i], relative * std::abs(want_losses[i])) << what << ", step " << i + 1;
+  }
+  ASSERT_EQ(weights.size(), want_weights.size()) << what;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    ASSERT_NEAR(weights[i], want_weights[i], absolute) << what << ", weight " << i;
+  }
 }
 
 }  // namespace memwall::zero::test
