@@ -211,6 +211,20 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
     });
   }
 
+  absl::Status SetMasterFromValues(const Tensor& values, Stream& stream) override {
+    if (values.numel() != n_ || values.dtype() != value_dtype_) {
+      return absl::InvalidArgumentError("offload: values do not match the shard");
+    }
+    for (int64_t begin = 0; begin < n_; begin += tile_) {  // through a staging tile
+      const int64_t len = std::min(tile_, n_ - begin);
+      const size_t vsize = SizeOf(value_dtype_);
+      MEMWALL_RETURN_IF_ERROR(stream.Copy(staging_values_.data(), values.data_as<char>() + begin * vsize, len * vsize));
+      MEMWALL_RETURN_IF_ERROR(stream.Synchronize());
+      MEMWALL_RETURN_IF_ERROR(Convert(staging_values_.data(), value_dtype_, master_.as<float>() + begin, DType::kF32, len));
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status ReadState(OptimizerState state, int64_t begin, int64_t n, float* out) override {
     MEMWALL_ASSIGN_OR_RETURN(float* p, Of(state, begin, n));
     if (worker_.joinable()) return absl::FailedPreconditionError("offload: a delayed step is running");

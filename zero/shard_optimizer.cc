@@ -50,6 +50,11 @@ class DeviceShardOptimizer : public ShardOptimizer {
     return ops::Cast(master_, values, stream);
   }
 
+  absl::Status SetMasterFromValues(const Tensor& values, Stream& stream) override {
+    if (values.data() == master_.data()) return absl::OkStatus();
+    return ops::Cast(values, master_, stream);
+  }
+
   absl::Status ReadState(OptimizerState state, int64_t begin, int64_t n, float* out) override {
     MEMWALL_ASSIGN_OR_RETURN(const Tensor t, Of(state, begin, n));
     Stream& s = device_.compute_stream();

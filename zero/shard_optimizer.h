@@ -70,6 +70,10 @@ class ShardOptimizer {
   // type, device memory): the compute copy of this rank's part.
   virtual absl::Status WriteValues(const Tensor& values, Stream& stream) = 0;
 
+  // The master weights from `values` (the parameter type, widened exactly):
+  // at initialization, so the master starts from the values the model has.
+  virtual absl::Status SetMasterFromValues(const Tensor& values, Stream& stream) = 0;
+
   // Host copies of a state, elements [begin, begin + n) (checkpoints,
   // export, initialization). Synchronous.
   virtual absl::Status ReadState(OptimizerState state, int64_t begin, int64_t n, float* out) = 0;

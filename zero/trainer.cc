@@ -114,7 +114,6 @@ absl::Status Trainer::Allocate() {
       storage_, models::BindFlatStorage(model_, device_, true,
                                         half ? MemoryTag::kParams16 : MemoryTag::kMasterParams,
                                         half ? HalfType(options_.precision) : DType::kF32));
-  const size_t bytes = static_cast<size_t>(storage_.numel) * sizeof(float);
   MEMWALL_RETURN_IF_ERROR(model_.Initialize(options_.seed, device_));
   Stream& s = device_.compute_stream();
   // fp32: the model's values are the master weights. 16-bit: the master
@@ -122,17 +121,9 @@ absl::Status Trainer::Allocate() {
   MEMWALL_ASSIGN_OR_RETURN(
       optimizer_, CreateDeviceShardOptimizer(device_, storage_.numel, storage_.Grads(device_),
                                              half ? std::nullopt : std::optional<Tensor>(storage_.Values(device_))));
-  if (half) {
-    std::vector<uint16_t> values(storage_.numel);
-    std::vector<float> widened(storage_.numel);
-    MEMWALL_RETURN_IF_ERROR(s.Copy(values.data(), storage_.values.data(), values.size() * sizeof(uint16_t)));
-    MEMWALL_RETURN_IF_ERROR(s.Synchronize());
-    MEMWALL_RETURN_IF_ERROR(Convert(values.data(), param_dtype(), widened.data(), DType::kF32, values.size()));
-    MEMWALL_RETURN_IF_ERROR(optimizer_->WriteState(OptimizerState::kMaster, 0, storage_.numel, widened.data()));
-  }
+  MEMWALL_RETURN_IF_ERROR(optimizer_->SetMasterFromValues(storage_.Values(device_), s));
   MEMWALL_ASSIGN_OR_RETURN(norm_, device_.Allocate(2 * sizeof(float), MemoryTag::kWorkspace));
   MEMWALL_ASSIGN_OR_RETURN(loss_, device_.Allocate(2 * sizeof(float), MemoryTag::kCommBuffers));
-  (void)bytes;
   return s.Synchronize();
 }
 
@@ -218,13 +209,10 @@ absl::Status Trainer::AllocatePartitioned() {
                            init.data() + (lo - layout_.shard_begin()));
     });
   }
-  if (dtype != DType::kF32) {  // round to the parameter type (and widen back, exactly)
-    std::vector<uint16_t> half(shard);
-    MEMWALL_RETURN_IF_ERROR(Convert(init.data(), DType::kF32, half.data(), dtype, shard));
-    MEMWALL_RETURN_IF_ERROR(Convert(half.data(), dtype, init.data(), DType::kF32, shard));
-  }
+  // Rounded to the parameter type, and the master widened back from that.
   MEMWALL_RETURN_IF_ERROR(optimizer_->WriteState(OptimizerState::kMaster, 0, shard, init.data()));
   MEMWALL_RETURN_IF_ERROR(optimizer_->WriteValues(ValuesShard(), s));
+  MEMWALL_RETURN_IF_ERROR(optimizer_->SetMasterFromValues(ValuesShard(), s));
   MEMWALL_RETURN_IF_ERROR(s.Synchronize());
 
   if (stage < 3) {  // the all-gather bucket: N chunks of equal size
