@@ -18,6 +18,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <mutex>
@@ -281,6 +282,10 @@ TEST_F(Offload, TimelineShowsTheOverlaps) {
   zero::TrainerOptions o = Options(c, W());
   o.zero.mutable_offload_optimizer()->set_tile_elements(4096);
   o.timeline = &timeline;
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  o.trace_dir = absl::StrCat(tmp ? tmp : "/tmp", "/traces_np", W(), "_rank", comm_->rank());
+  std::filesystem::remove_all(o.trace_dir);
+  ASSERT_TRUE(std::filesystem::create_directories(o.trace_dir));
   // Tile k's copy and tile k + 1's Adam each wait, inside their zones,
   // until the other has started: both zones are open at once.
   std::mutex mu;
@@ -355,9 +360,26 @@ TEST_F(Offload, TimelineShowsTheOverlaps) {
       EXPECT_LE(h2d[k].end_ns, adam[k + 2].begin_ns) << "tile " << k;
     }
   }
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string trace = std::string(dir ? dir : "/tmp") + "/offload_rank" + std::to_string(comm_->rank()) + ".json";
-  ASSERT_TRUE(timeline.WriteChromeTrace(trace, comm_->rank()).ok());
+  // One Chrome trace per step (TrainerOptions.trace_dir) with that step's
+  // zones alone: one pass, every tile's Adam and copy, this rank as pid.
+  for (int step = 1; step <= 3; ++step) {
+    std::ifstream in(absl::StrCat(o.trace_dir, "/step_", step, ".json"));
+    ASSERT_TRUE(in.good()) << "no trace for step " << step;
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string json = text.str();
+    auto count = [&](const std::string& what) {
+      int n = 0;
+      for (size_t at = json.find(what); at != std::string::npos; at = json.find(what, at + 1)) ++n;
+      return n;
+    };
+    EXPECT_EQ(count("\"name\": \"forward+backward\""), 1) << "step " << step;
+    EXPECT_EQ(count("\"name\": \"cpu_adam\""), tiles) << "step " << step;
+    EXPECT_EQ(count("\"name\": \"param H2D\""), tiles) << "step " << step;
+    EXPECT_GT(count("\"name\": \"grad D2H\""), 1) << "step " << step;
+    EXPECT_EQ(count(absl::StrCat("\"pid\": ", comm_->rank(), ",")), count("\"pid\": ")) << "step " << step;
+  }
+  EXPECT_FALSE(std::filesystem::exists(absl::StrCat(o.trace_dir, "/step_4.json")));
 }
 
 // The norm comes from the last pass's accumulation (no pass of its own)

@@ -41,14 +41,15 @@ int64_t TimelineNowNs() {
 Timeline::ZoneId Timeline::Add(absl::string_view track, absl::string_view name) {
   absl::MutexLock lock(&mu_);
   zones_.push_back(Zone{std::string(track), std::string(name)});
-  return static_cast<ZoneId>(zones_.size()) - 1;
+  return first_id_ + static_cast<ZoneId>(zones_.size()) - 1;
 }
 
 void Timeline::Stamp(ZoneId id, bool end) {
   const int64_t now = TimelineNowNs();
   absl::MutexLock lock(&mu_);
-  if (id < 0 || id >= static_cast<ZoneId>(zones_.size())) return;  // cleared meanwhile
-  (end ? zones_[id].end_ns : zones_[id].begin_ns) = now;
+  const ZoneId index = id - first_id_;
+  if (index < 0 || index >= static_cast<ZoneId>(zones_.size())) return;  // cleared meanwhile
+  (end ? zones_[index].end_ns : zones_[index].begin_ns) = now;
 }
 
 absl::StatusOr<Timeline::ZoneId> Timeline::Begin(Stream& stream, absl::string_view name) {
@@ -88,11 +89,13 @@ std::vector<Zone> Timeline::Zones() const {
 
 void Timeline::Clear() {
   absl::MutexLock lock(&mu_);
+  first_id_ += static_cast<ZoneId>(zones_.size());
   zones_.clear();
 }
 
-std::string Timeline::ChromeTraceJson(int pid) const {
-  const std::vector<Zone> zones = Zones();
+std::string Timeline::ChromeTraceJson(int pid) const { return memwall::ChromeTraceJson(Zones(), pid); }
+
+std::string ChromeTraceJson(const std::vector<Zone>& zones, int pid) {
   int64_t origin = INT64_MAX;
   for (const Zone& z : zones) {
     if (z.complete()) origin = std::min(origin, z.begin_ns);

@@ -82,7 +82,14 @@ class Timeline {
   const bool enabled_;
   mutable absl::Mutex mu_;
   std::vector<Zone> zones_ ABSL_GUARDED_BY(mu_);
+  // The id of zones_[0]: ids stay unique across Clear(), so a stamp for a
+  // zone cleared meanwhile is dropped instead of landing on a newer one.
+  ZoneId first_id_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// The trace of `zones` (e.g. one step's, from Zones()): as
+// Timeline::ChromeTraceJson.
+std::string ChromeTraceJson(const std::vector<Zone>& zones, int pid = 0);
 
 // Nanoseconds on the clock zones are stamped with.
 int64_t TimelineNowNs();

@@ -4,6 +4,8 @@
 #include "runtime/timeline.h"
 
 #include <atomic>
+#include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -126,6 +128,24 @@ TEST_F(TimelineOnStreams, ChromeTraceHasOneEventPerZoneAndOneThreadPerTrack) {
   const char* dir = std::getenv("TEST_TMPDIR");
   const std::string path = std::string(dir ? dir : "/tmp") + "/trace.json";
   ASSERT_TRUE(t.WriteChromeTrace(path, 3).ok());
+}
+
+TEST(Timeline, AStampForAClearedZoneIsDropped) {
+  Timeline t;
+  std::optional<Timeline::HostZone> open;
+  open.emplace(t, "spans the clear");  // e.g. a delayed update running while a step's trace is cut
+  t.Clear();
+  { Timeline::HostZone z(t, "after the clear"); }
+  const int64_t end_before = t.Zones().at(0).end_ns;
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  open.reset();  // its end stamp must not land on the newer zone
+  const std::vector<Zone> zones = t.Zones();
+  ASSERT_EQ(zones.size(), 1u);
+  EXPECT_EQ(zones[0].name, "after the clear");
+  EXPECT_EQ(zones[0].end_ns, end_before) << "the cleared zone's end was stamped on the newer zone";
+  { Timeline::HostZone z(t, "second"); }
+  ASSERT_EQ(t.Zones().size(), 2u);
+  EXPECT_TRUE(t.Zones()[1].complete());
 }
 
 TEST_F(TimelineOnStreams, DisabledRecordsNothing) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/files.h"
 #include "runtime/status.h"
 #include "runtime/thread_pool.h"
 #include "zero/config.h"
@@ -350,6 +351,9 @@ float Trainer::LearningRate(int64_t step) const {
 
 absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   const auto start = std::chrono::steady_clock::now();
+  // The step's window on the timeline: from here (before a delayed update
+  // starts) to after the last synchronize.
+  const int64_t step_begin_ns = TimelineNowNs();
   const models::BatchLayout layout{options_.seq, options_.micro_batch, options_.accumulation,
                                    comm_.world_size()};
   MEMWALL_RETURN_IF_ERROR(models::ValidateLayout(data, layout));
@@ -380,7 +384,6 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   std::vector<int32_t> ids(options_.micro_batch * options_.seq), targets(ids.size());
   models::LossSum local;
   Timeline* timeline = options_.timeline;
-  const int64_t step_begin_ns = TimelineNowNs();
   for (int64_t micro = 0; micro < options_.accumulation; ++micro) {
     optimizer_->BeginMicroBatch(micro, options_.accumulation);
     MEMWALL_RETURN_IF_ERROR(models::FillMicroBatch(data, layout, step_, comm_.rank(), micro,
@@ -502,6 +505,10 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
     std::map<std::string, int64_t> by_name;  // sorted: a stable line
     for (const Zone& z : zones) by_name[z.name] += z.duration_ns();
     for (const auto& [name, ns] : by_name) absl::StrAppendFormat(&stats.breakdown, "%s%s %.3f", stats.breakdown.empty() ? "" : ", ", name, ns / 1e9);
+    if (!options_.trace_dir.empty()) {
+      MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(
+          absl::StrCat(options_.trace_dir, "/step_", step_, ".json"), ChromeTraceJson(zones, comm_.rank())));
+    }
   }
   stats.tokens_per_second = double(global_tokens) / stats.seconds;
   const double forward = models::ForwardFlopsPerToken(model_.config(), options_.seq);

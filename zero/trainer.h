@@ -98,6 +98,11 @@ struct TrainerOptions {
   // optimizer) and "all-gather"; an offloaded optimizer adds its own. The
   // caller may write a Chrome trace and Clear() it between steps.
   Timeline* timeline = nullptr;
+  // With a timeline: each step's zones are also written as a Chrome trace
+  // (runtime/timeline.h; opens in Perfetto) to trace_dir/step_<k>.json, one
+  // file per rank's process id in the trace (`pid` = rank). The directory
+  // must exist. With more than one rank, give each rank its own directory.
+  std::string trace_dir;
   // Tests: edits each micro-batch (rank, micro index, token count, ids,
   // targets) before
   // it runs, e.g. to ignore every target on ranks > 0 so that cross-rank
