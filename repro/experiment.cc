@@ -18,37 +18,15 @@ absl::Status Bad(absl::string_view field, const T& value, absl::string_view need
   return absl::InvalidArgumentError(absl::StrCat("Experiment ", field, " = ", value, " ", need));
 }
 
-}  // namespace
-
-absl::Status ValidateExperiment(const Experiment& e) {
-  if (e.name().empty() || e.name().find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos) {
-    return Bad("name", absl::StrCat("\"", e.name(), "\""), "must be non-empty lower case, digits and '_' (it names results/<name>/)");
-  }
-  if (e.kind() == Experiment::KIND_UNSPECIFIED) {
-    return Bad("kind", "KIND_UNSPECIFIED", "must name what to run (ZERO_MEMORY)");
-  }
-  if (e.device() != "cpu") {
-    return Bad("device", absl::StrCat("\"", e.device(), "\""), "must be cpu (the only device these experiments measure so far)");
-  }
+absl::Status ValidateZeroMemory(const Experiment& e) {
   if (absl::Status st = models::ValidateConfig(e.model()); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("Experiment model: ", st.message()));
   }
-  const Training& t = e.training();
-  if (t.seq() <= 0 || t.seq() > e.model().positions()) {
-    return Bad("training.seq", t.seq(), absl::StrCat("must be in [1, model.positions = ", e.model().positions(), "]"));
+  if (e.training().seq() > e.model().positions()) {
+    return Bad("training.seq", e.training().seq(),
+               absl::StrCat("must be in [1, model.positions = ", e.model().positions(), "]"));
   }
-  if (t.micro_batch() <= 0) return Bad("training.micro_batch", t.micro_batch(), "must be > 0");
-  if (t.accumulation() <= 0) return Bad("training.accumulation", t.accumulation(), "must be > 0 (unset: 1)");
-  if (t.steps() <= 0) return Bad("training.steps", t.steps(), "must be > 0 (unset: 2)");
-  if (!zero::ParsePrecision(t.precision()).ok()) {
-    return Bad("training.precision", absl::StrCat("\"", t.precision(), "\""), "must be fp32, bf16 or fp16");
-  }
-  if (e.zero().stage() != 0) {
-    return Bad("zero.stage", e.zero().stage(), "must be unset: the sweep's `stages` set it");
-  }
-  if (absl::Status st = zero::ValidateZeroConfig(e.zero()); !st.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("Experiment zero: ", st.message()));
-  }
+  if (e.has_offload()) return Bad("offload", "{...}", "must be unset for ZERO_MEMORY");
   if (e.world_sizes().empty()) return Bad("world_sizes", "[]", "must list at least one world size");
   for (int w : e.world_sizes()) {
     if (w < 1 || w > 64) return Bad("world_sizes", w, "must be in [1, 64] (ranks on this machine)");
@@ -67,6 +45,95 @@ absl::Status ValidateExperiment(const Experiment& e) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateOffload(const Experiment& e) {
+  const std::string kind = Experiment::Kind_Name(e.kind());
+  if (e.has_model()) return Bad("model", "{...}", absl::StrCat("must be unset for ", kind, " (it runs offload.ladder)"));
+  if (!e.world_sizes().empty() || !e.stages().empty()) {
+    return Bad("world_sizes/stages", "[...]", absl::StrCat("must be unset for ", kind, " (one rank; offload.modes set the stage)"));
+  }
+  if (!e.modeled().empty()) return Bad("modeled", "{...}", absl::StrCat("must be unset for ", kind));
+  const OffloadSweep& o = e.offload();
+  if (o.ladder().empty()) return Bad("offload.ladder", "[]", "must list at least one model");
+  int64_t previous = 0;
+  for (int i = 0; i < o.ladder_size(); ++i) {
+    const models::GptConfig& m = o.ladder(i);
+    const std::string field = absl::StrCat("offload.ladder[", i, "] (\"", m.name(), "\")");
+    if (absl::Status st = models::ValidateConfig(m); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("Experiment ", field, ": ", st.message()));
+    }
+    if (e.training().seq() > m.positions()) {
+      return Bad("training.seq", e.training().seq(),
+                 absl::StrCat("must be <= ", field, ".positions = ", m.positions()));
+    }
+    const int64_t params = models::CountParameters(m);
+    if (params <= previous) {
+      return Bad(field, absl::StrCat(params, " parameters"),
+                 absl::StrCat("must be larger than the model before it (", previous, "): the ladder grows"));
+    }
+    previous = params;
+  }
+  std::set<int> seen;
+  for (int mode : o.modes()) {
+    if (mode == OffloadSweep::MODE_UNSPECIFIED) return Bad("offload.modes", "MODE_UNSPECIFIED", "is not a mode");
+    if (!seen.insert(mode).second) {
+      return Bad("offload.modes", OffloadSweep::Mode_Name(OffloadSweep::Mode(mode)), "is listed twice");
+    }
+  }
+  if (o.device_memory_bytes() < (int64_t{1} << 20)) {
+    return Bad("offload.device_memory_bytes", o.device_memory_bytes(), "must be >= 1 MiB (unset: 1 GiB)");
+  }
+  if (o.dpu_after_steps() < 1) return Bad("offload.dpu_after_steps", o.dpu_after_steps(), "must be >= 1 (unset: 1)");
+  if (o.warmup_steps() < 0) return Bad("offload.warmup_steps", o.warmup_steps(), "must be >= 0");
+  if (seen.count(OffloadSweep::OFFLOAD_DPU)) {
+    if (e.kind() == Experiment::OFFLOAD_MAX_MODEL && e.training().steps() < o.dpu_after_steps() + 2) {
+      return Bad("training.steps", e.training().steps(),
+                 absl::StrCat("must be >= offload.dpu_after_steps + 2 = ", o.dpu_after_steps() + 2,
+                              " so that OFFLOAD_DPU runs a delayed update"));
+    }
+    if (e.kind() == Experiment::OFFLOAD_THROUGHPUT && o.warmup_steps() < o.dpu_after_steps() + 1) {
+      return Bad("offload.warmup_steps", o.warmup_steps(),
+                 absl::StrCat("must be >= offload.dpu_after_steps + 1 = ", o.dpu_after_steps() + 1,
+                              " so that every timed OFFLOAD_DPU step has a delayed update under it"));
+    }
+  }
+  if (o.write_traces() && e.kind() != Experiment::OFFLOAD_THROUGHPUT) {
+    return Bad("offload.write_traces", "true", "is for OFFLOAD_THROUGHPUT");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateExperiment(const Experiment& e) {
+  if (e.name().empty() || e.name().find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos) {
+    return Bad("name", absl::StrCat("\"", e.name(), "\""), "must be non-empty lower case, digits and '_' (it names results/<name>/)");
+  }
+  if (e.kind() == Experiment::KIND_UNSPECIFIED) {
+    return Bad("kind", "KIND_UNSPECIFIED", "must name what to run (ZERO_MEMORY, OFFLOAD_MAX_MODEL, OFFLOAD_THROUGHPUT)");
+  }
+  if (e.device() != "cpu") {
+    return Bad("device", absl::StrCat("\"", e.device(), "\""), "must be cpu (the only device these experiments measure so far)");
+  }
+  const Training& t = e.training();
+  if (t.seq() <= 0) return Bad("training.seq", t.seq(), "must be > 0");
+  if (t.micro_batch() <= 0) return Bad("training.micro_batch", t.micro_batch(), "must be > 0");
+  if (t.accumulation() <= 0) return Bad("training.accumulation", t.accumulation(), "must be > 0 (unset: 1)");
+  if (t.steps() <= 0) return Bad("training.steps", t.steps(), "must be > 0 (unset: 2)");
+  if (!zero::ParsePrecision(t.precision()).ok()) {
+    return Bad("training.precision", absl::StrCat("\"", t.precision(), "\""), "must be fp32, bf16 or fp16");
+  }
+  if (e.zero().stage() != 0) {
+    return Bad("zero.stage", e.zero().stage(), "must be unset: the sweep's `stages` (or offload.modes) set it");
+  }
+  if (e.kind() != Experiment::ZERO_MEMORY && e.zero().has_offload_optimizer()) {
+    return Bad("zero.offload_optimizer", "{...}", "must be unset: offload.modes set it");
+  }
+  if (absl::Status st = zero::ValidateZeroConfig(e.zero()); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("Experiment zero: ", st.message()));
+  }
+  return e.kind() == Experiment::ZERO_MEMORY ? ValidateZeroMemory(e) : ValidateOffload(e);
+}
+
 absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::string& origin) {
   Experiment e;
   if (absl::Status st = ParseTextProto(text, origin, &e); !st.ok()) return st;
@@ -75,6 +142,17 @@ absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::s
   if (t.precision().empty()) t.set_precision("bf16");
   if (t.steps() == 0) t.set_steps(2);
   if (e.device().empty()) e.set_device("cpu");
+  if (e.kind() == Experiment::OFFLOAD_MAX_MODEL || e.kind() == Experiment::OFFLOAD_THROUGHPUT) {
+    OffloadSweep& o = *e.mutable_offload();
+    if (o.modes().empty()) {
+      for (auto mode : {OffloadSweep::STAGE0, OffloadSweep::STAGE2, OffloadSweep::OFFLOAD, OffloadSweep::OFFLOAD_DPU}) {
+        o.add_modes(mode);
+      }
+    }
+    if (o.device_memory_bytes() == 0) o.set_device_memory_bytes(int64_t{1} << 30);
+    if (o.dpu_after_steps() == 0) o.set_dpu_after_steps(1);
+    if (o.warmup_steps() == 0) o.set_warmup_steps(o.dpu_after_steps() + 1);
+  }
   if (absl::Status st = ValidateExperiment(e); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(origin, ": ", st.message()));
   }

@@ -93,6 +93,74 @@ TEST(Experiment, EachBadValueNamesItsField) {
   EXPECT_EQ(LoadExperiment("no/such.textproto").status().code(), absl::StatusCode::kNotFound);
 }
 
+constexpr char kGoodOffload[] = R"pb(
+  name: "o"
+  kind: OFFLOAD_MAX_MODEL
+  training { seq: 8 micro_batch: 1 steps: 3 }
+  offload {
+    ladder { name: "a" layers: 1 hidden: 16 heads: 2 vocab: 32 positions: 8 }
+    ladder { name: "b" layers: 2 hidden: 16 heads: 2 vocab: 32 positions: 8 }
+  }
+)pb";
+
+absl::Status ParseOffload(const std::string& edit_from, const std::string& edit_to) {
+  std::string text = kGoodOffload;
+  if (!edit_from.empty()) {
+    const size_t at = text.find(edit_from);
+    EXPECT_NE(at, std::string::npos) << edit_from;
+    text.replace(at, edit_from.size(), edit_to);
+  }
+  return ParseExperiment(text, "offload.textproto").status();
+}
+
+TEST(Experiment, OffloadDefaults) {
+  auto e = ParseExperiment(kGoodOffload, "good");
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_EQ(e->offload().modes_size(), 4);
+  EXPECT_EQ(e->offload().modes(0), OffloadSweep::STAGE0);
+  EXPECT_EQ(e->offload().modes(3), OffloadSweep::OFFLOAD_DPU);
+  EXPECT_EQ(e->offload().device_memory_bytes(), int64_t{1} << 30);
+  EXPECT_EQ(e->offload().dpu_after_steps(), 1);
+  EXPECT_EQ(e->offload().warmup_steps(), 2);
+}
+
+TEST(Experiment, EachBadOffloadValueNamesItsField) {
+  auto expect = [](const absl::Status& st, const std::string& want) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("offload.textproto"), std::string::npos) << st.message();
+  };
+  expect(ParseOffload("layers: 2", "layers: 1"), "offload.ladder[1] (\"b\") = 3952 parameters must be larger than the model before it (3952)");
+  expect(ParseOffload("heads: 2 vocab: 32 positions: 8 }\n  }", "heads: 3 vocab: 32 positions: 8 }\n  }"), "Experiment offload.ladder[1] (\"b\"):");
+  expect(ParseOffload("seq: 8", "seq: 9"), "training.seq = 9 must be <= offload.ladder[0] (\"a\").positions = 8");
+  expect(ParseOffload("steps: 3", "steps: 2"), "training.steps = 2 must be >= offload.dpu_after_steps + 2 = 3");
+  expect(ParseOffload("offload {", "offload { modes: [OFFLOAD, OFFLOAD]"), "offload.modes = OFFLOAD is listed twice");
+  expect(ParseOffload("offload {", "offload { device_memory_bytes: 4096"), "offload.device_memory_bytes = 4096 must be >= 1 MiB");
+  expect(ParseOffload("offload {", "offload { write_traces: true"), "offload.write_traces = true is for OFFLOAD_THROUGHPUT");
+  std::string throughput = kGoodOffload;
+  throughput.replace(throughput.find("OFFLOAD_MAX_MODEL"), 17, "OFFLOAD_THROUGHPUT");
+  throughput.replace(throughput.find("offload {"), 9, "offload { warmup_steps: 1");
+  expect(ParseExperiment(throughput, "offload.textproto").status(),
+         "offload.warmup_steps = 1 must be >= offload.dpu_after_steps + 1 = 2");
+  expect(ParseOffload("training {", "stages: 2 training {"), "world_sizes/stages = [...] must be unset for OFFLOAD_MAX_MODEL");
+  expect(ParseOffload("training {", "zero { offload_optimizer { device: CPU } } training {"),
+         "zero.offload_optimizer = {...} must be unset: offload.modes set it");
+  expect(ParseOffload("training {", "model { name: \"m\" layers: 1 hidden: 16 heads: 2 vocab: 32 positions: 8 } training {"),
+         "model = {...} must be unset for OFFLOAD_MAX_MODEL");
+  expect(ParseExperiment(std::string(kGood) + "offload { dpu_after_steps: 1 }", "offload.textproto").status(),
+         "offload = {...} must be unset for ZERO_MEMORY");
+  std::string no_ladder = kGoodOffload;
+  no_ladder = no_ladder.substr(0, no_ladder.find("  offload {"));
+  expect(ParseExperiment(no_ladder, "offload.textproto").status(), "offload.ladder = [] must list at least one model");
+}
+
+TEST(Experiment, CiSizedExperimentsParse) {
+  for (const char* path : {"repro/testdata/offload_max_model_ci.textproto", "repro/testdata/offload_throughput_ci.textproto"}) {
+    auto e = LoadExperiment(path);
+    EXPECT_TRUE(e.ok()) << path << ": " << e.status();
+  }
+}
+
 TEST(Experiment, KindMustBeGiven) {
   auto e = ParseExperiment("name: \"x\" model { name: \"m\" layers: 1 hidden: 16 heads: 2 vocab: 32 positions: 8 }"
                            " training { seq: 8 micro_batch: 1 } world_sizes: 1 stages: 0", "k");

@@ -3,12 +3,15 @@
 //
 //   ./bazelw run //repro:run -- repro/experiments/zero_memory.textproto
 //   ./bazelw run //repro:zero_memory          (the same, named)
+//   ./bazelw run //repro:offload_max_model    (ZeRO-Offload Figure 7)
+//   ./bazelw run //repro:offload_throughput   (ZeRO-Offload Figure 8)
 //
 // Flags: --results_dir=DIR (default: <workspace>/results). World sizes > 1
 // are launched as `mpirun -np N` of this binary with --worker, each
 // rank 0 writing its rows to a file the driver merges; world size 1 runs in
 // this process, without MPI. Exits 0 on success, 1 when a run fails, 2 on a
 // bad experiment file.
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -23,9 +26,11 @@
 #include "absl/strings/str_join.h"
 #include "repro/experiment.h"
 #include "repro/harness.h"
+#include "repro/offload.h"
 #include "repro/zero_memory.h"
 #include "runtime/files.h"
 #include "runtime/launch.h"
+#include "runtime/memory.h"
 #include "runtime/status.h"
 
 ABSL_FLAG(std::string, results_dir, "", "where results/<experiment>/ goes (default: <workspace>/results)");
@@ -49,7 +54,8 @@ absl::Status Worker(const Experiment& e) {
   return absl::OkStatus();
 }
 
-absl::Status Drive(const Experiment& e, const std::string& experiment_path, const std::string& command) {
+// results/<name>/, created.
+absl::StatusOr<std::string> ResultsDir(const Experiment& e) {
   const std::string results =
       absl::GetFlag(FLAGS_results_dir).empty() ? WorkspaceDir() + "/results" : UserPath(absl::GetFlag(FLAGS_results_dir), std::getenv);
   const std::string dir = absl::StrCat(results, "/", e.name());
@@ -57,6 +63,32 @@ absl::Status Drive(const Experiment& e, const std::string& experiment_path, cons
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
   std::printf("%s: %s\n", e.name().c_str(), e.description().c_str());
+  return dir;
+}
+
+// The figure script: repro/figures/<kind in lower case>.py, e.g.
+// offload_max_model.py for OFFLOAD_MAX_MODEL (a CI-sized experiment shares
+// its kind's script).
+std::string FigureScript(const Experiment& e) {
+  std::string kind = Experiment::Kind_Name(e.kind());
+  for (char& ch : kind) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return absl::StrCat("repro/figures/", kind, ".py");
+}
+
+Provenance ProvenanceOf(const Experiment& e, const std::string& experiment_path, const std::string& command) {
+  Provenance p;
+  p.experiment = e.name();
+  p.description = e.description();
+  p.paper = e.paper();
+  p.command = command;
+  p.files = {{"figure.png", absl::StrCat("drawn by ", FigureScript(e), " from data.csv")},
+             {"experiment", std::filesystem::path(experiment_path).lexically_relative(WorkspaceDir()).string()}};
+  return p;
+}
+
+absl::Status DriveZeroMemory(const Experiment& e, const std::string& experiment_path, const std::string& command) {
+  MEMWALL_ASSIGN_OR_RETURN(const std::string dir, ResultsDir(e));
+  std::error_code ec;
 
   std::string csv = absl::StrCat(kMemoryCsvHeader, "\n");
   for (size_t i = 0; i < static_cast<size_t>(e.world_sizes_size()); ++i) {
@@ -86,24 +118,67 @@ absl::Status Drive(const Experiment& e, const std::string& experiment_path, cons
   for (const MemoryRow& r : modeled) absl::StrAppend(&csv, ToCsv(r), "\n");
   MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/data.csv", csv));
 
-  MEMWALL_RETURN_IF_ERROR(RunFigureScript(absl::StrCat("repro/figures/", e.name(), ".py"),
+  MEMWALL_RETURN_IF_ERROR(RunFigureScript(FigureScript(e),
                                           {dir + "/data.csv", dir + "/figure.png"}));
-  Provenance p;
-  p.experiment = e.name();
-  p.description = e.description();
-  p.paper = e.paper();
-  p.command = command;
+  Provenance p = ProvenanceOf(e, experiment_path, command);
   p.measured_or_modeled =
       "part=sweep: source=measured rows are measured on the CpuDevice (peak bytes per tag after the "
       "training steps, rank 0); source=estimator and source=paper rows are modeled (zero/estimator.h; "
       "ZeRO §5.1's formula). part=modeled: modeled only (estimator, formula, and the figure's printed "
       "values as source=paper_figure)";
-  p.files = {{"data.csv", "one row per (part, stage, ranks, source); bytes per rank"},
-             {"figure.png", absl::StrCat("drawn by repro/figures/", e.name(), ".py from data.csv")},
-             {"experiment", std::filesystem::path(experiment_path).lexically_relative(WorkspaceDir()).string()}};
+  p.files["data.csv"] = "one row per (part, stage, ranks, source); bytes per rank";
   MEMWALL_RETURN_IF_ERROR(WriteProvenance(dir + "/provenance.json", p));
   std::printf("wrote %s/{data.csv, figure.png, provenance.json}\n", dir.c_str());
   return absl::OkStatus();
+}
+
+// OFFLOAD_MAX_MODEL and OFFLOAD_THROUGHPUT: one rank, in this process.
+absl::Status DriveOffload(const Experiment& e, const std::string& experiment_path, const std::string& command) {
+  MEMWALL_ASSIGN_OR_RETURN(const std::string dir, ResultsDir(e));
+  Provenance p = ProvenanceOf(e, experiment_path, command);
+  const std::string budget = FormatBytes(size_t(e.offload().device_memory_bytes()));
+  if (e.kind() == Experiment::OFFLOAD_MAX_MODEL) {
+    MEMWALL_ASSIGN_OR_RETURN(const std::vector<OffloadRow> rows, MeasureMaxModel(e));
+    std::string csv = absl::StrCat(kMaxModelCsvHeader, "\n");
+    for (const OffloadRow& r : rows) absl::StrAppend(&csv, MaxModelCsv(r), "\n");
+    const std::string summary = MaxModelSummaryCsv(rows);
+    MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/data.csv", csv));
+    MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/summary.csv", summary));
+    std::printf("largest model per mode (%s device):\n%s", budget.c_str(), summary.c_str());
+    p.measured_or_modeled = absl::StrCat(
+        "data.csv: measured, every row an attempt on a fresh CpuDevice with a ", budget,
+        " budget (one rank, no MPI): fits = every training step completed; peaks from the device's and the "
+        "pinned host allocator's accounts. summary.csv: source=measured rows derived from data.csv; "
+        "source=paper rows are ZeRO-Offload §6.2.1 (one 32 GB V100: PyTorch 1.4B, ZeRO-Offload 13B)");
+    p.files["data.csv"] = "one row per (mode, ladder model) attempted; a mode stops at its first model that does not fit";
+    p.files["summary.csv"] = "per mode the largest model that trained and its size over stage 0's";
+  } else {
+    const std::string traces = e.offload().write_traces() ? dir + "/traces" : "";
+    if (!traces.empty()) std::filesystem::remove_all(traces);
+    MEMWALL_ASSIGN_OR_RETURN(const std::vector<OffloadRow> rows, MeasureThroughput(e, traces));
+    std::string csv = absl::StrCat(kThroughputCsvHeader, "\n");
+    for (const OffloadRow& r : rows) absl::StrAppend(&csv, ThroughputCsv(r), "\n");
+    MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/data.csv", csv));
+    p.measured_or_modeled = absl::StrCat(
+        "measured on a CpuDevice with a ", budget, " budget, one rank: means over the timed steps after ",
+        e.offload().warmup_steps(), " warm-up steps; tflops = model FLOPs (3 x forward: 6 x params + attention, "
+        "per token) / step time; gemm_tflops = ops::Matmul on the same device for the model's (tokens, d) x "
+        "(d, 4d), measured after the run; device_idle_fraction = time the compute stream ran no zone, from the "
+        "timeline. Absolute rates on the CpuDevice are not a GPU's: compare ratios (mode to stage 0, TFLOPS "
+        "to the GEMM rate)");
+    p.files["data.csv"] = "one row per (ladder model, mode)";
+    if (!traces.empty()) p.files["traces/"] = "<model>_<mode>/step_<k>.json: each step's zones, Chrome trace format (Perfetto)";
+  }
+  MEMWALL_RETURN_IF_ERROR(RunFigureScript(FigureScript(e),
+                                          {dir + "/data.csv", dir + "/figure.png"}));
+  MEMWALL_RETURN_IF_ERROR(WriteProvenance(dir + "/provenance.json", p));
+  std::printf("wrote %s/\n", dir.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status Drive(const Experiment& e, const std::string& experiment_path, const std::string& command) {
+  if (e.kind() == Experiment::ZERO_MEMORY) return DriveZeroMemory(e, experiment_path, command);
+  return DriveOffload(e, experiment_path, command);
 }
 
 }  // namespace
@@ -122,8 +197,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "run: %s\n", std::string(experiment.status().message()).c_str());
     return 2;
   }
-  if (experiment->kind() != Experiment::ZERO_MEMORY) {
-    std::fprintf(stderr, "run: experiment kind %s has no runner yet\n",
+  if (absl::GetFlag(FLAGS_worker) && experiment->kind() != Experiment::ZERO_MEMORY) {
+    std::fprintf(stderr, "run: --worker is for ZERO_MEMORY's multi-rank sweep; %s runs one rank\n",
                  Experiment::Kind_Name(experiment->kind()).c_str());
     return 2;
   }

@@ -1,0 +1,279 @@
+#include "repro/offload.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "models/data.h"
+#include "models/gpt.h"
+#include "offload/host_optimizer.h"
+#include "ops/ops.h"
+#include "repro/experiment.h"
+#include "repro/harness.h"
+#include "runtime/communicator.h"
+#include "runtime/cpu_device.h"
+#include "runtime/status.h"
+#include "runtime/timeline.h"
+
+namespace memwall::repro {
+namespace {
+
+using Mode = OffloadSweep::Mode;
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+std::string Cell(int64_t v) { return v < 0 ? "" : absl::StrCat(v); }
+std::string Cell(double v, const char* format) { return v < 0 ? "" : absl::StrFormat(format, v); }
+
+// The first line of a status message (a CSV cell, a log line).
+std::string FirstLine(const absl::Status& st) {
+  const std::string m(st.message());
+  return m.substr(0, m.find('\n'));
+}
+
+DType ComputeType(const zero::TrainerOptions& o) {
+  switch (o.precision) {
+    case zero::Precision::kFp32: return DType::kF32;
+    case zero::Precision::kFp16: return DType::kF16;
+    default: return DType::kBF16;
+  }
+}
+
+// One attempt: a fresh device of the experiment's budget (so its peaks are
+// this attempt's alone), the model, the trainer, `warmup + timed` steps.
+// Returns the row; a ResourceExhausted anywhere is "does not fit".
+absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig& config, Mode mode,
+                                   int64_t warmup, int64_t timed, const std::string& trace_dir) {
+  OffloadRow row;
+  row.model = config.name();
+  row.params = models::CountParameters(config);
+  row.layers = config.layers();
+  row.hidden = config.hidden();
+  row.mode = ModeName(mode);
+  const auto start = std::chrono::steady_clock::now();
+
+  CpuDeviceOptions device_options;
+  device_options.memory_budget_bytes = static_cast<size_t>(e.offload().device_memory_bytes());
+  MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateCpuDevice(device_options));
+  std::unique_ptr<Communicator> comm = CreateSingleProcessCommunicator();
+  const zero::TrainerOptions options = OffloadTrainerOptions(e, mode);
+  auto data = models::SyntheticSource(1 << 20, config.vocab(), 11);
+  Timeline timeline;
+  zero::TrainerOptions with_timeline = options;
+  with_timeline.timeline = &timeline;
+  with_timeline.trace_dir = trace_dir;
+
+  auto record_failure = [&](const absl::Status& st) -> absl::StatusOr<OffloadRow> {
+    if (st.code() != absl::StatusCode::kResourceExhausted) {
+      return absl::Status(st.code(), absl::StrCat(row.model, " under ", row.mode, ": ", st.message()));
+    }
+    row.fits = false;
+    row.reason = FirstLine(st);
+    row.device_peak_bytes = static_cast<int64_t>(device->memory().account().total_peak());
+    row.host_pinned_peak_bytes = static_cast<int64_t>(device->pinned_host().account().total_peak());
+    row.seconds = Seconds(start);
+    return row;
+  };
+
+  {
+    auto model = models::Gpt::Create(config);
+    if (!model.ok()) return model.status();
+    auto trainer = offload::CreateTrainer(**model, *device, *comm, with_timeline, &timeline);
+    if (!trainer.ok()) return record_failure(trainer.status());
+    double timed_seconds = 0, idle = 0;
+    int64_t timed_tokens = 0;
+    double flops = 0;
+    for (int64_t step = 0; step < warmup + timed; ++step) {
+      timeline.Clear();  // the trainer reads (and traces) one step's zones
+      const bool is_timed = step >= warmup;
+      auto stats = (*trainer)->Step(*data);
+      if (!stats.ok()) return record_failure(stats.status());
+      std::printf("    %s %s: %s\n", row.model.c_str(), row.mode.c_str(), (*trainer)->LogLine(*stats).c_str());
+      std::fflush(stdout);
+      if (!is_timed) continue;
+      timed_seconds += stats->seconds;
+      timed_tokens += stats->tokens;
+      flops += stats->tflops * 1e12 * stats->seconds;
+      idle += stats->device_idle_fraction * stats->seconds;
+      row.breakdown = stats->breakdown;
+    }
+    row.fits = true;
+    row.steps = timed > 0 ? timed : warmup;
+    if (timed > 0) {
+      row.seconds = timed_seconds / double(timed);
+      row.tokens_per_second = double(timed_tokens) / timed_seconds;
+      row.tflops = flops / timed_seconds / 1e12;
+      row.device_idle_fraction = idle / timed_seconds;
+    }
+  }
+  row.device_peak_bytes = static_cast<int64_t>(device->memory().account().total_peak());
+  row.host_pinned_peak_bytes = static_cast<int64_t>(device->pinned_host().account().total_peak());
+  if (timed == 0) row.seconds = Seconds(start);
+  return row;
+}
+
+}  // namespace
+
+std::string ModeName(Mode mode) {
+  switch (mode) {
+    case OffloadSweep::STAGE0: return "stage0";
+    case OffloadSweep::STAGE2: return "stage2";
+    case OffloadSweep::OFFLOAD: return "stage2+offload";
+    case OffloadSweep::OFFLOAD_DPU: return "stage2+offload+dpu";
+    default: return "unspecified";
+  }
+}
+
+zero::TrainerOptions OffloadTrainerOptions(const Experiment& e, Mode mode) {
+  zero::TrainerOptions o = TrainerOptionsFor(e, mode == OffloadSweep::STAGE0 ? 0 : 2, 1);
+  if (mode == OffloadSweep::OFFLOAD || mode == OffloadSweep::OFFLOAD_DPU) {
+    o.zero.mutable_offload_optimizer()->set_device(zero::OffloadOptimizerConfig::CPU);
+  }
+  if (mode == OffloadSweep::OFFLOAD_DPU) {
+    o.zero.mutable_offload_optimizer()->set_delayed_update_after_steps(e.offload().dpu_after_steps());
+  }
+  return o;
+}
+
+std::string MaxModelCsv(const OffloadRow& r) {
+  return absl::StrCat(CsvField(r.model), ",", r.params, ",", r.layers, ",", r.hidden, ",", r.mode, ",",
+                      r.fits ? "yes" : "no", ",", r.steps, ",", Cell(r.device_peak_bytes), ",",
+                      Cell(r.host_pinned_peak_bytes), ",", absl::StrFormat("%.2f", r.seconds), ",",
+                      CsvField(r.reason));
+}
+
+std::string ThroughputCsv(const OffloadRow& r) {
+  const double fraction = r.fits && r.gemm_tflops > 0 ? r.tflops / r.gemm_tflops : -1;
+  return absl::StrCat(CsvField(r.model), ",", r.params, ",", r.layers, ",", r.hidden, ",", r.mode, ",",
+                      r.fits ? "yes" : "no", ",", r.steps, ",", Cell(r.fits ? r.seconds : -1, "%.4f"), ",",
+                      Cell(r.fits ? r.tokens_per_second : -1, "%.1f"), ",", Cell(r.fits ? r.tflops : -1, "%.5f"),
+                      ",", Cell(r.fits ? r.gemm_tflops : -1, "%.5f"), ",", Cell(fraction, "%.4f"), ",",
+                      Cell(r.device_idle_fraction, "%.4f"), ",", Cell(r.device_peak_bytes), ",",
+                      Cell(r.host_pinned_peak_bytes), ",", CsvField(r.breakdown), ",", CsvField(r.reason));
+}
+
+absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e) {
+  std::vector<OffloadRow> rows;
+  const OffloadSweep& sweep = e.offload();
+  for (int m = 0; m < sweep.modes_size(); ++m) {
+    const Mode mode = sweep.modes(m);
+    for (int i = 0; i < sweep.ladder_size(); ++i) {
+      const models::GptConfig& config = sweep.ladder(i);
+      std::printf("[%s %d/%d] %s (%.1fM parameters)\n", ModeName(mode).c_str(), i + 1, sweep.ladder_size(),
+                  config.name().c_str(), models::CountParameters(config) / 1e6);
+      std::fflush(stdout);
+      MEMWALL_ASSIGN_OR_RETURN(OffloadRow row,
+                               Attempt(e, config, mode, e.training().steps(), 0, ""));
+      std::printf("  %s: %s (device peak %s, pinned host peak %s, %.1f s)\n", row.model.c_str(),
+                  row.fits ? "trains" : absl::StrCat("does not fit: ", row.reason).c_str(),
+                  FormatBytes(row.device_peak_bytes).c_str(), FormatBytes(row.host_pinned_peak_bytes).c_str(),
+                  row.seconds);
+      std::fflush(stdout);
+      rows.push_back(row);
+      if (!row.fits) break;
+    }
+  }
+  return rows;
+}
+
+std::string MaxModelSummaryCsv(const std::vector<OffloadRow>& rows) {
+  std::vector<std::string> modes;
+  std::map<std::string, const OffloadRow*> largest;
+  for (const OffloadRow& r : rows) {
+    if (std::find(modes.begin(), modes.end(), r.mode) == modes.end()) modes.push_back(r.mode);
+    if (r.fits && (!largest[r.mode] || r.params > largest[r.mode]->params)) largest[r.mode] = &r;
+  }
+  std::string csv = "mode,largest_model,largest_params,ratio_to_stage0,source\n";
+  const OffloadRow* base = largest["stage0"];
+  for (const std::string& mode : modes) {
+    const OffloadRow* r = largest[mode];
+    absl::StrAppend(&csv, mode, ",", r ? CsvField(r->model) : "", ",", r ? absl::StrCat(r->params) : "0", ",",
+                    r && base ? absl::StrFormat("%.3f", double(r->params) / double(base->params)) : "",
+                    ",measured\n");
+  }
+  // ZeRO-Offload §6.2.1, Figure 7: one 32 GB V100.
+  absl::StrAppend(&csv, "stage0,PyTorch DDP (paper),1400000000,1.000,paper\n",
+                  "stage2+offload,ZeRO-Offload (paper),13000000000,9.286,paper\n");
+  return csv;
+}
+
+absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, const std::string& trace_root) {
+  std::vector<OffloadRow> rows;
+  const OffloadSweep& sweep = e.offload();
+  for (int i = 0; i < sweep.ladder_size(); ++i) {
+    const models::GptConfig& config = sweep.ladder(i);
+    // The bound: the model's largest matmul, the MLP's c_fc (tokens, d) x
+    // (d, 4d), on a device of its own, once per model.
+    MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<Device> gemm_device, CreateCpuDevice());
+    const zero::TrainerOptions o = OffloadTrainerOptions(e, OffloadSweep::STAGE0);
+    MEMWALL_ASSIGN_OR_RETURN(const double gemm, MeasureGemmFlops(*gemm_device, ComputeType(o), o.micro_batch * o.seq,
+                                                                 config.hidden(), 4 * config.hidden(), 9));
+    gemm_device.reset();
+    std::printf("%s: the device's GEMM rate for (%lld, %lld) x (%lld, %lld): %.4f TFLOPS\n", config.name().c_str(),
+                (long long)(o.micro_batch * o.seq), (long long)config.hidden(), (long long)config.hidden(),
+                (long long)(4 * config.hidden()), gemm / 1e12);
+    for (int m = 0; m < sweep.modes_size(); ++m) {
+      const Mode mode = sweep.modes(m);
+      std::printf("[%d/%d] %s (%.1fM parameters), %s\n", i * sweep.modes_size() + m + 1,
+                  sweep.ladder_size() * sweep.modes_size(), config.name().c_str(),
+                  models::CountParameters(config) / 1e6, ModeName(mode).c_str());
+      std::fflush(stdout);
+      std::string trace_dir;
+      if (!trace_root.empty()) {
+        trace_dir = absl::StrCat(trace_root, "/", config.name(), "_", ModeName(mode));
+        std::error_code ec;
+        std::filesystem::remove_all(trace_dir, ec);
+        std::filesystem::create_directories(trace_dir, ec);
+        if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", trace_dir, ": ", ec.message()));
+      }
+      MEMWALL_ASSIGN_OR_RETURN(OffloadRow row,
+                               Attempt(e, config, mode, sweep.warmup_steps(), e.training().steps(), trace_dir));
+      row.gemm_tflops = gemm / 1e12;
+      if (row.fits) {
+        std::printf("  %.1f tokens/s, %.4f TFLOPS = %.0f%% of the device's GEMM rate (%.4f TFLOPS), device idle "
+                    "%.0f%%\n",
+                    row.tokens_per_second, row.tflops, 100 * row.tflops / row.gemm_tflops, row.gemm_tflops,
+                    100 * row.device_idle_fraction);
+      } else {
+        std::printf("  does not fit: %s\n", row.reason.c_str());
+        if (!trace_dir.empty()) std::filesystem::remove_all(trace_dir);
+      }
+      std::fflush(stdout);
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+absl::StatusOr<double> MeasureGemmFlops(Device& device, DType dtype, int64_t m, int64_t k, int64_t n,
+                                        int repeats) {
+  Stream& s = device.compute_stream();
+  const size_t e = SizeOf(dtype);
+  MEMWALL_ASSIGN_OR_RETURN(Buffer a, device.Allocate(size_t(m * k) * e, MemoryTag::kWorkspace));
+  MEMWALL_ASSIGN_OR_RETURN(Buffer b, device.Allocate(size_t(k * n) * e, MemoryTag::kWorkspace));
+  MEMWALL_ASSIGN_OR_RETURN(Buffer c, device.Allocate(size_t(m * n) * e, MemoryTag::kWorkspace));
+  MEMWALL_RETURN_IF_ERROR(s.Memset(a.data(), 0, a.bytes()));
+  MEMWALL_RETURN_IF_ERROR(s.Memset(b.data(), 0, b.bytes()));
+  const Tensor ta(a.data(), dtype, {m, k}, &device), tb(b.data(), dtype, {k, n}, &device),
+      tc(c.data(), dtype, {m, n}, &device);
+  std::vector<double> seconds;
+  double total = 0;
+  for (int r = 0; r <= repeats || total < 0.2; ++r) {
+    MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+    const auto start = std::chrono::steady_clock::now();
+    MEMWALL_RETURN_IF_ERROR(ops::Matmul(ta, false, tb, false, tc, 1.0f, 0.0f, s));
+    MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+    if (r > 0) seconds.push_back(Seconds(start));
+    if (r > 0) total += seconds.back();
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return 2.0 * double(m) * double(k) * double(n) / seconds[seconds.size() / 2];
+}
+
+}  // namespace memwall::repro

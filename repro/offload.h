@@ -1,0 +1,96 @@
+// The ZeRO-Offload experiments (ATC21 §6) on one device, one rank:
+//
+//   OFFLOAD_MAX_MODEL   Figure 7: for each mode (stage 0, stage 2, stage 2 +
+//                       offload, + DPU), walk the ladder from the smallest
+//                       model and train each for `training.steps` steps in a
+//                       fresh device of `offload.device_memory_bytes`; the
+//                       largest model whose steps all complete is the mode's
+//                       result. A model that does not fit ends the walk
+//                       (the ladder grows in size); only a ResourceExhausted
+//                       status counts as "does not fit", anything else
+//                       fails the experiment.
+//   OFFLOAD_THROUGHPUT  Figure 8: for each (model, mode) that fits,
+//                       `offload.warmup_steps` untimed then `training.steps`
+//                       timed steps: tokens/s, TFLOPS (model FLOPs, ZeRO's
+//                       6Ψ + attention per token), the device's GEMM rate
+//                       for the model's largest matmul measured in the same
+//                       run (the bound the TFLOPS are a fraction of), and
+//                       the fraction of each step the compute stream sat
+//                       idle, from the timeline (runtime/timeline.h).
+//
+// DPU: delayed_update_after_steps = offload.dpu_after_steps; max-model runs
+// at least one delayed step (ParseExperiment checks steps >= after + 2), and
+// every timed throughput step has a delayed update running under it.
+#ifndef MEMWALL_REPRO_OFFLOAD_H_
+#define MEMWALL_REPRO_OFFLOAD_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "repro/experiment.pb.h"
+#include "zero/trainer.h"
+
+namespace memwall::repro {
+
+// "stage0", "stage2", "stage2+offload", "stage2+offload+dpu".
+std::string ModeName(OffloadSweep::Mode mode);
+
+// The trainer options of (experiment, mode): the training block, the
+// experiment's ZeroConfig with the mode's stage and offload settings.
+zero::TrainerOptions OffloadTrainerOptions(const Experiment& e, OffloadSweep::Mode mode);
+
+// One (model, mode) attempt.
+struct OffloadRow {
+  std::string model;
+  int64_t params = 0;
+  int64_t layers = 0, hidden = 0;
+  std::string mode;
+  bool fits = false;
+  std::string reason;  // why not (the status's message), when !fits
+  int64_t steps = 0;   // steps run (timed ones for throughput)
+  int64_t device_peak_bytes = -1;
+  int64_t host_pinned_peak_bytes = -1;
+  double seconds = 0;  // wall time of the attempt (max model); mean timed step (throughput)
+  // Throughput only.
+  double tokens_per_second = 0;
+  double tflops = 0;
+  double gemm_tflops = 0;           // the device's rate on the model's largest matmul
+  double device_idle_fraction = -1;
+  std::string breakdown;            // zone name -> seconds, the last timed step
+};
+
+inline constexpr char kMaxModelCsvHeader[] =
+    "model,params,layers,hidden,mode,fits,steps,device_peak_bytes,host_pinned_peak_bytes,seconds,reason";
+std::string MaxModelCsv(const OffloadRow& row);
+
+inline constexpr char kThroughputCsvHeader[] =
+    "model,params,layers,hidden,mode,fits,timed_steps,step_seconds,tokens_per_second,tflops,gemm_tflops,"
+    "fraction_of_gemm,device_idle_fraction,device_peak_bytes,host_pinned_peak_bytes,breakdown,reason";
+std::string ThroughputCsv(const OffloadRow& row);
+
+// Every (mode, ladder model) attempted, in order: per mode the models that
+// fit and the first that does not (or none when all fit).
+absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e);
+
+// The summary of MeasureMaxModel's rows: per mode the largest model that
+// fit and its Ψ over stage 0's ("mode,largest_model,largest_params,
+// ratio_to_stage0,source"), followed by the paper's one-GPU points (PyTorch
+// 1.4B, ZeRO-Offload 13B: 9.3x).
+std::string MaxModelSummaryCsv(const std::vector<OffloadRow>& rows);
+
+// `trace_root`, when not empty: each (model, mode)'s steps (warm-up and
+// timed) write
+// trace_root/<model>_<mode>/step_<k>.json.
+absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, const std::string& trace_root);
+
+// Floating-point operations per second of ops::Matmul on `device`'s compute
+// stream for C(m, n) = A(m, k) B(k, n) in `dtype`: the median of at least
+// `repeats` timed calls (and 0.2 s) after one untimed.
+absl::StatusOr<double> MeasureGemmFlops(Device& device, DType dtype, int64_t m, int64_t k, int64_t n,
+                                        int repeats);
+
+}  // namespace memwall::repro
+
+#endif  // MEMWALL_REPRO_OFFLOAD_H_
