@@ -33,6 +33,7 @@
 #include "runtime/cpu_device.h"
 #include "runtime/status.h"
 #include "zero/checkpoint.h"
+#include "zero/estimator.h"
 #include "zero/partition.h"
 #include "zero/testing.h"
 
@@ -199,32 +200,58 @@ TEST_F(Offload, Fp16OverflowSkipsTheSameSteps) {
 TEST_F(Offload, ModelStatesLeaveTheDevice) {
   const int64_t psi = models::CountParameters(Small());
   const int64_t n = W(), shard = (psi + n - 1) / n;
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 20}) {  // 20: stage 2 with the delayed update
+    const bool dpu = stage == 20;
     Case c;
-    c.stage = stage;
+    c.stage = dpu ? 2 : stage;
     c.offload = true;
     c.precision = Precision::kBf16;
-    auto r = Start(*comm_, c);
-    ASSERT_TRUE(r.ok()) << r.status();
-    for (int i = 0; i < 2; ++i) ASSERT_TRUE(r->trainer->Step(Data()).ok());
-    const MemoryAccount& dev = r->device->memory().account();
-    const MemoryAccount& host = r->device->pinned_host().account();
-    const std::string what = absl::StrCat("stage ", stage, " + offload, world ", n);
+    zero::TrainerOptions o = Options(c, W());
+    if (dpu) o.zero.mutable_offload_optimizer()->set_delayed_update_after_steps(1);
+    auto device = *CreateCpuDevice();
+    auto model = *models::Gpt::Create(Small());
+    auto trainer = CreateTrainer(*model, *device, *comm_, o);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE((*trainer)->Step(Data()).ok());  // 3: a delayed step ran
+    const MemoryAccount& dev = device->memory().account();
+    const MemoryAccount& host = device->pinned_host().account();
+    const std::string what = absl::StrCat("stage ", c.stage, dpu ? " + DPU" : "", " + offload, world ", n);
     // Device: the 16-bit parameters (2Ψ, padded to N shards) and nothing
     // else of the model states.
     EXPECT_EQ(dev.peak(MemoryTag::kParams16), size_t(2 * n * shard)) << what;
     EXPECT_EQ(dev.peak(MemoryTag::kGrads), 0u) << what;
     EXPECT_EQ(dev.peak(MemoryTag::kMasterParams), 0u) << what;
     EXPECT_EQ(dev.peak(MemoryTag::kOptimizerStates), 0u) << what;
-    // Host: 12Ψ/N of optimizer states and 2Ψ/N of gradients, plus staging:
-    // one reduce bucket of gradients, two tiles of values, the norm pair.
+    // Host: 12Ψ/N of optimizer states and 2Ψ/N of gradients (twice with
+    // DPU), plus staging: one reduce bucket of gradients, two tiles of
+    // values, the norm pair (and with DPU the delayed step's 16-bit shard).
     EXPECT_EQ(host.peak(MemoryTag::kMasterParams), size_t(4 * shard)) << what;
     EXPECT_EQ(host.peak(MemoryTag::kOptimizerStates), size_t(8 * shard)) << what;
-    EXPECT_EQ(host.peak(MemoryTag::kGrads), size_t(2 * shard)) << what;
+    EXPECT_EQ(host.peak(MemoryTag::kGrads), size_t((dpu ? 2 : 1) * 2 * shard)) << what;
     const int64_t padded = n * shard;
-    const int64_t bucket = std::min<int64_t>(padded, std::max<int64_t>(4096 / 2, zero::LargestModuleParameters(*r->model)));
+    const int64_t bucket = std::min<int64_t>(padded, std::max<int64_t>(4096 / 2, zero::LargestModuleParameters(*model)));
     const int64_t tile = std::min<int64_t>(3000, shard);
-    EXPECT_EQ(host.peak(MemoryTag::kStaging), size_t(2 * bucket + 2 * 2 * tile + 8)) << what;
+    EXPECT_EQ(host.peak(MemoryTag::kStaging), size_t(2 * bucket + 2 * 2 * tile + 8 + (dpu ? 2 * shard : 0))) << what;
+    // The estimator (zero/estimator.h) predicts every tag on both sides,
+    // and the device total.
+    zero::EstimateInput in;
+    in.model = Small();
+    in.ranks = n;
+    in.zero = o.zero;
+    in.precision = o.precision;
+    in.micro_batch = o.micro_batch;
+    in.seq = o.seq;
+    auto est = zero::EstimateMemory(in);
+    ASSERT_TRUE(est.ok()) << est.status();
+    for (int t = 0; t < kNumMemoryTags; ++t) {
+      const MemoryTag tag = static_cast<MemoryTag>(t);
+      EXPECT_EQ(est->host_of(tag), int64_t(host.peak(tag))) << what << ": host " << MemoryTagName(tag);
+      if (tag != MemoryTag::kActivations && tag != MemoryTag::kWorkspace) {
+        EXPECT_EQ(est->of(tag), int64_t(dev.peak(tag))) << what << ": device " << MemoryTagName(tag);
+      }
+    }
+    EXPECT_EQ(est->host_bytes, int64_t(host.total_peak())) << what;
+    EXPECT_EQ(est->total_device_bytes, int64_t(dev.total_peak())) << what;
   }
 }
 

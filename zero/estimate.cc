@@ -2,7 +2,8 @@
 //
 //   ./bazelw run //zero:estimate -- (--params=N | --model=FILE.textproto [--model_name=NAME])
 //       --ranks=N --stage=S [--micro_batch=B --seq=L --checkpointing=true|false]
-//       [--precision=bf16|fp16|fp32] [--device_bytes=N] [--format=text|json]
+//       [--precision=bf16|fp16|fp32] [--offload=none|cpu [--delayed_update_after_steps=K]]
+//       [--device_bytes=N] [--format=text|json]
 //
 // --model takes a GptConfig text proto, or a GptConfigList (for example
 // models/configs/papers.textproto) with --model_name picking an entry.
@@ -30,6 +31,8 @@ ABSL_FLAG(int64_t, micro_batch, 1, "sequences per micro-batch per rank");
 ABSL_FLAG(int64_t, seq, 1024, "tokens per sequence");
 ABSL_FLAG(std::string, checkpointing, "", "true or false (default: the model's setting)");
 ABSL_FLAG(std::string, precision, "bf16", "bf16, fp16 or fp32");
+ABSL_FLAG(std::string, offload, "none", "offload_optimizer device: none or cpu (ZeRO-Offload, stages 1 and 2)");
+ABSL_FLAG(int64_t, delayed_update_after_steps, 0, "with --offload=cpu: the delayed parameter update's warm-up (0: no DPU)");
 ABSL_FLAG(int64_t, device_bytes, 0, "device memory per rank to check against (0: none)");
 ABSL_FLAG(std::string, format, "text", "text or json");
 
@@ -68,6 +71,15 @@ absl::StatusOr<Estimate> Run() {
   in.params = absl::GetFlag(FLAGS_params);
   in.ranks = absl::GetFlag(FLAGS_ranks);
   in.zero.set_stage(absl::GetFlag(FLAGS_stage));
+  const std::string offload = absl::GetFlag(FLAGS_offload);
+  if (offload == "cpu") {
+    in.zero.mutable_offload_optimizer()->set_device(OffloadOptimizerConfig::CPU);
+    in.zero.mutable_offload_optimizer()->set_delayed_update_after_steps(absl::GetFlag(FLAGS_delayed_update_after_steps));
+  } else if (offload != "none") {
+    return absl::InvalidArgumentError(absl::StrCat("--offload=", offload, " is not none or cpu"));
+  } else if (absl::GetFlag(FLAGS_delayed_update_after_steps) != 0) {
+    return absl::InvalidArgumentError("--delayed_update_after_steps needs --offload=cpu");
+  }
   in.micro_batch = absl::GetFlag(FLAGS_micro_batch);
   in.seq = absl::GetFlag(FLAGS_seq);
   const std::string ckpt = absl::GetFlag(FLAGS_checkpointing);

@@ -13,6 +13,7 @@ namespace memwall::zero {
 namespace {
 
 void Add(Estimate& e, MemoryTag tag, int64_t bytes) { e.device[static_cast<int>(tag)] += bytes; }
+void AddHost(Estimate& e, MemoryTag tag, int64_t bytes) { e.host[static_cast<int>(tag)] += bytes; }
 
 absl::Status Bad(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("memory estimate: ", what));
@@ -58,12 +59,30 @@ absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
 
   // Model states (the table in estimator.h; stages 1 and 2 pad the
   // replicated buffers to N shard elements).
+  const bool offload = z.offload_optimizer().device() == OffloadOptimizerConfig::CPU;
+  const bool bucketed = stage >= 2 || offload;  // gradients travel in reduce buckets
   const int64_t replicated = stage == 0 ? psi : padded;
+  const int64_t capacity = std::min(padded, std::max(z.reduce_bucket_bytes() / c, largest_module));
   Add(e, half ? MemoryTag::kParams16 : MemoryTag::kMasterParams,
       c * (stage < 3 ? replicated : shard + persistent));
-  Add(e, MemoryTag::kGrads, c * (stage < 2 ? replicated : shard));
-  if (half || stage > 0) Add(e, MemoryTag::kMasterParams, 4 * (stage == 0 ? psi : shard));
-  Add(e, MemoryTag::kOptimizerStates, 8 * (stage == 0 ? psi : shard));
+  if (!offload) {
+    Add(e, MemoryTag::kGrads, c * (stage < 2 ? replicated : shard));
+    if (half || stage > 0) Add(e, MemoryTag::kMasterParams, 4 * (stage == 0 ? psi : shard));
+    Add(e, MemoryTag::kOptimizerStates, 8 * (stage == 0 ? psi : shard));
+  } else {
+    // ZeRO-Offload: the shard's states in pinned host memory (the table in
+    // estimator.h), two gradient shards with the delayed update, and the
+    // staging: the largest piece a flush delivers (one reduce bucket), two
+    // tiles of updated values, the norm pair; with DPU in 16-bit modes the
+    // delayed step's values, whole.
+    const bool delayed = z.offload_optimizer().delayed_update_after_steps() > 0;
+    const int64_t tile = std::max<int64_t>(1, std::min(z.offload_optimizer().tile_elements(), shard));
+    AddHost(e, MemoryTag::kMasterParams, 4 * shard);
+    AddHost(e, MemoryTag::kOptimizerStates, 8 * shard);
+    AddHost(e, MemoryTag::kGrads, c * shard * (delayed ? 2 : 1));
+    AddHost(e, MemoryTag::kStaging, c * capacity + 2 * c * tile + 8 + (delayed && half ? c * shard : 0));
+  }
+  for (int64_t bytes : e.host) e.host_bytes += bytes;
   e.model_states_bytes = e.of(MemoryTag::kParams16) + e.of(MemoryTag::kGrads) +
                          e.of(MemoryTag::kMasterParams) + e.of(MemoryTag::kOptimizerStates);
 
@@ -76,8 +95,7 @@ absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
     const int64_t chunk = std::max<int64_t>(1, std::min(padded, z.allgather_bucket_bytes() / c) / in.ranks);
     Add(e, MemoryTag::kCommBuffers, c * chunk * in.ranks);
   }
-  if (stage >= 2) {  // reduce buckets: two with overlap_comm
-    const int64_t capacity = std::min(padded, std::max(z.reduce_bucket_bytes() / c, largest_module));
+  if (bucketed) {  // reduce buckets: two with overlap_comm
     Add(e, MemoryTag::kCommBuffers, c * capacity * (z.overlap_comm() ? 2 : 1));
   }
   if (stage == 3) {
@@ -121,7 +139,12 @@ std::string Estimate::ToText() const {
   absl::StrAppendFormat(&out, "  %-18s %s%s\n", "total", FormatBytes(total_device_bytes),
                         activations_counted ? "" : " (model states and buckets only: give --model "
                                                    "for activations)");
-  absl::StrAppendFormat(&out, "per rank, host memory: %s\n", FormatBytes(host_bytes));
+  absl::StrAppendFormat(&out, "per rank, pinned host memory (offload): %s\n", FormatBytes(host_bytes));
+  for (int t = 0; t < kNumMemoryTags; ++t) {
+    if (host[t] == 0) continue;
+    absl::StrAppendFormat(&out, "  %-18s %s\n", MemoryTagName(static_cast<MemoryTag>(t)),
+                          FormatBytes(static_cast<size_t>(host[t])));
+  }
   if (device_budget > 0) {
     absl::StrAppendFormat(&out, "%s %s of device memory\n", fits ? "fits in" : "DOES NOT FIT in",
                           FormatBytes(device_budget));
@@ -130,10 +153,12 @@ std::string Estimate::ToText() const {
 }
 
 std::string Estimate::ToJson() const {
-  std::string tags;
+  std::string tags, host_tags;
   for (int t = 0; t < kNumMemoryTags; ++t) {
     absl::StrAppend(&tags, t == 0 ? "" : ", ", "\"", MemoryTagName(static_cast<MemoryTag>(t)),
                     "\": ", device[t]);
+    absl::StrAppend(&host_tags, t == 0 ? "" : ", ", "\"", MemoryTagName(static_cast<MemoryTag>(t)),
+                    "\": ", host[t]);
   }
   return absl::StrCat("{\"params\": ", params, ", \"model_states_bytes_per_rank\": ",
                       model_states_bytes, ", \"total_device_bytes_per_rank\": ", total_device_bytes,
@@ -141,7 +166,8 @@ std::string Estimate::ToJson() const {
                       ", \"activations_counted\": ", activations_counted ? "true" : "false",
                       ", \"device_budget_bytes\": ", device_budget,
                       ", \"fits\": ", fits ? "true" : "false",
-                      ", \"device_bytes_per_rank_by_tag\": {", tags, "}}");
+                      ", \"device_bytes_per_rank_by_tag\": {", tags, "}",
+                      ", \"host_bytes_per_rank_by_tag\": {", host_tags, "}}");
 }
 
 }  // namespace memwall::zero

@@ -34,6 +34,14 @@
 // (at most the largest), prefetch_bucket_bytes, and 8N bytes for the
 // divergence check. And the trainer's two 8-byte scalars (norm and flag:
 // workspace; loss and tokens: comm buffers).
+//
+// ZeRO-Offload (offload_optimizer { device: CPU }, stages 1 and 2): the
+// device keeps the parameters (cΨ') and the buckets (stage 1 too uses
+// reduce buckets: no device gradients); the pinned host holds, per rank,
+//   fp32 master 4 shard, Adam 8 shard, gradients c shard (x2 with DPU),
+//   staging c capacity (one reduce bucket) + 2 c tile + 8 (+ c shard, the
+//   delayed step's 16-bit values, with DPU in 16-bit modes)
+// = ZeRO-Offload's 12Ψ/N + 2Ψ/N plus staging (offload/host_optimizer.h).
 #ifndef MEMWALL_ZERO_ESTIMATOR_H_
 #define MEMWALL_ZERO_ESTIMATOR_H_
 
@@ -67,12 +75,14 @@ struct Estimate {
   std::array<int64_t, kNumMemoryTags> device{};  // per rank, by MemoryTag
   int64_t model_states_bytes = 0;        // params16 + grads + master + optimizer
   int64_t total_device_bytes = 0;
-  int64_t host_bytes = 0;                // model states kept in host memory (0 without offload)
+  std::array<int64_t, kNumMemoryTags> host{};    // pinned host memory per rank, by tag (offload)
+  int64_t host_bytes = 0;                // their sum (0 without offload)
   bool activations_counted = false;      // false with --params alone
   int64_t device_budget = 0;
   bool fits = true;                      // total <= budget (true without a budget)
 
   int64_t of(MemoryTag tag) const { return device[static_cast<int>(tag)]; }
+  int64_t host_of(MemoryTag tag) const { return host[static_cast<int>(tag)]; }
   // One line per tag, then totals and the verdict.
   std::string ToText() const;
   // {"params": ..., "model_states_bytes_per_rank": ..., "total_device_bytes_per_rank": ...,
