@@ -37,24 +37,25 @@ def main(data_path, out_path):
         if r["ratio_to_stage0"]:
             label += "\n%.1fx" % float(r["ratio_to_stage0"])
         ax.text(x, h, label, ha="center", va="bottom", fontsize=9)
-    for r in paper:
+    for r, style in zip(paper, [":", "--"]):
         scaled = int(r["largest_params"]) / 28.4 / 1e6
-        ax.axhline(scaled, color="#bbbbbb", linestyle="--", linewidth=1)
-        ax.text(len(measured) - 0.5, scaled, "paper %s / 28.4" % r["largest_model"], fontsize=8,
-                ha="right", va="bottom", color="#777777")
+        ax.axhline(scaled, color="#777777", linestyle=style, linewidth=1,
+                   label="%s / 28.4 = %.0fM" % (r["largest_model"], scaled))
+    ax.legend(fontsize=8, loc="upper left")
     ax.set_xticks(list(xs))
     ax.set_xticklabels([r["mode"] for r in measured], fontsize=9)
     ax.set_ylabel("largest model that trains (M parameters)")
     ax.set_title("Largest model on one device")
-    ax.set_ylim(0, max(heights + [1]) * 1.25)
+    ax.set_ylim(0, max(heights + [1]) * 1.35)
 
     ax = axes[1]
     for mode, color in COLORS.items():
         pts = [r for r in rows if r["mode"] == mode and r["device_peak_bytes"]]
         fit = [r for r in pts if r["fits"] == "yes"]
         no = [r for r in pts if r["fits"] != "yes"]
+        style = "s--" if mode.endswith("dpu") else "o-"  # DPU's device peak is offload's: drawn over it
         ax.plot([int(r["params"]) / 1e6 for r in fit], [int(r["device_peak_bytes"]) / 2**20 for r in fit],
-                "o-", color=color, label=mode)
+                style, color=color, label=mode, markersize=4 if mode.endswith("dpu") else 6)
         ax.plot([int(r["params"]) / 1e6 for r in no], [int(r["device_peak_bytes"]) / 2**20 for r in no],
                 "x", color=color, markersize=10)
     ax.set_xlabel("parameters (M)")
