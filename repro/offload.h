@@ -86,7 +86,7 @@ std::string MaxModelSummaryCsv(const std::vector<OffloadRow>& rows);
 absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, const std::string& trace_root);
 
 // Floating-point operations per second of ops::Matmul on `device`'s compute
-// stream for C(m, n) = A(m, k) B(k, n) in `dtype`: the median of at least
+// stream for C(m, n) = A(m, k) B(k, n) in `dtype`: the fastest of at least
 // `repeats` timed calls (and 0.2 s) after one untimed.
 absl::StatusOr<double> MeasureGemmFlops(Device& device, DType dtype, int64_t m, int64_t k, int64_t n,
                                         int repeats);
