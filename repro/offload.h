@@ -14,7 +14,8 @@
 //                       timed steps: tokens/s, TFLOPS (model FLOPs, ZeRO's
 //                       6Ψ + attention per token), the device's GEMM rate
 //                       for the model's largest matmul measured in the same
-//                       run (the bound the TFLOPS are a fraction of), and
+//                       run, before and after the model's runs, the faster
+//                       (the bound the TFLOPS are a fraction of), and
 //                       the fraction of each step the compute stream sat
 //                       idle, from the timeline (runtime/timeline.h).
 //

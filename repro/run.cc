@@ -163,8 +163,8 @@ absl::Status DriveOffload(const Experiment& e, const std::string& experiment_pat
         "measured on a CpuDevice with a ", budget, " budget, one rank: means over the timed steps after ",
         e.offload().warmup_steps(), " warm-up steps; tflops = model FLOPs (3 x forward: 6 x params + attention, "
         "per token) / step time; gemm_tflops = ops::Matmul on the same device for the model's (tokens, d) x "
-        "(d, 4d), measured after the run; device_idle_fraction = time the compute stream ran no zone, from the "
-        "timeline. Absolute rates on the CpuDevice are not a GPU's: compare ratios (mode to stage 0, TFLOPS "
+        "(d, 4d) on a device of its own, the faster of before and after the model's runs (fastest of >= 9 "
+        "calls each); device_idle_fraction = time the compute stream ran no zone, from the timeline. Absolute rates on the CpuDevice are not a GPU's: compare ratios (mode to stage 0, TFLOPS "
         "to the GEMM rate)");
     p.files["data.csv"] = "one row per (ladder model, mode)";
     if (!traces.empty()) p.files["traces/"] = "<model>_<mode>/step_<k>.json: each step's zones, Chrome trace format (Perfetto)";
