@@ -210,7 +210,7 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, c
     const models::GptConfig& config = sweep.ladder(i);
     // The bound: the model's largest matmul, the MLP's c_fc (tokens, d) x
     // (d, 4d), on a device of its own, before and after the model's runs
-    // (the faster: the first GEMM of a process measured 8x slow).
+    // (the faster: the first GEMM of a process measured 7-10x slow).
     const zero::TrainerOptions o = OffloadTrainerOptions(e, OffloadSweep::STAGE0);
     auto gemm_rate = [&]() -> absl::StatusOr<double> {
       MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<Device> gemm_device, CreateCpuDevice());
