@@ -129,16 +129,7 @@ size_t Differ(const std::vector<float>& a, const std::vector<float>& b) {
   return zero::test::CountBitDifferences(a, b);
 }
 
-class Offload : public testing::Test {
- protected:
-  void SetUp() override {
-    device_ = *CreateCpuDevice();
-    comm_ = *CreateCommunicator(*device_);
-  }
-  int W() const { return comm_->world_size(); }
-  std::unique_ptr<Device> device_;
-  std::unique_ptr<Communicator> comm_;
-};
+using Offload = zero::test::MpiRanks;
 
 TEST_F(Offload, GivesStageTwosLossesAndWeights) {
   for (Precision precision : {Precision::kFp32, Precision::kBf16}) {

@@ -122,20 +122,12 @@ std::string TmpDir(const std::string& name) {
   return (fs::path(base ? base : "/tmp") / name).string();
 }
 
-class Checkpoints : public testing::Test {
+class Checkpoints : public test::MpiRanks {
  protected:
-  void SetUp() override {
-    device_ = *CreateCpuDevice();
-    comm_ = *CreateCommunicator(*device_);
-  }
-  int W() const { return comm_->world_size(); }
-  bool Root() const { return comm_->rank() == 0; }
   void Barrier() {
     ASSERT_TRUE(comm_->Barrier(device_->compute_stream()).ok());
     ASSERT_TRUE(device_->compute_stream().Synchronize().ok());
   }
-  std::unique_ptr<Device> device_;
-  std::unique_ptr<Communicator> comm_;
 };
 
 TEST_F(Checkpoints, ResumingMatchesAnUninterruptedRunBitForBit) {

@@ -103,16 +103,7 @@ Outcome Train(Communicator& comm, const Case& s, int steps = 20) {
   return r;
 }
 
-class Stages : public testing::Test {
- protected:
-  void SetUp() override {
-    device_ = *CreateCpuDevice();
-    comm_ = *CreateCommunicator(*device_);
-  }
-  int W() const { return comm_->world_size(); }
-  std::unique_ptr<Device> device_;
-  std::unique_ptr<Communicator> comm_;
-};
+using Stages = test::MpiRanks;
 
 TEST_F(Stages, EveryStageMatchesSingleRankStageZero) {
   constexpr int64_t kGlobal = 8;  // sequences per step

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include <cmath>
@@ -12,8 +13,24 @@
 
 #include "gtest/gtest.h"
 #include "models/gpt.h"
+#include "runtime/communicator.h"
+#include "runtime/cpu_device.h"
 
 namespace memwall::zero::test {
+
+// One rank of an mpirun test: a CpuDevice and the world's communicator
+// (each TEST_F runs on every rank).
+class MpiRanks : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    device_ = *CreateCpuDevice();
+    comm_ = *CreateCommunicator(*device_);
+  }
+  int W() const { return comm_->world_size(); }
+  bool Root() const { return comm_->rank() == 0; }
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<Communicator> comm_;
+};
 
 // 2 layers, hidden 32, 4 heads, byte vocabulary, 16 positions: about 30k
 // parameters, seconds for 20 steps on 4 ranks of a 2-core machine.
