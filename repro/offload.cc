@@ -62,12 +62,11 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
   device_options.memory_budget_bytes = static_cast<size_t>(e.offload().device_memory_bytes());
   MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateCpuDevice(device_options));
   std::unique_ptr<Communicator> comm = CreateSingleProcessCommunicator();
-  const zero::TrainerOptions options = OffloadTrainerOptions(e, mode);
   auto data = models::SyntheticSource(1 << 20, config.vocab(), 11);
   Timeline timeline;
-  zero::TrainerOptions with_timeline = options;
-  with_timeline.timeline = &timeline;
-  with_timeline.trace_dir = trace_dir;
+  zero::TrainerOptions options = OffloadTrainerOptions(e, mode);
+  options.timeline = &timeline;
+  options.trace_dir = trace_dir;
 
   auto record_failure = [&](const absl::Status& st) -> absl::StatusOr<OffloadRow> {
     if (st.code() != absl::StatusCode::kResourceExhausted) {
@@ -84,7 +83,7 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
   {
     auto model = models::Gpt::Create(config);
     if (!model.ok()) return model.status();
-    auto trainer = offload::CreateTrainer(**model, *device, *comm, with_timeline, &timeline);
+    auto trainer = offload::CreateTrainer(**model, *device, *comm, options, &timeline);
     if (!trainer.ok()) return record_failure(trainer.status());
     double timed_seconds = 0, idle = 0;
     int64_t timed_tokens = 0;
