@@ -25,21 +25,6 @@ absl::Status Bad(absl::string_view what) {
 
 }  // namespace
 
-absl::Status ValidateConfig(const AdamConfig& c) {
-  auto bad = [](absl::string_view field, float value, absl::string_view need) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Adam option ", field, " = ", value, " ", need));
-  };
-  if (!(c.lr >= 0) || !std::isfinite(c.lr)) return bad("lr", c.lr, "must be finite and >= 0");
-  if (!(c.beta1 >= 0 && c.beta1 < 1)) return bad("beta1", c.beta1, "must be in [0, 1)");
-  if (!(c.beta2 >= 0 && c.beta2 < 1)) return bad("beta2", c.beta2, "must be in [0, 1)");
-  if (!(c.eps > 0) || !std::isfinite(c.eps)) return bad("eps", c.eps, "must be finite and > 0");
-  if (!(c.weight_decay >= 0) || !std::isfinite(c.weight_decay)) {
-    return bad("weight_decay", c.weight_decay, "must be finite and >= 0");
-  }
-  return absl::OkStatus();
-}
-
 absl::string_view PathName(Path path) {
   switch (path) {
     case Path::kBest: return "best";
@@ -68,7 +53,7 @@ CpuAdam::CpuAdam(const Options& options, Path path)
       pool_(std::make_unique<ThreadPool>(options.threads)) {}
 
 absl::StatusOr<std::unique_ptr<CpuAdam>> CpuAdam::Create(const Options& options) {
-  if (absl::Status st = ValidateConfig(options.adam); !st.ok()) return st;
+  if (absl::Status st = ops::ValidateAdamOptions(options.adam); !st.ok()) return st;
   if (options.threads < 0) return Bad(absl::StrCat("threads = ", options.threads, " must be >= 0 (0: one per core)"));
   if (options.tile < 64) return Bad(absl::StrCat("tile = ", options.tile, " must be >= 64 elements"));
   const Path path = options.path == Path::kBest ? BestPath() : options.path;
@@ -80,9 +65,9 @@ absl::StatusOr<std::unique_ptr<CpuAdam>> CpuAdam::Create(const Options& options)
 }
 
 absl::Status CpuAdam::SetLearningRate(float lr) {
-  AdamConfig c = config_;
+  ops::AdamOptions c = config_;
   c.lr = lr;
-  if (absl::Status st = ValidateConfig(c); !st.ok()) return st;
+  if (absl::Status st = ops::ValidateAdamOptions(c); !st.ok()) return st;
   config_ = c;
   return absl::OkStatus();
 }
@@ -140,7 +125,7 @@ absl::Status CpuAdam::Step(const AdamBuffers& buffers, int64_t step, float grad_
 absl::Status CpuAdam::StepRange(const AdamBuffers& b, int64_t begin, int64_t end, int64_t step,
                                 float grad_scale) {
   if (absl::Status st = Check(b, begin, end, step, grad_scale); !st.ok()) return st;
-  const AdamConfig& c = config_;
+  const ops::AdamOptions& c = config_;
   internal::StepScalars s;
   s.grad_scale = grad_scale;
   s.beta1 = c.beta1;

@@ -29,22 +29,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "ops/adam_options.h"
 #include "runtime/dtype.h"
 #include "runtime/thread_pool.h"
 
 namespace memwall::cpu_adam {
-
-struct AdamConfig {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
-  bool adamw = true;  // decoupled weight decay; false: L2 added to the gradient
-};
-
-// Each value finite and in range; the message names the field.
-absl::Status ValidateConfig(const AdamConfig& config);
 
 // The instruction-set path. kBest is AVX-512 where the CPU has it, else
 // AVX2 (+F16C), else the portable scalar loop.
@@ -68,7 +57,7 @@ struct AdamBuffers {
 class CpuAdam {
  public:
   struct Options {
-    AdamConfig adam;
+    ops::AdamOptions adam;  // checked by ops::ValidateAdamOptions
     int threads = 0;  // 0: one per core
     Path path = Path::kBest;
     // Elements per tile handed to a thread: 16 Ki elements touch ~450 KiB
@@ -86,7 +75,7 @@ class CpuAdam {
 
   // The learning-rate schedule sets this before each step.
   absl::Status SetLearningRate(float lr);
-  const AdamConfig& config() const { return config_; }
+  const ops::AdamOptions& config() const { return config_; }
   Path path() const { return path_; }  // never kBest
   int threads() const { return pool_->threads(); }
 
@@ -95,7 +84,7 @@ class CpuAdam {
   absl::Status Check(const AdamBuffers& b, int64_t begin, int64_t end, int64_t step,
                      float grad_scale) const;
 
-  AdamConfig config_;
+  ops::AdamOptions config_;
   Path path_;
   int64_t tile_;
   std::unique_ptr<ThreadPool> pool_;

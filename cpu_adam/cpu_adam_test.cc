@@ -57,8 +57,8 @@ Grad MakeGrad(const std::vector<float>& values, DType dtype) {
   return g;
 }
 
-AdamConfig Config(bool adamw) {
-  AdamConfig c;
+ops::AdamOptions Config(bool adamw) {
+  ops::AdamOptions c;
   c.lr = 1e-3f;
   c.beta1 = 0.9f;
   c.beta2 = 0.999f;
@@ -68,7 +68,7 @@ AdamConfig Config(bool adamw) {
   return c;
 }
 
-std::unique_ptr<CpuAdam> Make(const AdamConfig& c, Path path = Path::kBest, int threads = 0) {
+std::unique_ptr<CpuAdam> Make(const ops::AdamOptions& c, Path path = Path::kBest, int threads = 0) {
   CpuAdam::Options o;
   o.adam = c;
   o.path = path;
@@ -95,7 +95,7 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 // form (m_hat, v_hat), from the same hyper-parameters and gradients.
 struct Reference {
   std::vector<double> p, m, v;
-  void Step(const AdamConfig& c, const std::vector<float>& grad, double grad_scale, int64_t t) {
+  void Step(const ops::AdamOptions& c, const std::vector<float>& grad, double grad_scale, int64_t t) {
     const double lr = c.lr, b1 = c.beta1, b2 = c.beta2, eps = c.eps, wd = c.weight_decay;
     const double bc1 = 1 - std::pow(b1, double(t)), bc2 = 1 - std::pow(b2, double(t));
     for (size_t i = 0; i < p.size(); ++i) {
@@ -268,7 +268,7 @@ double Bound(double p_ref, int64_t t, double lr) {
 }
 void TrackReference(DType gd, bool adamw) {
   const int64_t n = 1 << 20;
-  const AdamConfig c = Config(adamw);
+  const ops::AdamOptions c = Config(adamw);
   auto adam = Make(c);
   State s(n);
   Reference ref{std::vector<double>(s.p.begin(), s.p.end()), std::vector<double>(n, 0.0),
@@ -301,7 +301,7 @@ TEST(CpuAdamReference, Bf16GradientsAdamW) { TrackReference(DType::kBF16, true);
 TEST(CpuAdamReference, OddSizesOnEveryPath) {
   for (Path path : SupportedPaths()) {
     for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1023}, int64_t{(1 << 20) + 3}}) {
-      const AdamConfig c = Config(true);
+      const ops::AdamOptions c = Config(true);
       auto adam = Make(c, path);
       State s(n);
       Reference ref{std::vector<double>(s.p.begin(), s.p.end()), std::vector<double>(n, 0.0),
@@ -322,7 +322,7 @@ TEST(CpuAdamReference, OddSizesOnEveryPath) {
 TEST(CpuAdamReference, NanAndInfGradientsPropagateAsInTheReference) {
   const int64_t n = 4096;
   for (bool adamw : {false, true}) {
-    const AdamConfig c = Config(adamw);
+    const ops::AdamOptions c = Config(adamw);
     auto adam = Make(c);
     State s(n);
     Reference ref{std::vector<double>(s.p.begin(), s.p.end()), std::vector<double>(n, 0.0),
@@ -363,7 +363,7 @@ TEST(CpuAdam, RefusesBadArgumentsNamingThem) {
   };
   for (auto [field, value] : {std::pair<std::string, float>{"lr", NAN}, {"eps", INFINITY},
                               {"beta1", 1.0f}, {"beta2", -0.1f}, {"weight_decay", NAN}}) {
-    AdamConfig c = Config(true);
+    ops::AdamOptions c = Config(true);
     if (field == "lr") c.lr = value;
     if (field == "eps") c.eps = value;
     if (field == "beta1") c.beta1 = value;

@@ -26,14 +26,13 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
         n_(r.elements),
         grad_dtype_(r.grad_dtype),
         value_dtype_(r.value_dtype),
-        adam_options_(r.adam),
         tile_(std::max<int64_t>(1, std::min(r.zero.offload_optimizer().tile_elements(), r.elements))),
         staging_elements_(r.largest_piece),
         delayed_(r.zero.offload_optimizer().delayed_update_after_steps() > 0),
         timeline_(timeline ? timeline : &no_timeline_),
         pool_(0) {}
 
-  absl::Status Init() {
+  absl::Status Init(const ops::AdamOptions& adam) {
     const size_t f32 = static_cast<size_t>(n_) * sizeof(float);
     MEMWALL_ASSIGN_OR_RETURN(master_, device_.AllocatePinnedHost(f32, MemoryTag::kMasterParams));
     MEMWALL_ASSIGN_OR_RETURN(m_, device_.AllocatePinnedHost(f32, MemoryTag::kOptimizerStates));
@@ -60,7 +59,7 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
     }
     MEMWALL_ASSIGN_OR_RETURN(copied_, device_.CreateEvent());
     cpu_adam::CpuAdam::Options o;
-    o.adam = AdamConfig(adam_options_);
+    o.adam = adam;
     MEMWALL_ASSIGN_OR_RETURN(adam_, cpu_adam::CpuAdam::Create(o));
     return absl::OkStatus();
   }
@@ -137,10 +136,8 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
     return timeline_->End(stream, zone);
   }
 
-  absl::Status Step(const ops::AdamOptions& adam, int64_t step, float grad_scale, const Tensor& values,
-                    Stream& stream) override {
-    MEMWALL_RETURN_IF_ERROR(CheckAdam(adam));
-    MEMWALL_RETURN_IF_ERROR(adam_->SetLearningRate(adam.lr));
+  absl::Status Step(const zero::StepUpdate& update, const Tensor& values, Stream& stream) override {
+    MEMWALL_RETURN_IF_ERROR(adam_->SetLearningRate(update.lr));
     return SendValues(values, stream, [&](int64_t begin, int64_t len, void* out16) -> absl::Status {
       Timeline::HostZone zone(*timeline_, "cpu_adam");
       if (hooks_.adam_started) hooks_.adam_started(tile_index_);
@@ -153,7 +150,7 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
       b.n = len;
       b.params16 = out16;
       b.params16_dtype = value_dtype_;
-      return adam_->Step(b, step, grad_scale);
+      return adam_->Step(b, update.step, update.grad_scale);
     });
   }
 
@@ -162,16 +159,15 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
   // The step on the gradients accumulated so far, on a host thread (zone
   // "cpu_adam (delayed)" on track "host dpu"), its 16-bit result kept whole;
   // accumulation moves to the other gradient shard.
-  absl::Status StartDelayedStep(const ops::AdamOptions& adam, int64_t step, float grad_scale) override {
+  absl::Status StartDelayedStep(const zero::StepUpdate& update) override {
     if (!delayed_) return absl::FailedPreconditionError("offload: the delayed update is not configured");
     if (worker_.joinable()) return absl::FailedPreconditionError("offload: a delayed step is already running");
-    MEMWALL_RETURN_IF_ERROR(CheckAdam(adam));
-    MEMWALL_RETURN_IF_ERROR(adam_->SetLearningRate(adam.lr));
+    MEMWALL_RETURN_IF_ERROR(adam_->SetLearningRate(update.lr));
     MEMWALL_RETURN_IF_ERROR(copy_stream_->Synchronize());  // the last copies from delayed_values_
     const int consume = active_;
     active_ ^= 1;
     worker_status_ = absl::OkStatus();
-    worker_ = std::thread([this, consume, step, grad_scale] {
+    worker_ = std::thread([this, consume, update] {
       Timeline::HostZone zone(*timeline_, "cpu_adam (delayed)", "host dpu");
       if (hooks_.delayed_step_running) hooks_.delayed_step_running();
       cpu_adam::AdamBuffers b;
@@ -183,7 +179,7 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
       b.n = n_;
       b.params16 = value_dtype_ == DType::kF32 ? nullptr : delayed_values_.data();
       b.params16_dtype = value_dtype_;
-      worker_status_ = adam_->Step(b, step, grad_scale);
+      worker_status_ = adam_->Step(b, update.step, update.grad_scale);
     });
     return absl::OkStatus();
   }
@@ -242,25 +238,6 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
   }
 
  private:
-  absl::Status CheckAdam(const ops::AdamOptions& adam) const {
-    if (adam.beta1 != adam_options_.beta1 || adam.beta2 != adam_options_.beta2 || adam.eps != adam_options_.eps ||
-        adam.weight_decay != adam_options_.weight_decay || adam.adamw != adam_options_.adamw) {
-      return absl::InvalidArgumentError("offload: only the learning rate may change between steps");
-    }
-    return absl::OkStatus();
-  }
-
-  static cpu_adam::AdamConfig AdamConfig(const ops::AdamOptions& a) {
-    cpu_adam::AdamConfig c;
-    c.lr = a.lr;
-    c.beta1 = a.beta1;
-    c.beta2 = a.beta2;
-    c.eps = a.eps;
-    c.weight_decay = a.weight_decay;
-    c.adamw = a.adamw;
-    return c;
-  }
-
   // Tile by tile: `produce` fills tile [begin, begin + len) of the values
   // (into a 16-bit staging tile, or into the fp32 master itself when the
   // values are fp32 and out16 is null), then the copy stream sends it to
@@ -315,7 +292,6 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
   Device& device_;
   const int64_t n_;
   const DType grad_dtype_, value_dtype_;
-  const ops::AdamOptions adam_options_;
   const int64_t tile_;
   const int64_t staging_elements_;
   const bool delayed_;
@@ -350,7 +326,7 @@ absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(const 
         "transfer through pinned host memory (pageable copies would be synchronous)");
   }
   auto opt = std::make_unique<HostOptimizer>(r, timeline, hooks);
-  MEMWALL_RETURN_IF_ERROR(opt->Init());
+  MEMWALL_RETURN_IF_ERROR(opt->Init(r.adam));
   return std::unique_ptr<zero::ShardOptimizer>(std::move(opt));
 }
 

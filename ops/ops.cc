@@ -728,13 +728,9 @@ absl::Status AdamStep(const Tensor& param, const Tensor& grad, const Tensor& m, 
   if (step < 1) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": step is 1-based, got ", step));
   }
-  if (!(options.lr >= 0) || !(options.beta1 >= 0 && options.beta1 < 1) ||
-      !(options.beta2 >= 0 && options.beta2 < 1) || !(options.eps > 0) ||
-      !(options.weight_decay >= 0) || !std::isfinite(grad_scale)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": need lr >= 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0 and a finite "
-            "grad_scale; got lr=", options.lr, " beta1=", options.beta1, " beta2=", options.beta2,
-        " eps=", options.eps, " weight_decay=", options.weight_decay, " grad_scale=", grad_scale));
+  MEMWALL_RETURN_IF_ERROR(ValidateAdamOptions(options, "AdamStep: "));
+  if (!std::isfinite(grad_scale)) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": grad_scale = ", grad_scale, " must be finite"));
   }
   const kernels::AdamScalars a = AdamStepScalars(options, step, grad_scale);
   float* pp = param.data_as<float>();

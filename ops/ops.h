@@ -23,6 +23,7 @@
 #define MEMWALL_OPS_OPS_H_
 
 #include "absl/status/status.h"
+#include "ops/adam_options.h"
 #include "ops/kernels.h"
 #include "runtime/device.h"
 #include "runtime/tensor.h"
@@ -110,15 +111,6 @@ absl::Status AttentionBackward(const Tensor& qkv, const Tensor& out, const Tenso
 // and one overflow flag. Deterministic on both devices.
 absl::Status SquaredNorm(const Tensor& x, const Tensor& result, bool accumulate, Stream& stream);
 
-// Adam / AdamW hyper-parameters (PyTorch's definitions, ops/kernels.h).
-struct AdamOptions {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
-  bool adamw = true;  // decoupled weight decay; false: L2 added to the gradient
-};
 // One fused step over flat buffers of equal length: updates param, m, v
 // (fp32) in place; grad is fp32, fp16 or bf16. `step` is 1-based (bias correction); every gradient is first
 // multiplied by grad_scale (1 / loss scale, times the clipping factor).

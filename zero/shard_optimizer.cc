@@ -10,8 +10,8 @@ namespace {
 
 class DeviceShardOptimizer : public ShardOptimizer {
  public:
-  DeviceShardOptimizer(Device& device, int64_t elements, Tensor grads)
-      : device_(device), elements_(elements), grads_(std::move(grads)) {}
+  DeviceShardOptimizer(Device& device, const ops::AdamOptions& adam, int64_t elements, Tensor grads)
+      : device_(device), adam_(adam), elements_(elements), grads_(std::move(grads)) {}
 
   absl::Status Init(std::optional<Tensor> master) {
     const size_t bytes = static_cast<size_t>(elements_) * sizeof(float);
@@ -37,11 +37,12 @@ class DeviceShardOptimizer : public ShardOptimizer {
     return ops::SquaredNorm(grads_, norm, false, stream);
   }
 
-  absl::Status Step(const ops::AdamOptions& adam, int64_t step, float grad_scale, const Tensor& values,
-                    Stream& stream) override {
+  absl::Status Step(const StepUpdate& update, const Tensor& values, Stream& stream) override {
+    ops::AdamOptions adam = adam_;
+    adam.lr = update.lr;
     MEMWALL_RETURN_IF_ERROR(ops::AdamStep(master_, grads_, Tensor::OfBuffer(m_, DType::kF32, &device_),
-                                          Tensor::OfBuffer(v_, DType::kF32, &device_), adam, step,
-                                          grad_scale, stream));
+                                          Tensor::OfBuffer(v_, DType::kF32, &device_), adam, update.step,
+                                          update.grad_scale, stream));
     return WriteValues(values, stream);
   }
 
@@ -84,6 +85,7 @@ class DeviceShardOptimizer : public ShardOptimizer {
   }
 
   Device& device_;
+  const ops::AdamOptions adam_;
   int64_t elements_;
   Tensor grads_;
   Buffer master_buffer_;
@@ -93,14 +95,16 @@ class DeviceShardOptimizer : public ShardOptimizer {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ShardOptimizer>> CreateDeviceShardOptimizer(Device& device, int64_t elements,
-                                                                           Tensor grads,
+absl::StatusOr<std::unique_ptr<ShardOptimizer>> CreateDeviceShardOptimizer(Device& device,
+                                                                           const ops::AdamOptions& adam,
+                                                                           int64_t elements, Tensor grads,
                                                                            std::optional<Tensor> master) {
   if (grads.numel() != elements || (master.has_value() && master->numel() != elements)) {
     return absl::InvalidArgumentError(absl::StrCat("device shard optimizer: ", elements, " elements but ",
                                                    grads.numel(), " gradients"));
   }
-  auto opt = std::make_unique<DeviceShardOptimizer>(device, elements, std::move(grads));
+  MEMWALL_RETURN_IF_ERROR(ops::ValidateAdamOptions(adam));
+  auto opt = std::make_unique<DeviceShardOptimizer>(device, adam, elements, std::move(grads));
   MEMWALL_RETURN_IF_ERROR(opt->Init(std::move(master)));
   return std::unique_ptr<ShardOptimizer>(std::move(opt));
 }

@@ -25,6 +25,14 @@ namespace memwall::zero {
 
 enum class OptimizerState { kMaster = 0, kExpAvg = 1, kExpAvgSq = 2 };
 
+// What changes from one optimizer step to the next; the other Adam
+// hyper-parameters are fixed when the optimizer is made.
+struct StepUpdate {
+  float lr = 0;          // this step's learning rate (the schedule's)
+  int64_t step = 0;      // 1-based count of applied steps (bias correction)
+  float grad_scale = 1;  // gradients are multiplied by this as they are read: clip / loss scale
+};
+
 class ShardOptimizer {
  public:
   virtual ~ShardOptimizer() = default;
@@ -45,13 +53,11 @@ class ShardOptimizer {
   // [sum of squares, inf/NaN flag] of this rank's gradient shard into
   // `norm` (2 fp32 on the device), in `stream`'s order.
   virtual absl::Status GradientNorm(const Tensor& norm, Stream& stream) = 0;
-  // One Adam/AdamW step over the shard; gradients are multiplied by
-  // `grad_scale` (clip / loss scale) as they are read. The updated master
+  // One Adam/AdamW step over the shard (see StepUpdate). The updated master
   // weights, rounded, land in `values` as WriteValues would put them, in
   // `stream`'s order. The gradient shard must be complete (the engine has
   // synchronized the streams that produce it).
-  virtual absl::Status Step(const ops::AdamOptions& adam, int64_t step, float grad_scale,
-                            const Tensor& values, Stream& stream) = 0;
+  virtual absl::Status Step(const StepUpdate& update, const Tensor& values, Stream& stream) = 0;
   // Delayed parameter update (ZeRO-Offload §5.2), for optimizers that
   // support it. StartDelayedStep begins the step on the gradients
   // accumulated so far and returns at once; accumulation moves to a second
@@ -59,7 +65,7 @@ class ShardOptimizer {
   // FinishDelayedStep waits for it and writes the updated values into
   // `values` in `stream`'s order.
   virtual bool SupportsDelayedUpdate() const { return false; }
-  virtual absl::Status StartDelayedStep(const ops::AdamOptions& adam, int64_t step, float grad_scale) {
+  virtual absl::Status StartDelayedStep(const StepUpdate& update) {
     return absl::UnimplementedError("this optimizer has no delayed parameter update");
   }
   virtual absl::Status FinishDelayedStep(const Tensor& values, Stream& stream) {
@@ -87,7 +93,7 @@ struct ShardOptimizerRequest {
   DType grad_dtype = DType::kF32;
   DType value_dtype = DType::kF32;
   int64_t largest_piece = 0;      // elements: the reduce bucket capacity
-  ops::AdamOptions adam;          // betas, eps, weight decay (lr changes per step)
+  ops::AdamOptions adam;          // betas, eps, weight decay (lr: StepUpdate)
   ZeroConfig zero;                // defaults filled
 };
 using ShardOptimizerFactory =
@@ -98,7 +104,8 @@ using ShardOptimizerFactory =
 // `grads` (`elements` values). In fp32 stage 0 the master weights are the
 // model's own fp32 values: pass them as `master` and none is allocated.
 absl::StatusOr<std::unique_ptr<ShardOptimizer>> CreateDeviceShardOptimizer(
-    Device& device, int64_t elements, Tensor grads, std::optional<Tensor> master = std::nullopt);
+    Device& device, const ops::AdamOptions& adam, int64_t elements, Tensor grads,
+    std::optional<Tensor> master = std::nullopt);
 
 }  // namespace memwall::zero
 

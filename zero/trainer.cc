@@ -44,11 +44,7 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
   if (o.seq <= 0) return bad("seq", o.seq, "must be > 0");
   if (o.micro_batch <= 0) return bad("micro_batch", o.micro_batch, "must be > 0");
   if (o.accumulation <= 0) return bad("accumulation", o.accumulation, "must be > 0");
-  if (!(o.adam.lr >= 0)) return bad("adam.lr", o.adam.lr, "must be >= 0");
-  if (!(o.adam.beta1 >= 0 && o.adam.beta1 < 1)) return bad("adam.beta1", o.adam.beta1, "must be in [0, 1)");
-  if (!(o.adam.beta2 >= 0 && o.adam.beta2 < 1)) return bad("adam.beta2", o.adam.beta2, "must be in [0, 1)");
-  if (!(o.adam.eps > 0)) return bad("adam.eps", o.adam.eps, "must be > 0");
-  if (!(o.adam.weight_decay >= 0)) return bad("adam.weight_decay", o.adam.weight_decay, "must be >= 0");
+  MEMWALL_RETURN_IF_ERROR(ops::ValidateAdamOptions(o.adam, "trainer option adam."));
   if (o.warmup_steps < 0) return bad("warmup_steps", o.warmup_steps, "must be >= 0");
   if (o.decay_steps < 0) return bad("decay_steps", o.decay_steps, "must be >= 0");
   if (!(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1)) return bad("min_lr_ratio", o.min_lr_ratio, "must be in [0, 1]");
@@ -120,7 +116,7 @@ absl::Status Trainer::Allocate() {
   // fp32: the model's values are the master weights. 16-bit: the master
   // starts from the 16-bit initial values, widened exactly.
   MEMWALL_ASSIGN_OR_RETURN(
-      optimizer_, CreateDeviceShardOptimizer(device_, storage_.numel, storage_.Grads(device_),
+      optimizer_, CreateDeviceShardOptimizer(device_, options_.adam, storage_.numel, storage_.Grads(device_),
                                              half ? std::nullopt : std::optional<Tensor>(storage_.Values(device_))));
   MEMWALL_RETURN_IF_ERROR(optimizer_->SetMasterFromValues(storage_.Values(device_), s));
   MEMWALL_ASSIGN_OR_RETURN(norm_, device_.Allocate(2 * sizeof(float), MemoryTag::kWorkspace));
@@ -188,7 +184,7 @@ absl::Status Trainer::AllocatePartitioned() {
     request.zero = zero_;
     MEMWALL_ASSIGN_OR_RETURN(optimizer_, options_.shard_optimizer_factory(request));
   } else {
-    MEMWALL_ASSIGN_OR_RETURN(optimizer_, CreateDeviceShardOptimizer(device_, shard, GradientShard()));
+    MEMWALL_ASSIGN_OR_RETURN(optimizer_, CreateDeviceShardOptimizer(device_, options_.adam, shard, GradientShard()));
   }
   MEMWALL_ASSIGN_OR_RETURN(norm_, device_.Allocate(2 * sizeof(float), MemoryTag::kWorkspace));
   MEMWALL_ASSIGN_OR_RETURN(loss_, device_.Allocate(2 * sizeof(float), MemoryTag::kCommBuffers));
@@ -307,7 +303,7 @@ bool Trainer::delayed_update_active() const {
 absl::Status Trainer::ApplyPendingUpdate() {
   if (!pending_.has_value()) return absl::OkStatus();
   Stream& s = device_.compute_stream();
-  MEMWALL_RETURN_IF_ERROR(optimizer_->StartDelayedStep(pending_->adam, pending_->step, pending_->grad_scale));
+  MEMWALL_RETURN_IF_ERROR(optimizer_->StartDelayedStep(*pending_));
   pending_.reset();
   MEMWALL_RETURN_IF_ERROR(optimizer_->FinishDelayedStep(zero_.stage() == 0 ? storage_.Values(device_) : ValuesShard(), s));
   MEMWALL_RETURN_IF_ERROR(GatherValues());
@@ -372,7 +368,7 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   // consumes the gradient shard, so it starts before a fresh one is zeroed.
   const bool finish_pending = pending_.has_value();
   if (finish_pending) {
-    MEMWALL_RETURN_IF_ERROR(optimizer_->StartDelayedStep(pending_->adam, pending_->step, pending_->grad_scale));
+    MEMWALL_RETURN_IF_ERROR(optimizer_->StartDelayedStep(*pending_));
     pending_.reset();
   }
   if (grads.data() != nullptr) MEMWALL_RETURN_IF_ERROR(s.Memset(grads.data(), 0, grads.bytes()));
@@ -462,8 +458,7 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
                             ? options_.clip_norm / (stats.grad_norm + 1e-6)
                             : 1.0;
     ++adam_step_;
-    ops::AdamOptions adam = options_.adam;
-    adam.lr = stats.lr;
+    const StepUpdate update{stats.lr, adam_step_, static_cast<float>(clip / loss_scale_)};
     const Tensor values = stage == 0 ? storage_.Values(device_) : ValuesShard();
     if (finish_pending) {
       MEMWALL_RETURN_IF_ERROR(optimizer_->FinishDelayedStep(values, s));
@@ -471,13 +466,13 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
     }
     if (delayed_update_active()) {
       // This step's own update waits for the next iteration.
-      pending_ = PendingUpdate{adam, adam_step_, static_cast<float>(clip / loss_scale_)};
+      pending_ = update;
     } else {
       Timeline::ZoneId zone = -1;
       if (timeline && !options_.shard_optimizer_factory) {
         MEMWALL_ASSIGN_OR_RETURN(zone, timeline->Begin(s, "adam"));
       }
-      MEMWALL_RETURN_IF_ERROR(optimizer_->Step(adam, adam_step_, static_cast<float>(clip / loss_scale_), values, s));
+      MEMWALL_RETURN_IF_ERROR(optimizer_->Step(update, values, s));
       if (timeline) MEMWALL_RETURN_IF_ERROR(timeline->End(s, zone));
       zone = -1;
       if (timeline && stage > 0) {

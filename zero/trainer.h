@@ -210,12 +210,7 @@ class Trainer {
   // Delayed parameter update: the step owed for the previous iteration's
   // gradients (started at the beginning of the next Step, finished at its
   // end), and the wait for it before anything reads or writes the states.
-  struct PendingUpdate {
-    ops::AdamOptions adam;
-    int64_t step = 0;
-    float grad_scale = 1;
-  };
-  std::optional<PendingUpdate> pending_;
+  std::optional<StepUpdate> pending_;
   bool delayed_update_active() const;
   absl::Status ApplyPendingUpdate();
 
