@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cpu_adam/cpu_adam.h"
-#include "offload/host_gradients.h"
+#include "ops/host_accumulate.h"
 #include "runtime/status.h"
 #include "runtime/thread_pool.h"
 #include "zero/config.h"
@@ -105,8 +105,7 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
     const bool fold = last_pass_;
     MEMWALL_RETURN_IF_ERROR(coll.EnqueueHost([this, dst, n, shard_offset, fold] {
       if (fold) folded_ranges_.emplace_back(shard_offset, shard_offset + n);
-      return AccumulateGradient(staging_grads_.data(), dst, grad_dtype_, n, /*first=*/false,
-                                fold ? &folded_ : nullptr, &pool_);
+      return ops::HostAdd(dst, staging_grads_.data(), dst, grad_dtype_, n, fold ? &folded_ : nullptr, &pool_);
     }));
     return timeline_->End(coll, add);
   }
@@ -119,13 +118,13 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
     MEMWALL_ASSIGN_OR_RETURN(const Timeline::ZoneId zone, timeline_->Begin(stream, "grad norm"));
     const Buffer* grads = &grads_[active_];
     MEMWALL_RETURN_IF_ERROR(stream.EnqueueHost([this, grads]() -> absl::Status {
-      offload::GradientNorm g = folded_;
+      ops::SquareSum g = folded_;
       std::sort(folded_ranges_.begin(), folded_ranges_.end());
       bool twice = false;
       for (size_t i = 1; i < folded_ranges_.size(); ++i) twice |= folded_ranges_[i].first < folded_ranges_[i - 1].second;
       if (twice) {
         Timeline::HostZone pass(*timeline_, "grad norm pass");
-        MEMWALL_ASSIGN_OR_RETURN(g, SquaredNorm(grads->data(), grad_dtype_, n_, &pool_));
+        MEMWALL_ASSIGN_OR_RETURN(g, ops::HostSquaredNorm(grads->data(), grad_dtype_, n_, &pool_));
       }
       float* out = norm_host_.as<float>();
       out[0] = static_cast<float>(g.sum_of_squares);
@@ -307,7 +306,7 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
   std::unique_ptr<Event> copied_;
   std::unique_ptr<cpu_adam::CpuAdam> adam_;
   bool last_pass_ = true;                    // set on the host before each micro-batch
-  offload::GradientNorm folded_;             // written by host functions, in stream order
+  ops::SquareSum folded_;                    // written by host functions, in stream order
   std::vector<std::pair<int64_t, int64_t>> folded_ranges_;
 };
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ops/cuda_kernels.h"
+#include "ops/host_accumulate.h"
 #include "ops/kernels.h"
 #include "runtime/cuda_convert.h"
 #include "runtime/thread_pool.h"
@@ -299,13 +300,8 @@ absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& y, Stream& stre
   const int64_t n = a.numel();
   return Dispatch(
       stream, op,
-      [=] {
-        // 16-bit: exact fp32 copies, one rounding of the sum (y may alias a or b).
-        const HostF32 fa(pa, t, n), fb(pb, t, n);
-        HostF32 fy(py, t, n);
-        kernels::Add(fa.data(), fb.data(), fy.data(), n);
-        return fy.Store();
-      },
+      // fp32 sum, one rounding (y may alias a or b), on every core.
+      [=] { return HostAdd(pa, pb, py, t, n, nullptr, &CpuPool()); },
       [=](void* s) { return cuda::Add(pa, pb, py, ElemOf(t), n, s); });
 }
 

@@ -1,0 +1,50 @@
+// Gradient accumulation in host memory: the CpuDevice's ops::Add and
+// ZeRO-Offload's host gradient shard (ZeRO-Offload §4.2, Fig. 4) both run
+// this one loop, so a gradient accumulated on the host is bit for bit the
+// gradient stage 2 accumulates on the device.
+//
+//   y[i] = round(float(a[i]) + float(b[i]))      (fp32 sum, one rounding to
+//                                                 nearest even; y may be a or b)
+//
+// for n elements of fp32, fp16 or bf16, in chunks of kAccumulateChunk on a
+// ThreadPool (each element computed by exactly one thread, so the result
+// does not depend on the thread count). With `norm`, the same pass also
+// sums the squares of the results (in double, per chunk, the chunks merged
+// in order) and notes inf/NaN: ZeRO-Offload §5.1's norm and overflow check
+// without an extra pass over memory.
+#ifndef MEMWALL_OPS_HOST_ACCUMULATE_H_
+#define MEMWALL_OPS_HOST_ACCUMULATE_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/dtype.h"
+#include "runtime/thread_pool.h"
+
+namespace memwall::ops {
+
+// Elements per task: large enough that a task is not dominated by dispatch,
+// small enough that every core gets work on a 64 MiB bucket.
+inline constexpr int64_t kAccumulateChunk = int64_t{1} << 16;
+
+struct SquareSum {
+  double sum_of_squares = 0;
+  bool nonfinite = false;
+  void Merge(const SquareSum& other) {
+    sum_of_squares += other.sum_of_squares;
+    nonfinite |= other.nonfinite;
+  }
+};
+
+// y = a + b as above; `pool` may be null (one thread).
+absl::Status HostAdd(const void* a, const void* b, void* y, DType dtype, int64_t n, SquareSum* norm,
+                     ThreadPool* pool);
+
+// Sum of squares (double) and inf/NaN of n values of `dtype`, in the same
+// fixed chunk order.
+absl::StatusOr<SquareSum> HostSquaredNorm(const void* x, DType dtype, int64_t n, ThreadPool* pool);
+
+}  // namespace memwall::ops
+
+#endif  // MEMWALL_OPS_HOST_ACCUMULATE_H_
