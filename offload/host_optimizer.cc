@@ -29,7 +29,7 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
         tile_(std::max<int64_t>(1, std::min(r.zero.offload_optimizer().tile_elements(), r.elements))),
         staging_elements_(r.largest_piece),
         delayed_(r.zero.offload_optimizer().delayed_update_after_steps() > 0),
-        timeline_(timeline ? timeline : &no_timeline_),
+        timeline_(timeline),
         pool_(0) {}
 
   absl::Status Init(const ops::AdamOptions& adam) {
@@ -53,7 +53,7 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
                              device_.AllocatePinnedHost(2 * tile_ * SizeOf(value_dtype_), MemoryTag::kStaging));
     MEMWALL_ASSIGN_OR_RETURN(norm_host_, device_.AllocatePinnedHost(2 * sizeof(float), MemoryTag::kStaging));
     for (const Buffer* b : {&master_, &m_, &v_}) std::memset(b->data(), 0, b->bytes());
-    MEMWALL_ASSIGN_OR_RETURN(copy_stream_, device_.CreateStream("offload_h2d"));
+    MEMWALL_ASSIGN_OR_RETURN(copy_stream_, device_.CreateStream(kCopyStreamName));
     for (auto& e : slot_free_) {
       MEMWALL_ASSIGN_OR_RETURN(e, device_.CreateEvent());
     }
@@ -93,29 +93,29 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
                                               " does not fit the staging (", staging_elements_,
                                               ") or the shard (", n_, ")"));
     }
-    MEMWALL_ASSIGN_OR_RETURN(const Timeline::ZoneId d2h, timeline_->Begin(coll, "grad D2H"));
-    MEMWALL_RETURN_IF_ERROR(coll.Copy(staging_grads_.data(), reduced.data(), reduced.bytes()));
-    MEMWALL_RETURN_IF_ERROR(timeline_->End(coll, d2h));
-    MEMWALL_ASSIGN_OR_RETURN(const Timeline::ZoneId add, timeline_->Begin(coll, "grad accumulate"));
+    {
+      StreamZone d2h(timeline_, coll, ZoneKind::kGradD2H);
+      MEMWALL_RETURN_IF_ERROR(coll.Copy(staging_grads_.data(), reduced.data(), reduced.bytes()));
+    }
+    StreamZone add(timeline_, coll, ZoneKind::kGradAccumulate);
     char* dst = grads_[active_].as<char>() + shard_offset * SizeOf(grad_dtype_);
     // The last pass completes the gradient: its adds also sum the squares
     // of their results (ZeRO-Offload §5.1: no extra pass for the norm and
     // the overflow check). Host functions on one stream run in order, so
     // folded_ needs no lock.
     const bool fold = last_pass_;
-    MEMWALL_RETURN_IF_ERROR(coll.EnqueueHost([this, dst, n, shard_offset, fold] {
+    return coll.EnqueueHost([this, dst, n, shard_offset, fold] {
       if (fold) folded_ranges_.emplace_back(shard_offset, shard_offset + n);
       return ops::HostAdd(dst, staging_grads_.data(), dst, grad_dtype_, n, fold ? &folded_ : nullptr, &pool_);
-    }));
-    return timeline_->End(coll, add);
+    });
   }
 
   // The folded sum, unless one pass added to some element twice (GPT's
   // tied wte when a flush falls between its head and embedding gradients):
   // the first add's square would count too, so then one pass over the
-  // gradient shard recomputes the norm (zone "grad norm pass").
+  // gradient shard recomputes the norm (zone kGradNormPass).
   absl::Status GradientNorm(const Tensor& norm, Stream& stream) override {
-    MEMWALL_ASSIGN_OR_RETURN(const Timeline::ZoneId zone, timeline_->Begin(stream, "grad norm"));
+    StreamZone zone(timeline_, stream, ZoneKind::kGradNorm);
     const Buffer* grads = &grads_[active_];
     MEMWALL_RETURN_IF_ERROR(stream.EnqueueHost([this, grads]() -> absl::Status {
       ops::SquareSum g = folded_;
@@ -123,7 +123,7 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
       bool twice = false;
       for (size_t i = 1; i < folded_ranges_.size(); ++i) twice |= folded_ranges_[i].first < folded_ranges_[i - 1].second;
       if (twice) {
-        Timeline::HostZone pass(*timeline_, "grad norm pass");
+        HostZone pass(timeline_, ZoneKind::kGradNormPass);
         MEMWALL_ASSIGN_OR_RETURN(g, ops::HostSquaredNorm(grads->data(), grad_dtype_, n_, &pool_));
       }
       float* out = norm_host_.as<float>();
@@ -131,14 +131,13 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
       out[1] = g.nonfinite ? 1.0f : 0.0f;
       return absl::OkStatus();
     }));
-    MEMWALL_RETURN_IF_ERROR(stream.Copy(norm.data(), norm_host_.data(), 2 * sizeof(float)));
-    return timeline_->End(stream, zone);
+    return stream.Copy(norm.data(), norm_host_.data(), 2 * sizeof(float));
   }
 
   absl::Status Step(const zero::StepUpdate& update, const Tensor& values, Stream& stream) override {
     MEMWALL_RETURN_IF_ERROR(adam_->SetLearningRate(update.lr));
     return SendValues(values, stream, [&](int64_t begin, int64_t len, void* out16) -> absl::Status {
-      Timeline::HostZone zone(*timeline_, "cpu_adam");
+      HostZone zone(timeline_, ZoneKind::kCpuAdam);
       if (hooks_.adam_started) hooks_.adam_started(tile_index_);
       cpu_adam::AdamBuffers b;
       b.params = master_.as<float>() + begin;
@@ -156,7 +155,7 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
   bool SupportsDelayedUpdate() const override { return delayed_; }
 
   // The step on the gradients accumulated so far, on a host thread (zone
-  // "cpu_adam (delayed)" on track "host dpu"), its 16-bit result kept whole;
+  // kCpuAdamDelayed on track kDelayedUpdateTrack), its 16-bit result kept whole;
   // accumulation moves to the other gradient shard.
   absl::Status StartDelayedStep(const zero::StepUpdate& update) override {
     if (!delayed_) return absl::FailedPreconditionError("offload: the delayed update is not configured");
@@ -167,7 +166,7 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
     active_ ^= 1;
     worker_status_ = absl::OkStatus();
     worker_ = std::thread([this, consume, update] {
-      Timeline::HostZone zone(*timeline_, "cpu_adam (delayed)", "host dpu");
+      HostZone zone(timeline_, ZoneKind::kCpuAdamDelayed, kDelayedUpdateTrack);
       if (hooks_.delayed_step_running) hooks_.delayed_step_running();
       cpu_adam::AdamBuffers b;
       b.params = master_.as<float>();
@@ -192,9 +191,10 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
     }
     MEMWALL_RETURN_IF_ERROR(stream.Synchronize());  // the device is done reading the old values
     const void* src = value_dtype_ == DType::kF32 ? master_.data() : delayed_values_.data();
-    MEMWALL_ASSIGN_OR_RETURN(const Timeline::ZoneId h2d, timeline_->Begin(*copy_stream_, "param H2D"));
-    MEMWALL_RETURN_IF_ERROR(copy_stream_->Copy(values.data(), src, values.bytes()));
-    MEMWALL_RETURN_IF_ERROR(timeline_->End(*copy_stream_, h2d));
+    {
+      StreamZone h2d(timeline_, *copy_stream_, ZoneKind::kParamH2D);
+      MEMWALL_RETURN_IF_ERROR(copy_stream_->Copy(values.data(), src, values.bytes()));
+    }
     MEMWALL_RETURN_IF_ERROR(copy_stream_->Record(*copied_));
     return stream.Wait(*copied_);
   }
@@ -260,12 +260,13 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
       tile_index_ = k;
       MEMWALL_RETURN_IF_ERROR(produce(begin, len, out16));
       const void* src = wide ? static_cast<const void*>(master_.as<float>() + begin) : out16;
-      MEMWALL_ASSIGN_OR_RETURN(const Timeline::ZoneId h2d, timeline_->Begin(*copy_stream_, "param H2D"));
-      if (hooks_.copy_starting) {
-        MEMWALL_RETURN_IF_ERROR(copy_stream_->EnqueueHost([this, k] { return hooks_.copy_starting(k); }));
+      {
+        StreamZone h2d(timeline_, *copy_stream_, ZoneKind::kParamH2D);
+        if (hooks_.copy_starting) {
+          MEMWALL_RETURN_IF_ERROR(copy_stream_->EnqueueHost([this, k] { return hooks_.copy_starting(k); }));
+        }
+        MEMWALL_RETURN_IF_ERROR(copy_stream_->Copy(values.data_as<char>() + begin * vsize, src, len * vsize));
       }
-      MEMWALL_RETURN_IF_ERROR(copy_stream_->Copy(values.data_as<char>() + begin * vsize, src, len * vsize));
-      MEMWALL_RETURN_IF_ERROR(timeline_->End(*copy_stream_, h2d));
       MEMWALL_RETURN_IF_ERROR(copy_stream_->Record(*slot_free_[slot]));
     }
     // Work on `stream` after this sees the values.
@@ -294,8 +295,7 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
   const int64_t tile_;
   const int64_t staging_elements_;
   const bool delayed_;
-  Timeline no_timeline_{/*enabled=*/false};
-  Timeline* timeline_;
+  Timeline* timeline_;  // may be null
   ThreadPool pool_;
   Buffer master_, m_, v_, grads_[2], staging_grads_, staging_values_, norm_host_, delayed_values_;
   int active_ = 0;  // the gradient shard backward accumulates into

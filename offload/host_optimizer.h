@@ -37,9 +37,14 @@
 
 namespace memwall::offload {
 
+// Timeline tracks: the stream that sends updated parameters to the device,
+// and the host thread of the delayed parameter update.
+inline constexpr absl::string_view kCopyStreamName = "offload_h2d";
+inline constexpr absl::string_view kDelayedUpdateTrack = "host dpu";
+
 // Tests: called on the host as the Adam of a tile starts (inside its
-// "cpu_adam" zone), and on the copy stream as the tile's H2D copy starts
-// (inside its "param H2D" zone); tiles count from 0 in each step.
+// kCpuAdam zone), and on the copy stream as the tile's H2D copy starts
+// (inside its kParamH2D zone); tiles count from 0 in each step.
 struct HostOptimizerHooks {
   std::function<void(int64_t tile)> adam_started;
   std::function<absl::Status(int64_t tile)> copy_starting;
@@ -48,8 +53,8 @@ struct HostOptimizerHooks {
 };
 
 // The host optimizer for `request` (zero/shard_optimizer.h); `timeline`, if
-// given, receives zones "grad D2H", "grad accumulate", "cpu_adam" and
-// "param H2D".
+// given, receives zones kGradD2H, kGradAccumulate, kGradNorm(Pass), kCpuAdam
+// (kCpuAdamDelayed) and kParamH2D.
 absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(
     const zero::ShardOptimizerRequest& request, Timeline* timeline = nullptr,
     const HostOptimizerHooks* hooks = nullptr);

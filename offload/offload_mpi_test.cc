@@ -353,10 +353,10 @@ TEST_F(Offload, TimelineShowsTheOverlaps) {
   EXPECT_NE(line.find("device idle"), std::string::npos) << line;
   EXPECT_NE(line.find("cpu_adam"), std::string::npos) << line;
   const std::vector<Zone> zones = timeline.Zones();
-  const auto passes = Select(zones, device->compute_stream().name(), "forward+backward");
-  const auto d2h = Select(zones, "zero_comm", "grad D2H");
-  const auto adam = Select(zones, "host", "cpu_adam");
-  const auto h2d = Select(zones, "offload_h2d", "param H2D");
+  const auto passes = Select(zones, device->compute_stream().name(), ZoneKind::kForwardBackward);
+  const auto d2h = Select(zones, zero::kCommStreamName, ZoneKind::kGradD2H);
+  const auto adam = Select(zones, kHostTrack, ZoneKind::kCpuAdam);
+  const auto h2d = Select(zones, kCopyStreamName, ZoneKind::kParamH2D);
   ASSERT_EQ(passes.size(), 3u);
   ASSERT_GT(d2h.size(), 3u) << "several buckets per pass";
   ASSERT_EQ(adam.size(), size_t(3 * tiles));
@@ -425,8 +425,8 @@ TEST_F(Offload, NormIsFoldedIntoTheLastPassUnlessAnElementIsAddedTwice) {
       losses.push_back(st->loss);
     }
     const std::vector<Zone> zones = timeline.Zones();
-    const size_t norms = Select(zones, "zero_comm", "grad norm").size();
-    const size_t passes = Select(zones, "host", "grad norm pass").size();
+    const size_t norms = Select(zones, zero::kCommStreamName, ZoneKind::kGradNorm).size();
+    const size_t passes = Select(zones, kHostTrack, ZoneKind::kGradNormPass).size();
     EXPECT_EQ(norms, 6u);
     // Only the ranks whose shard holds part of wte see it added twice.
     const zero::FlatLayout layout(*model, W(), comm_->rank());
@@ -498,7 +498,7 @@ TEST_F(Offload, DelayedUpdateTracksTheUndelayedRunOnTheOverfitTask) {
     hooks.delayed_step_running = [&] {
       for (int i = 0; i < 20000; ++i) {  // ~20 s
         for (const Zone& z : timeline.Zones()) {
-          if (z.name == "forward+backward" && z.begin_ns >= step_called_ns.load()) return;
+          if (z.kind == ZoneKind::kForwardBackward && z.begin_ns >= step_called_ns.load()) return;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
@@ -547,8 +547,8 @@ TEST_F(Offload, DelayedUpdateTracksTheUndelayedRunOnTheOverfitTask) {
   // its own iteration). Whether it also ran while that pass was still going
   // is up to the scheduler on a 2-core machine; across the 159 delayed steps
   // it does (asserted on the union, not per step).
-  const auto passes = Select(zones, device_->compute_stream().name(), "forward+backward");
-  const auto host = Select(zones, "host dpu", "cpu_adam (delayed)");
+  const auto passes = Select(zones, device_->compute_stream().name(), ZoneKind::kForwardBackward);
+  const auto host = Select(zones, kDelayedUpdateTrack, ZoneKind::kCpuAdamDelayed);
   ASSERT_EQ(host.size(), size_t(kSteps - kWarmup - 1)) << "one delayed step per iteration after the first delayed one";
   ASSERT_EQ(passes.size(), size_t(kSteps));
   for (size_t k = 0; k < host.size(); ++k) {

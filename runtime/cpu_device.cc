@@ -123,6 +123,12 @@ class CpuStream final : public Stream {
     return absl::OkStatus();
   }
 
+  void Fail(absl::Status status) override {
+    if (status.ok()) return;
+    absl::MutexLock lock(&mu_);
+    if (error_.ok()) error_ = Annotate(status, absl::StrCat("stream '", name_, "'"));
+  }
+
   // Control tasks (event record/wait, stream-ordered frees) run even after
   // the stream has failed, so that nothing waiting on them hangs.
   void Submit(std::function<absl::Status()> fn, bool control = false) {

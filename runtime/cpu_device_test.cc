@@ -201,6 +201,21 @@ TEST(CpuDeviceTest, FailedWorkIsStickyButEventsStillComplete) {
   EXPECT_EQ(device->Synchronize().code(), absl::StatusCode::kDataLoss);
 }
 
+TEST(CpuDeviceTest, AFailedEnqueueIsStickyLikeFailedWork) {
+  auto device = MakeDevice();
+  auto stream = *device->CreateStream("zones");
+  bool later_ran = false;
+  stream->Fail(absl::OkStatus());  // no error: nothing changes
+  ASSERT_TRUE(stream->Synchronize().ok());
+  stream->Fail(absl::ResourceExhaustedError("no room for the end stamp"));
+  stream->Fail(absl::InternalError("a second failure does not replace the first"));
+  ASSERT_TRUE(stream->EnqueueHost([&] { later_ran = true; return absl::OkStatus(); }).ok());
+  const absl::Status s = stream->Synchronize();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("stream 'zones'"), std::string::npos) << s;
+  EXPECT_FALSE(later_ran);
+}
+
 TEST(CpuDeviceTest, RejectsStreamOfAnotherDevice) {
   auto a = MakeDevice();
   auto b = MakeDevice();

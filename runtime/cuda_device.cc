@@ -137,6 +137,12 @@ class CudaStream final : public Stream {
     return absl::OkStatus();
   }
 
+  void Fail(absl::Status status) override {
+    if (status.ok()) return;
+    absl::MutexLock lock(&mu_);
+    if (host_error_.ok()) host_error_ = Annotate(status, absl::StrCat("stream '", name_, "'"));
+  }
+
  private:
   CudaDevice* const device_;
   const std::string name_;

@@ -25,7 +25,9 @@
 // Work enqueued on a stream may fail after the call that enqueued it returned.
 // The first failure is sticky: later compute on that stream is skipped
 // (Record and Wait still run, so other streams never hang on it) and
-// Synchronize() returns the error.
+// Synchronize() returns the error. Fail() makes a failure to enqueue sticky
+// the same way, where no caller can take its Status (a zone's destructor):
+// the error surfaces at the next Synchronize, as a CUDA launch error does.
 #ifndef MEMWALL_RUNTIME_DEVICE_H_
 #define MEMWALL_RUNTIME_DEVICE_H_
 
@@ -136,6 +138,9 @@ class Stream {
   // cudaLaunchHostFunc, so `fn` must not call CUDA). A failing fn makes the
   // stream's error sticky.
   virtual absl::Status EnqueueHost(std::function<absl::Status()> fn) = 0;
+  // Makes `status` (not OK) the stream's sticky error unless it already has
+  // one; see [Note: stream errors].
+  virtual void Fail(absl::Status status) = 0;
   // cudaStream_t for CUDA streams, nullptr otherwise.
   virtual void* native_handle() { return nullptr; }
 };

@@ -32,15 +32,31 @@ std::vector<std::pair<int64_t, int64_t>> Union(const std::vector<Zone>& zones) {
 
 }  // namespace
 
+absl::string_view ZoneName(ZoneKind kind) {
+  switch (kind) {
+    case ZoneKind::kForwardBackward: return "forward+backward";
+    case ZoneKind::kAdam: return "adam";
+    case ZoneKind::kAllGather: return "all-gather";
+    case ZoneKind::kGradD2H: return "grad D2H";
+    case ZoneKind::kGradAccumulate: return "grad accumulate";
+    case ZoneKind::kGradNorm: return "grad norm";
+    case ZoneKind::kGradNormPass: return "grad norm pass";
+    case ZoneKind::kCpuAdam: return "cpu_adam";
+    case ZoneKind::kCpuAdamDelayed: return "cpu_adam (delayed)";
+    case ZoneKind::kParamH2D: return "param H2D";
+  }
+  return "?";
+}
+
 int64_t TimelineNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
-Timeline::ZoneId Timeline::Add(absl::string_view track, absl::string_view name) {
+Timeline::ZoneId Timeline::Add(absl::string_view track, ZoneKind kind) {
   absl::MutexLock lock(&mu_);
-  zones_.push_back(Zone{std::string(track), std::string(name)});
+  zones_.push_back(Zone{std::string(track), kind});
   return first_id_ + static_cast<ZoneId>(zones_.size()) - 1;
 }
 
@@ -52,9 +68,9 @@ void Timeline::Stamp(ZoneId id, bool end) {
   (end ? zones_[index].end_ns : zones_[index].begin_ns) = now;
 }
 
-absl::StatusOr<Timeline::ZoneId> Timeline::Begin(Stream& stream, absl::string_view name) {
+absl::StatusOr<Timeline::ZoneId> Timeline::Begin(Stream& stream, ZoneKind kind) {
   if (!enabled_) return ZoneId{-1};
-  const ZoneId id = Add(stream.name(), name);
+  const ZoneId id = Add(stream.name(), kind);
   absl::Status st = stream.EnqueueHost([this, id] {
     Stamp(id, false);
     return absl::OkStatus();
@@ -71,15 +87,30 @@ absl::Status Timeline::End(Stream& stream, ZoneId zone) {
   });
 }
 
-Timeline::HostZone::HostZone(Timeline& timeline, absl::string_view name, absl::string_view track)
-    : timeline_(timeline) {
-  if (!timeline_.enabled()) return;
-  id_ = timeline_.Add(track, name);
-  timeline_.Stamp(id_, false);
+StreamZone::StreamZone(Timeline* timeline, Stream& stream, ZoneKind kind)
+    : timeline_(timeline), stream_(stream) {
+  if (timeline_ == nullptr || !timeline_->enabled()) return;
+  absl::StatusOr<Timeline::ZoneId> id = timeline_->Begin(stream_, kind);
+  if (id.ok()) {
+    id_ = *id;
+  } else {
+    stream_.Fail(id.status());
+  }
 }
 
-Timeline::HostZone::~HostZone() {
-  if (id_ >= 0) timeline_.Stamp(id_, true);
+StreamZone::~StreamZone() {
+  if (id_ < 0) return;
+  if (absl::Status st = timeline_->End(stream_, id_); !st.ok()) stream_.Fail(st);
+}
+
+HostZone::HostZone(Timeline* timeline, ZoneKind kind, absl::string_view track) : timeline_(timeline) {
+  if (timeline_ == nullptr || !timeline_->enabled()) return;
+  id_ = timeline_->Add(track, kind);
+  timeline_->Stamp(id_, false);
+}
+
+HostZone::~HostZone() {
+  if (id_ >= 0) timeline_->Stamp(id_, true);
 }
 
 std::vector<Zone> Timeline::Zones() const {
@@ -116,7 +147,7 @@ std::string ChromeTraceJson(const std::vector<Zone>& zones, int pid) {
           it->second, JsonString(z.track)));
     }
     append(absl::StrFormat(R"({"name": %s, "ph": "X", "pid": %d, "tid": %d, "ts": %.3f, "dur": %.3f})",
-                           JsonString(z.name), pid, it->second, (z.begin_ns - origin) / 1e3,
+                           JsonString(z.name()), pid, it->second, (z.begin_ns - origin) / 1e3,
                            z.duration_ns() / 1e3));
   }
   json += "\n]}\n";
@@ -159,10 +190,18 @@ double IdleFraction(const std::vector<Zone>& zones, int64_t begin_ns, int64_t en
   return 1.0 - double(BusyNs(clipped)) / double(end_ns - begin_ns);
 }
 
-std::vector<Zone> Select(const std::vector<Zone>& all, absl::string_view track, absl::string_view name) {
+std::vector<Zone> Select(const std::vector<Zone>& all, absl::string_view track) {
   std::vector<Zone> out;
   for (const Zone& z : all) {
-    if (z.complete() && z.track == track && (name.empty() || z.name == name)) out.push_back(z);
+    if (z.complete() && z.track == track) out.push_back(z);
+  }
+  return out;
+}
+
+std::vector<Zone> Select(const std::vector<Zone>& all, absl::string_view track, ZoneKind kind) {
+  std::vector<Zone> out;
+  for (const Zone& z : Select(all, track)) {
+    if (z.kind == kind) out.push_back(z);
   }
   return out;
 }

@@ -3,12 +3,16 @@
 // under the CPU Adam, the delayed parameter update under the next forward).
 //
 //   Timeline t;
-//   auto zone = t.Begin(copy_stream, "grad D2H");   // stamped when the stream gets there
-//   ... enqueue the copy ...
-//   t.End(copy_stream, zone);
-//   { Timeline::HostZone z(t, "cpu_adam", "host"); adam->Step(...); }
+//   {
+//     StreamZone zone(&t, copy_stream, ZoneKind::kGradD2H);  // stamped when the stream gets there
+//     ... enqueue the copy ...
+//   }                                                        // the end stamp, enqueued
+//   { HostZone z(&t, ZoneKind::kCpuAdam); adam->Step(...); }
 //   ... synchronize ...
 //   t.WriteChromeTrace("step_12.json");   // opens in Perfetto / chrome://tracing
+//
+// Every zone is a ZoneKind: its name (the trace's event name) has one home,
+// ZoneName. The scopes take a Timeline* that may be null (nothing recorded).
 //
 // A stream zone's begin and end are host functions enqueued on the stream
 // (Stream::EnqueueHost), so they are stamped, with one steady clock, when the
@@ -31,10 +35,30 @@
 
 namespace memwall {
 
+// The phases memwall records: one per step of the papers' schedules.
+enum class ZoneKind : uint8_t {
+  kForwardBackward,  // "forward+backward": one micro-batch (compute stream)
+  kAdam,             // "adam": the device optimizer's step (compute stream)
+  kAllGather,        // "all-gather": updated 16-bit parameters to every rank (stages 1, 2)
+  kGradD2H,          // "grad D2H": a reduced gradient piece to pinned host memory (offload)
+  kGradAccumulate,   // "grad accumulate": ... added into the host gradient shard
+  kGradNorm,         // "grad norm": the host shard's norm and inf/NaN flag to the device
+  kGradNormPass,     // "grad norm pass": a pass over the host shard when the folded norm cannot serve
+  kCpuAdam,          // "cpu_adam": the CPU Adam of one tile (host)
+  kCpuAdamDelayed,   // "cpu_adam (delayed)": the delayed parameter update's CPU Adam
+  kParamH2D,         // "param H2D": updated parameters (a tile) to the device
+};
+inline constexpr int kNumZoneKinds = 10;
+absl::string_view ZoneName(ZoneKind kind);
+
+// The host tracks; a stream zone's track is its stream's name.
+inline constexpr absl::string_view kHostTrack = "host";
+
 struct Zone {
-  std::string track;  // stream name, or a host track ("host")
-  std::string name;
+  std::string track;  // stream name, or a host track
+  ZoneKind kind = ZoneKind::kForwardBackward;
   int64_t begin_ns = -1, end_ns = -1;  // steady clock; -1: not reached yet
+  absl::string_view name() const { return ZoneName(kind); }
   bool complete() const { return begin_ns >= 0 && end_ns >= begin_ns; }
   int64_t duration_ns() const { return complete() ? end_ns - begin_ns : 0; }
 };
@@ -46,23 +70,9 @@ class Timeline {
   explicit Timeline(bool enabled = true) : enabled_(enabled) {}
 
   bool enabled() const { return enabled_; }
-  // Enqueues the zone's begin (end) stamp on `stream`.
-  absl::StatusOr<ZoneId> Begin(Stream& stream, absl::string_view name);
+  // Enqueues the zone's begin (end) stamp on `stream` (StreamZone does both).
+  absl::StatusOr<ZoneId> Begin(Stream& stream, ZoneKind kind);
   absl::Status End(Stream& stream, ZoneId zone);
-
-  // A zone of host work on the calling thread, from construction to
-  // destruction.
-  class HostZone {
-   public:
-    HostZone(Timeline& timeline, absl::string_view name, absl::string_view track = "host");
-    ~HostZone();
-    HostZone(const HostZone&) = delete;
-    HostZone& operator=(const HostZone&) = delete;
-
-   private:
-    Timeline& timeline_;
-    ZoneId id_ = -1;
-  };
 
   // The zones so far (copies; those whose stamps have not run are
   // incomplete). Synchronize the streams first for a whole picture.
@@ -76,7 +86,8 @@ class Timeline {
   absl::Status WriteChromeTrace(const std::string& path, int pid = 0) const;
 
  private:
-  ZoneId Add(absl::string_view track, absl::string_view name);
+  friend class HostZone;
+  ZoneId Add(absl::string_view track, ZoneKind kind);
   void Stamp(ZoneId id, bool end);
 
   const bool enabled_;
@@ -85,6 +96,37 @@ class Timeline {
   // The id of zones_[0]: ids stay unique across Clear(), so a stamp for a
   // zone cleared meanwhile is dropped instead of landing on a newer one.
   ZoneId first_id_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A zone of work on `stream`, from construction to destruction, each end
+// stamped when the stream reaches it. A failure to enqueue a stamp becomes
+// the stream's sticky error (Stream::Fail), reported by its next
+// Synchronize. A null or disabled timeline records nothing.
+class StreamZone {
+ public:
+  StreamZone(Timeline* timeline, Stream& stream, ZoneKind kind);
+  ~StreamZone();
+  StreamZone(const StreamZone&) = delete;
+  StreamZone& operator=(const StreamZone&) = delete;
+
+ private:
+  Timeline* timeline_;
+  Stream& stream_;
+  Timeline::ZoneId id_ = -1;
+};
+
+// A zone of host work on the calling thread, from construction to
+// destruction, on `track`.
+class HostZone {
+ public:
+  HostZone(Timeline* timeline, ZoneKind kind, absl::string_view track = kHostTrack);
+  ~HostZone();
+  HostZone(const HostZone&) = delete;
+  HostZone& operator=(const HostZone&) = delete;
+
+ private:
+  Timeline* timeline_;
+  Timeline::ZoneId id_ = -1;
 };
 
 // The trace of `zones` (e.g. one step's, from Zones()): as
@@ -103,9 +145,9 @@ int64_t BusyNs(const std::vector<Zone>& zones);
 // a window in which none of `zones` runs (a device's idle fraction when the
 // zones are its compute stream's).
 double IdleFraction(const std::vector<Zone>& zones, int64_t begin_ns, int64_t end_ns);
-// The complete zones of `all` on `track` (and with `name`, when given).
-std::vector<Zone> Select(const std::vector<Zone>& all, absl::string_view track,
-                         absl::string_view name = "");
+// The complete zones of `all` on `track` (and of `kind`, when given).
+std::vector<Zone> Select(const std::vector<Zone>& all, absl::string_view track);
+std::vector<Zone> Select(const std::vector<Zone>& all, absl::string_view track, ZoneKind kind);
 
 }  // namespace memwall
 

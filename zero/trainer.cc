@@ -145,7 +145,7 @@ absl::Status Trainer::AllocatePartitioned() {
   const int64_t shard = layout_.shard(), padded = layout_.padded();
   Stream& s = device_.compute_stream();
   if (zero_.overlap_comm() && bucketed_gradients()) {
-    MEMWALL_ASSIGN_OR_RETURN(comm_stream_, device_.CreateStream("zero_comm"));
+    MEMWALL_ASSIGN_OR_RETURN(comm_stream_, device_.CreateStream(kCommStreamName));
   }
 
   // Parameters: N shard padded (stage 1, 2) or the shard (stage 3).
@@ -388,14 +388,12 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
       options_.edit_micro_batch(comm_.rank(), micro, ids.size(), ids.data(), targets.data());
     }
     if (gather_) gather_->BeginPass();
-    Timeline::ZoneId pass_zone = -1;
-    if (timeline) {
-      MEMWALL_ASSIGN_OR_RETURN(pass_zone, timeline->Begin(s, "forward+backward"));
+    absl::StatusOr<models::LossSum> part;
+    {
+      StreamZone zone(timeline, s, ZoneKind::kForwardBackward);
+      part = model_.ForwardBackward(device_, ids.data(), targets.data(), options_.micro_batch,
+                                    options_.seq, grad_scale, true);
     }
-    absl::StatusOr<models::LossSum> part =
-        model_.ForwardBackward(device_, ids.data(), targets.data(), options_.micro_batch,
-                               options_.seq, grad_scale, true);
-    if (timeline) MEMWALL_RETURN_IF_ERROR(timeline->End(s, pass_zone));
     // Stage 2, 3: what is left in the buckets is reduced now.
     absl::Status pass = part.status();
     if (pass.ok() && buckets_) pass = buckets_->FlushAll();
@@ -468,18 +466,12 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
       // This step's own update waits for the next iteration.
       pending_ = update;
     } else {
-      Timeline::ZoneId zone = -1;
-      if (timeline && !options_.shard_optimizer_factory) {
-        MEMWALL_ASSIGN_OR_RETURN(zone, timeline->Begin(s, "adam"));
+      {
+        StreamZone zone(options_.shard_optimizer_factory ? nullptr : timeline, s, ZoneKind::kAdam);
+        MEMWALL_RETURN_IF_ERROR(optimizer_->Step(update, values, s));
       }
-      MEMWALL_RETURN_IF_ERROR(optimizer_->Step(update, values, s));
-      if (timeline) MEMWALL_RETURN_IF_ERROR(timeline->End(s, zone));
-      zone = -1;
-      if (timeline && stage > 0) {
-        MEMWALL_ASSIGN_OR_RETURN(zone, timeline->Begin(s, "all-gather"));
-      }
+      StreamZone zone(stage > 0 ? timeline : nullptr, s, ZoneKind::kAllGather);
       MEMWALL_RETURN_IF_ERROR(GatherValues());
-      if (timeline) MEMWALL_RETURN_IF_ERROR(timeline->End(s, zone));
     }
     MEMWALL_RETURN_IF_ERROR(c.Synchronize());
     MEMWALL_RETURN_IF_ERROR(s.Synchronize());
@@ -498,7 +490,7 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
     }
     stats.device_idle_fraction = IdleFraction(Select(zones, s.name()), step_begin_ns, step_end_ns);
     std::map<std::string, int64_t> by_name;  // sorted: a stable line
-    for (const Zone& z : zones) by_name[z.name] += z.duration_ns();
+    for (const Zone& z : zones) by_name[std::string(z.name())] += z.duration_ns();
     for (const auto& [name, ns] : by_name) absl::StrAppendFormat(&stats.breakdown, "%s%s %.3f", stats.breakdown.empty() ? "" : ", ", name, ns / 1e9);
     if (!options_.trace_dir.empty()) {
       MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(

@@ -66,6 +66,9 @@ namespace memwall::zero {
 
 class CheckpointMetadata;  // zero/checkpoint.proto
 
+// The stream collectives run on with overlap_comm (a timeline track).
+inline constexpr absl::string_view kCommStreamName = "zero_comm";
+
 enum class Precision { kFp32, kBf16, kFp16 };
 absl::string_view PrecisionName(Precision p);  // "fp32", "bf16", "fp16"
 absl::StatusOr<Precision> ParsePrecision(absl::string_view name);
@@ -94,8 +97,8 @@ struct TrainerOptions {
   // sets it for ZeroConfig.offload_optimizer. Unset: the device's.
   ShardOptimizerFactory shard_optimizer_factory;
   // When set, each step records zones on it (runtime/timeline.h): per
-  // micro-batch "forward+backward" on the compute stream, "adam" (device
-  // optimizer) and "all-gather"; an offloaded optimizer adds its own. The
+  // micro-batch kForwardBackward on the compute stream, kAdam (device
+  // optimizer) and kAllGather; an offloaded optimizer adds its own. The
   // caller may write a Chrome trace and Clear() it between steps.
   Timeline* timeline = nullptr;
   // With a timeline: each step's zones are also written as a Chrome trace
