@@ -8,6 +8,7 @@
 // one, so every token after the first is predicted exactly once; the last
 // window may be shorter. Prints `loss=<value>` as its last line.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "models/gpt.h"
 #include "models/gpt_io.h"
 #include "runtime/best_device.h"
+#include "runtime/launch.h"
 #include "runtime/status.h"
 
 ABSL_FLAG(std::string, weights, "", "GPT-2 weights (.safetensors, Hugging Face names)");
@@ -31,10 +33,11 @@ namespace memwall::models {
 namespace {
 
 absl::StatusOr<double> Evaluate() {
-  const std::string weights = absl::GetFlag(FLAGS_weights), text = absl::GetFlag(FLAGS_text);
-  if (weights.empty() || text.empty() || absl::GetFlag(FLAGS_heads) <= 0) {
+  if (absl::GetFlag(FLAGS_weights).empty() || absl::GetFlag(FLAGS_text).empty() || absl::GetFlag(FLAGS_heads) <= 0) {
     return absl::InvalidArgumentError("--weights, --text and --heads (> 0) are required");
   }
+  const std::string weights = UserPath(absl::GetFlag(FLAGS_weights), std::getenv);
+  const std::string text = UserPath(absl::GetFlag(FLAGS_text), std::getenv);
   MEMWALL_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Read(weights));
   MEMWALL_ASSIGN_OR_RETURN(GptConfig config, InferGptConfig(file, absl::GetFlag(FLAGS_heads)));
   const int64_t seq = absl::GetFlag(FLAGS_seq) > 0 ? absl::GetFlag(FLAGS_seq) : config.positions();

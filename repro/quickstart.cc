@@ -21,22 +21,34 @@
 #include "models/gpt_io.h"
 #include "runtime/best_device.h"
 #include "runtime/communicator.h"
+#include "runtime/launch.h"
 #include "runtime/status.h"
 #include "zero/trainer.h"
 
 ABSL_FLAG(int64_t, steps, 300, "optimizer steps");
 ABSL_FLAG(std::string, device, "auto", "auto (CUDA if a GPU is visible), cpu or cuda");
 ABSL_FLAG(std::string, precision, "bf16", "fp32, bf16 or fp16");
-ABSL_FLAG(std::string, text, "data/quickstart.txt", "training text (bytes are tokens)");
-ABSL_FLAG(std::string, config, "models/configs/gpt.textproto", "model config file");
+ABSL_FLAG(std::string, text, "", "training text (bytes are tokens; default: the project's data/quickstart.txt)");
+ABSL_FLAG(std::string, config, "", "model config file (default: the project's models/configs/gpt.textproto)");
 ABSL_FLAG(std::string, model, "quickstart", "config name in --config");
 ABSL_FLAG(std::string, out, "", "output directory (default: <workspace>/out/quickstart)");
 
 namespace memwall::repro {
 namespace {
 
+// The project's own files, relative to the runfiles tree `bazel run` starts
+// us in (and to the repository root, where mpirun runs bazel-bin/...).
+constexpr char kDefaultText[] = "data/quickstart.txt";
+constexpr char kDefaultConfig[] = "models/configs/gpt.textproto";
+
+// A path flag: what the user typed, from the directory they typed it in;
+// the project's file when they typed nothing.
+std::string PathFlag(const std::string& value, const char* project_file) {
+  return value.empty() ? project_file : UserPath(value, std::getenv);
+}
+
 std::string OutputDir() {
-  if (!absl::GetFlag(FLAGS_out).empty()) return absl::GetFlag(FLAGS_out);
+  if (!absl::GetFlag(FLAGS_out).empty()) return UserPath(absl::GetFlag(FLAGS_out), std::getenv);
   // `bazel run` starts us in the runfiles tree; write next to the sources.
   const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
   return absl::StrCat(workspace != nullptr ? workspace : ".", "/out/quickstart");
@@ -46,15 +58,15 @@ std::string OutputDir() {
 std::string TextPathForUser() {
   const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
   const std::string text = absl::GetFlag(FLAGS_text);
-  if (workspace != nullptr && !text.empty() && text[0] != '/') return absl::StrCat(workspace, "/", text);
-  return std::filesystem::absolute(text).string();
+  if (text.empty() && workspace != nullptr) return absl::StrCat(workspace, "/", kDefaultText);
+  return std::filesystem::absolute(PathFlag(text, kDefaultText)).string();
 }
 
 absl::Status Main() {
-  MEMWALL_ASSIGN_OR_RETURN(models::GptConfigList configs, models::LoadConfigs(absl::GetFlag(FLAGS_config)));
+  MEMWALL_ASSIGN_OR_RETURN(models::GptConfigList configs, models::LoadConfigs(PathFlag(absl::GetFlag(FLAGS_config), kDefaultConfig)));
   MEMWALL_ASSIGN_OR_RETURN(models::GptConfig config, models::FindConfig(configs, absl::GetFlag(FLAGS_model)));
   MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<models::TokenSource> text,
-                           models::ByteTextSource(absl::GetFlag(FLAGS_text)));
+                           models::ByteTextSource(PathFlag(absl::GetFlag(FLAGS_text), kDefaultText)));
   MEMWALL_ASSIGN_OR_RETURN(auto device, CreateDeviceByName(absl::GetFlag(FLAGS_device)));
   MEMWALL_ASSIGN_OR_RETURN(auto comm, CreateCommunicator(*device));
   MEMWALL_ASSIGN_OR_RETURN(auto model, models::Gpt::Create(config));

@@ -5,11 +5,13 @@
 //       [--precision=bf16|fp16|fp32] [--offload=none|cpu [--delayed_update_after_steps=K]]
 //       [--device_bytes=N] [--format=text|json]
 //
+// A relative --model is taken from the directory `bazel run` was started in.
 // --model takes a GptConfig text proto, or a GptConfigList (for example
 // models/configs/papers.textproto) with --model_name picking an entry.
 // Exits 0 with the estimate (one JSON object with --format=json), 1 when
 // the run does not fit --device_bytes, 2 on bad input.
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -19,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/text_format.h"
 #include "models/gpt.h"
+#include "runtime/launch.h"
 #include "runtime/status.h"
 #include "zero/estimator.h"
 
@@ -65,7 +68,8 @@ absl::StatusOr<Estimate> Run() {
     return absl::InvalidArgumentError("give exactly one of --params=N (> 0) and --model=FILE");
   }
   if (!model.empty()) {
-    MEMWALL_ASSIGN_OR_RETURN(models::GptConfig config, LoadModel(model, absl::GetFlag(FLAGS_model_name)));
+    MEMWALL_ASSIGN_OR_RETURN(models::GptConfig config,
+                             LoadModel(UserPath(model, std::getenv), absl::GetFlag(FLAGS_model_name)));
     in.model = config;
   }
   in.params = absl::GetFlag(FLAGS_params);
