@@ -18,7 +18,7 @@ namespace {
 
 using zero::OptimizerState;
 
-class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
+class HostOptimizer : public DelayableOptimizer, public zero::GradientSink {
  public:
   HostOptimizer(const zero::ShardOptimizerRequest& r, Timeline* timeline, const HostOptimizerHooks* hooks)
       : hooks_(hooks ? *hooks : HostOptimizerHooks{}),
@@ -134,9 +134,11 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
     return stream.Copy(norm.data(), norm_host_.data(), 2 * sizeof(float));
   }
 
-  absl::Status Step(const zero::StepUpdate& update, const Tensor& values, Stream& stream) override {
+  absl::StatusOr<bool> Step(const zero::StepOutcome& outcome, const Tensor& values, Stream& stream) override {
+    if (!outcome.update.has_value()) return false;
+    const zero::StepUpdate& update = *outcome.update;
     MEMWALL_RETURN_IF_ERROR(adam_->SetLearningRate(update.lr));
-    return SendValues(values, stream, [&](int64_t begin, int64_t len, void* out16) -> absl::Status {
+    MEMWALL_RETURN_IF_ERROR(SendValues(values, stream, [&](int64_t begin, int64_t len, void* out16) -> absl::Status {
       HostZone zone(timeline_, ZoneKind::kCpuAdam);
       if (hooks_.adam_started) hooks_.adam_started(tile_index_);
       cpu_adam::AdamBuffers b;
@@ -149,10 +151,9 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
       b.params16 = out16;
       b.params16_dtype = value_dtype_;
       return adam_->Step(b, update.step, update.grad_scale);
-    });
+    }));
+    return true;
   }
-
-  bool SupportsDelayedUpdate() const override { return delayed_; }
 
   // The step on the gradients accumulated so far, on a host thread (zone
   // kCpuAdamDelayed on track kDelayedUpdateTrack), its 16-bit result kept whole;
@@ -313,7 +314,6 @@ class HostOptimizer : public zero::ShardOptimizer, public zero::GradientSink {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(const zero::ShardOptimizerRequest& r,
-                                                                         Timeline* timeline,
                                                                          const HostOptimizerHooks* hooks) {
   if (r.device == nullptr || r.elements <= 0 || r.largest_piece <= 0) {
     return absl::InvalidArgumentError("offload: a host optimizer needs a device, a shard and a bucket size");
@@ -324,18 +324,20 @@ absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(const 
         "ZeroConfig offload_optimizer.pin_memory = false is not supported: memwall stages every "
         "transfer through pinned host memory (pageable copies would be synchronous)");
   }
-  auto opt = std::make_unique<HostOptimizer>(r, timeline, hooks);
+  auto opt = std::make_unique<HostOptimizer>(r, r.timeline, hooks);
   MEMWALL_RETURN_IF_ERROR(opt->Init(r.adam));
+  const int64_t after = c.delayed_update_after_steps();
+  if (after > 0) return DelayParameterUpdates(std::move(opt), after);
   return std::unique_ptr<zero::ShardOptimizer>(std::move(opt));
 }
 
 absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model, Device& device, Communicator& comm,
-                                                             zero::TrainerOptions options, Timeline* timeline,
+                                                             zero::TrainerOptions options,
                                                              const HostOptimizerHooks* hooks) {
   if (options.zero.offload_optimizer().device() == zero::OffloadOptimizerConfig::CPU) {
     MEMWALL_RETURN_IF_ERROR(zero::ValidateZeroConfig(options.zero));
-    options.shard_optimizer_factory = [timeline, hooks](const zero::ShardOptimizerRequest& r) {
-      return CreateHostOptimizer(r, timeline, hooks);
+    options.shard_optimizer_factory = [hooks](const zero::ShardOptimizerRequest& r) {
+      return CreateHostOptimizer(r, hooks);
     };
   }
   return zero::Trainer::Create(model, device, comm, options);

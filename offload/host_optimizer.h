@@ -32,6 +32,7 @@
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/timeline.h"
+#include "offload/delayed_update.h"
 #include "zero/shard_optimizer.h"
 #include "zero/trainer.h"
 
@@ -52,19 +53,20 @@ struct HostOptimizerHooks {
   std::function<void()> delayed_step_running;
 };
 
-// The host optimizer for `request` (zero/shard_optimizer.h); `timeline`, if
-// given, receives zones kGradD2H, kGradAccumulate, kGradNorm(Pass), kCpuAdam
-// (kCpuAdamDelayed) and kParamH2D.
+// The host optimizer for `request` (zero/shard_optimizer.h), its updates
+// delayed (offload/delayed_update.h) when offload_optimizer.
+// delayed_update_after_steps > 0; request.timeline, if set, receives zones
+// kGradD2H, kGradAccumulate, kGradNorm(Pass), kCpuAdam (kCpuAdamDelayed) and
+// kParamH2D.
 absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(
-    const zero::ShardOptimizerRequest& request, Timeline* timeline = nullptr,
-    const HostOptimizerHooks* hooks = nullptr);
+    const zero::ShardOptimizerRequest& request, const HostOptimizerHooks* hooks = nullptr);
 
 // A zero::Trainer whose optimizer is the host optimizer when
-// options.zero.offload_optimizer.device is CPU, the device's otherwise.
+// options.zero.offload_optimizer.device is CPU, the device's otherwise;
+// options.timeline reaches the optimizer too.
 absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model, Device& device,
                                                              Communicator& comm,
                                                              zero::TrainerOptions options,
-                                                             Timeline* timeline = nullptr,
                                                              const HostOptimizerHooks* hooks = nullptr);
 
 }  // namespace memwall::offload

@@ -330,7 +330,7 @@ TEST_F(Offload, TimelineShowsTheOverlaps) {
     }
     return absl::OkStatus();
   };
-  auto trainer = CreateTrainer(*model, *device, *comm_, o, &timeline, &hooks);
+  auto trainer = CreateTrainer(*model, *device, *comm_, o, &hooks);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   const int64_t shard = (models::CountParameters(config) + W() - 1) / W();
   tiles = (shard + 4095) / 4096;
@@ -416,7 +416,7 @@ TEST_F(Offload, NormIsFoldedIntoTheLastPassUnlessAnElementIsAddedTwice) {
     zero::TrainerOptions o = Options(c, W());
     o.zero.set_reduce_bucket_bytes(bucket);
     o.timeline = &timeline;
-    auto trainer = CreateTrainer(*model, *device, *comm_, o, &timeline);
+    auto trainer = CreateTrainer(*model, *device, *comm_, o);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     std::vector<double> losses;
     for (int i = 0; i < 6; ++i) {
@@ -504,7 +504,7 @@ TEST_F(Offload, DelayedUpdateTracksTheUndelayedRunOnTheOverfitTask) {
       }
       timed_out = true;
     };
-    auto trainer = CreateTrainer(*model, *device, *comm_, o, &timeline, &hooks);
+    auto trainer = CreateTrainer(*model, *device, *comm_, o, &hooks);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     for (int i = 0; i < kSteps; ++i) {
       step_called_ns = TimelineNowNs();

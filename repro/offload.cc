@@ -83,7 +83,7 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
   {
     auto model = models::Gpt::Create(config);
     if (!model.ok()) return model.status();
-    auto trainer = offload::CreateTrainer(**model, *device, *comm, options, &timeline);
+    auto trainer = offload::CreateTrainer(**model, *device, *comm, options);
     if (!trainer.ok()) return record_failure(trainer.status());
     double timed_seconds = 0, idle = 0;
     int64_t timed_tokens = 0;

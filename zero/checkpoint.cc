@@ -263,13 +263,9 @@ absl::Status Trainer::Agree(const absl::Status& local, absl::string_view what) {
                                    failed.front(), ": ", std::string(first + 4)));
 }
 
-FlatRange Trainer::OptimizerRange() const {
-  return zero_.stage() == 0 ? FlatRange{0, layout_.numel()} : layout_.OwnedReal();
-}
-
 absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
                                           const std::function<void(int)>& after_shard_written) {
-  MEMWALL_RETURN_IF_ERROR(ApplyPendingUpdate());  // a checkpoint holds every update so far
+  MEMWALL_RETURN_IF_ERROR(Flush());  // a checkpoint holds every update so far
   MEMWALL_RETURN_IF_ERROR(device_.Synchronize());
   const std::string path = CheckpointPath(dir, step_);
   const int rank = comm_.rank(), world = comm_.world_size();
@@ -289,8 +285,9 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
   MEMWALL_RETURN_IF_ERROR(Agree(prepared, "preparing the checkpoint directory"));
 
   // This rank's shard file: master, m, v of its real range, staged to the host.
-  const bool writes = zero_.stage() > 0 || rank == 0;
-  const FlatRange range = OptimizerRange();
+  // With one owner (stage 0) every rank holds the same states: rank 0 writes.
+  const bool writes = layout_.world() > 1 || rank == 0;
+  const FlatRange range = layout_.OwnedReal();
   uint32_t crc = 0;
   uint64_t bytes = 0;
   absl::Status written;
@@ -352,10 +349,7 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
       CheckpointShard* sh = meta.add_shards();
       sh->set_rank(r);
       sh->set_file(absl::StrFormat("rank_%05d.shard", r));
-      const FlatRange rr = zero_.stage() == 0
-                               ? FlatRange{0, layout_.numel()}
-                               : FlatRange{std::min(layout_.numel(), r * layout_.shard()),
-                                           std::min(layout_.numel(), (r + 1) * layout_.shard())};
+      const FlatRange rr = layout_.OwnedReal(layout_.world() > 1 ? r : 0);
       sh->set_flat_begin(rr.begin);
       sh->set_count(rr.size());
       sh->set_bytes(uint64_t(uint32_t(infos[4 * r + 1])) | (uint64_t(uint32_t(infos[4 * r + 2])) << 32));
@@ -426,7 +420,7 @@ absl::Status Trainer::LoadLocal(const std::string& step_dir, CheckpointMetadata&
                  meta.world_size(), comm_.world_size());
   }
   // This rank's range, from whichever old shards hold it (CRC-checked).
-  const FlatRange range = OptimizerRange();
+  const FlatRange range = layout_.OwnedReal();
   std::vector<std::unique_ptr<ShardReader>> readers(meta.shards_size());
   for (int section = 0; section < 3; ++section) {
     values[section].resize(range.size());
@@ -443,8 +437,7 @@ absl::Status Trainer::Load(const std::string& step_dir) {
   CheckpointMetadata meta;
   std::vector<float> values[3];
   MEMWALL_RETURN_IF_ERROR(Agree(LoadLocal(step_dir, meta, values), absl::StrCat("loading ", step_dir)));
-  MEMWALL_RETURN_IF_ERROR(ApplyPendingUpdate());  // finish the host's work before its states change
-  pending_.reset();
+  MEMWALL_RETURN_IF_ERROR(Flush());  // finish the optimizer's work before its states change
   for (int section = 0; section < 3; ++section) {
     MEMWALL_RETURN_IF_ERROR(optimizer_->WriteState(static_cast<OptimizerState>(section), 0,
                                                    values[section].size(), values[section].data()));

@@ -18,7 +18,6 @@ ZeroConfig WithDefaults(const ZeroConfig& c) {
   if (!out.has_reduce_bucket_bytes()) out.set_reduce_bucket_bytes(kDefaultReduceBucketBytes);
   if (!out.has_allgather_bucket_bytes()) out.set_allgather_bucket_bytes(kDefaultAllgatherBucketBytes);
   if (!out.has_overlap_comm()) out.set_overlap_comm(true);
-  if (!out.has_contiguous_gradients()) out.set_contiguous_gradients(true);
   if (!out.has_prefetch_bucket_bytes()) out.set_prefetch_bucket_bytes(kDefaultPrefetchBucketBytes);
   if (!out.has_param_persistence_threshold()) {
     out.set_param_persistence_threshold(kDefaultParamPersistenceThreshold);

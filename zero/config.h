@@ -22,7 +22,7 @@ inline constexpr int64_t kDefaultMaxLiveParams = 1000000000;
 inline constexpr int64_t kDefaultOffloadTileElements = int64_t{4} << 20;
 
 // `config` with every unset optional field set to its default
-// (overlap_comm and contiguous_gradients default to true).
+// (overlap_comm defaults to true).
 ZeroConfig WithDefaults(const ZeroConfig& config);
 
 absl::Status ValidateZeroConfig(const ZeroConfig& config);

@@ -23,7 +23,6 @@ TEST(ZeroConfig, DefaultsFillOnlyUnsetFields) {
   EXPECT_EQ(d.stage(), 2);
   EXPECT_EQ(d.reduce_bucket_bytes(), 1024);
   EXPECT_FALSE(d.overlap_comm()) << "an explicit false stays false";
-  EXPECT_TRUE(d.contiguous_gradients());
   EXPECT_EQ(d.allgather_bucket_bytes(), kDefaultAllgatherBucketBytes);
   EXPECT_EQ(d.prefetch_bucket_bytes(), kDefaultPrefetchBucketBytes);
   EXPECT_EQ(d.param_persistence_threshold(), kDefaultParamPersistenceThreshold);

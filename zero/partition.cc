@@ -13,9 +13,8 @@ FlatLayout::FlatLayout(models::Module& root, int world, int rank)
   shard_ = (numel_ + world - 1) / world;
 }
 
-FlatRange FlatLayout::OwnedReal() const {
-  const int64_t begin = std::min(numel_, shard_begin());
-  return {begin, std::min(numel_, shard_begin() + shard_)};
+FlatRange FlatLayout::OwnedReal(int rank) const {
+  return {std::min(numel_, rank * shard_), std::min(numel_, (rank + 1) * shard_)};
 }
 
 FlatRange FlatLayout::OwnRange(const models::Module& m) const {

@@ -43,8 +43,10 @@ class FlatLayout {
   int64_t shard() const { return shard_; }             // ceil(Ψ / N)
   int64_t padded() const { return shard_ * world_; }   // N · shard
   int64_t shard_begin() const { return shard_ * rank_; }
-  // This rank's shard, clipped to Ψ (the elements that are real parameters).
-  FlatRange OwnedReal() const;
+  // A rank's shard, clipped to Ψ (the elements that are real parameters):
+  // [r shard, (r + 1) shard) ∩ [0, Ψ).
+  FlatRange OwnedReal(int rank) const;
+  FlatRange OwnedReal() const { return OwnedReal(rank_); }
 
   const std::vector<models::Parameter*>& params() const { return params_; }
   int64_t offset(const models::Parameter* p) const { return offsets_.at(p); }

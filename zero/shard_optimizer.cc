@@ -10,8 +10,8 @@ namespace {
 
 class DeviceShardOptimizer : public ShardOptimizer {
  public:
-  DeviceShardOptimizer(Device& device, const ops::AdamOptions& adam, int64_t elements, Tensor grads)
-      : device_(device), adam_(adam), elements_(elements), grads_(std::move(grads)) {}
+  DeviceShardOptimizer(const ShardOptimizerRequest& r, Tensor grads)
+      : device_(*r.device), adam_(r.adam), elements_(r.elements), timeline_(r.timeline), grads_(std::move(grads)) {}
 
   absl::Status Init(std::optional<Tensor> master) {
     const size_t bytes = static_cast<size_t>(elements_) * sizeof(float);
@@ -37,13 +37,17 @@ class DeviceShardOptimizer : public ShardOptimizer {
     return ops::SquaredNorm(grads_, norm, false, stream);
   }
 
-  absl::Status Step(const StepUpdate& update, const Tensor& values, Stream& stream) override {
+  absl::StatusOr<bool> Step(const StepOutcome& outcome, const Tensor& values, Stream& stream) override {
+    if (!outcome.update.has_value()) return false;
+    const StepUpdate& update = *outcome.update;
+    StreamZone zone(timeline_, stream, ZoneKind::kAdam);
     ops::AdamOptions adam = adam_;
     adam.lr = update.lr;
     MEMWALL_RETURN_IF_ERROR(ops::AdamStep(master_, grads_, Tensor::OfBuffer(m_, DType::kF32, &device_),
                                           Tensor::OfBuffer(v_, DType::kF32, &device_), adam, update.step,
                                           update.grad_scale, stream));
-    return WriteValues(values, stream);
+    MEMWALL_RETURN_IF_ERROR(WriteValues(values, stream));
+    return true;
   }
 
   absl::Status WriteValues(const Tensor& values, Stream& stream) override {
@@ -87,6 +91,7 @@ class DeviceShardOptimizer : public ShardOptimizer {
   Device& device_;
   const ops::AdamOptions adam_;
   int64_t elements_;
+  Timeline* timeline_;
   Tensor grads_;
   Buffer master_buffer_;
   Tensor master_;
@@ -95,16 +100,15 @@ class DeviceShardOptimizer : public ShardOptimizer {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ShardOptimizer>> CreateDeviceShardOptimizer(Device& device,
-                                                                           const ops::AdamOptions& adam,
-                                                                           int64_t elements, Tensor grads,
+absl::StatusOr<std::unique_ptr<ShardOptimizer>> CreateDeviceShardOptimizer(const ShardOptimizerRequest& r,
+                                                                           Tensor grads,
                                                                            std::optional<Tensor> master) {
-  if (grads.numel() != elements || (master.has_value() && master->numel() != elements)) {
-    return absl::InvalidArgumentError(absl::StrCat("device shard optimizer: ", elements, " elements but ",
+  if (r.device == nullptr || grads.numel() != r.elements || (master.has_value() && master->numel() != r.elements)) {
+    return absl::InvalidArgumentError(absl::StrCat("device shard optimizer: ", r.elements, " elements but ",
                                                    grads.numel(), " gradients"));
   }
-  MEMWALL_RETURN_IF_ERROR(ops::ValidateAdamOptions(adam));
-  auto opt = std::make_unique<DeviceShardOptimizer>(device, adam, elements, std::move(grads));
+  MEMWALL_RETURN_IF_ERROR(ops::ValidateAdamOptions(r.adam));
+  auto opt = std::make_unique<DeviceShardOptimizer>(r, std::move(grads));
   MEMWALL_RETURN_IF_ERROR(opt->Init(std::move(master)));
   return std::unique_ptr<ShardOptimizer>(std::move(opt));
 }

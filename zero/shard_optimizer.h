@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "ops/ops.h"
 #include "runtime/device.h"
+#include "runtime/timeline.h"
 #include "zero/gradient_buckets.h"
 #include "zero/zero_config.pb.h"
 
@@ -33,18 +34,29 @@ struct StepUpdate {
   float grad_scale = 1;  // gradients are multiplied by this as they are read: clip / loss scale
 };
 
+// What one step of the engine decided for the optimizer: the iteration
+// (1-based, skipped steps counted) and, unless the gradients overflowed and
+// the step is skipped, the update to apply.
+struct StepOutcome {
+  int64_t iteration = 0;
+  std::optional<StepUpdate> update;
+};
+
 class ShardOptimizer {
  public:
   virtual ~ShardOptimizer() = default;
   virtual int64_t elements() const = 0;
 
-  // Where reduce buckets hand this rank's pieces (stage 2, 3), when the
+  // Where reduce buckets hand this rank's pieces (stages 2, 3), when the
   // gradient shard lives with the optimizer (ZeRO-Offload); null when it is
-  // the device buffer the engine owns.
+  // the device buffer the engine's gradient reduction owns.
   virtual GradientSink* gradient_sink() { return nullptr; }
+  // At the top of each step, before the gradients are zeroed (an optimizer
+  // whose update runs behind the engine starts it here).
+  virtual absl::Status BeginStep() { return absl::OkStatus(); }
   // Zeroes the gradients this optimizer owns (gradient_sink() != null)
   // before a step's first micro-batch, in `stream`'s order (the compute
-  // stream, ahead of backward). The engine zeroes its own buffers.
+  // stream, ahead of backward).
   virtual absl::Status ZeroGradients(Stream& stream) = 0;
   // Called on the host before each micro-batch's forward and backward
   // (`index` of `count`), so an optimizer that owns the gradients knows
@@ -53,24 +65,18 @@ class ShardOptimizer {
   // [sum of squares, inf/NaN flag] of this rank's gradient shard into
   // `norm` (2 fp32 on the device), in `stream`'s order.
   virtual absl::Status GradientNorm(const Tensor& norm, Stream& stream) = 0;
-  // One Adam/AdamW step over the shard (see StepUpdate). The updated master
-  // weights, rounded, land in `values` as WriteValues would put them, in
-  // `stream`'s order. The gradient shard must be complete (the engine has
-  // synchronized the streams that produce it).
-  virtual absl::Status Step(const StepUpdate& update, const Tensor& values, Stream& stream) = 0;
-  // Delayed parameter update (ZeRO-Offload §5.2), for optimizers that
-  // support it. StartDelayedStep begins the step on the gradients
-  // accumulated so far and returns at once; accumulation moves to a second
-  // gradient buffer, so the next iteration's backward can run meanwhile.
-  // FinishDelayedStep waits for it and writes the updated values into
-  // `values` in `stream`'s order.
-  virtual bool SupportsDelayedUpdate() const { return false; }
-  virtual absl::Status StartDelayedStep(const StepUpdate& update) {
-    return absl::UnimplementedError("this optimizer has no delayed parameter update");
-  }
-  virtual absl::Status FinishDelayedStep(const Tensor& values, Stream& stream) {
-    return absl::UnimplementedError("this optimizer has no delayed parameter update");
-  }
+  // The step's outcome over the shard: with an update, one Adam/AdamW step
+  // (see StepUpdate) whose updated master weights, rounded, land in
+  // `values` as WriteValues would put them, in `stream`'s order. The
+  // gradient shard must be complete (the engine has synchronized the
+  // streams that produce it). Returns whether `values` changed: an
+  // optimizer may defer an update to a later step (ZeRO-Offload's delayed
+  // parameter update, offload/delayed_update.h), and lands it in `values`
+  // then.
+  virtual absl::StatusOr<bool> Step(const StepOutcome& outcome, const Tensor& values, Stream& stream) = 0;
+  // Every deferred update applied to the states and to `values` (before the
+  // states are read, saved or replaced). Returns whether `values` changed.
+  virtual absl::StatusOr<bool> Flush(const Tensor& values, Stream& stream) { return false; }
 
   // The master weights rounded into `values` (`elements` of the parameter
   // type, device memory): the compute copy of this rank's part.
@@ -81,7 +87,7 @@ class ShardOptimizer {
   virtual absl::Status SetMasterFromValues(const Tensor& values, Stream& stream) = 0;
 
   // Host copies of a state, elements [begin, begin + n) (checkpoints,
-  // export, initialization). Synchronous.
+  // export, initialization). Synchronous; call Flush first.
   virtual absl::Status ReadState(OptimizerState state, int64_t begin, int64_t n, float* out) = 0;
   virtual absl::Status WriteState(OptimizerState state, int64_t begin, int64_t n, const float* in) = 0;
 };
@@ -95,17 +101,18 @@ struct ShardOptimizerRequest {
   int64_t largest_piece = 0;      // elements: the reduce bucket capacity
   ops::AdamOptions adam;          // betas, eps, weight decay (lr: StepUpdate)
   ZeroConfig zero;                // defaults filled
+  Timeline* timeline = nullptr;   // zones of the optimizer's phases (may be null)
 };
 using ShardOptimizerFactory =
     std::function<absl::StatusOr<std::unique_ptr<ShardOptimizer>>(const ShardOptimizerRequest&)>;
 
 // The states in device memory (tags kMasterParams, kOptimizerStates),
-// stepped by ops::AdamStep on `stream` against the device gradient shard
-// `grads` (`elements` values). In fp32 stage 0 the master weights are the
-// model's own fp32 values: pass them as `master` and none is allocated.
+// stepped by ops::AdamStep on `stream` (zone kAdam) against the device
+// gradient shard `grads` (request.elements values). In fp32 stage 0 the
+// master weights are the model's own fp32 values: pass them as `master` and
+// none is allocated.
 absl::StatusOr<std::unique_ptr<ShardOptimizer>> CreateDeviceShardOptimizer(
-    Device& device, const ops::AdamOptions& adam, int64_t elements, Tensor grads,
-    std::optional<Tensor> master = std::nullopt);
+    const ShardOptimizerRequest& request, Tensor grads, std::optional<Tensor> master = std::nullopt);
 
 }  // namespace memwall::zero
 

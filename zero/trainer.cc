@@ -68,9 +68,9 @@ Trainer::Trainer(models::Gpt& model, Device& device, Communicator& comm,
 Trainer::~Trainer() {
   (void)device_.Synchronize();
   if (hook_id_ != 0) model_.RemoveHookRecursive(hook_id_);
-  gather_.reset();
-  buckets_.reset();
-  sink_.reset();
+  optimizer_.reset();
+  gradients_.reset();
+  params_.reset();
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Device& device,
@@ -93,7 +93,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Dev
                                                    options.zero.stage()));
   }
   std::unique_ptr<Trainer> t(new Trainer(model, device, comm, options));
-  MEMWALL_RETURN_IF_ERROR(t->Allocate());
+  MEMWALL_RETURN_IF_ERROR(t->Compose());
+  MEMWALL_RETURN_IF_ERROR(t->InitializeValues());
   return t;
 }
 
@@ -101,97 +102,70 @@ DType Trainer::param_dtype() const {
   return options_.precision == Precision::kFp32 ? DType::kF32 : HalfType(options_.precision);
 }
 
-absl::Status Trainer::Allocate() {
-  if (zero_.stage() > 0) return AllocatePartitioned();
-  layout_ = FlatLayout(model_, comm_.world_size(), comm_.rank());  // the tensor table
-  const bool half = options_.precision != Precision::kFp32;
-  // 16-bit modes: params and grads 2 bytes each, fp32 master and Adam
-  // moments 12: the 16 bytes per parameter of ZeRO Sec. 3.1.
-  MEMWALL_ASSIGN_OR_RETURN(
-      storage_, models::BindFlatStorage(model_, device_, true,
-                                        half ? MemoryTag::kParams16 : MemoryTag::kMasterParams,
-                                        half ? HalfType(options_.precision) : DType::kF32));
-  MEMWALL_RETURN_IF_ERROR(model_.Initialize(options_.seed, device_));
-  Stream& s = device_.compute_stream();
-  // fp32: the model's values are the master weights. 16-bit: the master
-  // starts from the 16-bit initial values, widened exactly.
-  MEMWALL_ASSIGN_OR_RETURN(
-      optimizer_, CreateDeviceShardOptimizer(device_, options_.adam, storage_.numel, storage_.Grads(device_),
-                                             half ? std::nullopt : std::optional<Tensor>(storage_.Values(device_))));
-  MEMWALL_RETURN_IF_ERROR(optimizer_->SetMasterFromValues(storage_.Values(device_), s));
-  MEMWALL_ASSIGN_OR_RETURN(norm_, device_.Allocate(2 * sizeof(float), MemoryTag::kWorkspace));
-  MEMWALL_ASSIGN_OR_RETURN(loss_, device_.Allocate(2 * sizeof(float), MemoryTag::kCommBuffers));
-  return s.Synchronize();
-}
-
-Tensor Trainer::ValuesShard() const {
-  const Tensor values = Tensor::OfBuffer(values_, param_dtype(), &device_);
-  return zero_.stage() == 3 ? values : values.Slice(layout_.shard_begin(), layout_.shard());
-}
-
-Tensor Trainer::GradientShard() const {
-  if (zero_.stage() == 0) return storage_.Grads(device_);
-  const Tensor grads = Tensor::OfBuffer(grads_, param_dtype(), &device_);
-  return zero_.stage() == 1 ? grads.Slice(layout_.shard_begin(), layout_.shard()) : grads;
-}
-
-absl::Status Trainer::AllocatePartitioned() {
+absl::Status Trainer::Compose() {
   const int stage = zero_.stage();
   const DType dtype = param_dtype();
-  const size_t elem = SizeOf(dtype);
   const bool half = options_.precision != Precision::kFp32;
+  // 16-bit modes: params and grads 2 bytes each, fp32 master and Adam
+  // moments 12: the 16 bytes per parameter of ZeRO Sec. 3.1. In fp32 the
+  // parameters are tagged as master weights.
   const MemoryTag values_tag = half ? MemoryTag::kParams16 : MemoryTag::kMasterParams;
-  layout_ = FlatLayout(model_, comm_.world_size(), comm_.rank());
-  const int64_t shard = layout_.shard(), padded = layout_.padded();
-  Stream& s = device_.compute_stream();
-  if (zero_.overlap_comm() && bucketed_gradients()) {
+  // Stage 0: every rank owns everything (one owner); stages 1-3: N shards.
+  layout_ = stage == 0 ? FlatLayout(model_, 1, 0) : FlatLayout(model_, comm_.world_size(), comm_.rank());
+  // Gradients reach their owners through reduce buckets at stages 2 and 3,
+  // and whenever the optimizer keeps the gradient shard (offload).
+  const bool bucketed = stage >= 2 || options_.shard_optimizer_factory != nullptr;
+  if (zero_.overlap_comm() && bucketed) {
     MEMWALL_ASSIGN_OR_RETURN(comm_stream_, device_.CreateStream(kCommStreamName));
-  }
-
-  // Parameters: N shard padded (stage 1, 2) or the shard (stage 3).
-  MEMWALL_ASSIGN_OR_RETURN(values_, device_.Allocate((stage == 3 ? shard : padded) * elem, values_tag));
-  MEMWALL_RETURN_IF_ERROR(s.Memset(values_.data(), 0, values_.bytes()));
-  if (stage < 3) {
-    for (models::Parameter* p : layout_.params()) {
-      p->value = Tensor(values_.as<char>() + layout_.offset(p) * elem, dtype, p->shape, &device_);
-    }
-  }
-  // Gradients: N shard padded (stage 1) or the shard (stage 2, 3); none on
-  // the device when the optimizer keeps them (offload).
-  const bool offload = options_.shard_optimizer_factory != nullptr;
-  if (!offload) {
-    MEMWALL_ASSIGN_OR_RETURN(grads_, device_.Allocate((bucketed_gradients() ? shard : padded) * elem,
-                                                      MemoryTag::kGrads));
-    MEMWALL_RETURN_IF_ERROR(s.Memset(grads_.data(), 0, grads_.bytes()));
-  }
-  if (!bucketed_gradients()) {
-    for (models::Parameter* p : layout_.params()) {
-      p->grad = Tensor(grads_.as<char>() + layout_.offset(p) * elem, dtype, p->shape, &device_);
-    }
   }
   // A reduce bucket holds at least the largest module's gradients.
   const int64_t capacity = std::min<int64_t>(
-      padded, std::max<int64_t>(zero_.reduce_bucket_bytes() / elem, LargestModuleParameters(model_)));
-  // fp32 master weights and Adam's moments: the shard.
-  if (offload) {
-    ShardOptimizerRequest request;
-    request.device = &device_;
-    request.elements = shard;
-    request.grad_dtype = dtype;
-    request.value_dtype = dtype;
-    request.largest_piece = capacity;
-    request.adam = options_.adam;
-    request.zero = zero_;
-    MEMWALL_ASSIGN_OR_RETURN(optimizer_, options_.shard_optimizer_factory(request));
+      layout_.padded(), std::max<int64_t>(zero_.reduce_bucket_bytes() / SizeOf(dtype), LargestModuleParameters(model_)));
+
+  if (stage < 3) {
+    MEMWALL_ASSIGN_OR_RETURN(params_, CreateReplicatedParameters(layout_, device_, comm_, dtype, values_tag,
+                                                                 /*all_gather=*/stage > 0, zero_, options_.timeline));
   } else {
-    MEMWALL_ASSIGN_OR_RETURN(optimizer_, CreateDeviceShardOptimizer(device_, options_.adam, shard, GradientShard()));
+    MEMWALL_ASSIGN_OR_RETURN(params_, CreateShardedParameters(layout_, model_, device_, comm_, coll(), dtype,
+                                                              values_tag, zero_));
+  }
+  ShardOptimizerRequest request;
+  request.device = &device_;
+  request.elements = layout_.shard();
+  request.grad_dtype = dtype;
+  request.value_dtype = dtype;
+  request.largest_piece = capacity;
+  request.adam = options_.adam;
+  request.zero = zero_;
+  request.timeline = options_.timeline;
+  if (options_.shard_optimizer_factory) {  // the optimizer keeps the gradient shard
+    MEMWALL_ASSIGN_OR_RETURN(optimizer_, options_.shard_optimizer_factory(request));
+    MEMWALL_ASSIGN_OR_RETURN(gradients_, CreateBucketedGradients(layout_, device_, comm_, coll(), dtype, capacity,
+                                                                 comm_stream_ ? 2 : 1, optimizer_->gradient_sink()));
+  } else {
+    if (stage == 0) {
+      MEMWALL_ASSIGN_OR_RETURN(gradients_, CreateAllReduceGradients(layout_, device_, comm_, coll(), dtype));
+    } else if (stage == 1) {
+      MEMWALL_ASSIGN_OR_RETURN(gradients_, CreateReduceScatterGradients(layout_, device_, comm_, coll(), dtype));
+    } else {
+      MEMWALL_ASSIGN_OR_RETURN(gradients_, CreateBucketedGradients(layout_, device_, comm_, coll(), dtype, capacity,
+                                                                   comm_stream_ ? 2 : 1, nullptr));
+    }
+    // fp32 stage 0: the model's values are the master weights.
+    std::optional<Tensor> master;
+    if (!half && stage == 0) master = params_->shard();
+    MEMWALL_ASSIGN_OR_RETURN(optimizer_, CreateDeviceShardOptimizer(request, gradients_->shard(), master));
   }
   MEMWALL_ASSIGN_OR_RETURN(norm_, device_.Allocate(2 * sizeof(float), MemoryTag::kWorkspace));
   MEMWALL_ASSIGN_OR_RETURN(loss_, device_.Allocate(2 * sizeof(float), MemoryTag::kCommBuffers));
+  hook_id_ = model_.AddHookRecursive(
+      [this](models::Module& m, models::HookPoint point) { return OnHook(m, point); });
+  return absl::OkStatus();
+}
 
-  // This rank's shard of the initial values (Gpt::InitialValues: the same
-  // numbers as stage 0's Initialize), rounded to the parameter type; the
-  // master starts from that rounded value, widened, as at stage 0.
+absl::Status Trainer::InitializeValues() {
+  Stream& s = device_.compute_stream();
+  const int64_t shard = layout_.shard();
   std::vector<float> init(shard, 0.0f);
   const FlatRange mine = layout_.OwnedReal();
   ThreadPool pool(0);
@@ -208,35 +182,10 @@ absl::Status Trainer::AllocatePartitioned() {
   }
   // Rounded to the parameter type, and the master widened back from that.
   MEMWALL_RETURN_IF_ERROR(optimizer_->WriteState(OptimizerState::kMaster, 0, shard, init.data()));
-  MEMWALL_RETURN_IF_ERROR(optimizer_->WriteValues(ValuesShard(), s));
-  MEMWALL_RETURN_IF_ERROR(optimizer_->SetMasterFromValues(ValuesShard(), s));
+  MEMWALL_RETURN_IF_ERROR(optimizer_->WriteValues(params_->shard(), s));
+  MEMWALL_RETURN_IF_ERROR(optimizer_->SetMasterFromValues(params_->shard(), s));
   MEMWALL_RETURN_IF_ERROR(s.Synchronize());
-
-  if (stage < 3) {  // the all-gather bucket: N chunks of equal size
-    const int64_t n = comm_.world_size();
-    const int64_t cap = std::min<int64_t>(padded, zero_.allgather_bucket_bytes() / elem);
-    const int64_t chunk = std::max<int64_t>(1, cap / n);
-    MEMWALL_ASSIGN_OR_RETURN(gather_bucket_, device_.Allocate(chunk * n * elem, MemoryTag::kCommBuffers));
-    MEMWALL_RETURN_IF_ERROR(AllGatherValues());
-  }
-  if (bucketed_gradients()) {
-    GradientSink* sink = optimizer_->gradient_sink();
-    if (sink == nullptr) {
-      sink_ = std::make_unique<DeviceGradientSink>(Tensor::OfBuffer(grads_, dtype, &device_));
-      sink = sink_.get();
-    }
-    MEMWALL_ASSIGN_OR_RETURN(buckets_, GradientBuckets::Create(layout_, device_, comm_, coll(), dtype,
-                                                               capacity, comm_stream_ ? 2 : 1, *sink));
-  }
-  if (stage == 3) {
-    MEMWALL_ASSIGN_OR_RETURN(gather_, ParameterGather::Create(layout_, model_, device_, comm_, coll(),
-                                                              dtype, values_tag, ValuesShard(), zero_));
-    MEMWALL_RETURN_IF_ERROR(gather_->RefreshPersistent());
-  }
-  if (bucketed_gradients()) {
-    hook_id_ = model_.AddHookRecursive(
-        [this](models::Module& m, models::HookPoint point) { return OnHook(m, point); });
-  }
+  MEMWALL_RETURN_IF_ERROR(params_->Publish());
   MEMWALL_RETURN_IF_ERROR(coll().Synchronize());
   return s.Synchronize();
 }
@@ -244,85 +193,41 @@ absl::Status Trainer::AllocatePartitioned() {
 absl::Status Trainer::OnHook(models::Module& m, models::HookPoint point) {
   switch (point) {
     case models::HookPoint::kBeforeForward:
-      return gather_ ? gather_->Acquire(m) : absl::OkStatus();
+      return params_->Acquire(m);
     case models::HookPoint::kAfterForward:
     case models::HookPoint::kAfterBackward:
-      return gather_ ? gather_->Release(m) : absl::OkStatus();
+      return params_->Release(m);
     case models::HookPoint::kBeforeBackward:
-      if (gather_) MEMWALL_RETURN_IF_ERROR(gather_->Acquire(m));
-      return buckets_->Bind(m);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Trainer::AllGatherValues() {
-  // Chunk k of every rank's shard travels together: rank r's piece goes to
-  // bucket block r, the all-gather fills the others, and block r lands at
-  // r shard + k chunk. Runs on the compute stream (stage 1, 2 update here).
-  Stream& s = device_.compute_stream();
-  const DType dtype = param_dtype();
-  const int64_t n = comm_.world_size(), shard = layout_.shard();
-  const int64_t chunk = static_cast<int64_t>(gather_bucket_.bytes() / SizeOf(dtype)) / n;
-  const Tensor values = Tensor::OfBuffer(values_, dtype, &device_);
-  const Tensor bucket = Tensor::OfBuffer(gather_bucket_, dtype, &device_);
-  for (int64_t at = 0; at < shard; at += chunk) {
-    const int64_t len = std::min(chunk, shard - at);
-    const Tensor all = bucket.Slice(0, len * n);
-    const Tensor mine = all.Slice(comm_.rank() * len, len);
-    const Tensor src = values.Slice(layout_.shard_begin() + at, len);
-    MEMWALL_RETURN_IF_ERROR(s.Copy(mine.data(), src.data(), mine.bytes()));
-    MEMWALL_RETURN_IF_ERROR(comm_.AllGather(mine, all, s));
-    for (int64_t r = 0; r < n; ++r) {
-      if (r == comm_.rank()) continue;
-      const Tensor dst = values.Slice(r * shard + at, len);
-      MEMWALL_RETURN_IF_ERROR(s.Copy(dst.data(), all.Slice(r * len, len).data(), dst.bytes()));
-    }
+      MEMWALL_RETURN_IF_ERROR(params_->Acquire(m));
+      return gradients_->OnBackward(m);
   }
   return absl::OkStatus();
 }
 
 absl::Status Trainer::RefreshComputeCopy() {
+  MEMWALL_RETURN_IF_ERROR(optimizer_->WriteValues(params_->shard(), device_.compute_stream()));
+  return params_->Publish();
+}
+
+absl::Status Trainer::Flush() {
   Stream& s = device_.compute_stream();
-  if (zero_.stage() == 0) return optimizer_->WriteValues(storage_.Values(device_), s);
-  MEMWALL_RETURN_IF_ERROR(optimizer_->WriteValues(ValuesShard(), s));
-  return GatherValues();
-}
-
-absl::Status Trainer::GatherValues() {
-  if (zero_.stage() == 0) return absl::OkStatus();
-  if (zero_.stage() < 3) return AllGatherValues();
-  MEMWALL_RETURN_IF_ERROR(device_.compute_stream().Synchronize());  // coll reads the shard next
-  return gather_->RefreshPersistent();
-}
-
-bool Trainer::delayed_update_active() const {
-  const int64_t after = zero_.offload_optimizer().delayed_update_after_steps();
-  return after > 0 && step_ > after && optimizer_->SupportsDelayedUpdate();
-}
-
-absl::Status Trainer::ApplyPendingUpdate() {
-  if (!pending_.has_value()) return absl::OkStatus();
-  Stream& s = device_.compute_stream();
-  MEMWALL_RETURN_IF_ERROR(optimizer_->StartDelayedStep(*pending_));
-  pending_.reset();
-  MEMWALL_RETURN_IF_ERROR(optimizer_->FinishDelayedStep(zero_.stage() == 0 ? storage_.Values(device_) : ValuesShard(), s));
-  MEMWALL_RETURN_IF_ERROR(GatherValues());
+  MEMWALL_ASSIGN_OR_RETURN(const bool changed, optimizer_->Flush(params_->shard(), s));
+  if (changed) MEMWALL_RETURN_IF_ERROR(params_->Publish());
   MEMWALL_RETURN_IF_ERROR(coll().Synchronize());
   return s.Synchronize();
 }
 
 absl::StatusOr<std::vector<float>> Trainer::MasterWeights() {
-  MEMWALL_RETURN_IF_ERROR(ApplyPendingUpdate());
+  MEMWALL_RETURN_IF_ERROR(Flush());
   Stream& s = device_.compute_stream();
-  if (zero_.stage() == 0) {
-    std::vector<float> out(storage_.numel);
-    MEMWALL_RETURN_IF_ERROR(optimizer_->ReadState(OptimizerState::kMaster, 0, out.size(), out.data()));
-    return out;
-  }
-  // Each rank's shard, staged through device memory for the all-gather.
   const int64_t shard = layout_.shard();
   std::vector<float> mine(shard);
   MEMWALL_RETURN_IF_ERROR(optimizer_->ReadState(OptimizerState::kMaster, 0, shard, mine.data()));
+  if (layout_.world() == 1) {  // one owner: this rank's shard is the whole
+    mine.resize(layout_.numel());
+    return mine;
+  }
+  // Each rank's shard, staged through device memory for the all-gather.
   MEMWALL_ASSIGN_OR_RETURN(Buffer all, device_.Allocate(layout_.padded() * sizeof(float),
                                                         MemoryTag::kOther));
   const Tensor whole = FlatF32(all, device_);
@@ -347,7 +252,7 @@ float Trainer::LearningRate(int64_t step) const {
 
 absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   const auto start = std::chrono::steady_clock::now();
-  // The step's window on the timeline: from here (before a delayed update
+  // The step's window on the timeline: from here (before a deferred update
   // starts) to after the last synchronize.
   const int64_t step_begin_ns = TimelineNowNs();
   const models::BatchLayout layout{options_.seq, options_.micro_batch, options_.accumulation,
@@ -360,18 +265,9 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   }
   Stream& s = device_.compute_stream();
   Stream& c = coll();
-  const int stage = zero_.stage();
-  const Tensor grads = stage == 0 ? storage_.Grads(device_)
-                                  : Tensor::OfBuffer(grads_, param_dtype(), &device_);
-  // Delayed parameter update: the previous iteration's step runs on the
-  // host while this iteration computes on the parameters it had. It
-  // consumes the gradient shard, so it starts before a fresh one is zeroed.
-  const bool finish_pending = pending_.has_value();
-  if (finish_pending) {
-    MEMWALL_RETURN_IF_ERROR(optimizer_->StartDelayedStep(*pending_));
-    pending_.reset();
-  }
-  if (grads.data() != nullptr) MEMWALL_RETURN_IF_ERROR(s.Memset(grads.data(), 0, grads.bytes()));
+  Timeline* timeline = options_.timeline;
+  MEMWALL_RETURN_IF_ERROR(optimizer_->BeginStep());
+  MEMWALL_RETURN_IF_ERROR(gradients_->ZeroGradients(s));
   MEMWALL_RETURN_IF_ERROR(optimizer_->ZeroGradients(s));
 
   // Forward and backward over this rank's micro-batches.
@@ -379,7 +275,6 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   const float grad_scale = loss_scale_ / static_cast<float>(global_tokens);
   std::vector<int32_t> ids(options_.micro_batch * options_.seq), targets(ids.size());
   models::LossSum local;
-  Timeline* timeline = options_.timeline;
   for (int64_t micro = 0; micro < options_.accumulation; ++micro) {
     optimizer_->BeginMicroBatch(micro, options_.accumulation);
     MEMWALL_RETURN_IF_ERROR(models::FillMicroBatch(data, layout, step_, comm_.rank(), micro,
@@ -387,17 +282,16 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
     if (options_.edit_micro_batch) {
       options_.edit_micro_batch(comm_.rank(), micro, ids.size(), ids.data(), targets.data());
     }
-    if (gather_) gather_->BeginPass();
+    params_->BeginPass();
     absl::StatusOr<models::LossSum> part;
     {
       StreamZone zone(timeline, s, ZoneKind::kForwardBackward);
       part = model_.ForwardBackward(device_, ids.data(), targets.data(), options_.micro_batch,
                                     options_.seq, grad_scale, true);
     }
-    // Stage 2, 3: what is left in the buckets is reduced now.
     absl::Status pass = part.status();
-    if (pass.ok() && buckets_) pass = buckets_->FlushAll();
-    if (pass.ok() && gather_) pass = gather_->EndPass();
+    if (pass.ok()) pass = gradients_->EndPass();
+    if (pass.ok()) pass = params_->EndPass();
     if (!pass.ok()) {
       // A collective failing on the communication stream (a stage-3
       // divergence) explains a compute failure better than itself.
@@ -407,12 +301,9 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
     local.sum += part->sum;
     local.tokens += part->tokens;
   }
-  // Data parallelism: sum gradients (stage 0) or reduce-scatter them to
-  // their owners (stage 1; stage 2, 3 did it in backward), and the loss.
-  if (stage == 0) MEMWALL_RETURN_IF_ERROR(comm_.AllReduce(grads, grads, ReduceOp::kSum, c));
-  if (stage == 1 && !bucketed_gradients()) {
-    MEMWALL_RETURN_IF_ERROR(comm_.ReduceScatter(grads, GradientShard(), ReduceOp::kSum, c));
-  }
+  // Data parallelism: each rank's gradient shard summed over the ranks, and
+  // the loss.
+  MEMWALL_RETURN_IF_ERROR(gradients_->Reduce());
   const float loss_host[2] = {static_cast<float>(local.sum), static_cast<float>(local.tokens)};
   MEMWALL_RETURN_IF_ERROR(c.Copy(loss_.data(), loss_host, sizeof(loss_host)));
   const Tensor loss = FlatF32(loss_, device_);
@@ -420,7 +311,7 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   // Global norm and overflow flag in one pass: over the shards, summed.
   const Tensor norm = FlatF32(norm_, device_);
   MEMWALL_RETURN_IF_ERROR(optimizer_->GradientNorm(norm, c));
-  if (stage > 0) MEMWALL_RETURN_IF_ERROR(comm_.AllReduce(norm, norm, ReduceOp::kSum, c));
+  MEMWALL_RETURN_IF_ERROR(gradients_->SumNorm(norm));
   float norm_host[2], loss_sum[2];
   MEMWALL_RETURN_IF_ERROR(c.Copy(norm_host, norm_.data(), sizeof(norm_host)));
   MEMWALL_RETURN_IF_ERROR(c.Copy(loss_sum, loss_.data(), sizeof(loss_sum)));
@@ -434,53 +325,30 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   stats.loss_scale = loss_scale_;
   stats.lr = LearningRate(step_);
   stats.tokens = global_tokens;
-  const bool overflow = norm_host[1] != 0.0f || !std::isfinite(norm_host[0]);
   stats.grad_norm = std::sqrt(double(norm_host[0])) / loss_scale_;
-  if (overflow && finish_pending) {
-    // The previous iteration's update still lands; only this one is skipped.
-    MEMWALL_RETURN_IF_ERROR(
-        optimizer_->FinishDelayedStep(stage == 0 ? storage_.Values(device_) : ValuesShard(), s));
-    MEMWALL_RETURN_IF_ERROR(GatherValues());
-    MEMWALL_RETURN_IF_ERROR(c.Synchronize());
-    MEMWALL_RETURN_IF_ERROR(s.Synchronize());
-  }
-  if (overflow) {
+  // Overflow: the step is skipped (fp16 halves the loss scale); otherwise
+  // Adam with the gradients unscaled and clipped as they are read.
+  StepOutcome outcome{step_, std::nullopt};
+  if (norm_host[1] != 0.0f || !std::isfinite(norm_host[0])) {
     stats.skipped = true;
     stats.grad_norm = NAN;
-    if (options_.precision == Precision::kFp16) {
-      loss_scale_ = std::max(options_.min_loss_scale, loss_scale_ / 2);
-    }
+    if (options_.precision == Precision::kFp16) loss_scale_ = std::max(options_.min_loss_scale, loss_scale_ / 2);
     clean_steps_ = 0;
   } else {
     const double clip = options_.clip_norm > 0 && stats.grad_norm > options_.clip_norm
                             ? options_.clip_norm / (stats.grad_norm + 1e-6)
                             : 1.0;
-    ++adam_step_;
-    const StepUpdate update{stats.lr, adam_step_, static_cast<float>(clip / loss_scale_)};
-    const Tensor values = stage == 0 ? storage_.Values(device_) : ValuesShard();
-    if (finish_pending) {
-      MEMWALL_RETURN_IF_ERROR(optimizer_->FinishDelayedStep(values, s));
-      MEMWALL_RETURN_IF_ERROR(GatherValues());
-    }
-    if (delayed_update_active()) {
-      // This step's own update waits for the next iteration.
-      pending_ = update;
-    } else {
-      {
-        StreamZone zone(options_.shard_optimizer_factory ? nullptr : timeline, s, ZoneKind::kAdam);
-        MEMWALL_RETURN_IF_ERROR(optimizer_->Step(update, values, s));
-      }
-      StreamZone zone(stage > 0 ? timeline : nullptr, s, ZoneKind::kAllGather);
-      MEMWALL_RETURN_IF_ERROR(GatherValues());
-    }
-    MEMWALL_RETURN_IF_ERROR(c.Synchronize());
-    MEMWALL_RETURN_IF_ERROR(s.Synchronize());
-    if (options_.precision == Precision::kFp16 &&
-        ++clean_steps_ >= options_.loss_scale_growth_interval) {
+    outcome.update = StepUpdate{stats.lr, ++adam_step_, static_cast<float>(clip / loss_scale_)};
+    if (options_.precision == Precision::kFp16 && ++clean_steps_ >= options_.loss_scale_growth_interval) {
       loss_scale_ *= 2;
       clean_steps_ = 0;
     }
   }
+  MEMWALL_ASSIGN_OR_RETURN(const bool changed, optimizer_->Step(outcome, params_->shard(), s));
+  if (changed) MEMWALL_RETURN_IF_ERROR(params_->Publish());
+  MEMWALL_RETURN_IF_ERROR(c.Synchronize());
+  MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (timeline) {
     const int64_t step_end_ns = TimelineNowNs();

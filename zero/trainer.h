@@ -18,6 +18,18 @@
 // order of floating-point sums (bitwise when those sums are exact), tested
 // against stage 0 under mpirun.
 //
+// A stage is a composition, chosen once in Create (FSDP2's sharding
+// states; each part's header says what it holds):
+//            parameters (zero/parameter_placement.h)   gradients (zero/gradient_reduction.h)
+//   stage 0  replicated, one owner                     all-reduce
+//   stage 1  replicated, all-gathered after the step   reduce-scatter after backward
+//   stage 2  replicated, all-gathered after the step   reduce buckets to the owner
+//   stage 3  sharded, gathered per module              reduce buckets to the owner
+// and a ShardOptimizer (zero/shard_optimizer.h): the device's, or one from
+// TrainerOptions.shard_optimizer_factory (ZeRO-Offload's host optimizer,
+// which keeps the gradient shard too, so its gradients always travel in
+// reduce buckets, stage 1 included).
+//
 // One step (ARCHITECTURE.md, "One training step"):
 //   grads = 0
 //   for each of `accumulation` micro-batches:
@@ -43,21 +55,19 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "models/data.h"
-#include "models/flat_storage.h"
 #include "models/gpt.h"
 #include "ops/ops.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/timeline.h"
-#include "zero/gradient_buckets.h"
-#include "zero/parameter_gather.h"
+#include "zero/gradient_reduction.h"
+#include "zero/parameter_placement.h"
 #include "zero/partition.h"
 #include "zero/shard_optimizer.h"
 #include "zero/zero_config.pb.h"
@@ -160,8 +170,6 @@ class Trainer {
   float loss_scale() const { return loss_scale_; }
   int stage() const { return zero_.stage(); }
   const FlatLayout& layout() const { return layout_; }
-  // Stage 0's buffers (empty at stages 1-3).
-  const models::FlatStorage& storage() const { return storage_; }
   // All Ψ fp32 master weights on the host (tests, export). At stages 1-3 a
   // collective: every rank must call it.
   absl::StatusOr<std::vector<float>> MasterWeights();
@@ -172,61 +180,41 @@ class Trainer {
 
  private:
   Trainer(models::Gpt& model, Device& device, Communicator& comm, const TrainerOptions& options);
-  absl::Status Allocate();
-  absl::Status AllocatePartitioned();
+  // Chooses and builds the stage's parts (see "A stage is a composition").
+  absl::Status Compose();
+  // This rank's shard of the initial values (the same numbers at every
+  // stage: Gpt::InitialValues), rounded to the parameter type, the master
+  // widened back from them, then published.
+  absl::Status InitializeValues();
   absl::Status OnHook(models::Module& m, models::HookPoint point);
+  // Every deferred optimizer update applied and published.
+  absl::Status Flush();
   // All ranks agree on a local status: each gets the first failing rank's
   // story (its own message when it failed).
   absl::Status Agree(const absl::Status& local, absl::string_view what);
   // Reads and verifies this rank's part of a checkpoint into host memory
-  // (master, m, v of OptimizerRange()); changes nothing.
+  // (master, m, v of layout().OwnedReal()); changes nothing.
   absl::Status LoadLocal(const std::string& step_dir, CheckpointMetadata& meta,
                          std::vector<float> values[3]);
-  // The flat range of real elements this rank's master/m/v hold (stage 0:
-  // everything) and where the range starts in those buffers.
-  FlatRange OptimizerRange() const;
-  // Stage 1, 2: the full parameters from every rank's updated shard.
-  absl::Status AllGatherValues();
-  // The gradient Adam reads: the whole buffer at stage 0, the shard after.
-  Tensor GradientShard() const;
-  Tensor ValuesShard() const;
   DType param_dtype() const;
-  // Where collectives run: a communication stream with overlap_comm at
-  // stages 2 and 3, else the compute stream.
+  // Where collectives run: a communication stream with overlap_comm and
+  // reduce buckets, else the compute stream.
   Stream& coll() { return comm_stream_ ? *comm_stream_ : device_.compute_stream(); }
-  // Gradients reach their owners through reduce buckets during backward:
-  // stage 2 and 3, and stage 1 with offload (which keeps no full gradient).
-  bool bucketed_gradients() const { return zero_.stage() >= 2 || options_.shard_optimizer_factory != nullptr; }
-  // After the shard's values changed: all-gather them (stage 1, 2) or
-  // refresh the persistent parameters (stage 3).
-  absl::Status GatherValues();
   float LearningRate(int64_t step) const;
 
   models::Gpt& model_;
   Device& device_;
   Communicator& comm_;
   TrainerOptions options_;
-  models::FlatStorage storage_;  // values: the compute copy; grads: gradients
-  // fp32 master weights and Adam moments (the shard at stage >= 1), and the
-  // step over them (zero/shard_optimizer.h).
-  std::unique_ptr<ShardOptimizer> optimizer_;
-  // Delayed parameter update: the step owed for the previous iteration's
-  // gradients (started at the beginning of the next Step, finished at its
-  // end), and the wait for it before anything reads or writes the states.
-  std::optional<StepUpdate> pending_;
-  bool delayed_update_active() const;
-  absl::Status ApplyPendingUpdate();
-
-  // Stages 1-3.
   ZeroConfig zero_;              // defaults filled
+  // The tensor table and the partition: N owners at stages 1-3, one (every
+  // rank owns everything) at stage 0.
   FlatLayout layout_;
-  Buffer values_;                // stage 1, 2: N shard padded params; 3: the shard
-  Buffer grads_;                 // stage 1: N shard padded grads; 2, 3: the shard
-  Buffer gather_bucket_;         // stage 1, 2: the all-gather bucket
   std::unique_ptr<Stream> comm_stream_;
-  std::unique_ptr<GradientSink> sink_;         // stage 2, 3: where owned pieces go
-  std::unique_ptr<GradientBuckets> buckets_;   // stage 2, 3
-  std::unique_ptr<ParameterGather> gather_;    // stage 3
+  // The stage's parts, made once by Compose(); each says what it holds.
+  std::unique_ptr<ParameterPlacement> params_;
+  std::unique_ptr<GradientReduction> gradients_;
+  std::unique_ptr<ShardOptimizer> optimizer_;  // after gradients_: may read its shard
   int hook_id_ = 0;
   Buffer norm_;                  // [sum of squares, inf/NaN flag]
   Buffer loss_;                  // [loss sum, tokens] for the all-reduce
