@@ -339,6 +339,30 @@ int64_t CountParameters(const GptConfig& c) {
   return c.vocab() * d + c.positions() * d + c.layers() * (12 * d * d + 13 * d) + 2 * d;
 }
 
+int64_t LogitsChunkRows(const GptConfig& config, int64_t rows) {
+  return std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t{1} << 26) / config.vocab()));
+}
+
+MemoryPlan ActivationPlan(const GptConfig& config, int64_t micro_batch, int64_t seq, DType compute,
+                          bool checkpointing) {
+  const int64_t rows = micro_batch * seq, d = config.hidden(), layers = config.layers();
+  const int64_t heads = config.heads(), v = config.vocab();
+  const int64_t blocks = checkpointing ? 1 : layers;
+  const int64_t chunk = LogitsChunkRows(config, rows);
+  MemoryPlan plan;
+  plan.Add("residual stream", MemorySpace::kDevice, MemoryTag::kActivations, 4 * (layers + 1) * rows * d)
+      .Add("block activations", MemorySpace::kDevice, MemoryTag::kActivations,
+           4 * blocks * rows * (15 * d + heads + 4))
+      .Add("embeddings, ln_f, losses, ids", MemorySpace::kDevice, MemoryTag::kActivations, 4 * rows * (2 * d + 6))
+      .Add("backward scratch", MemorySpace::kDevice, MemoryTag::kActivations, 4 * rows * (12 * d + heads))
+      .Add("logits chunk", MemorySpace::kDevice, MemoryTag::kWorkspace, 4 * chunk * v);
+  if (compute != DType::kF32) {
+    plan.Add("16-bit operands", MemorySpace::kDevice, MemoryTag::kWorkspace,
+             int64_t(SizeOf(compute)) * (2 * rows * 4 * d + rows * d + chunk * v));
+  }
+  return plan;
+}
+
 double ForwardFlopsPerToken(const GptConfig& c, int64_t seq) {
   const double d = double(c.hidden()), l = double(c.layers());
   const double matmul_params = l * 12.0 * d * d + double(c.vocab()) * d;
@@ -569,9 +593,7 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
   MEMWALL_RETURN_IF_ERROR(ln_f_->Forward(xs[layers], f, f_mean, f_rstd, s));
 
   // The tied head, a chunk of rows at a time (<= 64 Mi logits per chunk).
-  const int64_t chunk = logits_out != nullptr
-                            ? rows
-                            : std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t{1} << 26) / v));
+  const int64_t chunk = logits_out != nullptr ? rows : LogitsChunkRows(config_, rows);
   MEMWALL_ASSIGN_OR_RETURN(Tensor logits, scratch.Make({chunk, v}, MemoryTag::kWorkspace));
   MEMWALL_ASSIGN_OR_RETURN(Tensor losses, scratch.Make({rows}));
   // 16-bit operands of the head's matmuls: f once, each chunk's dlogits.

@@ -32,6 +32,7 @@
 #include "models/gpt_config.pb.h"
 #include "models/module.h"
 #include "runtime/device.h"
+#include "runtime/memory_plan.h"
 
 namespace memwall::models {
 
@@ -52,6 +53,26 @@ int64_t CountParameters(const GptConfig& config);
 // training step is 3x this (forward, backward = 2 forwards), plus one more
 // forward per token when blocks are recomputed.
 double ForwardFlopsPerToken(const GptConfig& config, int64_t seq);
+
+// The rows of logits the LM head computes at a time in training: at most
+// 2^26 logits (256 MiB of fp32) per chunk.
+int64_t LogitsChunkRows(const GptConfig& config, int64_t rows);
+
+// What Gpt::ForwardBackward allocates for one micro-batch of micro_batch x
+// seq tokens on the device, at its peak (rows = micro_batch seq, hidden d,
+// L layers, H heads, vocabulary V, chunk = LogitsChunkRows; fp32 = 4 bytes,
+// the compute type's c = 2 in 16-bit modes):
+//   "residual stream"        kActivations  4 (L + 1) rows d
+//   "block activations"      kActivations  4 rows (15 d + H + 4) per block; one
+//                                          block when checkpointing, else L
+//   "embeddings, ln_f, losses, ids"  kActivations  4 rows (2 d + 6)
+//   "backward scratch"       kActivations  4 rows (12 d + H)
+//   "logits chunk"           kWorkspace    4 chunk V
+//   "16-bit operands"        kWorkspace    c (2 rows 4d + rows d + chunk V), 16-bit modes
+// ForwardBackward sizes each of these itself; the estimator's tests hold
+// this plan equal to its measured peaks, tag by tag.
+MemoryPlan ActivationPlan(const GptConfig& config, int64_t micro_batch, int64_t seq, DType compute,
+                          bool checkpointing);
 
 // Reads a GptConfigList text proto; every entry is validated.
 absl::StatusOr<GptConfigList> LoadConfigs(const std::string& path);

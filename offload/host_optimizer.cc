@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 #include <utility>
@@ -18,6 +19,14 @@ namespace {
 
 using zero::OptimizerState;
 
+// Updated values travel to the device in tiles of this many elements.
+int64_t TileElements(const zero::ShardOptimizerRequest& r) {
+  return std::max<int64_t>(1, std::min(r.zero.offload_optimizer().tile_elements(), r.elements));
+}
+bool Delayed(const zero::ShardOptimizerRequest& r) {
+  return r.zero.offload_optimizer().delayed_update_after_steps() > 0;
+}
+
 class HostOptimizer : public DelayableOptimizer, public zero::GradientSink {
  public:
   HostOptimizer(const zero::ShardOptimizerRequest& r, Timeline* timeline, const HostOptimizerHooks* hooks)
@@ -26,32 +35,29 @@ class HostOptimizer : public DelayableOptimizer, public zero::GradientSink {
         n_(r.elements),
         grad_dtype_(r.grad_dtype),
         value_dtype_(r.value_dtype),
-        tile_(std::max<int64_t>(1, std::min(r.zero.offload_optimizer().tile_elements(), r.elements))),
+        tile_(TileElements(r)),
         staging_elements_(r.largest_piece),
-        delayed_(r.zero.offload_optimizer().delayed_update_after_steps() > 0),
+        delayed_(Delayed(r)),
         timeline_(timeline),
         pool_(0) {}
 
-  absl::Status Init(const ops::AdamOptions& adam) {
-    const size_t f32 = static_cast<size_t>(n_) * sizeof(float);
-    MEMWALL_ASSIGN_OR_RETURN(master_, device_.AllocatePinnedHost(f32, MemoryTag::kMasterParams));
-    MEMWALL_ASSIGN_OR_RETURN(m_, device_.AllocatePinnedHost(f32, MemoryTag::kOptimizerStates));
-    MEMWALL_ASSIGN_OR_RETURN(v_, device_.AllocatePinnedHost(f32, MemoryTag::kOptimizerStates));
-    // Two gradient shards with the delayed update: one stepped while the
-    // next iteration accumulates into the other.
-    for (int i = 0; i < (delayed_ ? 2 : 1); ++i) {
-      MEMWALL_ASSIGN_OR_RETURN(grads_[i], device_.AllocatePinnedHost(n_ * SizeOf(grad_dtype_), MemoryTag::kGrads));
+  absl::Status Init(const zero::ShardOptimizerRequest& r) {
+    const MemoryPlan plan = HostOptimizerPlan(r);
+    MEMWALL_ASSIGN_OR_RETURN(master_, AllocatePlanned(device_, plan, "master"));
+    MEMWALL_ASSIGN_OR_RETURN(m_, AllocatePlanned(device_, plan, "exp_avg"));
+    MEMWALL_ASSIGN_OR_RETURN(v_, AllocatePlanned(device_, plan, "exp_avg_sq"));
+    for (int i = 0; i < 2; ++i) {
+      const std::string name = absl::StrCat("gradients ", i);
+      if (!plan.contains(name)) continue;
+      MEMWALL_ASSIGN_OR_RETURN(grads_[i], AllocatePlanned(device_, plan, name));
       std::memset(grads_[i].data(), 0, grads_[i].bytes());
     }
-    if (delayed_ && value_dtype_ != DType::kF32) {  // the delayed step's 16-bit result, whole
-      MEMWALL_ASSIGN_OR_RETURN(delayed_values_,
-                               device_.AllocatePinnedHost(n_ * SizeOf(value_dtype_), MemoryTag::kStaging));
+    if (plan.contains("delayed values")) {
+      MEMWALL_ASSIGN_OR_RETURN(delayed_values_, AllocatePlanned(device_, plan, "delayed values"));
     }
-    MEMWALL_ASSIGN_OR_RETURN(staging_grads_, device_.AllocatePinnedHost(staging_elements_ * SizeOf(grad_dtype_),
-                                                                        MemoryTag::kStaging));
-    MEMWALL_ASSIGN_OR_RETURN(staging_values_,
-                             device_.AllocatePinnedHost(2 * tile_ * SizeOf(value_dtype_), MemoryTag::kStaging));
-    MEMWALL_ASSIGN_OR_RETURN(norm_host_, device_.AllocatePinnedHost(2 * sizeof(float), MemoryTag::kStaging));
+    MEMWALL_ASSIGN_OR_RETURN(staging_grads_, AllocatePlanned(device_, plan, "staging gradients"));
+    MEMWALL_ASSIGN_OR_RETURN(staging_values_, AllocatePlanned(device_, plan, "staging values"));
+    MEMWALL_ASSIGN_OR_RETURN(norm_host_, AllocatePlanned(device_, plan, "norm"));
     for (const Buffer* b : {&master_, &m_, &v_}) std::memset(b->data(), 0, b->bytes());
     MEMWALL_ASSIGN_OR_RETURN(copy_stream_, device_.CreateStream(kCopyStreamName));
     for (auto& e : slot_free_) {
@@ -59,7 +65,7 @@ class HostOptimizer : public DelayableOptimizer, public zero::GradientSink {
     }
     MEMWALL_ASSIGN_OR_RETURN(copied_, device_.CreateEvent());
     cpu_adam::CpuAdam::Options o;
-    o.adam = adam;
+    o.adam = r.adam;
     MEMWALL_ASSIGN_OR_RETURN(adam_, cpu_adam::CpuAdam::Create(o));
     return absl::OkStatus();
   }
@@ -313,6 +319,35 @@ class HostOptimizer : public DelayableOptimizer, public zero::GradientSink {
 
 }  // namespace
 
+MemoryPlan HostOptimizerPlan(const zero::ShardOptimizerRequest& r) {
+  const int64_t n = r.elements, g = SizeOf(r.grad_dtype), v = SizeOf(r.value_dtype);
+  const bool delayed = Delayed(r);
+  MemoryPlan plan;
+  plan.Add("master", MemorySpace::kPinnedHost, MemoryTag::kMasterParams, 4 * n)
+      .Add("exp_avg", MemorySpace::kPinnedHost, MemoryTag::kOptimizerStates, 4 * n)
+      .Add("exp_avg_sq", MemorySpace::kPinnedHost, MemoryTag::kOptimizerStates, 4 * n)
+      .Add("gradients 0", MemorySpace::kPinnedHost, MemoryTag::kGrads, g * n);
+  // The delayed update steps one gradient shard while the next iteration
+  // accumulates into the other, and keeps its 16-bit result whole.
+  if (delayed) plan.Add("gradients 1", MemorySpace::kPinnedHost, MemoryTag::kGrads, g * n);
+  if (delayed && r.value_dtype != DType::kF32) {
+    plan.Add("delayed values", MemorySpace::kPinnedHost, MemoryTag::kStaging, v * n);
+  }
+  // The largest piece a flush delivers (one reduce bucket), two tiles of
+  // updated values (the H2D of one under the Adam of the next), the norm pair.
+  plan.Add("staging gradients", MemorySpace::kPinnedHost, MemoryTag::kStaging, g * r.largest_piece)
+      .Add("staging values", MemorySpace::kPinnedHost, MemoryTag::kStaging, 2 * TileElements(r) * v)
+      .Add("norm", MemorySpace::kPinnedHost, MemoryTag::kStaging, 2 * sizeof(float));
+  return plan;
+}
+
+zero::ShardOptimizerProvider HostOptimizerProvider(const HostOptimizerHooks* hooks) {
+  zero::ShardOptimizerProvider p;
+  p.plan = HostOptimizerPlan;
+  p.create = [hooks](const zero::ShardOptimizerRequest& r) { return CreateHostOptimizer(r, hooks); };
+  return p;
+}
+
 absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(const zero::ShardOptimizerRequest& r,
                                                                          const HostOptimizerHooks* hooks) {
   if (r.device == nullptr || r.elements <= 0 || r.largest_piece <= 0) {
@@ -325,7 +360,7 @@ absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(const 
         "transfer through pinned host memory (pageable copies would be synchronous)");
   }
   auto opt = std::make_unique<HostOptimizer>(r, r.timeline, hooks);
-  MEMWALL_RETURN_IF_ERROR(opt->Init(r.adam));
+  MEMWALL_RETURN_IF_ERROR(opt->Init(r));
   const int64_t after = c.delayed_update_after_steps();
   if (after > 0) return DelayParameterUpdates(std::move(opt), after);
   return std::unique_ptr<zero::ShardOptimizer>(std::move(opt));
@@ -336,9 +371,7 @@ absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model,
                                                              const HostOptimizerHooks* hooks) {
   if (options.zero.offload_optimizer().device() == zero::OffloadOptimizerConfig::CPU) {
     MEMWALL_RETURN_IF_ERROR(zero::ValidateZeroConfig(options.zero));
-    options.shard_optimizer_factory = [hooks](const zero::ShardOptimizerRequest& r) {
-      return CreateHostOptimizer(r, hooks);
-    };
+    options.shard_optimizer = HostOptimizerProvider(hooks);
   }
   return zero::Trainer::Create(model, device, comm, options);
 }

@@ -53,6 +53,18 @@ struct HostOptimizerHooks {
   std::function<void()> delayed_step_running;
 };
 
+// What the host optimizer for `request` allocates, all pinned host memory:
+// "master" (4 bytes an element), "exp_avg", "exp_avg_sq" (4 each),
+// "gradients 0" (and "gradients 1" with the delayed update), "delayed values"
+// (the delayed step's 16-bit result, whole), "staging gradients" (one reduce
+// bucket: request.largest_piece), "staging values" (two tiles), "norm" (2
+// fp32): ZeRO-Offload's 12Ψ/N + 2Ψ/N plus staging.
+MemoryPlan HostOptimizerPlan(const zero::ShardOptimizerRequest& request);
+
+// HostOptimizerPlan and CreateHostOptimizer, for TrainerOptions.shard_optimizer
+// and the memory estimator.
+zero::ShardOptimizerProvider HostOptimizerProvider(const HostOptimizerHooks* hooks = nullptr);
+
 // The host optimizer for `request` (zero/shard_optimizer.h), its updates
 // delayed (offload/delayed_update.h) when offload_optimizer.
 // delayed_update_after_steps > 0; request.timeline, if set, receives zones

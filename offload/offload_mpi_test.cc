@@ -232,6 +232,7 @@ TEST_F(Offload, ModelStatesLeaveTheDevice) {
     in.precision = o.precision;
     in.micro_batch = o.micro_batch;
     in.seq = o.seq;
+    in.optimizer = HostOptimizerProvider();
     auto est = zero::EstimateMemory(in);
     ASSERT_TRUE(est.ok()) << est.status();
     for (int t = 0; t < kNumMemoryTags; ++t) {

@@ -8,12 +8,15 @@
 #include "runtime/status.h"
 #include "zero/partition.h"
 #include "zero/config.h"
+#include "zero/parameter_gather.h"
+#include "zero/stage_plan.h"
 
 namespace memwall::zero {
 namespace {
 
-void Add(Estimate& e, MemoryTag tag, int64_t bytes) { e.device[static_cast<int>(tag)] += bytes; }
-void AddHost(Estimate& e, MemoryTag tag, int64_t bytes) { e.host[static_cast<int>(tag)] += bytes; }
+DType ParamType(Precision p) {
+  return p == Precision::kFp32 ? DType::kF32 : p == Precision::kFp16 ? DType::kF16 : DType::kBF16;
+}
 
 absl::Status Bad(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("memory estimate: ", what));
@@ -36,93 +39,46 @@ absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
   } else if (in.params <= 0) {
     return Bad(absl::StrCat("params = ", in.params, " must be > 0 (or give a model)"));
   }
-  const ZeroConfig z = WithDefaults(in.zero);
-  const int stage = z.stage();
-  Estimate e;
-  e.params = in.model.has_value() ? models::CountParameters(*in.model) : in.params;
-  const int64_t psi = e.params;
-  const int64_t shard = (psi + in.ranks - 1) / in.ranks;
-  const bool half = in.precision != Precision::kFp32;
-  const int64_t c = half ? 2 : 4;
-
-  // What the engine sizes from the model's modules (zero/partition.h):
-  // the largest module's own parameters, and stage 3's persistent ones.
-  int64_t largest_module = 0, persistent = 0;
+  const bool offload = in.zero.offload_optimizer().device() != OffloadOptimizerConfig::NONE;
+  if (offload != static_cast<bool>(in.optimizer)) {
+    return absl::FailedPreconditionError(
+        offload ? "memory estimate: offload_optimizer.device = CPU needs the offloaded optimizer's plan "
+                  "(offload::HostOptimizerProvider() as EstimateInput.optimizer)"
+                : "memory estimate: an optimizer provider is given but offload_optimizer.device is NONE");
+  }
+  // The shape the engine would compute from the model's layout.
+  PlanShape shape;
+  shape.zero = WithDefaults(in.zero);
+  shape.numel = in.model.has_value() ? models::CountParameters(*in.model) : in.params;
+  shape.ranks = static_cast<int>(in.ranks);
+  shape.owners = Owners(shape.zero, shape.ranks);
+  shape.shard = (shape.numel + shape.owners - 1) / shape.owners;
+  shape.dtype = ParamType(in.precision);
   if (in.model.has_value()) {
     MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<models::Gpt> gpt, models::Gpt::Create(*in.model));
-    largest_module = LargestModuleParameters(*gpt);
-    for (models::Parameter* p : gpt->Parameters()) {
-      if (p->numel() <= z.param_persistence_threshold()) persistent += p->numel();
-    }
+    shape.largest_module = LargestModuleParameters(*gpt);
+    if (shape.zero.stage() == 3) shape.persistent = PersistentElements(*gpt, shape.zero.param_persistence_threshold());
   }
-  const int64_t padded = shard * in.ranks;
+  const StageParts parts = ChooseStageParts(shape.zero, shape.dtype, offload);
+  const ShardOptimizerRequest request = OptimizerRequest(shape, ops::AdamOptions{}, nullptr);
+  const MemoryPlan optimizer =
+      offload ? in.optimizer.plan(request) : DeviceShardOptimizerPlan(request, parts.master_is_values);
 
-  // Model states (the table in estimator.h; stages 1 and 2 pad the
-  // replicated buffers to N shard elements).
-  const bool offload = z.offload_optimizer().device() == OffloadOptimizerConfig::CPU;
-  const bool bucketed = stage >= 2 || offload;  // gradients travel in reduce buckets
-  const int64_t replicated = stage == 0 ? psi : padded;
-  const int64_t capacity = std::min(padded, std::max(z.reduce_bucket_bytes() / c, largest_module));
-  Add(e, half ? MemoryTag::kParams16 : MemoryTag::kMasterParams,
-      c * (stage < 3 ? replicated : shard + persistent));
-  if (!offload) {
-    Add(e, MemoryTag::kGrads, c * (stage < 2 ? replicated : shard));
-    if (half || stage > 0) Add(e, MemoryTag::kMasterParams, 4 * (stage == 0 ? psi : shard));
-    Add(e, MemoryTag::kOptimizerStates, 8 * (stage == 0 ? psi : shard));
-  } else {
-    // ZeRO-Offload: the shard's states in pinned host memory (the table in
-    // estimator.h), two gradient shards with the delayed update, and the
-    // staging: the largest piece a flush delivers (one reduce bucket), two
-    // tiles of updated values, the norm pair; with DPU in 16-bit modes the
-    // delayed step's values, whole.
-    const bool delayed = z.offload_optimizer().delayed_update_after_steps() > 0;
-    const int64_t tile = std::max<int64_t>(1, std::min(z.offload_optimizer().tile_elements(), shard));
-    AddHost(e, MemoryTag::kMasterParams, 4 * shard);
-    AddHost(e, MemoryTag::kOptimizerStates, 8 * shard);
-    AddHost(e, MemoryTag::kGrads, c * shard * (delayed ? 2 : 1));
-    AddHost(e, MemoryTag::kStaging, c * capacity + 2 * c * tile + 8 + (delayed && half ? c * shard : 0));
-  }
-  for (int64_t bytes : e.host) e.host_bytes += bytes;
-  e.model_states_bytes = e.of(MemoryTag::kParams16) + e.of(MemoryTag::kGrads) +
-                         e.of(MemoryTag::kMasterParams) + e.of(MemoryTag::kOptimizerStates);
-
-  // The trainer's two scalars: [sum of squares, overflow flag] and the
-  // [loss sum, tokens] pair it all-reduces.
-  Add(e, MemoryTag::kWorkspace, 2 * sizeof(float));
-  Add(e, MemoryTag::kCommBuffers, 2 * sizeof(float));
-  // Communication buffers, as zero/trainer.cc sizes them.
-  if (stage == 1 || stage == 2) {  // the all-gather bucket: N equal chunks
-    const int64_t chunk = std::max<int64_t>(1, std::min(padded, z.allgather_bucket_bytes() / c) / in.ranks);
-    Add(e, MemoryTag::kCommBuffers, c * chunk * in.ranks);
-  }
-  if (bucketed) {  // reduce buckets: two with overlap_comm
-    Add(e, MemoryTag::kCommBuffers, c * capacity * (z.overlap_comm() ? 2 : 1));
-  }
-  if (stage == 3) {
-    // Gathered modules: the one in use plus what prefetch may hold; and
-    // the divergence check's 2 int32 per rank.
-    Add(e, MemoryTag::kCommBuffers, c * largest_module + std::min(z.prefetch_bucket_bytes(), c * psi) +
-                                        8 * in.ranks);
-  }
-
-  // One micro-batch of the GPT (models/gpt.cc, Run).
+  Estimate e;
+  e.params = shape.numel;
+  e.plan = StagePlan(shape, parts, optimizer);
   if (in.model.has_value()) {
-    const models::GptConfig& m = *in.model;
-    const int64_t rows = in.micro_batch * in.seq, d = m.hidden(), layers = m.layers();
-    const int64_t heads = m.heads(), v = m.vocab();
-    const bool checkpoint = in.checkpointing.value_or(m.activation_checkpointing());
-    const int64_t blocks = checkpoint ? 1 : layers;
-    const int64_t floats = (layers + 1) * rows * d                 // residual stream
-                           + blocks * rows * (15 * d + heads + 4)  // block activations
-                           + rows * (2 * d + 6)                    // embeddings, ln_f, losses, ids
-                           + rows * (12 * d + heads);              // backward scratch
-    Add(e, MemoryTag::kActivations, 4 * floats);
-    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t{1} << 26) / v));
-    Add(e, MemoryTag::kWorkspace, 4 * chunk * v);
-    if (half) Add(e, MemoryTag::kWorkspace, 2 * (2 * rows * 4 * d + rows * d + chunk * v));
+    e.plan.Append(models::ActivationPlan(*in.model, in.micro_batch, in.seq, shape.dtype,
+                                         in.checkpointing.value_or(in.model->activation_checkpointing())),
+                  "model: ");
     e.activations_counted = true;
   }
-  for (int64_t bytes : e.device) e.total_device_bytes += bytes;
+  e.device = e.plan.ByTag(MemorySpace::kDevice);
+  e.host = e.plan.ByTag(MemorySpace::kPinnedHost);
+  e.total_device_bytes = e.plan.Total(MemorySpace::kDevice);
+  e.host_bytes = e.plan.Total(MemorySpace::kPinnedHost);
+  e.model_states_bytes = e.of(MemoryTag::kParams16) + e.of(MemoryTag::kGrads) +
+                         e.of(MemoryTag::kMasterParams) + e.of(MemoryTag::kOptimizerStates);
   e.device_budget = in.device_bytes;
   e.fits = in.device_bytes == 0 || e.total_device_bytes <= in.device_bytes;
   return e;

@@ -1,8 +1,10 @@
-// Memory estimator: the device bytes one rank will hold, by tag, before
-// anything is launched. DeepSpeed's estimators count model states only, and
-// users report real usage 6-8x higher; this one also counts what memwall's
-// GPT allocates for a micro-batch (activations, checkpoints, the LM head's
-// logits chunk, 16-bit operand copies) and the engine's buckets.
+// Memory estimator: the bytes one rank will hold, by memory space and tag,
+// before anything is launched. DeepSpeed's estimators count model states
+// only, and users report real usage 6-8x higher; this one sums the plans of
+// the parts the engine would build (zero/stage_plan.h: parameters,
+// gradients, optimizer, the trainer's scalars) and of what memwall's GPT
+// allocates for a micro-batch (models::ActivationPlan), so every size comes
+// from the function the engine allocates with.
 //
 // Model states per rank, Ψ parameters, N ranks, shard = ceil(Ψ / N) (every
 // rank's shard padded to the same size), c = 2 bytes in bf16/fp16 modes:
@@ -15,33 +17,11 @@
 // most param_persistence_threshold elements, whole on every rank.) With
 // c = 2 this is ZeRO §5's 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N and 16Ψ/N. In fp32
 // mode (c = 4) stage 0's parameters are the master weights, so the master
-// row is 0 there.
-//
-// Activations and workspace follow models/gpt.cc's Run for one micro-batch
-// of micro_batch x seq tokens (rows = micro_batch * seq, hidden d, L
-// layers, H heads, vocabulary V), in fp32 (4 bytes):
-//   residual stream x_0..x_L        (L + 1) rows d
-//   block activations, per block    rows (15 d + H + 4); one block when
-//                                   checkpointing, else L
-//   embeddings, ln_f, losses, ids   rows (2 d + 6)
-//   backward scratch                rows (12 d + H)
-//   logits chunk (workspace)        chunk V, chunk = min(rows, 2^26 / V)
-//   16-bit modes (workspace, c = 2) 2 * rows 4d + rows d + chunk V
-// Communication buffers, as zero/trainer.cc sizes them: stages 1, 2 one
-// all-gather bucket of N equal chunks, min(allgather_bucket_bytes, cΨ');
-// stages 2, 3 reduce buckets of max(reduce_bucket_bytes, c · the largest
-// module), capped at cΨ', two with overlap_comm; stage 3 the module in use
-// (at most the largest), prefetch_bucket_bytes, and 8N bytes for the
-// divergence check. And the trainer's two 8-byte scalars (norm and flag:
-// workspace; loss and tokens: comm buffers).
-//
-// ZeRO-Offload (offload_optimizer { device: CPU }, stages 1 and 2): the
-// device keeps the parameters (cΨ') and the buckets (stage 1 too uses
-// reduce buckets: no device gradients); the pinned host holds, per rank,
-//   fp32 master 4 shard, Adam 8 shard, gradients c shard (x2 with DPU),
-//   staging c capacity (one reduce bucket) + 2 c tile + 8 (+ c shard, the
-//   delayed step's 16-bit values, with DPU in 16-bit modes)
-// = ZeRO-Offload's 12Ψ/N + 2Ψ/N plus staging (offload/host_optimizer.h).
+// row is 0 there. Communication buffers: the all-gather bucket (stages 1,
+// 2), reduce buckets (two with overlap_comm), stage 3's gathered modules
+// (a peak bound) and divergence check. ZeRO-Offload moves the optimizer's
+// plan to pinned host memory (offload/host_optimizer.h: 12Ψ/N + 2Ψ/N plus
+// staging); the caller passes that plan's provider.
 #ifndef MEMWALL_ZERO_ESTIMATOR_H_
 #define MEMWALL_ZERO_ESTIMATOR_H_
 
@@ -53,6 +33,8 @@
 #include "absl/status/statusor.h"
 #include "models/gpt_config.pb.h"
 #include "runtime/memory.h"
+#include "runtime/memory_plan.h"
+#include "zero/shard_optimizer.h"
 #include "zero/trainer.h"
 #include "zero/zero_config.pb.h"
 
@@ -68,10 +50,14 @@ struct EstimateInput {
   int64_t seq = 1024;
   std::optional<bool> checkpointing;     // unset: the model's setting
   int64_t device_bytes = 0;              // 0: no budget to check against
+  // With zero.offload_optimizer { device: CPU }: the offloaded optimizer's
+  // plan (offload::HostOptimizerProvider()); unset otherwise.
+  ShardOptimizerProvider optimizer;
 };
 
 struct Estimate {
   int64_t params = 0;
+  MemoryPlan plan;                       // every buffer, named by the part that allocates it
   std::array<int64_t, kNumMemoryTags> device{};  // per rank, by MemoryTag
   int64_t model_states_bytes = 0;        // params16 + grads + master + optimizer
   int64_t total_device_bytes = 0;

@@ -3,11 +3,18 @@
 // with and without activation checkpointing.
 #include "zero/estimator.h"
 
+#include <array>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "models/data.h"
+#include "absl/strings/match.h"
 #include "runtime/cpu_device.h"
+#include "zero/config.h"
+#include "zero/gradient_reduction.h"
+#include "zero/parameter_gather.h"
+#include "zero/parameter_placement.h"
+#include "zero/stage_plan.h"
 
 namespace memwall::zero {
 namespace {
@@ -95,6 +102,83 @@ TEST(Estimator, SaysWhetherItFitsAndPrintsJson) {
   for (const char* key : {"\"model_states_bytes_per_rank\": ", "\"total_device_bytes_per_rank\": ",
                           "\"host_bytes_per_rank\": 0", "\"fits\": true", "\"activations\": "}) {
     EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
+  }
+}
+
+// The estimate is the sum of the parts' plans, each built here on its own
+// from the same shape (zero/stage_plan.h's table), and a trainer just made
+// holds exactly the non-transient part of that plan, tag by tag, in device
+// and pinned host memory: the engine allocates from the plans it states.
+TEST(Estimator, IsTheSumOfThePartsPlansAndTheEngineAllocatesThem) {
+  const models::GptConfig config = Small();
+  auto model = *models::Gpt::Create(config);
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (Precision precision : {Precision::kBf16, Precision::kFp32}) {
+      const std::string what = absl::StrCat("stage ", stage, " ", PrecisionName(precision));
+      EstimateInput in;
+      in.model = config;
+      in.zero.set_stage(stage);
+      in.zero.set_param_persistence_threshold(200);  // stage 3 gathers some, keeps some
+      in.precision = precision;
+      in.micro_batch = 2;
+      in.seq = 32;
+      auto e = EstimateMemory(in);
+      ASSERT_TRUE(e.ok()) << e.status();
+
+      PlanShape shape;
+      shape.zero = WithDefaults(in.zero);
+      shape.numel = models::CountParameters(config);
+      shape.owners = 1;
+      shape.ranks = 1;
+      shape.shard = shape.numel;
+      shape.dtype = precision == Precision::kFp32 ? DType::kF32 : DType::kBF16;
+      shape.largest_module = LargestModuleParameters(*model);
+      shape.persistent = stage == 3 ? PersistentElements(*model, 200) : 0;
+      MemoryPlan parts;
+      if (stage < 3) {
+        parts.Append(ReplicatedParametersPlan(shape, /*all_gather=*/stage > 0), "p ");
+      } else {
+        parts.Append(ShardedParametersPlan(shape), "p ");
+      }
+      if (stage < 2) {
+        parts.Append(WholeGradientsPlan(shape), "g ");
+      } else {
+        parts.Append(BucketedGradientsPlan(shape, /*count=*/2, /*device_shard=*/true), "g ");  // overlap_comm
+      }
+      ShardOptimizerRequest request;
+      request.elements = shape.shard;
+      parts.Append(DeviceShardOptimizerPlan(request, /*master_is_values=*/stage == 0 && precision == Precision::kFp32), "o ");
+      parts.Append(TrainerScalarsPlan(), "t ");
+      parts.Append(models::ActivationPlan(config, 2, 32, shape.dtype, config.activation_checkpointing()), "m ");
+      EXPECT_EQ(e->device, parts.ByTag(MemorySpace::kDevice)) << what << "\n" << e->plan.ToText();
+      EXPECT_EQ(e->host, parts.ByTag(MemorySpace::kPinnedHost)) << what;
+      EXPECT_EQ(e->plan.buffers().size(), parts.buffers().size()) << what;
+
+      // What a trainer holds once made: the plan without the model's
+      // activations and stage 3's transient gathers.
+      std::array<int64_t, kNumMemoryTags> device_want{}, host_want{};
+      for (const PlannedBuffer& b : e->plan.buffers()) {
+        if (b.transient || absl::StartsWith(b.name, "model: ")) continue;
+        (b.space == MemorySpace::kDevice ? device_want : host_want)[static_cast<int>(b.tag)] += b.bytes;
+      }
+      auto device = *CreateCpuDevice();
+      auto comm = CreateSingleProcessCommunicator();
+      auto fresh = *models::Gpt::Create(config);
+      TrainerOptions o;
+      o.seq = 32;
+      o.micro_batch = 2;
+      o.precision = precision;
+      o.zero = in.zero;
+      auto trainer = Trainer::Create(*fresh, *device, *comm, o);
+      ASSERT_TRUE(trainer.ok()) << trainer.status();
+      for (int t = 0; t < kNumMemoryTags; ++t) {
+        const MemoryTag tag = static_cast<MemoryTag>(t);
+        EXPECT_EQ(int64_t(device->memory().account().current(tag)), device_want[t])
+            << what << ": device " << MemoryTagName(tag);
+        EXPECT_EQ(int64_t(device->pinned_host().account().current(tag)), host_want[t])
+            << what << ": pinned " << MemoryTagName(tag);
+      }
+    }
   }
 }
 

@@ -8,19 +8,29 @@
 
 namespace memwall::zero {
 
+MemoryPlan GradientBuckets::Plan(const PlanShape& shape, int count) {
+  MemoryPlan plan;
+  for (int i = 0; i < count; ++i) {
+    plan.Add(absl::StrCat("reduce bucket ", i), MemorySpace::kDevice, MemoryTag::kCommBuffers,
+             shape.reduce_bucket_elements() * shape.elem());
+  }
+  return plan;
+}
+
 absl::StatusOr<std::unique_ptr<GradientBuckets>> GradientBuckets::Create(
-    const FlatLayout& layout, Device& device, Communicator& comm, Stream& coll, DType dtype,
-    int64_t capacity, int count, GradientSink& sink) {
+    const FlatLayout& layout, const PlanShape& shape, Device& device, Communicator& comm, Stream& coll,
+    int count, GradientSink& sink) {
+  const int64_t capacity = shape.reduce_bucket_elements();
   if (capacity <= 0 || count < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("reduce buckets: capacity ", capacity, " x ", count, " must be positive"));
   }
+  const MemoryPlan plan = Plan(shape, count);
   std::unique_ptr<GradientBuckets> g(
-      new GradientBuckets(layout, device, comm, coll, dtype, capacity, sink));
+      new GradientBuckets(layout, device, comm, coll, shape.dtype, capacity, sink));
   for (int i = 0; i < count; ++i) {
     Bucket b;
-    MEMWALL_ASSIGN_OR_RETURN(b.memory, device.Allocate(static_cast<size_t>(capacity) * SizeOf(dtype),
-                                                       MemoryTag::kCommBuffers));
+    MEMWALL_ASSIGN_OR_RETURN(b.memory, AllocatePlanned(device, plan, absl::StrCat("reduce bucket ", i)));
     b.top = capacity;
     MEMWALL_ASSIGN_OR_RETURN(b.free, device.CreateEvent());
     g->buckets_.push_back(std::move(b));

@@ -33,7 +33,9 @@
 #include "models/module.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
+#include "runtime/memory_plan.h"
 #include "zero/partition.h"
+#include "zero/plan_shape.h"
 
 namespace memwall::zero {
 
@@ -61,14 +63,18 @@ class DeviceGradientSink : public GradientSink {
 
 class GradientBuckets {
  public:
-  // `capacity` elements per bucket (at least the largest module's own
-  // parameters), `count` buckets (1, or 2 to overlap); gradients are
-  // `dtype`; `sink` (which must outlive the buckets) receives this rank's
-  // reduced pieces; `coll` is where every collective of the engine runs
-  // (the compute stream itself without overlap).
+  // `count` buckets (1, or 2 to overlap) of shape.reduce_bucket_elements()
+  // gradients of shape.dtype each: "reduce bucket <i>", device memory,
+  // kCommBuffers.
+  static MemoryPlan Plan(const PlanShape& shape, int count);
+
+  // The buckets of Plan(shape, count); `sink` (which must outlive the
+  // buckets) receives this rank's reduced pieces; `coll` is where every
+  // collective of the engine runs (the compute stream itself without
+  // overlap).
   static absl::StatusOr<std::unique_ptr<GradientBuckets>> Create(
-      const FlatLayout& layout, Device& device, Communicator& comm, Stream& coll, DType dtype,
-      int64_t capacity, int count, GradientSink& sink);
+      const FlatLayout& layout, const PlanShape& shape, Device& device, Communicator& comm, Stream& coll,
+      int count, GradientSink& sink);
 
   // Points every gradient of the layout at no memory (a deferred binding).
   void UnbindAll();

@@ -5,11 +5,12 @@
 namespace memwall::zero {
 namespace {
 
-// A flat gradient buffer of `elements`, zeroed, every parameter's gradient
-// bound into it.
-absl::StatusOr<Buffer> BoundGradients(const FlatLayout& layout, Device& device, DType dtype, int64_t elements) {
+// The flat gradient buffer of WholeGradientsPlan, zeroed, every parameter's
+// gradient bound into it.
+absl::StatusOr<Buffer> BoundGradients(const FlatLayout& layout, const PlanShape& shape, Device& device) {
+  const DType dtype = shape.dtype;
   const size_t elem = SizeOf(dtype);
-  MEMWALL_ASSIGN_OR_RETURN(Buffer grads, device.Allocate(elements * elem, MemoryTag::kGrads));
+  MEMWALL_ASSIGN_OR_RETURN(Buffer grads, AllocatePlanned(device, WholeGradientsPlan(shape), "gradients"));
   MEMWALL_RETURN_IF_ERROR(device.compute_stream().Memset(grads.data(), 0, grads.bytes()));
   for (models::Parameter* p : layout.params()) {
     p->grad = Tensor(grads.as<char>() + layout.offset(p) * elem, dtype, p->shape, &device);
@@ -57,15 +58,15 @@ class BucketedGradients : public GradientReduction {
   BucketedGradients(Device& device, Communicator& comm, Stream& coll, DType dtype)
       : device_(device), comm_(comm), coll_(coll), dtype_(dtype) {}
 
-  absl::Status Init(const FlatLayout& layout, int64_t capacity, int count, GradientSink* sink) {
+  absl::Status Init(const FlatLayout& layout, const PlanShape& shape, int count, GradientSink* sink) {
     if (sink == nullptr) {
-      MEMWALL_ASSIGN_OR_RETURN(shard_, device_.Allocate(layout.shard() * SizeOf(dtype_), MemoryTag::kGrads));
+      MEMWALL_ASSIGN_OR_RETURN(shard_, AllocatePlanned(device_, BucketedGradientsPlan(shape, count, true),
+                                                       "gradient shard"));
       MEMWALL_RETURN_IF_ERROR(device_.compute_stream().Memset(shard_.data(), 0, shard_.bytes()));
       device_sink_ = std::make_unique<DeviceGradientSink>(shard());
       sink = device_sink_.get();
     }
-    MEMWALL_ASSIGN_OR_RETURN(buckets_, GradientBuckets::Create(layout, device_, comm_, coll_, dtype_, capacity,
-                                                               count, *sink));
+    MEMWALL_ASSIGN_OR_RETURN(buckets_, GradientBuckets::Create(layout, shape, device_, comm_, coll_, count, *sink));
     return absl::OkStatus();
   }
 
@@ -90,25 +91,38 @@ class BucketedGradients : public GradientReduction {
 
 }  // namespace
 
+MemoryPlan WholeGradientsPlan(const PlanShape& shape) {
+  MemoryPlan plan;
+  plan.Add("gradients", MemorySpace::kDevice, MemoryTag::kGrads, shape.padded() * shape.elem());
+  return plan;
+}
+
 absl::StatusOr<std::unique_ptr<GradientReduction>> CreateAllReduceGradients(
-    const FlatLayout& layout, Device& device, Communicator& comm, Stream& coll, DType dtype) {
-  MEMWALL_ASSIGN_OR_RETURN(Buffer grads, BoundGradients(layout, device, dtype, layout.padded()));
+    const FlatLayout& layout, const PlanShape& shape, Device& device, Communicator& comm, Stream& coll) {
+  MEMWALL_ASSIGN_OR_RETURN(Buffer grads, BoundGradients(layout, shape, device));
   return std::unique_ptr<GradientReduction>(new WholeGradients(
-      layout, device, comm, coll, dtype, WholeGradients::Collective::kAllReduce, std::move(grads)));
+      layout, device, comm, coll, shape.dtype, WholeGradients::Collective::kAllReduce, std::move(grads)));
 }
 
 absl::StatusOr<std::unique_ptr<GradientReduction>> CreateReduceScatterGradients(
-    const FlatLayout& layout, Device& device, Communicator& comm, Stream& coll, DType dtype) {
-  MEMWALL_ASSIGN_OR_RETURN(Buffer grads, BoundGradients(layout, device, dtype, layout.padded()));
+    const FlatLayout& layout, const PlanShape& shape, Device& device, Communicator& comm, Stream& coll) {
+  MEMWALL_ASSIGN_OR_RETURN(Buffer grads, BoundGradients(layout, shape, device));
   return std::unique_ptr<GradientReduction>(new WholeGradients(
-      layout, device, comm, coll, dtype, WholeGradients::Collective::kReduceScatter, std::move(grads)));
+      layout, device, comm, coll, shape.dtype, WholeGradients::Collective::kReduceScatter, std::move(grads)));
+}
+
+MemoryPlan BucketedGradientsPlan(const PlanShape& shape, int count, bool device_shard) {
+  MemoryPlan plan;
+  if (device_shard) plan.Add("gradient shard", MemorySpace::kDevice, MemoryTag::kGrads, shape.shard * shape.elem());
+  plan.Append(GradientBuckets::Plan(shape, count));
+  return plan;
 }
 
 absl::StatusOr<std::unique_ptr<GradientReduction>> CreateBucketedGradients(
-    const FlatLayout& layout, Device& device, Communicator& comm, Stream& coll, DType dtype,
-    int64_t capacity, int count, GradientSink* sink) {
-  auto g = std::make_unique<BucketedGradients>(device, comm, coll, dtype);
-  MEMWALL_RETURN_IF_ERROR(g->Init(layout, capacity, count, sink));
+    const FlatLayout& layout, const PlanShape& shape, Device& device, Communicator& comm, Stream& coll,
+    int count, GradientSink* sink) {
+  auto g = std::make_unique<BucketedGradients>(device, comm, coll, shape.dtype);
+  MEMWALL_RETURN_IF_ERROR(g->Init(layout, shape, count, sink));
   return std::unique_ptr<GradientReduction>(std::move(g));
 }
 

@@ -28,7 +28,9 @@
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "zero/gradient_buckets.h"
+#include "runtime/memory_plan.h"
 #include "zero/partition.h"
+#include "zero/plan_shape.h"
 
 namespace memwall::zero {
 
@@ -52,20 +54,25 @@ class GradientReduction {
   virtual absl::Status SumNorm(const Tensor& norm) = 0;
 };
 
-// Stage 0: Ψ = layout.padded() gradients of `dtype` (one owner), bound.
+// Stages 0 and 1: "gradients", Ψ' = shape.padded() of shape.dtype (Ψ at
+// stage 0: one owner), kGrads.
+MemoryPlan WholeGradientsPlan(const PlanShape& shape);
+// Stage 0: the whole gradient, bound; all-reduced.
 absl::StatusOr<std::unique_ptr<GradientReduction>> CreateAllReduceGradients(
-    const FlatLayout& layout, Device& device, Communicator& comm, Stream& coll, DType dtype);
-
-// Stage 1: Ψ' = layout.padded() gradients, bound; reduce-scatter to shards.
+    const FlatLayout& layout, const PlanShape& shape, Device& device, Communicator& comm, Stream& coll);
+// Stage 1: the padded gradient, bound; reduce-scattered to the shards.
 absl::StatusOr<std::unique_ptr<GradientReduction>> CreateReduceScatterGradients(
-    const FlatLayout& layout, Device& device, Communicator& comm, Stream& coll, DType dtype);
+    const FlatLayout& layout, const PlanShape& shape, Device& device, Communicator& comm, Stream& coll);
 
-// Stages 2, 3 (and offload): `count` reduce buckets of `capacity` elements
-// on `coll`, reduced into `sink`, or, when it is null, into a device shard
-// of layout.shard() elements (tag kGrads) this reduction owns.
+// Stages 2, 3 (and offload): "gradient shard" (shape.shard elements, kGrads)
+// unless the optimizer keeps it, and `count` reduce buckets
+// ("reduce bucket <i>", zero/gradient_buckets.h).
+MemoryPlan BucketedGradientsPlan(const PlanShape& shape, int count, bool device_shard);
+// The buckets on `coll`, reduced into `sink`, or, when it is null, into the
+// device gradient shard this reduction owns.
 absl::StatusOr<std::unique_ptr<GradientReduction>> CreateBucketedGradients(
-    const FlatLayout& layout, Device& device, Communicator& comm, Stream& coll, DType dtype,
-    int64_t capacity, int count, GradientSink* sink);
+    const FlatLayout& layout, const PlanShape& shape, Device& device, Communicator& comm, Stream& coll,
+    int count, GradientSink* sink);
 
 }  // namespace memwall::zero
 

@@ -22,10 +22,33 @@ void CollectModules(models::Module& m, std::vector<models::Module*>& out) {
 
 }  // namespace
 
+int64_t PersistentElements(models::Module& root, int64_t threshold) {
+  int64_t n = 0;
+  for (models::Parameter* p : root.Parameters()) {
+    if (p->numel() <= threshold) n += p->numel();
+  }
+  return n;
+}
+
+MemoryPlan ParameterGather::Plan(const PlanShape& shape) {
+  const int64_t check = 2 * sizeof(int32_t) * shape.ranks;
+  MemoryPlan plan;
+  plan.Add("persistent", MemorySpace::kDevice, shape.values_tag(), shape.persistent * shape.elem())
+      .Add("divergence check", MemorySpace::kDevice, MemoryTag::kCommBuffers, check)
+      .Add("divergence check (host)", MemorySpace::kPinnedHost, MemoryTag::kStaging, check + 2 * sizeof(int32_t))
+      .Add("gathered modules", MemorySpace::kDevice, MemoryTag::kCommBuffers,
+           shape.elem() * shape.largest_module +
+               std::min(shape.zero.prefetch_bucket_bytes(), shape.elem() * shape.numel),
+           /*transient=*/true);
+  return plan;
+}
+
 absl::StatusOr<std::unique_ptr<ParameterGather>> ParameterGather::Create(
-    const FlatLayout& layout, models::Module& root, Device& device, Communicator& comm,
-    Stream& coll, DType dtype, MemoryTag values_tag, Tensor values_shard,
-    const ZeroConfig& config) {
+    const FlatLayout& layout, const PlanShape& shape, models::Module& root, Device& device,
+    Communicator& comm, Stream& coll, Tensor values_shard) {
+  const ZeroConfig& config = shape.zero;
+  const DType dtype = shape.dtype;
+  const MemoryPlan plan = Plan(shape);
   std::unique_ptr<ParameterGather> g(new ParameterGather(layout, device, comm, coll, dtype));
   g->shard_ = std::move(values_shard);
   g->prefetch_bytes_ = config.prefetch_bucket_bytes();
@@ -38,8 +61,11 @@ absl::StatusOr<std::unique_ptr<ParameterGather>> ParameterGather::Create(
     g->persistent_.push_back(persistent);
     if (persistent) g->persistent_elements_ += p->numel();
   }
-  MEMWALL_ASSIGN_OR_RETURN(g->persistent_memory_,
-                           device.Allocate(g->persistent_elements_ * elem, values_tag));
+  if (g->persistent_elements_ != shape.persistent) {
+    return absl::InternalError(absl::StrCat("stage 3: ", g->persistent_elements_,
+                                            " persistent elements, but the plan has ", shape.persistent));
+  }
+  MEMWALL_ASSIGN_OR_RETURN(g->persistent_memory_, AllocatePlanned(device, plan, "persistent"));
   int64_t at = 0;
   for (size_t i = 0; i < layout.params().size(); ++i) {
     models::Parameter* p = layout.params()[i];
@@ -62,11 +88,8 @@ absl::StatusOr<std::unique_ptr<ParameterGather>> ParameterGather::Create(
     g->index_[m] = static_cast<int>(g->modules_.size());
     g->modules_.push_back(m);
   }
-  const size_t check_bytes = 2 * sizeof(int32_t) * comm.world_size();
-  MEMWALL_ASSIGN_OR_RETURN(g->check_device_, device.Allocate(check_bytes, MemoryTag::kCommBuffers));
-  MEMWALL_ASSIGN_OR_RETURN(g->check_host_,
-                           device.AllocatePinnedHost(check_bytes + 2 * sizeof(int32_t),
-                                                     MemoryTag::kStaging));
+  MEMWALL_ASSIGN_OR_RETURN(g->check_device_, AllocatePlanned(device, plan, "divergence check"));
+  MEMWALL_ASSIGN_OR_RETURN(g->check_host_, AllocatePlanned(device, plan, "divergence check (host)"));
   MEMWALL_ASSIGN_OR_RETURN(g->done_, device.CreateEvent());
   return g;
 }

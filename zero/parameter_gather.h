@@ -41,19 +41,30 @@
 #include "models/module.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
+#include "runtime/memory_plan.h"
 #include "zero/partition.h"
+#include "zero/plan_shape.h"
 #include "zero/zero_config.pb.h"
 
 namespace memwall::zero {
 
+// The elements of the parameters of at most `threshold` elements: the
+// persistent ones, whole on every rank.
+int64_t PersistentElements(models::Module& root, int64_t threshold);
+
 class ParameterGather {
  public:
-  // `values_shard`: this rank's layout.shard() elements of `dtype` (tag
-  // `values_tag` for the persistent copies too). `config` has defaults filled.
+  // "persistent" (shape.persistent elements, the values' tag), "divergence
+  // check" (2 int32 per rank, device) and its pinned host copy (+ 2 int32),
+  // and, transient, "gathered modules": the module in use (at most the
+  // largest) and what prefetch may hold (prefetch_bucket_bytes, at most the
+  // model), gathered and freed as passes run.
+  static MemoryPlan Plan(const PlanShape& shape);
+
+  // `values_shard`: this rank's layout.shard() elements of shape.dtype.
   static absl::StatusOr<std::unique_ptr<ParameterGather>> Create(
-      const FlatLayout& layout, models::Module& root, Device& device, Communicator& comm,
-      Stream& coll, DType dtype, MemoryTag values_tag, Tensor values_shard,
-      const ZeroConfig& config);
+      const FlatLayout& layout, const PlanShape& shape, models::Module& root, Device& device,
+      Communicator& comm, Stream& coll, Tensor values_shard);
   ~ParameterGather();
 
   absl::Status Acquire(models::Module& m);  // before-forward and before-backward

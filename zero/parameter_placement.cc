@@ -13,19 +13,16 @@ class ReplicatedParameters : public ParameterPlacement {
                        Timeline* timeline)
       : layout_(layout), device_(device), comm_(comm), dtype_(dtype), timeline_(timeline) {}
 
-  absl::Status Init(MemoryTag tag, bool all_gather, const ZeroConfig& config) {
+  absl::Status Init(const MemoryPlan& plan) {
     const size_t elem = SizeOf(dtype_);
     Stream& s = device_.compute_stream();
-    MEMWALL_ASSIGN_OR_RETURN(values_, device_.Allocate(layout_.padded() * elem, tag));
+    MEMWALL_ASSIGN_OR_RETURN(values_, AllocatePlanned(device_, plan, "values"));
     MEMWALL_RETURN_IF_ERROR(s.Memset(values_.data(), 0, values_.bytes()));
     for (models::Parameter* p : layout_.params()) {
       p->value = Tensor(values_.as<char>() + layout_.offset(p) * elem, dtype_, p->shape, &device_);
     }
-    if (all_gather) {  // N chunks of equal size
-      const int64_t n = comm_.world_size();
-      const int64_t cap = std::min<int64_t>(layout_.padded(), config.allgather_bucket_bytes() / elem);
-      const int64_t chunk = std::max<int64_t>(1, cap / n);
-      MEMWALL_ASSIGN_OR_RETURN(bucket_, device_.Allocate(chunk * n * elem, MemoryTag::kCommBuffers));
+    if (plan.contains("all-gather bucket")) {
+      MEMWALL_ASSIGN_OR_RETURN(bucket_, AllocatePlanned(device_, plan, "all-gather bucket"));
     }
     return absl::OkStatus();
   }
@@ -75,13 +72,12 @@ class ShardedParameters : public ParameterPlacement {
  public:
   ShardedParameters(Device& device, DType dtype) : device_(device), dtype_(dtype) {}
 
-  absl::Status Init(const FlatLayout& layout, models::Module& root, Communicator& comm, Stream& coll,
-                    MemoryTag tag, const ZeroConfig& config) {
-    MEMWALL_ASSIGN_OR_RETURN(values_, device_.Allocate(layout.shard() * SizeOf(dtype_), tag));
+  absl::Status Init(const FlatLayout& layout, const PlanShape& shape, models::Module& root, Communicator& comm,
+                    Stream& coll) {
+    MEMWALL_ASSIGN_OR_RETURN(values_, AllocatePlanned(device_, ShardedParametersPlan(shape), "values shard"));
     Stream& s = device_.compute_stream();
     MEMWALL_RETURN_IF_ERROR(s.Memset(values_.data(), 0, values_.bytes()));
-    MEMWALL_ASSIGN_OR_RETURN(gather_, ParameterGather::Create(layout, root, device_, comm, coll, dtype_, tag,
-                                                              shard(), config));
+    MEMWALL_ASSIGN_OR_RETURN(gather_, ParameterGather::Create(layout, shape, root, device_, comm, coll, shard()));
     return absl::OkStatus();
   }
 
@@ -106,19 +102,37 @@ class ShardedParameters : public ParameterPlacement {
 
 }  // namespace
 
+MemoryPlan ReplicatedParametersPlan(const PlanShape& shape, bool all_gather) {
+  MemoryPlan plan;
+  plan.Add("values", MemorySpace::kDevice, shape.values_tag(), shape.padded() * shape.elem());
+  if (all_gather) {  // N chunks of equal size
+    const int64_t cap = std::min<int64_t>(shape.padded(), shape.zero.allgather_bucket_bytes() / shape.elem());
+    const int64_t chunk = std::max<int64_t>(1, cap / shape.ranks);
+    plan.Add("all-gather bucket", MemorySpace::kDevice, MemoryTag::kCommBuffers, chunk * shape.ranks * shape.elem());
+  }
+  return plan;
+}
+
 absl::StatusOr<std::unique_ptr<ParameterPlacement>> CreateReplicatedParameters(
-    const FlatLayout& layout, Device& device, Communicator& comm, DType dtype, MemoryTag tag,
-    bool all_gather, const ZeroConfig& config, Timeline* timeline) {
-  auto p = std::make_unique<ReplicatedParameters>(layout, device, comm, dtype, timeline);
-  MEMWALL_RETURN_IF_ERROR(p->Init(tag, all_gather, config));
+    const FlatLayout& layout, const PlanShape& shape, Device& device, Communicator& comm, bool all_gather,
+    Timeline* timeline) {
+  auto p = std::make_unique<ReplicatedParameters>(layout, device, comm, shape.dtype, timeline);
+  MEMWALL_RETURN_IF_ERROR(p->Init(ReplicatedParametersPlan(shape, all_gather)));
   return std::unique_ptr<ParameterPlacement>(std::move(p));
 }
 
+MemoryPlan ShardedParametersPlan(const PlanShape& shape) {
+  MemoryPlan plan;
+  plan.Add("values shard", MemorySpace::kDevice, shape.values_tag(), shape.shard * shape.elem());
+  plan.Append(ParameterGather::Plan(shape), "gather: ");
+  return plan;
+}
+
 absl::StatusOr<std::unique_ptr<ParameterPlacement>> CreateShardedParameters(
-    const FlatLayout& layout, models::Module& root, Device& device, Communicator& comm, Stream& coll,
-    DType dtype, MemoryTag tag, const ZeroConfig& config) {
-  auto p = std::make_unique<ShardedParameters>(device, dtype);
-  MEMWALL_RETURN_IF_ERROR(p->Init(layout, root, comm, coll, tag, config));
+    const FlatLayout& layout, const PlanShape& shape, models::Module& root, Device& device, Communicator& comm,
+    Stream& coll) {
+  auto p = std::make_unique<ShardedParameters>(device, shape.dtype);
+  MEMWALL_RETURN_IF_ERROR(p->Init(layout, shape, root, comm, coll));
   return std::unique_ptr<ParameterPlacement>(std::move(p));
 }
 

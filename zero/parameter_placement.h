@@ -26,8 +26,9 @@
 #include "runtime/device.h"
 #include "runtime/timeline.h"
 #include "zero/parameter_gather.h"
+#include "runtime/memory_plan.h"
 #include "zero/partition.h"
-#include "zero/zero_config.pb.h"
+#include "zero/plan_shape.h"
 
 namespace memwall::zero {
 
@@ -49,20 +50,25 @@ class ParameterPlacement {
   virtual absl::Status Publish() = 0;
 };
 
-// kReplicated: one buffer of layout.padded() elements of `dtype` (tag
-// `tag`), zeroed, every parameter bound into it. With `all_gather` (stages
-// 1, 2), Publish sends each rank's shard to all through a bucket of N equal
-// chunks of at most allgather_bucket_bytes (zone kAllGather on `compute`).
+// kReplicated: "values", one buffer of Ψ' = shape.padded() elements
+// (shape.values_tag()), zeroed, every parameter bound into it. With
+// `all_gather` (stages 1, 2), Publish sends each rank's shard to all through
+// "all-gather bucket": N equal chunks, together at most
+// allgather_bucket_bytes and the padded model (zone kAllGather on the
+// compute stream).
+MemoryPlan ReplicatedParametersPlan(const PlanShape& shape, bool all_gather);
 absl::StatusOr<std::unique_ptr<ParameterPlacement>> CreateReplicatedParameters(
-    const FlatLayout& layout, Device& device, Communicator& comm, DType dtype, MemoryTag tag,
-    bool all_gather, const ZeroConfig& config, Timeline* timeline);
+    const FlatLayout& layout, const PlanShape& shape, Device& device, Communicator& comm, bool all_gather,
+    Timeline* timeline);
 
-// kSharded / kGathered (stage 3): the shard buffer and a ParameterGather on
-// `coll` that binds every parameter (persistent ones now, the others
-// deferred). Call Publish once the shard holds the initial values.
+// kSharded / kGathered (stage 3): "values shard" (shape.shard elements) and
+// a ParameterGather on `coll` ("gather: ..." in the plan) that binds every
+// parameter (persistent ones now, the others deferred). Call Publish once
+// the shard holds the initial values.
+MemoryPlan ShardedParametersPlan(const PlanShape& shape);
 absl::StatusOr<std::unique_ptr<ParameterPlacement>> CreateShardedParameters(
-    const FlatLayout& layout, models::Module& root, Device& device, Communicator& comm, Stream& coll,
-    DType dtype, MemoryTag tag, const ZeroConfig& config);
+    const FlatLayout& layout, const PlanShape& shape, models::Module& root, Device& device, Communicator& comm,
+    Stream& coll);
 
 }  // namespace memwall::zero
 

@@ -13,19 +13,18 @@ class DeviceShardOptimizer : public ShardOptimizer {
   DeviceShardOptimizer(const ShardOptimizerRequest& r, Tensor grads)
       : device_(*r.device), adam_(r.adam), elements_(r.elements), timeline_(r.timeline), grads_(std::move(grads)) {}
 
-  absl::Status Init(std::optional<Tensor> master) {
-    const size_t bytes = static_cast<size_t>(elements_) * sizeof(float);
+  absl::Status Init(const MemoryPlan& plan, std::optional<Tensor> master) {
     if (master.has_value()) {
       master_ = *master;
     } else {
-      MEMWALL_ASSIGN_OR_RETURN(master_buffer_, device_.Allocate(bytes, MemoryTag::kMasterParams));
+      MEMWALL_ASSIGN_OR_RETURN(master_buffer_, AllocatePlanned(device_, plan, "master"));
       master_ = Tensor::OfBuffer(master_buffer_, DType::kF32, &device_);
     }
-    MEMWALL_ASSIGN_OR_RETURN(m_, device_.Allocate(bytes, MemoryTag::kOptimizerStates));
-    MEMWALL_ASSIGN_OR_RETURN(v_, device_.Allocate(bytes, MemoryTag::kOptimizerStates));
+    MEMWALL_ASSIGN_OR_RETURN(m_, AllocatePlanned(device_, plan, "exp_avg"));
+    MEMWALL_ASSIGN_OR_RETURN(v_, AllocatePlanned(device_, plan, "exp_avg_sq"));
     Stream& s = device_.compute_stream();
-    MEMWALL_RETURN_IF_ERROR(s.Memset(m_.data(), 0, bytes));
-    MEMWALL_RETURN_IF_ERROR(s.Memset(v_.data(), 0, bytes));
+    MEMWALL_RETURN_IF_ERROR(s.Memset(m_.data(), 0, m_.bytes()));
+    MEMWALL_RETURN_IF_ERROR(s.Memset(v_.data(), 0, v_.bytes()));
     return s.Synchronize();
   }
 
@@ -100,6 +99,15 @@ class DeviceShardOptimizer : public ShardOptimizer {
 
 }  // namespace
 
+MemoryPlan DeviceShardOptimizerPlan(const ShardOptimizerRequest& r, bool master_is_values) {
+  const int64_t bytes = r.elements * int64_t{sizeof(float)};
+  MemoryPlan plan;
+  if (!master_is_values) plan.Add("master", MemorySpace::kDevice, MemoryTag::kMasterParams, bytes);
+  plan.Add("exp_avg", MemorySpace::kDevice, MemoryTag::kOptimizerStates, bytes)
+      .Add("exp_avg_sq", MemorySpace::kDevice, MemoryTag::kOptimizerStates, bytes);
+  return plan;
+}
+
 absl::StatusOr<std::unique_ptr<ShardOptimizer>> CreateDeviceShardOptimizer(const ShardOptimizerRequest& r,
                                                                            Tensor grads,
                                                                            std::optional<Tensor> master) {
@@ -109,7 +117,7 @@ absl::StatusOr<std::unique_ptr<ShardOptimizer>> CreateDeviceShardOptimizer(const
   }
   MEMWALL_RETURN_IF_ERROR(ops::ValidateAdamOptions(r.adam));
   auto opt = std::make_unique<DeviceShardOptimizer>(r, std::move(grads));
-  MEMWALL_RETURN_IF_ERROR(opt->Init(std::move(master)));
+  MEMWALL_RETURN_IF_ERROR(opt->Init(DeviceShardOptimizerPlan(r, master.has_value()), std::move(master)));
   return std::unique_ptr<ShardOptimizer>(std::move(opt));
 }
 

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "ops/ops.h"
 #include "runtime/device.h"
+#include "runtime/memory_plan.h"
 #include "runtime/timeline.h"
 #include "zero/gradient_buckets.h"
 #include "zero/zero_config.pb.h"
@@ -103,14 +104,22 @@ struct ShardOptimizerRequest {
   ZeroConfig zero;                // defaults filled
   Timeline* timeline = nullptr;   // zones of the optimizer's phases (may be null)
 };
-using ShardOptimizerFactory =
-    std::function<absl::StatusOr<std::unique_ptr<ShardOptimizer>>(const ShardOptimizerRequest&)>;
+// An optimizer that lives elsewhere than the device (ZeRO-Offload's host
+// optimizer): the buffers it will allocate for a request, stated before
+// anything is allocated (the estimator sums them), and the optimizer.
+struct ShardOptimizerProvider {
+  std::function<MemoryPlan(const ShardOptimizerRequest&)> plan;
+  std::function<absl::StatusOr<std::unique_ptr<ShardOptimizer>>(const ShardOptimizerRequest&)> create;
+  explicit operator bool() const { return create != nullptr; }
+};
 
-// The states in device memory (tags kMasterParams, kOptimizerStates),
-// stepped by ops::AdamStep on `stream` (zone kAdam) against the device
-// gradient shard `grads` (request.elements values). In fp32 stage 0 the
-// master weights are the model's own fp32 values: pass them as `master` and
-// none is allocated.
+// The states in device memory: "master" (4 bytes an element, kMasterParams;
+// none when the master weights are the model's fp32 values, fp32 stage 0),
+// "exp_avg" and "exp_avg_sq" (4 each, kOptimizerStates).
+MemoryPlan DeviceShardOptimizerPlan(const ShardOptimizerRequest& request, bool master_is_values);
+// Those states, stepped by ops::AdamStep on `stream` (zone kAdam) against
+// the device gradient shard `grads` (request.elements values); `master`,
+// when given, is the model's fp32 values.
 absl::StatusOr<std::unique_ptr<ShardOptimizer>> CreateDeviceShardOptimizer(
     const ShardOptimizerRequest& request, Tensor grads, std::optional<Tensor> master = std::nullopt);
 

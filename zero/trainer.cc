@@ -11,6 +11,7 @@
 #include "runtime/status.h"
 #include "runtime/thread_pool.h"
 #include "zero/config.h"
+#include "zero/stage_plan.h"
 
 namespace memwall::zero {
 namespace {
@@ -82,13 +83,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Dev
                                                    " exceeds the model's ",
                                                    model.config().positions(), " positions"));
   }
-  if (options.zero.offload_optimizer().device() != OffloadOptimizerConfig::NONE &&
-      !options.shard_optimizer_factory) {
+  if (options.zero.offload_optimizer().device() != OffloadOptimizerConfig::NONE && !options.shard_optimizer) {
     return absl::FailedPreconditionError(
         "ZeroConfig offload_optimizer.device = CPU: create the trainer with offload::CreateTrainer "
         "(//offload), which supplies the host optimizer");
   }
-  if (options.shard_optimizer_factory && (options.zero.stage() < 1 || options.zero.stage() > 2)) {
+  if (options.shard_optimizer && (options.zero.stage() < 1 || options.zero.stage() > 2)) {
     return absl::InvalidArgumentError(absl::StrCat("an offloaded optimizer needs ZeRO stage 1 or 2, not ",
                                                    options.zero.stage()));
   }
@@ -104,60 +104,64 @@ DType Trainer::param_dtype() const {
 
 absl::Status Trainer::Compose() {
   const int stage = zero_.stage();
-  const DType dtype = param_dtype();
-  const bool half = options_.precision != Precision::kFp32;
-  // 16-bit modes: params and grads 2 bytes each, fp32 master and Adam
-  // moments 12: the 16 bytes per parameter of ZeRO Sec. 3.1. In fp32 the
-  // parameters are tagged as master weights.
-  const MemoryTag values_tag = half ? MemoryTag::kParams16 : MemoryTag::kMasterParams;
   // Stage 0: every rank owns everything (one owner); stages 1-3: N shards.
   layout_ = stage == 0 ? FlatLayout(model_, 1, 0) : FlatLayout(model_, comm_.world_size(), comm_.rank());
-  // Gradients reach their owners through reduce buckets at stages 2 and 3,
-  // and whenever the optimizer keeps the gradient shard (offload).
-  const bool bucketed = stage >= 2 || options_.shard_optimizer_factory != nullptr;
-  if (zero_.overlap_comm() && bucketed) {
+  PlanShape shape;
+  shape.numel = layout_.numel();
+  shape.owners = layout_.world();
+  shape.ranks = comm_.world_size();
+  shape.shard = layout_.shard();
+  shape.dtype = param_dtype();
+  shape.largest_module = LargestModuleParameters(model_);
+  shape.persistent = stage == 3 ? PersistentElements(model_, zero_.param_persistence_threshold()) : 0;
+  shape.zero = zero_;
+  const StageParts parts = ChooseStageParts(zero_, shape.dtype, static_cast<bool>(options_.shard_optimizer));
+  if (parts.comm_stream) {
     MEMWALL_ASSIGN_OR_RETURN(comm_stream_, device_.CreateStream(kCommStreamName));
   }
-  // A reduce bucket holds at least the largest module's gradients.
-  const int64_t capacity = std::min<int64_t>(
-      layout_.padded(), std::max<int64_t>(zero_.reduce_bucket_bytes() / SizeOf(dtype), LargestModuleParameters(model_)));
 
-  if (stage < 3) {
-    MEMWALL_ASSIGN_OR_RETURN(params_, CreateReplicatedParameters(layout_, device_, comm_, dtype, values_tag,
-                                                                 /*all_gather=*/stage > 0, zero_, options_.timeline));
-  } else {
-    MEMWALL_ASSIGN_OR_RETURN(params_, CreateShardedParameters(layout_, model_, device_, comm_, coll(), dtype,
-                                                              values_tag, zero_));
-  }
-  ShardOptimizerRequest request;
-  request.device = &device_;
-  request.elements = layout_.shard();
-  request.grad_dtype = dtype;
-  request.value_dtype = dtype;
-  request.largest_piece = capacity;
-  request.adam = options_.adam;
-  request.zero = zero_;
-  request.timeline = options_.timeline;
-  if (options_.shard_optimizer_factory) {  // the optimizer keeps the gradient shard
-    MEMWALL_ASSIGN_OR_RETURN(optimizer_, options_.shard_optimizer_factory(request));
-    MEMWALL_ASSIGN_OR_RETURN(gradients_, CreateBucketedGradients(layout_, device_, comm_, coll(), dtype, capacity,
-                                                                 comm_stream_ ? 2 : 1, optimizer_->gradient_sink()));
-  } else {
-    if (stage == 0) {
-      MEMWALL_ASSIGN_OR_RETURN(gradients_, CreateAllReduceGradients(layout_, device_, comm_, coll(), dtype));
-    } else if (stage == 1) {
-      MEMWALL_ASSIGN_OR_RETURN(gradients_, CreateReduceScatterGradients(layout_, device_, comm_, coll(), dtype));
-    } else {
-      MEMWALL_ASSIGN_OR_RETURN(gradients_, CreateBucketedGradients(layout_, device_, comm_, coll(), dtype, capacity,
-                                                                   comm_stream_ ? 2 : 1, nullptr));
+  switch (parts.parameters) {
+    case StageParts::Parameters::kReplicated:
+    case StageParts::Parameters::kReplicatedAllGathered: {
+      const bool all_gather = parts.parameters == StageParts::Parameters::kReplicatedAllGathered;
+      MEMWALL_ASSIGN_OR_RETURN(
+          params_, CreateReplicatedParameters(layout_, shape, device_, comm_, all_gather, options_.timeline));
+      break;
     }
-    // fp32 stage 0: the model's values are the master weights.
+    case StageParts::Parameters::kSharded: {
+      MEMWALL_ASSIGN_OR_RETURN(params_, CreateShardedParameters(layout_, shape, model_, device_, comm_, coll()));
+      break;
+    }
+  }
+  ShardOptimizerRequest request = OptimizerRequest(shape, options_.adam, options_.timeline);
+  request.device = &device_;
+  if (parts.optimizer_keeps_gradients) {  // the optimizer first: the buckets feed its sink
+    MEMWALL_ASSIGN_OR_RETURN(optimizer_, options_.shard_optimizer.create(request));
+  }
+  GradientSink* sink = optimizer_ ? optimizer_->gradient_sink() : nullptr;
+  switch (parts.gradients) {
+    case StageParts::Gradients::kAllReduce: {
+      MEMWALL_ASSIGN_OR_RETURN(gradients_, CreateAllReduceGradients(layout_, shape, device_, comm_, coll()));
+      break;
+    }
+    case StageParts::Gradients::kReduceScatter: {
+      MEMWALL_ASSIGN_OR_RETURN(gradients_, CreateReduceScatterGradients(layout_, shape, device_, comm_, coll()));
+      break;
+    }
+    case StageParts::Gradients::kReduceBuckets: {
+      MEMWALL_ASSIGN_OR_RETURN(gradients_, CreateBucketedGradients(layout_, shape, device_, comm_, coll(),
+                                                                   parts.reduce_buckets(), sink));
+      break;
+    }
+  }
+  if (!optimizer_) {  // the device's, over the device gradient shard
     std::optional<Tensor> master;
-    if (!half && stage == 0) master = params_->shard();
+    if (parts.master_is_values) master = params_->shard();
     MEMWALL_ASSIGN_OR_RETURN(optimizer_, CreateDeviceShardOptimizer(request, gradients_->shard(), master));
   }
-  MEMWALL_ASSIGN_OR_RETURN(norm_, device_.Allocate(2 * sizeof(float), MemoryTag::kWorkspace));
-  MEMWALL_ASSIGN_OR_RETURN(loss_, device_.Allocate(2 * sizeof(float), MemoryTag::kCommBuffers));
+  const MemoryPlan scalars = TrainerScalarsPlan();
+  MEMWALL_ASSIGN_OR_RETURN(norm_, AllocatePlanned(device_, scalars, "norm"));
+  MEMWALL_ASSIGN_OR_RETURN(loss_, AllocatePlanned(device_, scalars, "loss"));
   hook_id_ = model_.AddHookRecursive(
       [this](models::Module& m, models::HookPoint point) { return OnHook(m, point); });
   return absl::OkStatus();

@@ -26,7 +26,7 @@
 //   stage 2  replicated, all-gathered after the step   reduce buckets to the owner
 //   stage 3  sharded, gathered per module              reduce buckets to the owner
 // and a ShardOptimizer (zero/shard_optimizer.h): the device's, or one from
-// TrainerOptions.shard_optimizer_factory (ZeRO-Offload's host optimizer,
+// TrainerOptions.shard_optimizer (ZeRO-Offload's host optimizer,
 // which keeps the gradient shard too, so its gradients always travel in
 // reduce buckets, stage 1 included).
 //
@@ -102,10 +102,11 @@ struct TrainerOptions {
   uint64_t seed = 1234;
   // Stage, buckets, overlap, stage-3 prefetch (zero/config.h fills defaults).
   ZeroConfig zero;
-  // Makes the rank's ShardOptimizer (zero/shard_optimizer.h) when the
-  // optimizer states live elsewhere than the device: offload::CreateTrainer
-  // sets it for ZeroConfig.offload_optimizer. Unset: the device's.
-  ShardOptimizerFactory shard_optimizer_factory;
+  // Plans and makes the rank's ShardOptimizer (zero/shard_optimizer.h) when
+  // the optimizer states live elsewhere than the device:
+  // offload::CreateTrainer sets it for ZeroConfig.offload_optimizer. Unset:
+  // the device's.
+  ShardOptimizerProvider shard_optimizer;
   // When set, each step records zones on it (runtime/timeline.h): per
   // micro-batch kForwardBackward on the compute stream, kAdam (device
   // optimizer) and kAllGather; an offloaded optimizer adds its own. The

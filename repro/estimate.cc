@@ -1,6 +1,7 @@
-// //zero:estimate: how much device memory one rank needs, before launching.
+// //repro:estimate: how much device and pinned host memory one rank needs,
+// before launching (zero/estimator.h).
 //
-//   ./bazelw run //zero:estimate -- (--params=N | --model=FILE.textproto [--model_name=NAME])
+//   ./bazelw run //repro:estimate -- (--params=N | --model=FILE.textproto [--model_name=NAME])
 //       --ranks=N --stage=S [--micro_batch=B --seq=L --checkpointing=true|false]
 //       [--precision=bf16|fp16|fp32] [--offload=none|cpu [--delayed_update_after_steps=K]]
 //       [--device_bytes=N] [--format=text|json]
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/text_format.h"
 #include "models/gpt.h"
+#include "offload/host_optimizer.h"
 #include "runtime/launch.h"
 #include "runtime/status.h"
 #include "zero/estimator.h"
@@ -79,6 +81,7 @@ absl::StatusOr<Estimate> Run() {
   if (offload == "cpu") {
     in.zero.mutable_offload_optimizer()->set_device(OffloadOptimizerConfig::CPU);
     in.zero.mutable_offload_optimizer()->set_delayed_update_after_steps(absl::GetFlag(FLAGS_delayed_update_after_steps));
+    in.optimizer = offload::HostOptimizerProvider();
   } else if (offload != "none") {
     return absl::InvalidArgumentError(absl::StrCat("--offload=", offload, " is not none or cpu"));
   } else if (absl::GetFlag(FLAGS_delayed_update_after_steps) != 0) {

@@ -1,11 +1,11 @@
 #!/bin/bash
-# //zero:estimate end to end: the JSON carries the keys the issue names and
+# //repro:estimate end to end: the JSON carries the keys the issue names and
 # the paper's numbers (ZeRO Figure 1: 7.5B, 64 ranks, stage 1 = 4Ψ + 12Ψ/N);
 # a model from the papers' list gets activations counted; a budget too small
 # exits 1 and says so; ZeRO-Offload's device and host bytes (--offload=cpu,
 # with and without DPU); bad input exits 2 naming the flag.
 set -uo pipefail
-bin=zero/estimate
+bin=repro/estimate
 fail() { echo "FAIL: $*"; exit 1; }
 
 json=$($bin --params=7500000000 --ranks=64 --stage=1 --format=json) || fail "exit $?"

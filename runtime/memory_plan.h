@@ -1,0 +1,70 @@
+// A memory plan: the buffers a component will allocate, stated from its
+// configuration and layout alone, before anything is allocated. The
+// component allocates from its plan (AllocatePlanned), and the memory
+// estimator (zero/estimator.h) sums the same plans, so a buffer's size has
+// one home: the component's Plan function.
+//
+//   MemoryPlan plan;
+//   plan.Add("reduce bucket 0", MemorySpace::kDevice, MemoryTag::kCommBuffers, capacity * 2);
+//   MEMWALL_ASSIGN_OR_RETURN(Buffer b, AllocatePlanned(device, plan, "reduce bucket 0"));
+//
+// A buffer allocated and freed while training runs (a gathered module at
+// stage 3) is planned as a peak bound with `transient` set: the estimator
+// counts it, the component allocates its pieces itself.
+#ifndef MEMWALL_RUNTIME_MEMORY_PLAN_H_
+#define MEMWALL_RUNTIME_MEMORY_PLAN_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "runtime/device.h"
+#include "runtime/memory.h"
+
+namespace memwall {
+
+enum class MemorySpace : uint8_t { kDevice, kPinnedHost };
+
+struct PlannedBuffer {
+  std::string name;  // unique within a plan, e.g. "reduce bucket 1"
+  MemorySpace space = MemorySpace::kDevice;
+  MemoryTag tag = MemoryTag::kOther;
+  int64_t bytes = 0;
+  bool transient = false;  // a peak bound for buffers made and freed in use
+};
+
+class MemoryPlan {
+ public:
+  // Adds a buffer (names must be unique: a repeated name is an internal
+  // error and aborts).
+  MemoryPlan& Add(absl::string_view name, MemorySpace space, MemoryTag tag, int64_t bytes,
+                  bool transient = false);
+  // Every buffer of `other`, each name prefixed with `prefix`.
+  MemoryPlan& Append(const MemoryPlan& other, absl::string_view prefix = "");
+
+  const std::vector<PlannedBuffer>& buffers() const { return buffers_; }
+  // The buffer called `name`; aborts when there is none (a component asked
+  // for a buffer its own plan does not state).
+  const PlannedBuffer& at(absl::string_view name) const;
+  bool contains(absl::string_view name) const;
+
+  // Bytes per tag in one space, and their sum.
+  std::array<int64_t, kNumMemoryTags> ByTag(MemorySpace space) const;
+  int64_t Total(MemorySpace space) const;
+  // One line per buffer: "name  space  tag  bytes".
+  std::string ToText() const;
+
+ private:
+  std::vector<PlannedBuffer> buffers_;
+};
+
+// Allocates the plan's buffer `name` from `device`'s memory of its space
+// (device memory or pinned host memory), with its tag and size.
+absl::StatusOr<Buffer> AllocatePlanned(Device& device, const MemoryPlan& plan, absl::string_view name);
+
+}  // namespace memwall
+
+#endif  // MEMWALL_RUNTIME_MEMORY_PLAN_H_

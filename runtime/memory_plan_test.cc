@@ -1,0 +1,51 @@
+// MemoryPlan: sums by space and tag, prefixed appends, and AllocatePlanned
+// taking each buffer from its space's allocator with its tag and size.
+#include "runtime/memory_plan.h"
+
+#include "gtest/gtest.h"
+#include "runtime/cpu_device.h"
+
+namespace memwall {
+namespace {
+
+TEST(MemoryPlan, SumsBySpaceAndTag) {
+  MemoryPlan inner;
+  inner.Add("master", MemorySpace::kPinnedHost, MemoryTag::kMasterParams, 400)
+      .Add("bucket", MemorySpace::kDevice, MemoryTag::kCommBuffers, 64);
+  MemoryPlan plan;
+  plan.Add("values", MemorySpace::kDevice, MemoryTag::kParams16, 200)
+      .Add("gathered", MemorySpace::kDevice, MemoryTag::kCommBuffers, 32, /*transient=*/true)
+      .Append(inner, "optimizer ");
+  EXPECT_EQ(plan.buffers().size(), 4u);
+  EXPECT_TRUE(plan.contains("optimizer master"));
+  EXPECT_FALSE(plan.contains("master"));
+  EXPECT_EQ(plan.at("optimizer bucket").bytes, 64);
+  EXPECT_EQ(plan.ByTag(MemorySpace::kDevice)[static_cast<int>(MemoryTag::kCommBuffers)], 96);
+  EXPECT_EQ(plan.Total(MemorySpace::kDevice), 296);
+  EXPECT_EQ(plan.Total(MemorySpace::kPinnedHost), 400);
+  EXPECT_NE(plan.ToText().find("peak of transient buffers"), std::string::npos) << plan.ToText();
+}
+
+TEST(MemoryPlan, AllocatesEachBufferFromItsSpace) {
+  auto device = *CreateCpuDevice();
+  MemoryPlan plan;
+  plan.Add("values", MemorySpace::kDevice, MemoryTag::kParams16, 1000)
+      .Add("staging", MemorySpace::kPinnedHost, MemoryTag::kStaging, 300);
+  auto values = AllocatePlanned(*device, plan, "values");
+  auto staging = AllocatePlanned(*device, plan, "staging");
+  ASSERT_TRUE(values.ok() && staging.ok());
+  EXPECT_EQ(values->bytes(), 1000u);
+  EXPECT_EQ(device->memory().account().current(MemoryTag::kParams16), 1000u);
+  EXPECT_EQ(device->pinned_host().account().current(MemoryTag::kStaging), 300u);
+  EXPECT_EQ(device->memory().account().current(MemoryTag::kStaging), 0u);
+}
+
+TEST(MemoryPlanDeathTest, AskingForAnUnplannedBufferAborts) {
+  MemoryPlan plan;
+  plan.Add("values", MemorySpace::kDevice, MemoryTag::kParams16, 8);
+  EXPECT_DEATH(plan.at("grads"), "no buffer 'grads'");
+  EXPECT_DEATH(plan.Add("values", MemorySpace::kDevice, MemoryTag::kGrads, 8), "planned twice");
+}
+
+}  // namespace
+}  // namespace memwall
