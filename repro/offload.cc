@@ -37,14 +37,6 @@ std::string FirstLine(const absl::Status& st) {
   return m.substr(0, m.find('\n'));
 }
 
-DType ComputeType(const zero::TrainerOptions& o) {
-  switch (o.precision) {
-    case zero::Precision::kFp32: return DType::kF32;
-    case zero::Precision::kFp16: return DType::kF16;
-    default: return DType::kBF16;
-  }
-}
-
 // One attempt: a fresh device of the experiment's budget (so its peaks are
 // this attempt's alone), the model, the trainer, `warmup + timed` steps.
 // Returns the row; a ResourceExhausted anywhere is "does not fit".
@@ -213,7 +205,7 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, c
     const zero::TrainerOptions o = OffloadTrainerOptions(e, OffloadSweep::STAGE0);
     auto gemm_rate = [&]() -> absl::StatusOr<double> {
       MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<Device> gemm_device, CreateCpuDevice());
-      return MeasureGemmFlops(*gemm_device, ComputeType(o), o.micro_batch * o.seq, config.hidden(),
+      return MeasureGemmFlops(*gemm_device, zero::ParamDType(o.precision), o.micro_batch * o.seq, config.hidden(),
                               4 * config.hidden(), 9);
     };
     MEMWALL_ASSIGN_OR_RETURN(const double gemm_before, gemm_rate());

@@ -14,9 +14,6 @@
 namespace memwall::zero {
 namespace {
 
-DType ParamType(Precision p) {
-  return p == Precision::kFp32 ? DType::kF32 : p == Precision::kFp16 ? DType::kF16 : DType::kBF16;
-}
 
 absl::Status Bad(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("memory estimate: ", what));
@@ -53,7 +50,7 @@ absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
   shape.ranks = static_cast<int>(in.ranks);
   shape.owners = Owners(shape.zero, shape.ranks);
   shape.shard = (shape.numel + shape.owners - 1) / shape.owners;
-  shape.dtype = ParamType(in.precision);
+  shape.dtype = ParamDType(in.precision);
   if (in.model.has_value()) {
     MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<models::Gpt> gpt, models::Gpt::Create(*in.model));
     shape.largest_module = LargestModuleParameters(*gpt);

@@ -18,7 +18,6 @@ namespace {
 
 Tensor FlatF32(const Buffer& b, Device& device) { return Tensor::OfBuffer(b, DType::kF32, &device); }
 
-DType HalfType(Precision p) { return p == Precision::kFp16 ? DType::kF16 : DType::kBF16; }
 
 }  // namespace
 
@@ -98,8 +97,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Dev
   return t;
 }
 
-DType Trainer::param_dtype() const {
-  return options_.precision == Precision::kFp32 ? DType::kF32 : HalfType(options_.precision);
+DType ParamDType(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return DType::kF32;
+    case Precision::kFp16: return DType::kF16;
+    case Precision::kBf16: return DType::kBF16;
+  }
+  return DType::kBF16;
 }
 
 absl::Status Trainer::Compose() {
@@ -111,7 +115,7 @@ absl::Status Trainer::Compose() {
   shape.owners = layout_.world();
   shape.ranks = comm_.world_size();
   shape.shard = layout_.shard();
-  shape.dtype = param_dtype();
+  shape.dtype = ParamDType(options_.precision);
   shape.largest_module = LargestModuleParameters(model_);
   shape.persistent = stage == 3 ? PersistentElements(model_, zero_.param_persistence_threshold()) : 0;
   shape.zero = zero_;

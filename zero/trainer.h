@@ -82,6 +82,8 @@ inline constexpr absl::string_view kCommStreamName = "zero_comm";
 enum class Precision { kFp32, kBf16, kFp16 };
 absl::string_view PrecisionName(Precision p);  // "fp32", "bf16", "fp16"
 absl::StatusOr<Precision> ParsePrecision(absl::string_view name);
+// The parameters' and gradients' type: fp32, bf16 or fp16.
+DType ParamDType(Precision p);
 
 struct TrainerOptions {
   int64_t seq = 128;
@@ -197,7 +199,6 @@ class Trainer {
   // (master, m, v of layout().OwnedReal()); changes nothing.
   absl::Status LoadLocal(const std::string& step_dir, CheckpointMetadata& meta,
                          std::vector<float> values[3]);
-  DType param_dtype() const;
   // Where collectives run: a communication stream with overlap_comm and
   // reduce buckets, else the compute stream.
   Stream& coll() { return comm_stream_ ? *comm_stream_ : device_.compute_stream(); }
