@@ -30,13 +30,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "models/gpt_config.pb.h"
+#include "models/layers.h"
 #include "models/module.h"
 #include "runtime/device.h"
 #include "runtime/memory_plan.h"
 
 namespace memwall::models {
 
-inline constexpr float kLayerNormEps = 1e-5f;
 inline constexpr int64_t kGpt2Vocab = 50257;
 
 // Every field is checked; the message names the config and the field.
@@ -78,11 +78,6 @@ MemoryPlan ActivationPlan(const GptConfig& config, int64_t micro_batch, int64_t 
 absl::StatusOr<GptConfigList> LoadConfigs(const std::string& path);
 absl::StatusOr<GptConfig> FindConfig(const GptConfigList& list, absl::string_view name);
 
-class Linear;
-class LayerNormModule;
-class EmbeddingModule;
-class Block;
-struct StorageCasts;
 
 // Sum of per-token losses over the tokens whose target is >= 0.
 struct LossSum {
