@@ -11,7 +11,7 @@
 //   backward   each owned piece of a reduce bucket: copied D2H on the
 //              engine's collective stream into a pinned staging buffer, then
 //              added into the host gradient shard there (a host function in
-//              stream order: AccumulateGradient, the device's arithmetic);
+//              stream order: ops::HostAdd, the device's arithmetic);
 //              the compute stream goes on with backward meanwhile
 //   norm       a host pass over the 16-bit gradient shard (sum of squares,
 //              inf/NaN) into a pinned pair, copied to the device for the
