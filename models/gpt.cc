@@ -74,27 +74,88 @@ int64_t CountParameters(const GptConfig& c) {
   return c.vocab() * d + c.positions() * d + c.layers() * (12 * d * d + 13 * d) + 2 * d;
 }
 
+namespace {
+
+// Every buffer one pass allocates, held until it returns (so the peak is
+// their sum), grouped as ActivationPlan names them. Shapes: rows = batch t.
+struct RunBuffers {
+  Tensor cast_in, cast_out;        // 16-bit modes: (rows 4d) each, a Linear's operands
+  Tensor ids, pos, targets;        // (rows) int32
+  std::vector<Tensor> xs;          // L + 1 of (rows, d): the residual stream
+  Tensor pos_rows;                 // (rows, d) position embeddings
+  std::vector<BlockActivations> acts;  // one block when checkpointing, else L
+  Tensor f, f_mean, f_rstd;        // ln_f: (rows, d), (rows), (rows)
+  Tensor logits;                   // (chunk, V) fp32
+  Tensor losses;                   // (rows)
+  Tensor f_storage;                // 16-bit modes: (rows, d), f as the head's operand
+  Tensor dlogits_storage;          // 16-bit modes with backward: (chunk, V)
+  Tensor df, dresid;               // backward: (rows, d) each
+  BlockGradScratch g;              // backward
+};
+
+absl::StatusOr<RunBuffers> AllocateRunBuffers(Scratch& scratch, const GptConfig& config, int64_t batch,
+                                              int64_t t, DType dtype, bool backward, bool checkpoint,
+                                              int64_t chunk) {
+  const int64_t d = config.hidden(), v = config.vocab(), rows = batch * t;
+  const int64_t layers = config.layers(), heads = config.heads();
+  const bool half = dtype != DType::kF32;
+  RunBuffers b;
+  scratch.group = "16-bit operands";
+  if (half) {
+    MEMWALL_ASSIGN_OR_RETURN(b.cast_in, scratch.Make({rows * 4 * d}, MemoryTag::kWorkspace, dtype));
+    MEMWALL_ASSIGN_OR_RETURN(b.cast_out, scratch.Make({rows * 4 * d}, MemoryTag::kWorkspace, dtype));
+    MEMWALL_ASSIGN_OR_RETURN(b.f_storage, scratch.Make({rows, d}, MemoryTag::kWorkspace, dtype));
+    if (backward) {
+      MEMWALL_ASSIGN_OR_RETURN(b.dlogits_storage, scratch.Make({chunk, v}, MemoryTag::kWorkspace, dtype));
+    }
+  }
+  scratch.group = "embeddings, ln_f, losses, ids";
+  MEMWALL_ASSIGN_OR_RETURN(b.ids, scratch.Make({rows}, MemoryTag::kActivations, DType::kI32));
+  MEMWALL_ASSIGN_OR_RETURN(b.pos, scratch.Make({rows}, MemoryTag::kActivations, DType::kI32));
+  MEMWALL_ASSIGN_OR_RETURN(b.targets, scratch.Make({rows}, MemoryTag::kActivations, DType::kI32));
+  MEMWALL_ASSIGN_OR_RETURN(b.pos_rows, scratch.Make({rows, d}));
+  MEMWALL_ASSIGN_OR_RETURN(b.f, scratch.Make({rows, d}));
+  MEMWALL_ASSIGN_OR_RETURN(b.f_mean, scratch.Make({rows}));
+  MEMWALL_ASSIGN_OR_RETURN(b.f_rstd, scratch.Make({rows}));
+  MEMWALL_ASSIGN_OR_RETURN(b.losses, scratch.Make({rows}));
+  scratch.group = "residual stream";
+  b.xs.resize(layers + 1);
+  for (Tensor& x : b.xs) {
+    MEMWALL_ASSIGN_OR_RETURN(x, scratch.Make({rows, d}));
+  }
+  scratch.group = "block activations";
+  b.acts.resize(checkpoint ? 1 : layers);
+  for (BlockActivations& a : b.acts) {
+    MEMWALL_ASSIGN_OR_RETURN(a, BlockActivations::Allocate(scratch, batch, t, d, heads));
+  }
+  scratch.group = "logits chunk";
+  MEMWALL_ASSIGN_OR_RETURN(b.logits, scratch.Make({chunk, v}, MemoryTag::kWorkspace));
+  if (backward) {
+    scratch.group = "backward scratch";
+    for (Tensor* x : {&b.df, &b.dresid, &b.g.c1, &b.g.c2, &b.g.mid}) {
+      MEMWALL_ASSIGN_OR_RETURN(*x, scratch.Make({rows, d}));
+    }
+    MEMWALL_ASSIGN_OR_RETURN(b.g.big, scratch.Make({rows, 4 * d}));
+    MEMWALL_ASSIGN_OR_RETURN(b.g.qkv, scratch.Make({batch, t, 3 * d}));
+    MEMWALL_ASSIGN_OR_RETURN(b.g.delta, scratch.Make({batch, heads, t}));
+  }
+  return b;
+}
+
+}  // namespace
+
 int64_t LogitsChunkRows(const GptConfig& config, int64_t rows) {
   return std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t{1} << 26) / config.vocab()));
 }
 
 MemoryPlan ActivationPlan(const GptConfig& config, int64_t micro_batch, int64_t seq, DType compute,
                           bool checkpointing) {
-  const int64_t rows = micro_batch * seq, d = config.hidden(), layers = config.layers();
-  const int64_t heads = config.heads(), v = config.vocab();
-  const int64_t blocks = checkpointing ? 1 : layers;
-  const int64_t chunk = LogitsChunkRows(config, rows);
   MemoryPlan plan;
-  plan.Add("residual stream", MemorySpace::kDevice, MemoryTag::kActivations, 4 * (layers + 1) * rows * d)
-      .Add("block activations", MemorySpace::kDevice, MemoryTag::kActivations,
-           4 * blocks * rows * (15 * d + heads + 4))
-      .Add("embeddings, ln_f, losses, ids", MemorySpace::kDevice, MemoryTag::kActivations, 4 * rows * (2 * d + 6))
-      .Add("backward scratch", MemorySpace::kDevice, MemoryTag::kActivations, 4 * rows * (12 * d + heads))
-      .Add("logits chunk", MemorySpace::kDevice, MemoryTag::kWorkspace, 4 * chunk * v);
-  if (compute != DType::kF32) {
-    plan.Add("16-bit operands", MemorySpace::kDevice, MemoryTag::kWorkspace,
-             int64_t(SizeOf(compute)) * (2 * rows * 4 * d + rows * d + chunk * v));
-  }
+  Scratch planning;
+  planning.plan = &plan;
+  // Planning allocates nothing and cannot fail.
+  (void)AllocateRunBuffers(planning, config, micro_batch, seq, compute, /*backward=*/true, checkpointing,
+                           LogitsChunkRows(config, micro_batch * seq));
   return plan;
 }
 
@@ -278,72 +339,51 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
     }
   }
   Stream& s = device.compute_stream();
-  Scratch scratch{device, {}};
+  // Every buffer of the pass, first (ActivationPlan states the same ones).
+  const bool checkpoint = config_.activation_checkpointing();
+  const int64_t chunk = logits_out != nullptr ? rows : LogitsChunkRows(config_, rows);
+  Scratch scratch{&device};
+  MEMWALL_ASSIGN_OR_RETURN(RunBuffers b, AllocateRunBuffers(scratch, config_, batch, t, dtype, backward,
+                                                            checkpoint, chunk));
   casts_->dtype = dtype;
-  if (dtype != DType::kF32) {
-    for (Tensor* x : {&casts_->in, &casts_->out}) {
-      MEMWALL_ASSIGN_OR_RETURN(*x, scratch.Make({rows * 4 * d}, MemoryTag::kWorkspace, dtype));
-    }
-  }
+  casts_->in = b.cast_in;
+  casts_->out = b.cast_out;
   std::vector<int32_t> positions(rows);
   for (int64_t r = 0; r < rows; ++r) positions[r] = static_cast<int32_t>(r % t);
-  MEMWALL_ASSIGN_OR_RETURN(Tensor ids_d, scratch.Make({rows}, MemoryTag::kActivations, DType::kI32));
-  MEMWALL_ASSIGN_OR_RETURN(Tensor pos_d, scratch.Make({rows}, MemoryTag::kActivations, DType::kI32));
-  MEMWALL_ASSIGN_OR_RETURN(Tensor targets_d, scratch.Make({rows}, MemoryTag::kActivations, DType::kI32));
-  MEMWALL_RETURN_IF_ERROR(s.Copy(ids_d.data(), ids, rows * sizeof(int32_t)));
-  MEMWALL_RETURN_IF_ERROR(s.Copy(pos_d.data(), positions.data(), rows * sizeof(int32_t)));
+  MEMWALL_RETURN_IF_ERROR(s.Copy(b.ids.data(), ids, rows * sizeof(int32_t)));
+  MEMWALL_RETURN_IF_ERROR(s.Copy(b.pos.data(), positions.data(), rows * sizeof(int32_t)));
   if (targets != nullptr) {
-    MEMWALL_RETURN_IF_ERROR(s.Copy(targets_d.data(), targets, rows * sizeof(int32_t)));
+    MEMWALL_RETURN_IF_ERROR(s.Copy(b.targets.data(), targets, rows * sizeof(int32_t)));
   } else {
-    MEMWALL_RETURN_IF_ERROR(s.Memset(targets_d.data(), 0xff, rows * sizeof(int32_t)));  // -1: none
+    MEMWALL_RETURN_IF_ERROR(s.Memset(b.targets.data(), 0xff, rows * sizeof(int32_t)));  // -1: none
   }
 
   // Residual stream x_0 ... x_L (the block inputs are what checkpointing keeps).
-  std::vector<Tensor> xs(layers + 1);
-  for (Tensor& x : xs) {
-    MEMWALL_ASSIGN_OR_RETURN(x, scratch.Make({rows, d}));
-  }
+  std::vector<Tensor>& xs = b.xs;
   {
-    MEMWALL_ASSIGN_OR_RETURN(Tensor pos_rows, scratch.Make({rows, d}));
     MEMWALL_ASSIGN_OR_RETURN(HookScope wte_scope, HookScope::Forward(*wte_));
-    MEMWALL_RETURN_IF_ERROR(ops::Embedding(ids_d, wte_->Table(), xs[0], s));
+    MEMWALL_RETURN_IF_ERROR(ops::Embedding(b.ids, wte_->Table(), xs[0], s));
     MEMWALL_RETURN_IF_ERROR(wte_scope.Finish());
     MEMWALL_ASSIGN_OR_RETURN(HookScope wpe_scope, HookScope::Forward(*wpe_));
-    MEMWALL_RETURN_IF_ERROR(ops::Embedding(pos_d, wpe_->Table(), pos_rows, s));
+    MEMWALL_RETURN_IF_ERROR(ops::Embedding(b.pos, wpe_->Table(), b.pos_rows, s));
     MEMWALL_RETURN_IF_ERROR(wpe_scope.Finish());
-    MEMWALL_RETURN_IF_ERROR(ops::Add(xs[0], pos_rows, xs[0], s));
-  }
-  const bool checkpoint = config_.activation_checkpointing();
-  std::vector<BlockActivations> acts(checkpoint ? 1 : layers);
-  for (auto& a : acts) {
-    MEMWALL_ASSIGN_OR_RETURN(a, BlockActivations::Allocate(scratch, batch, t, d, heads));
+    MEMWALL_RETURN_IF_ERROR(ops::Add(xs[0], b.pos_rows, xs[0], s));
   }
   for (int64_t l = 0; l < layers; ++l) {
     MEMWALL_RETURN_IF_ERROR(
-        blocks_[l]->Forward(xs[l], acts[checkpoint ? 0 : l], xs[l + 1], batch, t, s));
+        blocks_[l]->Forward(xs[l], b.acts[checkpoint ? 0 : l], xs[l + 1], batch, t, s));
   }
-  MEMWALL_ASSIGN_OR_RETURN(Tensor f, scratch.Make({rows, d}));
-  MEMWALL_ASSIGN_OR_RETURN(Tensor f_mean, scratch.Make({rows}));
-  MEMWALL_ASSIGN_OR_RETURN(Tensor f_rstd, scratch.Make({rows}));
-  MEMWALL_RETURN_IF_ERROR(ln_f_->Forward(xs[layers], f, f_mean, f_rstd, s));
+  MEMWALL_RETURN_IF_ERROR(ln_f_->Forward(xs[layers], b.f, b.f_mean, b.f_rstd, s));
 
   // The tied head, a chunk of rows at a time (<= 64 Mi logits per chunk).
-  const int64_t chunk = logits_out != nullptr ? rows : LogitsChunkRows(config_, rows);
-  MEMWALL_ASSIGN_OR_RETURN(Tensor logits, scratch.Make({chunk, v}, MemoryTag::kWorkspace));
-  MEMWALL_ASSIGN_OR_RETURN(Tensor losses, scratch.Make({rows}));
+  const Tensor& logits = b.logits;
+  const Tensor& losses = b.losses;
   // 16-bit operands of the head's matmuls: f once, each chunk's dlogits.
-  Tensor f_in = f, dlogits_scratch;
+  Tensor f_in = b.f;
   if (dtype != DType::kF32) {
-    MEMWALL_ASSIGN_OR_RETURN(Tensor f_scratch, scratch.Make({rows, d}, MemoryTag::kWorkspace, dtype));
-    MEMWALL_ASSIGN_OR_RETURN(f_in, ToStorage(f, dtype, f_scratch, rows, d, s));
-    if (backward) {
-      MEMWALL_ASSIGN_OR_RETURN(dlogits_scratch, scratch.Make({chunk, v}, MemoryTag::kWorkspace, dtype));
-    }
+    MEMWALL_ASSIGN_OR_RETURN(f_in, ToStorage(b.f, dtype, b.f_storage, rows, d, s));
   }
-  Tensor df;
-  if (backward) {
-    MEMWALL_ASSIGN_OR_RETURN(df, scratch.Make({rows, d}));
-  }
+  const Tensor& df = b.df;
   if (logits_out != nullptr) logits_out->resize(rows * v);
   {
     MEMWALL_ASSIGN_OR_RETURN(HookScope head_scope, HookScope::Forward(*wte_));
@@ -361,10 +401,10 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
         MEMWALL_RETURN_IF_ERROR(s.Copy(logits_out->data() + r0 * v, lg.data(), lg.bytes()));
         continue;
       }
-      MEMWALL_RETURN_IF_ERROR(ops::SoftmaxCrossEntropy(lg, targets_d.Slice(r0, n),
+      MEMWALL_RETURN_IF_ERROR(ops::SoftmaxCrossEntropy(lg, b.targets.Slice(r0, n),
                                                        losses.Slice(r0, n), grad_scale, s));
       if (!backward) continue;
-      MEMWALL_ASSIGN_OR_RETURN(const Tensor dlogits, ToStorage(lg, dtype, dlogits_scratch, n, v, s));
+      MEMWALL_ASSIGN_OR_RETURN(const Tensor dlogits, ToStorage(lg, dtype, b.dlogits_storage, n, v, s));
       MEMWALL_RETURN_IF_ERROR(
           ops::Matmul(dlogits, false, wte_->Table(), false, Rows(df, r0, n, d), 1.0f, 0.0f, s));
       MEMWALL_RETURN_IF_ERROR(ops::Matmul(dlogits, true, Rows(f_in, r0, n, d), false,
@@ -375,27 +415,21 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
   }
 
   if (backward) {
-    MEMWALL_ASSIGN_OR_RETURN(Tensor dresid, scratch.Make({rows, d}));
-    BlockGradScratch g;
-    for (Tensor* x : {&g.c1, &g.c2, &g.mid}) {
-      MEMWALL_ASSIGN_OR_RETURN(*x, scratch.Make({rows, d}));
-    }
-    MEMWALL_ASSIGN_OR_RETURN(g.big, scratch.Make({rows, 4 * d}));
-    MEMWALL_ASSIGN_OR_RETURN(g.qkv, scratch.Make({batch, t, 3 * d}));
-    MEMWALL_ASSIGN_OR_RETURN(g.delta, scratch.Make({batch, heads, t}));
-    MEMWALL_RETURN_IF_ERROR(ln_f_->Backward(df, xs[layers], f_mean, f_rstd, dresid, s));
+    const Tensor& dresid = b.dresid;
+    BlockGradScratch& g = b.g;
+    MEMWALL_RETURN_IF_ERROR(ln_f_->Backward(df, xs[layers], b.f_mean, b.f_rstd, dresid, s));
     for (int64_t l = layers - 1; l >= 0; --l) {
-      BlockActivations& a = acts[checkpoint ? 0 : l];
+      BlockActivations& a = b.acts[checkpoint ? 0 : l];
       if (checkpoint) {  // recompute block l from its saved input
         MEMWALL_RETURN_IF_ERROR(blocks_[l]->Forward(xs[l], a, xs[l + 1], batch, t, s));
       }
       MEMWALL_RETURN_IF_ERROR(blocks_[l]->Backward(xs[l], a, dresid, g, batch, t, s));
     }
     MEMWALL_ASSIGN_OR_RETURN(HookScope wpe_scope, HookScope::Backward(*wpe_));
-    MEMWALL_RETURN_IF_ERROR(ops::EmbeddingBackward(pos_d, dresid, wpe_->GradTable(), s));
+    MEMWALL_RETURN_IF_ERROR(ops::EmbeddingBackward(b.pos, dresid, wpe_->GradTable(), s));
     MEMWALL_RETURN_IF_ERROR(wpe_scope.Finish());
     MEMWALL_ASSIGN_OR_RETURN(HookScope wte_scope, HookScope::Backward(*wte_));
-    MEMWALL_RETURN_IF_ERROR(ops::EmbeddingBackward(ids_d, dresid, wte_->GradTable(), s));
+    MEMWALL_RETURN_IF_ERROR(ops::EmbeddingBackward(b.ids, dresid, wte_->GradTable(), s));
     MEMWALL_RETURN_IF_ERROR(wte_scope.Finish());
   }
 

@@ -69,8 +69,9 @@ int64_t LogitsChunkRows(const GptConfig& config, int64_t rows);
 //   "backward scratch"       kActivations  4 rows (12 d + H)
 //   "logits chunk"           kWorkspace    4 chunk V
 //   "16-bit operands"        kWorkspace    c (2 rows 4d + rows d + chunk V), 16-bit modes
-// ForwardBackward sizes each of these itself; the estimator's tests hold
-// this plan equal to its measured peaks, tag by tag.
+// One function sizes them for both: ForwardBackward allocates its buffers
+// through it, and this plan is that function run in planning mode (Scratch
+// with a plan: nothing allocated).
 MemoryPlan ActivationPlan(const GptConfig& config, int64_t micro_batch, int64_t seq, DType compute,
                           bool checkpointing);
 

@@ -12,10 +12,14 @@ namespace memwall::models {
 absl::StatusOr<Tensor> Scratch::Make(std::vector<int64_t> shape, MemoryTag tag, DType dtype) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  MEMWALL_ASSIGN_OR_RETURN(Buffer b, device.Allocate(static_cast<size_t>(n) * SizeOf(dtype), tag,
-                                                     &device.compute_stream()));
+  const int64_t bytes = n * static_cast<int64_t>(SizeOf(dtype));
+  if (plan != nullptr) {
+    plan->Grow(group, MemorySpace::kDevice, tag, bytes);
+    return Tensor(nullptr, dtype, std::move(shape), nullptr);
+  }
+  MEMWALL_ASSIGN_OR_RETURN(Buffer b, device->Allocate(static_cast<size_t>(bytes), tag, &device->compute_stream()));
   buffers.push_back(std::move(b));
-  return Tensor(buffers.back().data(), dtype, std::move(shape), &device);
+  return Tensor(buffers.back().data(), dtype, std::move(shape), device);
 }
 
 Tensor As2D(const Tensor& t, int64_t rows, int64_t cols) {

@@ -22,16 +22,22 @@
 #include "models/module.h"
 #include "runtime/device.h"
 #include "runtime/memory.h"
+#include "runtime/memory_plan.h"
 #include "runtime/tensor.h"
 
 namespace memwall::models {
 
 inline constexpr float kLayerNormEps = 1e-5f;
 
-// Device buffers for one pass, freed in compute-stream order.
+// Device buffers for one pass, freed in compute-stream order. With `plan`
+// set it allocates nothing: each Make adds its bytes to the plan's buffer
+// `group` and returns a tensor without memory, so the code that sizes a
+// pass's buffers also states its memory plan (models::ActivationPlan).
 struct Scratch {
-  Device& device;
+  Device* device = nullptr;
   std::vector<Buffer> buffers;
+  MemoryPlan* plan = nullptr;
+  std::string group;  // planning: the plan buffer Make adds to
   absl::StatusOr<Tensor> Make(std::vector<int64_t> shape, MemoryTag tag = MemoryTag::kActivations,
                               DType dtype = DType::kF32);
 };

@@ -19,6 +19,19 @@ MemoryPlan& MemoryPlan::Add(absl::string_view name, MemorySpace space, MemoryTag
   return *this;
 }
 
+MemoryPlan& MemoryPlan::Grow(absl::string_view name, MemorySpace space, MemoryTag tag, int64_t bytes) {
+  for (PlannedBuffer& b : buffers_) {
+    if (b.name != name) continue;
+    if (b.space != space || b.tag != tag || bytes < 0) {
+      std::fprintf(stderr, "MemoryPlan: buffer '%s' grown with another space or tag\n", std::string(name).c_str());
+      std::abort();
+    }
+    b.bytes += bytes;
+    return *this;
+  }
+  return Add(name, space, tag, bytes);
+}
+
 MemoryPlan& MemoryPlan::Append(const MemoryPlan& other, absl::string_view prefix) {
   for (const PlannedBuffer& b : other.buffers_) {
     Add(absl::StrCat(prefix, b.name), b.space, b.tag, b.bytes, b.transient);

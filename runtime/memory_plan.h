@@ -42,6 +42,10 @@ class MemoryPlan {
   // error and aborts).
   MemoryPlan& Add(absl::string_view name, MemorySpace space, MemoryTag tag, int64_t bytes,
                   bool transient = false);
+  // Adds `bytes` to the buffer `name` (made if absent; a different space or
+  // tag for the same name is an internal error and aborts): for a group of
+  // tensors planned one by one.
+  MemoryPlan& Grow(absl::string_view name, MemorySpace space, MemoryTag tag, int64_t bytes);
   // Every buffer of `other`, each name prefixed with `prefix`.
   MemoryPlan& Append(const MemoryPlan& other, absl::string_view prefix = "");
 

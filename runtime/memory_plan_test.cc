@@ -24,6 +24,9 @@ TEST(MemoryPlan, SumsBySpaceAndTag) {
   EXPECT_EQ(plan.Total(MemorySpace::kDevice), 296);
   EXPECT_EQ(plan.Total(MemorySpace::kPinnedHost), 400);
   EXPECT_NE(plan.ToText().find("peak of transient buffers"), std::string::npos) << plan.ToText();
+  plan.Grow("values", MemorySpace::kDevice, MemoryTag::kParams16, 50).Grow("new", MemorySpace::kDevice, MemoryTag::kOther, 7);
+  EXPECT_EQ(plan.at("values").bytes, 250);
+  EXPECT_EQ(plan.at("new").bytes, 7);
 }
 
 TEST(MemoryPlan, AllocatesEachBufferFromItsSpace) {
@@ -45,6 +48,7 @@ TEST(MemoryPlanDeathTest, AskingForAnUnplannedBufferAborts) {
   plan.Add("values", MemorySpace::kDevice, MemoryTag::kParams16, 8);
   EXPECT_DEATH(plan.at("grads"), "no buffer 'grads'");
   EXPECT_DEATH(plan.Add("values", MemorySpace::kDevice, MemoryTag::kGrads, 8), "planned twice");
+  EXPECT_DEATH(plan.Grow("values", MemorySpace::kDevice, MemoryTag::kGrads, 8), "another space or tag");
 }
 
 }  // namespace
