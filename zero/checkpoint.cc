@@ -263,6 +263,23 @@ absl::Status Trainer::Agree(const absl::Status& local, absl::string_view what) {
                                    failed.front(), ": ", std::string(first + 4)));
 }
 
+// The flat range rank `rank`'s checkpoint shard holds: the real elements it
+// owns, which the format (one range per shard file) needs as one run from
+// the start of its shard. ZeRO's contiguous partition always gives that.
+absl::StatusOr<FlatRange> ShardRange(const FlatLayout& layout, int rank) {
+  const std::vector<Piece> owned = layout.Owned(rank);
+  if (owned.empty()) return FlatRange{layout.numel(), layout.numel()};
+  for (size_t i = 0; i < owned.size(); ++i) {
+    const int64_t want_offset = i == 0 ? 0 : owned[i - 1].shard_offset + owned[i - 1].size;
+    if (owned[i].shard_offset != want_offset || (i > 0 && owned[i].begin != owned[i - 1].begin + owned[i - 1].size)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoints store one contiguous flat range per rank, but this partition gives rank ", rank, " ",
+          owned.size(), " pieces"));
+    }
+  }
+  return FlatRange{owned.front().begin, owned.back().begin + owned.back().size};
+}
+
 absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
                                           const std::function<void(int)>& after_shard_written) {
   MEMWALL_RETURN_IF_ERROR(Flush());  // a checkpoint holds every update so far
@@ -287,7 +304,7 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
   // This rank's shard file: master, m, v of its real range, staged to the host.
   // With one owner (stage 0) every rank holds the same states: rank 0 writes.
   const bool writes = layout_.world() > 1 || rank == 0;
-  const FlatRange range = layout_.OwnedReal();
+  MEMWALL_ASSIGN_OR_RETURN(const FlatRange range, ShardRange(layout_, layout_.rank()));
   uint32_t crc = 0;
   uint64_t bytes = 0;
   absl::Status written;
@@ -349,7 +366,7 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
       CheckpointShard* sh = meta.add_shards();
       sh->set_rank(r);
       sh->set_file(absl::StrFormat("rank_%05d.shard", r));
-      const FlatRange rr = layout_.OwnedReal(layout_.world() > 1 ? r : 0);
+      MEMWALL_ASSIGN_OR_RETURN(const FlatRange rr, ShardRange(layout_, layout_.world() > 1 ? r : 0));
       sh->set_flat_begin(rr.begin);
       sh->set_count(rr.size());
       sh->set_bytes(uint64_t(uint32_t(infos[4 * r + 1])) | (uint64_t(uint32_t(infos[4 * r + 2])) << 32));
@@ -420,7 +437,7 @@ absl::Status Trainer::LoadLocal(const std::string& step_dir, CheckpointMetadata&
                  meta.world_size(), comm_.world_size());
   }
   // This rank's range, from whichever old shards hold it (CRC-checked).
-  const FlatRange range = layout_.OwnedReal();
+  MEMWALL_ASSIGN_OR_RETURN(const FlatRange range, ShardRange(layout_, layout_.rank()));
   std::vector<std::unique_ptr<ShardReader>> readers(meta.shards_size());
   for (int section = 0; section < 3; ++section) {
     values[section].resize(range.size());

@@ -110,7 +110,7 @@ absl::Status GradientBuckets::Flush(Bucket& b) {
       const Tensor part = Slice(b, s.at + piece.begin - s.flat.begin, piece.size);
       MEMWALL_RETURN_IF_ERROR(comm_.Reduce(part, part, ReduceOp::kSum, piece.rank, coll_));
       if (piece.rank != layout_.rank()) continue;
-      MEMWALL_RETURN_IF_ERROR(sink_.AddPiece(part, piece.begin - layout_.shard_begin(), coll_));
+      MEMWALL_RETURN_IF_ERROR(sink_.AddPiece(part, piece.shard_offset, coll_));
     }
   }
   MEMWALL_RETURN_IF_ERROR(coll_.Record(*b.free));

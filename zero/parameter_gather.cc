@@ -106,7 +106,7 @@ absl::Status ParameterGather::GatherRange(FlatRange range, void* dst) {
     const Tensor part = Tensor::Flat(static_cast<char*>(dst) + (piece.begin - range.begin) * elem,
                                      dtype_, piece.size, &device_);
     if (piece.rank == layout_.rank()) {
-      const Tensor mine = shard_.Slice(piece.begin - layout_.shard_begin(), piece.size);
+      const Tensor mine = shard_.Slice(piece.shard_offset, piece.size);
       MEMWALL_RETURN_IF_ERROR(coll_.Copy(part.data(), mine.data(), part.bytes()));
     }
     MEMWALL_RETURN_IF_ERROR(comm_.Broadcast(part, piece.rank, coll_));

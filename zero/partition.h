@@ -12,6 +12,7 @@
 #define MEMWALL_ZERO_PARTITION_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -19,11 +20,13 @@
 
 namespace memwall::zero {
 
-// Flat elements [begin, begin + size) owned by `rank`.
+// Flat elements [begin, begin + size) owned by `rank`, held at
+// [shard_offset, shard_offset + size) of that rank's shard.
 struct Piece {
   int rank = 0;
   int64_t begin = 0;
   int64_t size = 0;
+  int64_t shard_offset = 0;
 };
 
 struct FlatRange {
@@ -32,32 +35,58 @@ struct FlatRange {
   int64_t size() const { return end - begin; }
 };
 
+// Which flat elements each of `owners()` ranks owns, and where each lands in
+// that rank's shard: shard() elements on every rank, padding included, so
+// collectives move equal blocks. Every real element has exactly one owner.
+// ZeRO §5's contiguous partition is one implementation; ZeRO-Infinity's
+// bandwidth-centric partitioning (every parameter split over all ranks) is
+// to be another, behind the same questions.
+class Partition {
+ public:
+  virtual ~Partition() = default;
+  virtual int owners() const = 0;
+  virtual int64_t numel() const = 0;  // Ψ
+  virtual int64_t shard() const = 0;
+  // The real (not padding) elements `rank` owns, in flat order.
+  virtual std::vector<Piece> Owned(int rank) const = 0;
+  // `range` split by owner, in flat order.
+  virtual std::vector<Piece> Pieces(FlatRange range) const = 0;
+};
+
+// ZeRO's partition: shard = ceil(Ψ / owners) and rank r owns
+// [r shard, (r + 1) shard) ∩ [0, Ψ), at offset 0 of its shard.
+std::shared_ptr<const Partition> ContiguousPartition(int64_t numel, int owners);
+
 class FlatLayout {
  public:
   FlatLayout() = default;
+  // The tensor table of `root`, partitioned contiguously over `world` owners.
   FlatLayout(models::Module& root, int world, int rank);
 
-  int world() const { return world_; }
+  const Partition& partition() const { return *partition_; }
+  int world() const { return partition_->owners(); }
   int rank() const { return rank_; }
-  int64_t numel() const { return numel_; }             // Ψ
-  int64_t shard() const { return shard_; }             // ceil(Ψ / N)
-  int64_t padded() const { return shard_ * world_; }   // N · shard
-  int64_t shard_begin() const { return shard_ * rank_; }
-  // A rank's shard, clipped to Ψ (the elements that are real parameters):
-  // [r shard, (r + 1) shard) ∩ [0, Ψ).
-  FlatRange OwnedReal(int rank) const;
-  FlatRange OwnedReal() const { return OwnedReal(rank_); }
+  int64_t numel() const { return numel_; }                  // Ψ
+  int64_t shard() const { return partition_->shard(); }     // ceil(Ψ / N)
+  int64_t padded() const { return shard() * world(); }      // N · shard
+  // The replicated flat buffer (stages 0-2, zero/parameter_placement.h)
+  // holds rank r's shard at r · shard: ZeRO's contiguous partition.
+  int64_t shard_begin() const { return shard() * rank_; }
+  // The real elements a rank owns (this rank's by default), in flat order.
+  std::vector<Piece> Owned(int rank) const { return partition_->Owned(rank); }
+  std::vector<Piece> Owned() const { return Owned(rank_); }
 
   const std::vector<models::Parameter*>& params() const { return params_; }
   int64_t offset(const models::Parameter* p) const { return offsets_.at(p); }
   // The flat range of m's own parameters (empty when it has none).
   FlatRange OwnRange(const models::Module& m) const;
-  // [range.begin, range.end) split at shard boundaries, in order.
-  std::vector<Piece> Pieces(FlatRange range) const;
+  // [range.begin, range.end) split by owner, in order.
+  std::vector<Piece> Pieces(FlatRange range) const { return partition_->Pieces(range); }
 
  private:
-  int world_ = 1, rank_ = 0;
-  int64_t numel_ = 0, shard_ = 0;
+  int rank_ = 0;
+  int64_t numel_ = 0;
+  std::shared_ptr<const Partition> partition_ = ContiguousPartition(0, 1);
   std::vector<models::Parameter*> params_;
   absl::flat_hash_map<const models::Parameter*, int64_t> offsets_;
 };

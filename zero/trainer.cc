@@ -175,18 +175,19 @@ absl::Status Trainer::InitializeValues() {
   Stream& s = device_.compute_stream();
   const int64_t shard = layout_.shard();
   std::vector<float> init(shard, 0.0f);
-  const FlatRange mine = layout_.OwnedReal();
   ThreadPool pool(0);
-  for (models::Parameter* p : layout_.params()) {
-    const int64_t begin = std::max(mine.begin, layout_.offset(p));
-    const int64_t end = std::min(mine.end, layout_.offset(p) + p->numel());
-    if (begin >= end) continue;
-    constexpr int64_t kChunk = 1 << 16;
-    pool.ParallelFor((end - begin + kChunk - 1) / kChunk, [&](int64_t c) {
-      const int64_t lo = begin + c * kChunk, hi = std::min(end, lo + kChunk);
-      model_.InitialValues(options_.seed, *p, lo - layout_.offset(p), hi - lo,
-                           init.data() + (lo - layout_.shard_begin()));
-    });
+  for (const Piece& mine : layout_.Owned()) {
+    for (models::Parameter* p : layout_.params()) {
+      const int64_t begin = std::max(mine.begin, layout_.offset(p));
+      const int64_t end = std::min(mine.begin + mine.size, layout_.offset(p) + p->numel());
+      if (begin >= end) continue;
+      constexpr int64_t kChunk = 1 << 16;
+      pool.ParallelFor((end - begin + kChunk - 1) / kChunk, [&](int64_t c) {
+        const int64_t lo = begin + c * kChunk, hi = std::min(end, lo + kChunk);
+        model_.InitialValues(options_.seed, *p, lo - layout_.offset(p), hi - lo,
+                             init.data() + mine.shard_offset + (lo - mine.begin));
+      });
+    }
   }
   // Rounded to the parameter type, and the master widened back from that.
   MEMWALL_RETURN_IF_ERROR(optimizer_->WriteState(OptimizerState::kMaster, 0, shard, init.data()));

@@ -196,7 +196,7 @@ class Trainer {
   // story (its own message when it failed).
   absl::Status Agree(const absl::Status& local, absl::string_view what);
   // Reads and verifies this rank's part of a checkpoint into host memory
-  // (master, m, v of layout().OwnedReal()); changes nothing.
+  // (master, m, v of the range it owns); changes nothing.
   absl::Status LoadLocal(const std::string& step_dir, CheckpointMetadata& meta,
                          std::vector<float> values[3]);
   // Where collectives run: a communication stream with overlap_comm and
