@@ -84,9 +84,6 @@ class GradientBuckets {
   // is complete once `coll` reaches this point.
   absl::Status FlushAll();
 
-  int64_t capacity() const { return capacity_; }
-  int count() const { return static_cast<int>(buckets_.size()); }
-
  private:
   struct Segment {
     FlatRange flat;

@@ -173,7 +173,6 @@ absl::Status ParameterGather::Gather(int module, Live& live) {
   }
   MEMWALL_RETURN_IF_ERROR(coll_.Record(*live.ready));
   live_elements_ += live.elements;
-  peak_live_ = std::max(peak_live_, live_elements_);
   return absl::OkStatus();
 }
 

@@ -76,8 +76,6 @@ class ParameterGather {
   // Re-gathers the persistent parameters from the shards (after a step).
   absl::Status RefreshPersistent();
 
-  int64_t persistent_elements() const { return persistent_elements_; }
-  int64_t peak_live_elements() const { return peak_live_; }
 
  private:
   struct Live {
@@ -114,7 +112,7 @@ class ParameterGather {
   int64_t persistent_elements_ = 0;
 
   absl::flat_hash_map<int, Live> live_;
-  int64_t live_elements_ = 0, peak_live_ = 0;
+  int64_t live_elements_ = 0;
   std::vector<int> trace_;
   bool recording_ = true;
   size_t position_ = 0;  // Acquire calls so far in this pass
