@@ -369,8 +369,7 @@ absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(const 
 absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model, Device& device, Communicator& comm,
                                                              zero::TrainerOptions options,
                                                              const HostOptimizerHooks* hooks) {
-  if (options.zero.offload_optimizer().device() == zero::OffloadOptimizerConfig::CPU) {
-    MEMWALL_RETURN_IF_ERROR(zero::ValidateZeroConfig(options.zero));
+  if (options.training.zero().offload_optimizer().device() == zero::OffloadOptimizerConfig::CPU) {
     options.shard_optimizer = HostOptimizerProvider(hooks);
   }
   return zero::Trainer::Create(model, device, comm, options);

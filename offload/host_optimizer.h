@@ -5,7 +5,7 @@
 // the device tile by tile.
 //
 //   auto trainer = offload::CreateTrainer(model, device, comm, options);
-//   // options.zero.offload_optimizer { device: CPU }, stage 1 or 2
+//   // options.training.zero.offload_optimizer { device: CPU }, stage 1 or 2
 //
 // Streams and order, per step:
 //   backward   each owned piece of a reduce bucket: copied D2H on the
@@ -74,7 +74,7 @@ absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(
     const zero::ShardOptimizerRequest& request, const HostOptimizerHooks* hooks = nullptr);
 
 // A zero::Trainer whose optimizer is the host optimizer when
-// options.zero.offload_optimizer.device is CPU, the device's otherwise;
+// options.training.zero.offload_optimizer.device is CPU, the device's otherwise;
 // options.timeline reaches the optimizer too.
 absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model, Device& device,
                                                              Communicator& comm,

@@ -27,11 +27,11 @@ models::GptConfig Wide() {
 
 zero::TrainerOptions Options(int stage, bool offload) {
   zero::TrainerOptions o;
-  o.seq = 32;
-  o.micro_batch = 1;
-  o.precision = zero::Precision::kBf16;
-  o.zero.set_stage(stage);
-  if (offload) o.zero.mutable_offload_optimizer()->set_device(zero::OffloadOptimizerConfig::CPU);
+  o.training.set_seq(32);
+  o.training.set_micro_batch(1);
+  o.training.set_precision(zero::Precision::BF16);
+  o.training.mutable_zero()->set_stage(stage);
+  if (offload) o.training.mutable_zero()->mutable_offload_optimizer()->set_device(zero::OffloadOptimizerConfig::CPU);
   return o;
 }
 

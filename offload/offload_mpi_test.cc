@@ -49,7 +49,7 @@ struct Case {
   bool offload = false;
   bool overlap = true;
   int64_t accumulation = 1;
-  Precision precision = Precision::kFp32;
+  Precision precision = Precision::FP32;
   float clip = 1.0f;
   float initial_loss_scale = 65536.0f;
   std::string Name() const {
@@ -60,22 +60,22 @@ struct Case {
 
 zero::TrainerOptions Options(const Case& c, int world) {
   zero::TrainerOptions o;
-  o.seq = 16;
-  o.accumulation = c.accumulation;
-  o.micro_batch = 8 / (world * c.accumulation);
-  o.precision = c.precision;
-  o.adam.lr = 1e-3f;
-  o.adam.weight_decay = 0.01f;
-  o.clip_norm = c.clip;
-  o.initial_loss_scale = c.initial_loss_scale;
-  o.loss_scale_growth_interval = 3;
-  o.zero.set_stage(c.stage);
-  o.zero.set_overlap_comm(c.overlap);
-  o.zero.set_reduce_bucket_bytes(4096);
-  o.zero.set_allgather_bucket_bytes(2048);
+  o.training.set_seq(16);
+  o.training.set_accumulation(c.accumulation);
+  o.training.set_micro_batch(8 / (world * c.accumulation));
+  o.training.set_precision(c.precision);
+  o.training.mutable_adam()->set_lr(1e-3f);
+  o.training.mutable_adam()->set_weight_decay(0.01f);
+  o.training.set_clip_norm(c.clip);
+  o.training.mutable_loss_scaling()->set_initial_scale(c.initial_loss_scale);
+  o.training.mutable_loss_scaling()->set_growth_interval(3);
+  o.training.mutable_zero()->set_stage(c.stage);
+  o.training.mutable_zero()->set_overlap_comm(c.overlap);
+  o.training.mutable_zero()->set_reduce_bucket_bytes(4096);
+  o.training.mutable_zero()->set_allgather_bucket_bytes(2048);
   if (c.offload) {
-    o.zero.mutable_offload_optimizer()->set_device(zero::OffloadOptimizerConfig::CPU);
-    o.zero.mutable_offload_optimizer()->set_tile_elements(3000);  // several tiles per shard
+    o.training.mutable_zero()->mutable_offload_optimizer()->set_device(zero::OffloadOptimizerConfig::CPU);
+    o.training.mutable_zero()->mutable_offload_optimizer()->set_tile_elements(3000);  // several tiles per shard
   }
   return o;
 }
@@ -132,7 +132,7 @@ size_t Differ(const std::vector<float>& a, const std::vector<float>& b) {
 using Offload = zero::test::MpiRanks;
 
 TEST_F(Offload, GivesStageTwosLossesAndWeights) {
-  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+  for (Precision precision : {Precision::FP32, Precision::BF16}) {
     for (int64_t accumulation : {1, 2}) {
       for (bool overlap : {false, true}) {
         Case device_case;
@@ -157,7 +157,7 @@ TEST_F(Offload, GivesStageTwosLossesAndWeights) {
 TEST_F(Offload, WithoutClippingItIsStageTwoBitForBit) {
   // The norm's partial sums are the only arithmetic that differs in order;
   // with clipping off the norm does not enter the update.
-  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+  for (Precision precision : {Precision::FP32, Precision::BF16}) {
     Case device_case;
     device_case.precision = precision;
     device_case.clip = 0;
@@ -173,7 +173,7 @@ TEST_F(Offload, WithoutClippingItIsStageTwoBitForBit) {
 
 TEST_F(Offload, Fp16OverflowSkipsTheSameSteps) {
   Case device_case;
-  device_case.precision = Precision::kFp16;
+  device_case.precision = Precision::FP16;
   device_case.clip = 0;
   device_case.initial_loss_scale = 4294967296.0f;  // 2^32: overflows until it halves enough
   const Outcome expected = Train(*comm_, device_case, 30);
@@ -196,9 +196,9 @@ TEST_F(Offload, ModelStatesLeaveTheDevice) {
     Case c;
     c.stage = dpu ? 2 : stage;
     c.offload = true;
-    c.precision = Precision::kBf16;
+    c.precision = Precision::BF16;
     zero::TrainerOptions o = Options(c, W());
-    if (dpu) o.zero.mutable_offload_optimizer()->set_delayed_update_after_steps(1);
+    if (dpu) o.training.mutable_zero()->mutable_offload_optimizer()->set_delayed_update_after_steps(1);
     auto device = *CreateCpuDevice();
     auto model = *models::Gpt::Create(Small());
     auto trainer = CreateTrainer(*model, *device, *comm_, o);
@@ -228,10 +228,7 @@ TEST_F(Offload, ModelStatesLeaveTheDevice) {
     zero::EstimateInput in;
     in.model = Small();
     in.ranks = n;
-    in.zero = o.zero;
-    in.precision = o.precision;
-    in.micro_batch = o.micro_batch;
-    in.seq = o.seq;
+    in.training = o.training;  // the run's config, as the trainer got it
     in.optimizer = HostOptimizerProvider();
     auto est = zero::EstimateMemory(in);
     ASSERT_TRUE(est.ok()) << est.status();
@@ -250,7 +247,7 @@ TEST_F(Offload, ModelStatesLeaveTheDevice) {
 TEST_F(Offload, CheckpointsResumeBitForBit) {
   Case c;
   c.offload = true;
-  c.precision = Precision::kBf16;
+  c.precision = Precision::BF16;
   const Outcome whole = Train(*comm_, c, 8);
   const char* base = std::getenv("TEST_TMPDIR");
   const std::string dir = std::string(base ? base : "/tmp") + "/offload_ckpt";
@@ -297,9 +294,9 @@ TEST_F(Offload, TimelineShowsTheOverlaps) {
   auto model = *models::Gpt::Create(config);
   Case c;
   c.offload = true;
-  c.precision = Precision::kBf16;
+  c.precision = Precision::BF16;
   zero::TrainerOptions o = Options(c, W());
-  o.zero.mutable_offload_optimizer()->set_tile_elements(4096);
+  o.training.mutable_zero()->mutable_offload_optimizer()->set_tile_elements(4096);
   o.timeline = &timeline;
   const char* tmp = std::getenv("TEST_TMPDIR");
   o.trace_dir = absl::StrCat(tmp ? tmp : "/tmp", "/traces_np", W(), "_rank", comm_->rank());
@@ -415,7 +412,7 @@ TEST_F(Offload, NormIsFoldedIntoTheLastPassUnlessAnElementIsAddedTwice) {
     c.offload = true;
     c.accumulation = 2;
     zero::TrainerOptions o = Options(c, W());
-    o.zero.set_reduce_bucket_bytes(bucket);
+    o.training.mutable_zero()->set_reduce_bucket_bytes(bucket);
     o.timeline = &timeline;
     auto trainer = CreateTrainer(*model, *device, *comm_, o);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
@@ -449,7 +446,7 @@ TEST_F(Offload, NormIsFoldedIntoTheLastPassUnlessAnElementIsAddedTwice) {
     auto ddevice = *CreateCpuDevice();
     auto dmodel = *models::Gpt::Create(Small());
     zero::TrainerOptions od = Options(d, W());
-    od.zero.set_reduce_bucket_bytes(bucket);
+    od.training.mutable_zero()->set_reduce_bucket_bytes(bucket);
     auto dtrainer = zero::Trainer::Create(*dmodel, *ddevice, *comm_, od);
     ASSERT_TRUE(dtrainer.ok());
     for (int i = 0; i < 6; ++i) {
@@ -483,12 +480,12 @@ TEST_F(Offload, DelayedUpdateTracksTheUndelayedRunOnTheOverfitTask) {
     auto model = *models::Gpt::Create(Small());
     Case c;
     c.offload = true;
-    c.precision = Precision::kBf16;
+    c.precision = Precision::BF16;
     zero::TrainerOptions o = Options(c, W());
-    o.adam.lr = 1e-3f;
-    o.adam.weight_decay = 0;
-    o.zero.set_reduce_bucket_bytes(int64_t{64} << 20);
-    if (delayed) o.zero.mutable_offload_optimizer()->set_delayed_update_after_steps(kWarmup);
+    o.training.mutable_adam()->set_lr(1e-3f);
+    o.training.mutable_adam()->set_weight_decay(0);
+    o.training.mutable_zero()->set_reduce_bucket_bytes(int64_t{64} << 20);
+    if (delayed) o.training.mutable_zero()->mutable_offload_optimizer()->set_delayed_update_after_steps(kWarmup);
     o.timeline = &timeline;
     // The delayed step's thread waits (inside its zone) until its
     // iteration's forward and backward has begun on the compute stream, so
@@ -580,8 +577,8 @@ TEST_F(Offload, DelayedUpdateConsumesEveryGradientOnce) {
     c.offload = true;
     c.accumulation = 2;
     zero::TrainerOptions o = Options(c, W());
-    o.adam.lr = 0;
-    if (delayed) o.zero.mutable_offload_optimizer()->set_delayed_update_after_steps(kWarmup);
+    o.training.mutable_adam()->set_lr(0);
+    if (delayed) o.training.mutable_zero()->mutable_offload_optimizer()->set_delayed_update_after_steps(kWarmup);
     auto trainer = CreateTrainer(*model, *device, *comm_, o);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     for (int i = 0; i < kSteps; ++i) ASSERT_TRUE((*trainer)->Step(Data()).ok());
@@ -604,12 +601,12 @@ TEST_F(Offload, RefusesWhatItCannotDo) {
   Case c;
   c.offload = true;
   zero::TrainerOptions o = Options(c, W());
-  o.zero.mutable_offload_optimizer()->set_pin_memory(false);
+  o.training.mutable_zero()->mutable_offload_optimizer()->set_pin_memory(false);
   auto t = CreateTrainer(*model, *device, *comm_, o);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
   EXPECT_NE(t.status().message().find("pin_memory = false"), std::string::npos) << t.status();
   o = Options(c, W());
-  o.zero.set_stage(3);
+  o.training.mutable_zero()->set_stage(3);
   t = CreateTrainer(*model, *device, *comm_, o);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
   EXPECT_NE(t.status().message().find("needs stage 1 or 2"), std::string::npos) << t.status();

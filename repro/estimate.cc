@@ -2,13 +2,17 @@
 // before launching (zero/estimator.h).
 //
 //   ./bazelw run //repro:estimate -- (--params=N | --model=FILE.textproto [--model_name=NAME])
-//       --ranks=N --stage=S [--micro_batch=B --seq=L --checkpointing=true|false]
-//       [--precision=bf16|fp16|fp32] [--offload=none|cpu [--delayed_update_after_steps=K]]
-//       [--device_bytes=N] [--format=text|json]
+//       --ranks=N [--config=TRAINING.textproto] [--set='zero { stage: 2 } micro_batch: 4']
+//       [--checkpointing=true|false] [--device_bytes=N] [--format=text|json]
 //
-// A relative --model is taken from the directory `bazel run` was started in.
-// --model takes a GptConfig text proto, or a GptConfigList (for example
-// models/configs/papers.textproto) with --model_name picking an entry.
+// The run's settings are the trainer's own TrainingConfig
+// (zero/training_config.proto: seq, micro_batch, precision, zero with its
+// stage and offload_optimizer, ...): --config is a file of it, --set fields
+// of it written inline and merged over the file; every unset field takes the
+// trainer's default. A relative --model or --config is taken from the
+// directory `bazel run` was started in. --model takes a GptConfig text
+// proto, or a GptConfigList (for example models/configs/papers.textproto)
+// with --model_name picking an entry.
 // Exits 0 with the estimate (one JSON object with --format=json), 1 when
 // the run does not fit --device_bytes, 2 on bad input.
 #include <cstdio>
@@ -23,6 +27,7 @@
 #include "google/protobuf/text_format.h"
 #include "models/gpt.h"
 #include "offload/host_optimizer.h"
+#include "runtime/files.h"
 #include "runtime/launch.h"
 #include "runtime/status.h"
 #include "zero/estimator.h"
@@ -31,26 +36,27 @@ ABSL_FLAG(int64_t, params, 0, "parameter count (model states only); or give --mo
 ABSL_FLAG(std::string, model, "", "GptConfig or GptConfigList text proto");
 ABSL_FLAG(std::string, model_name, "", "entry of a GptConfigList given to --model");
 ABSL_FLAG(int64_t, ranks, 1, "data-parallel ranks");
-ABSL_FLAG(int32_t, stage, 0, "ZeRO stage: 0, 1, 2 or 3");
-ABSL_FLAG(int64_t, micro_batch, 1, "sequences per micro-batch per rank");
-ABSL_FLAG(int64_t, seq, 1024, "tokens per sequence");
+ABSL_FLAG(std::string, config, "", "TrainingConfig text proto file (zero/training_config.proto)");
+ABSL_FLAG(std::string, set, "", "TrainingConfig fields in text-proto form, over --config, e.g. 'zero { stage: 3 }'");
 ABSL_FLAG(std::string, checkpointing, "", "true or false (default: the model's setting)");
-ABSL_FLAG(std::string, precision, "bf16", "bf16, fp16 or fp32");
-ABSL_FLAG(std::string, offload, "none", "offload_optimizer device: none or cpu (ZeRO-Offload, stages 1 and 2)");
-ABSL_FLAG(int64_t, delayed_update_after_steps, 0, "with --offload=cpu: the delayed parameter update's warm-up (0: no DPU)");
 ABSL_FLAG(int64_t, device_bytes, 0, "device memory per rank to check against (0: none)");
 ABSL_FLAG(std::string, format, "text", "text or json");
 
 namespace memwall::zero {
 namespace {
 
-absl::StatusOr<models::GptConfig> LoadModel(const std::string& path, const std::string& name) {
+absl::StatusOr<std::string> ReadFile(const std::string& flag, const std::string& path) {
   std::ifstream file(path);
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot open --model=", path));
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot open --", flag, "=", path));
   std::stringstream text;
   text << file.rdbuf();
+  return text.str();
+}
+
+absl::StatusOr<models::GptConfig> LoadModel(const std::string& path, const std::string& name) {
+  MEMWALL_ASSIGN_OR_RETURN(const std::string text, ReadFile("model", path));
   models::GptConfig one;
-  if (name.empty() && google::protobuf::TextFormat::ParseFromString(text.str(), &one)) {
+  if (name.empty() && google::protobuf::TextFormat::ParseFromString(text, &one)) {
     MEMWALL_RETURN_IF_ERROR(models::ValidateConfig(one));
     return one;
   }
@@ -61,6 +67,23 @@ absl::StatusOr<models::GptConfig> LoadModel(const std::string& path, const std::
                                                    " models; pick one with --model_name"));
   }
   return models::FindConfig(list, name);
+}
+
+// --config, then --set over it; checked by the estimator, as the trainer
+// checks it.
+absl::StatusOr<TrainingConfig> LoadTraining() {
+  TrainingConfig config;
+  if (const std::string path = absl::GetFlag(FLAGS_config); !path.empty()) {
+    const std::string resolved = UserPath(path, std::getenv);
+    MEMWALL_ASSIGN_OR_RETURN(const std::string text, ReadFile("config", resolved));
+    MEMWALL_RETURN_IF_ERROR(ParseTextProto(text, resolved, &config));
+  }
+  if (const std::string set = absl::GetFlag(FLAGS_set); !set.empty()) {
+    TrainingConfig fields;
+    MEMWALL_RETURN_IF_ERROR(ParseTextProto(set, "--set", &fields));
+    config.MergeFrom(fields);
+  }
+  return config;
 }
 
 absl::StatusOr<Estimate> Run() {
@@ -76,26 +99,16 @@ absl::StatusOr<Estimate> Run() {
   }
   in.params = absl::GetFlag(FLAGS_params);
   in.ranks = absl::GetFlag(FLAGS_ranks);
-  in.zero.set_stage(absl::GetFlag(FLAGS_stage));
-  const std::string offload = absl::GetFlag(FLAGS_offload);
-  if (offload == "cpu") {
-    in.zero.mutable_offload_optimizer()->set_device(OffloadOptimizerConfig::CPU);
-    in.zero.mutable_offload_optimizer()->set_delayed_update_after_steps(absl::GetFlag(FLAGS_delayed_update_after_steps));
+  MEMWALL_ASSIGN_OR_RETURN(in.training, LoadTraining());
+  if (in.training.zero().offload_optimizer().device() == OffloadOptimizerConfig::CPU) {
     in.optimizer = offload::HostOptimizerProvider();
-  } else if (offload != "none") {
-    return absl::InvalidArgumentError(absl::StrCat("--offload=", offload, " is not none or cpu"));
-  } else if (absl::GetFlag(FLAGS_delayed_update_after_steps) != 0) {
-    return absl::InvalidArgumentError("--delayed_update_after_steps needs --offload=cpu");
   }
-  in.micro_batch = absl::GetFlag(FLAGS_micro_batch);
-  in.seq = absl::GetFlag(FLAGS_seq);
   const std::string ckpt = absl::GetFlag(FLAGS_checkpointing);
   if (ckpt == "true" || ckpt == "false") {
     in.checkpointing = ckpt == "true";
   } else if (!ckpt.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("--checkpointing=", ckpt, " is not true or false"));
   }
-  MEMWALL_ASSIGN_OR_RETURN(in.precision, ParsePrecision(absl::GetFlag(FLAGS_precision)));
   in.device_bytes = absl::GetFlag(FLAGS_device_bytes);
   const std::string format = absl::GetFlag(FLAGS_format);
   if (format != "text" && format != "json") {

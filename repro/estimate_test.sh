@@ -2,13 +2,15 @@
 # //repro:estimate end to end: the JSON carries the keys the issue names and
 # the paper's numbers (ZeRO Figure 1: 7.5B, 64 ranks, stage 1 = 4Ψ + 12Ψ/N);
 # a model from the papers' list gets activations counted; a budget too small
-# exits 1 and says so; ZeRO-Offload's device and host bytes (--offload=cpu,
-# with and without DPU); bad input exits 2 naming the flag.
+# exits 1 and says so; ZeRO-Offload's device and host bytes (offload_optimizer
+# { device: CPU }, with and without DPU); the settings are the trainer's
+# TrainingConfig, from --config and --set; bad input exits 2 naming the flag
+# or the config field.
 set -uo pipefail
 bin=repro/estimate
 fail() { echo "FAIL: $*"; exit 1; }
 
-json=$($bin --params=7500000000 --ranks=64 --stage=1 --format=json) || fail "exit $?"
+json=$($bin --params=7500000000 --ranks=64 --set='zero { stage: 1 }' --format=json) || fail "exit $?"
 echo "$json"
 for key in model_states_bytes_per_rank total_device_bytes_per_rank host_bytes_per_rank fits; do
   [[ "$json" == *"\"$key\": "* ]] || fail "no $key"
@@ -16,8 +18,8 @@ done
 [[ "$json" == *'"model_states_bytes_per_rank": 31406250000'* ]] || fail "stage 1 model states"
 [[ "$json" == *'"fits": true'* ]] || fail "no budget means it fits"
 
-text=$($bin --model=models/configs/papers.textproto --model_name=offload_10b --ranks=1 --stage=2 \
-  --micro_batch=10 --seq=1024 --device_bytes=34359738368)
+text=$($bin --model=models/configs/papers.textproto --model_name=offload_10b --ranks=1 \
+  --set='zero { stage: 2 } micro_batch: 10 seq: 1024' --device_bytes=34359738368)
 code=$?
 echo "$text"
 [[ $code -eq 1 ]] || fail "a 10B model with activations does not fit one 32 GiB device at stage 2 (exit $code)"
@@ -28,26 +30,43 @@ echo "$text"
 # 4Ψ + 8Ψ + 2Ψ plus staging: one 64 MiB reduce bucket, two 4 Mi-element
 # tiles of bf16 values, the 8-byte norm pair (zero/estimator.h); with DPU a
 # second 2Ψ of gradients and the delayed step's 2Ψ of values.
-json=$($bin --params=10000000000 --ranks=1 --stage=2 --offload=cpu --format=json) || fail "offload: exit $?"
+json=$($bin --params=10000000000 --ranks=1 --set='zero { stage: 2 offload_optimizer { device: CPU } }' --format=json) || fail "offload: exit $?"
 echo "$json"
 [[ "$json" == *'"model_states_bytes_per_rank": 20000000000,'* ]] || fail "offload device model states != 2 psi"
 host=$((14 * 10000000000 + 64 * 1048576 + 2 * 2 * 4194304 + 8))
 [[ "$json" == *"\"host_bytes_per_rank\": $host,"* ]] || fail "offload host bytes != $host"
-json=$($bin --params=10000000000 --ranks=4 --stage=1 --offload=cpu --delayed_update_after_steps=40 --format=json) \
+json=$($bin --params=10000000000 --ranks=4 \
+  --set='zero { stage: 1 offload_optimizer { device: CPU delayed_update_after_steps: 40 } }' --format=json) \
   || fail "dpu: exit $?"
 shard=2500000000
 host=$((16 * shard + 64 * 1048576 + 2 * 2 * 4194304 + 8 + 2 * shard))
 [[ "$json" == *"\"host_bytes_per_rank\": $host,"* ]] || fail "stage 1 + offload + DPU on 4 ranks: host bytes != $host"
 [[ "$json" == *'"grads": 0,'* ]] || fail "stage 1 + offload keeps device gradients"
 
-err=$($bin --params=100 --stage=2 --offload=gpu 2>&1); code=$?
-[[ $code -eq 2 && "$err" == *"--offload=gpu is not none or cpu"* ]] || fail "offload=gpu: exit $code: $err"
-err=$($bin --params=100 --stage=2 --delayed_update_after_steps=40 2>&1); code=$?
-[[ $code -eq 2 && "$err" == *"--delayed_update_after_steps needs --offload=cpu"* ]] || fail "dpu without offload: $err"
-err=$($bin --params=100 --stage=3 --offload=cpu 2>&1); code=$?
+err=$($bin --params=100 --set='zero { stage: 2 offload_optimizer { device: GPU } }' 2>&1); code=$?
+[[ $code -eq 2 && "$err" == *'Unknown enumeration value of "GPU" for field "device"'* ]] || fail "offload GPU: exit $code: $err"
+err=$($bin --params=100 --set='zero { stage: 2 offload_optimizer { delayed_update_after_steps: 40 } }' 2>&1); code=$?
+[[ $code -eq 2 && "$err" == *"zero.offload_optimizer.delayed_update_after_steps = 40 needs offload_optimizer.device = CPU"* ]] \
+  || fail "dpu without offload: $err"
+err=$($bin --params=100 --set='zero { stage: 3 offload_optimizer { device: CPU } }' 2>&1); code=$?
 [[ $code -eq 2 && "$err" == *"offload_optimizer.device = CPU with stage = 3"* ]] || fail "offload at stage 3: $err"
-err=$($bin --params=100 --stage=4 2>&1); code=$?
-[[ $code -eq 2 && "$err" == *"ZeroConfig stage = 4"* ]] || fail "stage 4: exit $code: $err"
+err=$($bin --params=100 --set='zero { stage: 4 }' 2>&1); code=$?
+[[ $code -eq 2 && "$err" == *"TrainingConfig zero.stage = 4"* ]] || fail "stage 4: exit $code: $err"
+err=$($bin --params=100 --set='micro_batch: 0' 2>&1); code=$?
+[[ $code -eq 2 && "$err" == *"TrainingConfig micro_batch = 0 must be > 0"* ]] || fail "micro_batch 0: exit $code: $err"
+err=$($bin --params=100 --set='stage: 2' 2>&1); code=$?
+[[ $code -eq 2 && "$err" == *'--set: '*'has no field named "stage"'* ]] || fail "stage outside zero: exit $code: $err"
+err=$($bin --params=100 --config=no/such.textproto 2>&1); code=$?
+[[ $code -eq 2 && "$err" == *"cannot open --config="*"no/such.textproto"* ]] || fail "missing config: $err"
+
+# A config file (relative to where the tool was started), --set over it:
+# the same estimate as the flags alone.
+cfg=$(mktemp -d)/stage3.textproto
+printf 'precision: FP16\nzero { stage: 3 }\n' > "$cfg"
+from_file=$($bin --params=7500000000 --ranks=64 --config="$cfg" --set='precision: BF16' --format=json) || fail "config: exit $?"
+inline=$($bin --params=7500000000 --ranks=64 --set='zero { stage: 3 }' --format=json) || fail "inline: exit $?"
+[[ "$from_file" == "$inline" ]] || fail "--config + --set differs from --set alone: $from_file vs $inline"
+[[ "$inline" == *'"model_states_bytes_per_rank": 1875000000'* ]] || fail "stage 3 model states != 16 psi / 64"
 err=$($bin --params=100 --model=x.textproto 2>&1); code=$?
 [[ $code -eq 2 && "$err" == *"exactly one of --params"* ]] || fail "both sizes: $err"
 err=$($bin --model=models/configs/papers.textproto 2>&1); code=$?

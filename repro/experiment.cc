@@ -85,8 +85,8 @@ absl::Status ValidateOffload(const Experiment& e) {
   if (o.dpu_after_steps() < 1) return Bad("offload.dpu_after_steps", o.dpu_after_steps(), "must be >= 1 (unset: 1)");
   if (o.warmup_steps() < 0) return Bad("offload.warmup_steps", o.warmup_steps(), "must be >= 0");
   if (seen.count(OffloadSweep::OFFLOAD_DPU)) {
-    if (e.kind() == Experiment::OFFLOAD_MAX_MODEL && e.training().steps() < o.dpu_after_steps() + 2) {
-      return Bad("training.steps", e.training().steps(),
+    if (e.kind() == Experiment::OFFLOAD_MAX_MODEL && e.steps() < o.dpu_after_steps() + 2) {
+      return Bad("steps", e.steps(),
                  absl::StrCat("must be >= offload.dpu_after_steps + 2 = ", o.dpu_after_steps() + 2,
                               " so that OFFLOAD_DPU runs a delayed update"));
     }
@@ -114,33 +114,23 @@ absl::Status ValidateExperiment(const Experiment& e) {
   if (e.device() != "cpu") {
     return Bad("device", absl::StrCat("\"", e.device(), "\""), "must be cpu (the only device these experiments measure so far)");
   }
-  const Training& t = e.training();
-  if (t.seq() <= 0) return Bad("training.seq", t.seq(), "must be > 0");
-  if (t.micro_batch() <= 0) return Bad("training.micro_batch", t.micro_batch(), "must be > 0");
-  if (t.accumulation() <= 0) return Bad("training.accumulation", t.accumulation(), "must be > 0 (unset: 1)");
-  if (t.steps() <= 0) return Bad("training.steps", t.steps(), "must be > 0 (unset: 2)");
-  if (!zero::ParsePrecision(t.precision()).ok()) {
-    return Bad("training.precision", absl::StrCat("\"", t.precision(), "\""), "must be fp32, bf16 or fp16");
+  if (e.steps() <= 0) return Bad("steps", e.steps(), "must be > 0 (unset: 2)");
+  const zero::ZeroConfig& z = e.training().zero();
+  if (z.stage() != 0) {
+    return Bad("training.zero.stage", z.stage(), "must be unset: the sweep's `stages` (or offload.modes) set it");
   }
-  if (e.zero().stage() != 0) {
-    return Bad("zero.stage", e.zero().stage(), "must be unset: the sweep's `stages` (or offload.modes) set it");
+  if (e.kind() != Experiment::ZERO_MEMORY && z.has_offload_optimizer()) {
+    return Bad("training.zero.offload_optimizer", "{...}", "must be unset: offload.modes set it");
   }
-  if (e.kind() != Experiment::ZERO_MEMORY && e.zero().has_offload_optimizer()) {
-    return Bad("zero.offload_optimizer", "{...}", "must be unset: offload.modes set it");
-  }
-  if (absl::Status st = zero::ValidateZeroConfig(e.zero()); !st.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("Experiment zero: ", st.message()));
-  }
+  // The trainer's own checks, each naming its field under `training.`.
+  if (absl::Status st = zero::ValidateTrainingConfig(e.training(), "Experiment training."); !st.ok()) return st;
   return e.kind() == Experiment::ZERO_MEMORY ? ValidateZeroMemory(e) : ValidateOffload(e);
 }
 
 absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::string& origin) {
   Experiment e;
   if (absl::Status st = ParseTextProto(text, origin, &e); !st.ok()) return st;
-  Training& t = *e.mutable_training();
-  if (t.accumulation() == 0) t.set_accumulation(1);
-  if (t.precision().empty()) t.set_precision("bf16");
-  if (t.steps() == 0) t.set_steps(2);
+  if (e.steps() == 0) e.set_steps(2);
   if (e.device().empty()) e.set_device("cpu");
   if (e.kind() == Experiment::OFFLOAD_MAX_MODEL || e.kind() == Experiment::OFFLOAD_THROUGHPUT) {
     OffloadSweep& o = *e.mutable_offload();
@@ -156,6 +146,7 @@ absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::s
   if (absl::Status st = ValidateExperiment(e); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(origin, ": ", st.message()));
   }
+  *e.mutable_training() = zero::WithDefaults(e.training());
   return e;
 }
 
@@ -169,12 +160,8 @@ absl::StatusOr<Experiment> LoadExperiment(const std::string& path) {
 
 zero::TrainerOptions TrainerOptionsFor(const Experiment& e, int stage, int world_size) {
   zero::TrainerOptions o;
-  o.seq = e.training().seq();
-  o.micro_batch = e.training().micro_batch();
-  o.accumulation = e.training().accumulation();
-  o.precision = *zero::ParsePrecision(e.training().precision());
-  o.zero = e.zero();
-  o.zero.set_stage(stage);
+  o.training = e.training();
+  o.training.mutable_zero()->set_stage(stage);
   return o;
 }
 

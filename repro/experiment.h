@@ -13,9 +13,9 @@
 
 namespace memwall::repro {
 
-// Parses a text proto (`text`, from `origin`), fills defaults
-// (training.accumulation 1, precision bf16, steps 2, device cpu) and checks
-// every field.
+// Parses a text proto (`text`, from `origin`), checks every field, and
+// fills the defaults (steps 2, device cpu, the offload sweep's, and the
+// training config's from zero/config.h).
 absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::string& origin);
 absl::StatusOr<Experiment> LoadExperiment(const std::string& path);
 

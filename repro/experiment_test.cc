@@ -59,31 +59,43 @@ TEST(Experiment, DefaultsAndTrainerOptions) {
   auto e = ParseExperiment(kGood, "good");
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_EQ(e->training().accumulation(), 1);
-  EXPECT_EQ(e->training().precision(), "bf16");
-  EXPECT_EQ(e->training().steps(), 2);
+  EXPECT_EQ(e->training().precision(), zero::BF16);
+  EXPECT_EQ(e->steps(), 2);
   EXPECT_EQ(e->device(), "cpu");
   const zero::TrainerOptions o = TrainerOptionsFor(*e, 3, 2);
-  EXPECT_EQ(o.zero.stage(), 3);
-  EXPECT_EQ(o.seq, 8);
-  EXPECT_EQ(o.precision, zero::Precision::kBf16);
+  EXPECT_EQ(o.training.zero().stage(), 3);
+  EXPECT_EQ(o.training.seq(), 8);
+  EXPECT_EQ(o.training.precision(), zero::Precision::BF16);
+  // The trainer reads the same config: the same defaults, checked the same way.
+  auto checked = zero::TrainingOptions::Create(o.training);
+  ASSERT_TRUE(checked.ok()) << checked.status();
+  EXPECT_EQ((*checked)->micro_batch(), 1);
 }
 
 TEST(Experiment, EachBadValueNamesItsField) {
   ExpectError("stages: 4", "Experiment stages = 4 must be 0, 1, 2 or 3");
-  ExpectError("zero { stage: 4 }", "zero.stage = 4 must be unset");
-  ExpectError("zero { reduce_bucket_bytes: 0 }", "ZeroConfig reduce_bucket_bytes = 0 must be > 0");
-  ExpectError("zero { reduce_bucket_bytes: -1 }", "ZeroConfig reduce_bucket_bytes = -1 must be > 0");
-  ExpectError("zero { allgather_bucket_bytes: 0 }", "ZeroConfig allgather_bucket_bytes = 0 must be > 0");
-  ExpectError("zero { prefetch_bucket_bytes: -8 }", "ZeroConfig prefetch_bucket_bytes = -8 must be >= 0");
-  ExpectError("zero { param_persistence_threshold: -1 }",
-              "ZeroConfig param_persistence_threshold = -1 must be >= 0");
-  ExpectError("zero { max_live_params: 0 }", "ZeroConfig max_live_params = 0 must be > 0");
+  auto zero = [](const std::string& fields) { return "training { seq: 8 micro_batch: 1 zero { " + fields + " } }"; };
+  ExpectError(zero("stage: 4"), "Experiment training.zero.stage = 4 must be unset");
+  ExpectError(zero("reduce_bucket_bytes: 0"), "Experiment training.zero.reduce_bucket_bytes = 0 must be > 0");
+  ExpectError(zero("reduce_bucket_bytes: -1"), "Experiment training.zero.reduce_bucket_bytes = -1 must be > 0");
+  ExpectError(zero("allgather_bucket_bytes: 0"), "Experiment training.zero.allgather_bucket_bytes = 0 must be > 0");
+  ExpectError(zero("prefetch_bucket_bytes: -8"), "Experiment training.zero.prefetch_bucket_bytes = -8 must be >= 0");
+  ExpectError(zero("param_persistence_threshold: -1"),
+              "Experiment training.zero.param_persistence_threshold = -1 must be >= 0");
+  ExpectError(zero("max_live_params: 0"), "Experiment training.zero.max_live_params = 0 must be > 0");
   ExpectError("world_sizes: 0", "Experiment world_sizes = 0 must be in [1, 64]");
   ExpectError("training { seq: 9 micro_batch: 1 }",
               "Experiment training.seq = 9 must be in [1, model.positions = 8]");
   ExpectError("training { seq: 8 micro_batch: -1 }", "training.micro_batch = -1 must be > 0");
-  ExpectError("training { seq: 8 micro_batch: 1 precision: \"fp8\" }",
-              "training.precision = \"fp8\" must be fp32, bf16 or fp16");
+  ExpectError("training { seq: 8 micro_batch: 1 precision: fp8 }",
+              "Unknown enumeration value of \"fp8\" for field \"precision\"");
+  ExpectError("training { seq: 8 micro_batch: 1 adam { lr: -1 } }", "Experiment training.adam.lr = -1");
+  ExpectError("training { seq: 8 micro_batch: 1 schedule { min_lr_ratio: 2 } }",
+              "Experiment training.schedule.min_lr_ratio = 2 must be in [0, 1]");
+  ExpectError("training { seq: 8 micro_batch: 1 clip_norm: -1 }", "Experiment training.clip_norm = -1 must be");
+  ExpectError("training { seq: 8 micro_batch: 1 loss_scaling { growth_interval: 0 } }",
+              "Experiment training.loss_scaling.growth_interval = 0 must be > 0");
+  ExpectError("steps: -1", "Experiment steps = -1 must be > 0");
   ExpectError("device: \"tpu\"", "Experiment device = \"tpu\" must be cpu");
   ExpectError("name: \"Bad Name\"", "Experiment name = \"Bad Name\" must be non-empty lower case");
   ExpectError("modeled { params: 0 ranks: 1 }", "modeled.params = 0 must be > 0");
@@ -96,7 +108,8 @@ TEST(Experiment, EachBadValueNamesItsField) {
 constexpr char kGoodOffload[] = R"pb(
   name: "o"
   kind: OFFLOAD_MAX_MODEL
-  training { seq: 8 micro_batch: 1 steps: 3 }
+  training { seq: 8 micro_batch: 1 }
+  steps: 3
   offload {
     ladder { name: "a" layers: 1 hidden: 16 heads: 2 vocab: 32 positions: 8 }
     ladder { name: "b" layers: 2 hidden: 16 heads: 2 vocab: 32 positions: 8 }
@@ -133,7 +146,7 @@ TEST(Experiment, EachBadOffloadValueNamesItsField) {
   expect(ParseOffload("layers: 2", "layers: 1"), "offload.ladder[1] (\"b\") = 3952 parameters must be larger than the model before it (3952)");
   expect(ParseOffload("heads: 2 vocab: 32 positions: 8 }\n  }", "heads: 3 vocab: 32 positions: 8 }\n  }"), "Experiment offload.ladder[1] (\"b\"):");
   expect(ParseOffload("seq: 8", "seq: 9"), "training.seq = 9 must be <= offload.ladder[0] (\"a\").positions = 8");
-  expect(ParseOffload("steps: 3", "steps: 2"), "training.steps = 2 must be >= offload.dpu_after_steps + 2 = 3");
+  expect(ParseOffload("steps: 3", "steps: 2"), "Experiment steps = 2 must be >= offload.dpu_after_steps + 2 = 3");
   expect(ParseOffload("offload {", "offload { modes: [OFFLOAD, OFFLOAD]"), "offload.modes = OFFLOAD is listed twice");
   expect(ParseOffload("offload {", "offload { device_memory_bytes: 4096"), "offload.device_memory_bytes = 4096 must be >= 1 MiB");
   expect(ParseOffload("offload {", "offload { write_traces: true"), "offload.write_traces = true is for OFFLOAD_THROUGHPUT");
@@ -143,8 +156,8 @@ TEST(Experiment, EachBadOffloadValueNamesItsField) {
   expect(ParseExperiment(throughput, "offload.textproto").status(),
          "offload.warmup_steps = 1 must be >= offload.dpu_after_steps + 1 = 2");
   expect(ParseOffload("training {", "stages: 2 training {"), "world_sizes/stages = [...] must be unset for OFFLOAD_MAX_MODEL");
-  expect(ParseOffload("training {", "zero { offload_optimizer { device: CPU } } training {"),
-         "zero.offload_optimizer = {...} must be unset: offload.modes set it");
+  expect(ParseOffload("training {", "training { zero { offload_optimizer { device: CPU } }"),
+         "training.zero.offload_optimizer = {...} must be unset: offload.modes set it");
   expect(ParseOffload("training {", "model { name: \"m\" layers: 1 hidden: 16 heads: 2 vocab: 32 positions: 8 } training {"),
          "model = {...} must be unset for OFFLOAD_MAX_MODEL");
   expect(ParseExperiment(std::string(kGood) + "offload { dpu_after_steps: 1 }", "offload.textproto").status(),

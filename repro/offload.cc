@@ -124,10 +124,10 @@ std::string ModeName(Mode mode) {
 zero::TrainerOptions OffloadTrainerOptions(const Experiment& e, Mode mode) {
   zero::TrainerOptions o = TrainerOptionsFor(e, mode == OffloadSweep::STAGE0 ? 0 : 2, 1);
   if (mode == OffloadSweep::OFFLOAD || mode == OffloadSweep::OFFLOAD_DPU) {
-    o.zero.mutable_offload_optimizer()->set_device(zero::OffloadOptimizerConfig::CPU);
+    o.training.mutable_zero()->mutable_offload_optimizer()->set_device(zero::OffloadOptimizerConfig::CPU);
   }
   if (mode == OffloadSweep::OFFLOAD_DPU) {
-    o.zero.mutable_offload_optimizer()->set_delayed_update_after_steps(e.offload().dpu_after_steps());
+    o.training.mutable_zero()->mutable_offload_optimizer()->set_delayed_update_after_steps(e.offload().dpu_after_steps());
   }
   return o;
 }
@@ -160,7 +160,7 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e) {
                   config.name().c_str(), models::CountParameters(config) / 1e6);
       std::fflush(stdout);
       MEMWALL_ASSIGN_OR_RETURN(OffloadRow row,
-                               Attempt(e, config, mode, e.training().steps(), 0, ""));
+                               Attempt(e, config, mode, e.steps(), 0, ""));
       std::printf("  %s: %s (device peak %s, pinned host peak %s, %.1f s)\n", row.model.c_str(),
                   row.fits ? "trains" : absl::StrCat("does not fit: ", row.reason).c_str(),
                   FormatBytes(row.device_peak_bytes).c_str(), FormatBytes(row.host_pinned_peak_bytes).c_str(),
@@ -205,7 +205,7 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, c
     const zero::TrainerOptions o = OffloadTrainerOptions(e, OffloadSweep::STAGE0);
     auto gemm_rate = [&]() -> absl::StatusOr<double> {
       MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<Device> gemm_device, CreateCpuDevice());
-      return MeasureGemmFlops(*gemm_device, zero::ParamDType(o.precision), o.micro_batch * o.seq, config.hidden(),
+      return MeasureGemmFlops(*gemm_device, zero::ParamDType(o.training.precision()), o.training.micro_batch() * o.training.seq(), config.hidden(),
                               4 * config.hidden(), 9);
     };
     MEMWALL_ASSIGN_OR_RETURN(const double gemm_before, gemm_rate());
@@ -225,7 +225,7 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, c
         if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", trace_dir, ": ", ec.message()));
       }
       MEMWALL_ASSIGN_OR_RETURN(OffloadRow row,
-                               Attempt(e, config, mode, sweep.warmup_steps(), e.training().steps(), trace_dir));
+                               Attempt(e, config, mode, sweep.warmup_steps(), e.steps(), trace_dir));
       if (row.fits) {
         std::printf("  %.1f tokens/s, %.4f TFLOPS, device idle %.0f%%\n", row.tokens_per_second, row.tflops,
                     100 * row.device_idle_fraction);
@@ -239,7 +239,7 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, c
     MEMWALL_ASSIGN_OR_RETURN(const double gemm_after, gemm_rate());
     const double gemm = std::max(gemm_before, gemm_after);
     std::printf("%s: the device's GEMM rate for (%lld, %lld) x (%lld, %lld): %.4f TFLOPS (before %.4f, after %.4f)\n",
-                config.name().c_str(), (long long)(o.micro_batch * o.seq), (long long)config.hidden(),
+                config.name().c_str(), (long long)(o.training.micro_batch() * o.training.seq()), (long long)config.hidden(),
                 (long long)config.hidden(), (long long)(4 * config.hidden()), gemm / 1e12, gemm_before / 1e12,
                 gemm_after / 1e12);
     for (size_t r = first_row; r < rows.size(); ++r) {

@@ -2,7 +2,7 @@
 //
 //   OFFLOAD_MAX_MODEL   Figure 7: for each mode (stage 0, stage 2, stage 2 +
 //                       offload, + DPU), walk the ladder from the smallest
-//                       model and train each for `training.steps` steps in a
+//                       model and train each for `steps` steps in a
 //                       fresh device of `offload.device_memory_bytes`; the
 //                       largest model whose steps all complete is the mode's
 //                       result. A model that does not fit ends the walk
@@ -10,7 +10,7 @@
 //                       status counts as "does not fit", anything else
 //                       fails the experiment.
 //   OFFLOAD_THROUGHPUT  Figure 8: for each (model, mode) that fits,
-//                       `offload.warmup_steps` untimed then `training.steps`
+//                       `offload.warmup_steps` untimed then `steps`
 //                       timed steps: tokens/s, TFLOPS (model FLOPs, ZeRO's
 //                       6Ψ + attention per token), the device's GEMM rate
 //                       for the model's largest matmul measured in the same

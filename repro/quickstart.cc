@@ -70,16 +70,18 @@ absl::Status Main() {
   MEMWALL_ASSIGN_OR_RETURN(auto device, CreateDeviceByName(absl::GetFlag(FLAGS_device)));
   MEMWALL_ASSIGN_OR_RETURN(auto comm, CreateCommunicator(*device));
   MEMWALL_ASSIGN_OR_RETURN(auto model, models::Gpt::Create(config));
-  zero::TrainerOptions options;
-  options.seq = config.positions();
-  options.micro_batch = 8;
-  MEMWALL_ASSIGN_OR_RETURN(options.precision, zero::ParsePrecision(absl::GetFlag(FLAGS_precision)));
-  options.adam.lr = 2e-3f;
-  options.adam.weight_decay = 0.01f;
-  options.warmup_steps = 20;
-  options.decay_steps = absl::GetFlag(FLAGS_steps);
   const int64_t steps = absl::GetFlag(FLAGS_steps);
   if (steps <= 0) return absl::InvalidArgumentError("--steps must be > 0");
+  zero::TrainerOptions options;
+  zero::TrainingConfig& training = options.training;
+  training.set_seq(config.positions());
+  training.set_micro_batch(8);
+  MEMWALL_ASSIGN_OR_RETURN(const zero::Precision precision, zero::ParsePrecision(absl::GetFlag(FLAGS_precision)));
+  training.set_precision(precision);
+  training.mutable_adam()->set_lr(2e-3f);
+  training.mutable_adam()->set_weight_decay(0.01f);
+  training.mutable_schedule()->set_warmup_steps(20);
+  training.mutable_schedule()->set_decay_steps(steps);
   MEMWALL_ASSIGN_OR_RETURN(auto trainer, zero::Trainer::Create(*model, *device, *comm, options));
 
   const std::string dir = OutputDir();
@@ -95,9 +97,9 @@ absl::Status Main() {
                 "%lld steps of %lld x %lld tokens from %s\n",
                 config.name().c_str(), (long long)config.layers(), (long long)config.hidden(),
                 (long long)models::CountParameters(config), device->name().c_str(),
-                std::string(zero::PrecisionName(options.precision)).c_str(),
+                std::string(zero::PrecisionName(precision)).c_str(),
                 (long long)comm->world_size(), (long long)steps,
-                (long long)(options.micro_batch * comm->world_size()), (long long)options.seq,
+                (long long)(training.micro_batch() * comm->world_size()), (long long)training.seq(),
                 text->description().c_str());
   }
   const bool tty = isatty(STDERR_FILENO);

@@ -80,7 +80,7 @@ absl::StatusOr<std::vector<MemoryRow>> MeasureZeroMemory(const Experiment& e, in
     MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<models::Gpt> model, models::Gpt::Create(e.model()));
     const zero::TrainerOptions options = TrainerOptionsFor(e, stage, world_size);
     MEMWALL_ASSIGN_OR_RETURN(auto trainer, zero::Trainer::Create(*model, *device, *comm, options));
-    for (int64_t step = 0; step < e.training().steps(); ++step) {
+    for (int64_t step = 0; step < e.steps(); ++step) {
       MEMWALL_ASSIGN_OR_RETURN(zero::StepStats stats, trainer->Step(*data));
       (void)stats;
     }
@@ -101,10 +101,7 @@ absl::StatusOr<std::vector<MemoryRow>> MeasureZeroMemory(const Experiment& e, in
     zero::EstimateInput in;
     in.model = e.model();
     in.ranks = world_size;
-    in.zero = options.zero;
-    in.precision = options.precision;
-    in.micro_batch = options.micro_batch;
-    in.seq = options.seq;
+    in.training = options.training;  // what the trainer ran with
     MEMWALL_ASSIGN_OR_RETURN(const zero::Estimate est, zero::EstimateMemory(in));
     MemoryRow estimated = FromEstimate(est, stage, world_size);
     estimated.part = "sweep";
@@ -133,8 +130,8 @@ absl::StatusOr<std::vector<MemoryRow>> ModelZeroMemory(const Experiment& e) {
       zero::EstimateInput in;
       in.params = point.params();
       in.ranks = point.ranks();
-      in.zero = e.zero();
-      in.zero.set_stage(stage);
+      in.training = e.training();
+      in.training.mutable_zero()->set_stage(stage);
       MEMWALL_ASSIGN_OR_RETURN(const zero::Estimate est, zero::EstimateMemory(in));
       MemoryRow estimated = FromEstimate(est, stage, point.ranks());
       MemoryRow paper = Paper(stage, point.params(), point.ranks());

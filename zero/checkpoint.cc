@@ -352,8 +352,8 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
     CheckpointMetadata meta;
     meta.set_format_version(1);
     meta.set_world_size(world);
-    meta.set_stage(zero_.stage());
-    meta.set_precision(std::string(PrecisionName(options_.precision)));
+    meta.set_stage(training_->zero().stage());
+    meta.set_precision(std::string(PrecisionName(training_->precision())));
     meta.set_numel(layout_.numel());
     for (models::Parameter* p : layout_.params()) {
       CheckpointTensor* t = meta.add_tensors();
@@ -376,9 +376,9 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
     meta.set_adam_step(adam_step_);
     meta.set_loss_scale(loss_scale_);
     meta.set_clean_steps(clean_steps_);
-    meta.set_seed(options_.seed);
-    meta.set_global_batch(int64_t{world} * options_.accumulation * options_.micro_batch);
-    meta.set_seq(options_.seq);
+    meta.set_seed(training_->seed());
+    meta.set_global_batch(int64_t{world} * training_->accumulation() * training_->micro_batch());
+    meta.set_seq(training_->seq());
     const std::string bytes_out = meta.SerializeAsString();
     finished = WriteFileAtomically(Join(path, kMetadata), bytes_out);
     if (finished.ok()) {
@@ -425,11 +425,11 @@ absl::Status Trainer::LoadLocal(const std::string& step_dir, CheckpointMetadata&
   }
   // The data position is step · global batch (models/data.h), so the
   // stream continues only with the same global batch and sequence length.
-  const int64_t global_batch = int64_t{comm_.world_size()} * options_.accumulation * options_.micro_batch;
-  if (meta.global_batch() != global_batch || meta.seq() != options_.seq) {
+  const int64_t global_batch = int64_t{comm_.world_size()} * training_->accumulation() * training_->micro_batch();
+  if (meta.global_batch() != global_batch || meta.seq() != training_->seq()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "checkpoint ", step_dir, " was saved with a global batch of ", meta.global_batch(),
-        " sequences of ", meta.seq(), " tokens; this run has ", global_batch, " of ", options_.seq,
+        " sequences of ", meta.seq(), " tokens; this run has ", global_batch, " of ", training_->seq(),
         " (ranks x accumulation x micro_batch), so the data would not continue where it stopped"));
   }
   if (meta.world_size() != comm_.world_size() && comm_.rank() == 0) {
@@ -462,8 +462,8 @@ absl::Status Trainer::Load(const std::string& step_dir) {
   step_ = meta.step();
   adam_step_ = meta.adam_step();
   // A loss scale carries over only between fp16 runs.
-  const bool fp16 = options_.precision == Precision::kFp16;
-  loss_scale_ = !fp16 ? 1.0f : meta.precision() == "fp16" ? meta.loss_scale() : options_.initial_loss_scale;
+  const bool fp16 = training_->precision() == FP16;
+  loss_scale_ = !fp16 ? 1.0f : meta.precision() == "fp16" ? meta.loss_scale() : training_->loss_scaling().initial_scale();
   clean_steps_ = fp16 && meta.precision() == "fp16" ? meta.clean_steps() : 0;
   MEMWALL_RETURN_IF_ERROR(RefreshComputeCopy());
   MEMWALL_RETURN_IF_ERROR(coll().Synchronize());

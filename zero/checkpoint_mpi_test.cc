@@ -46,7 +46,7 @@ models::GptConfig Small(int layers = 2) { return test::SmallGpt(layers); }
 
 struct Case {
   int stage = 0;
-  Precision precision = Precision::kFp32;
+  Precision precision = Precision::FP32;
   int64_t accumulation = 1;
   int layers = 2;
   std::string Name() const { return absl::StrCat("stage ", stage, " ", PrecisionName(precision)); }
@@ -54,24 +54,24 @@ struct Case {
 
 TrainerOptions Options(const Case& c, int world) {
   TrainerOptions o;
-  o.seq = 16;
-  o.accumulation = c.accumulation;
-  o.micro_batch = kGlobalBatch / (world * c.accumulation);
-  o.precision = c.precision;
-  o.adam.lr = 1e-3f;
-  o.adam.weight_decay = 0.01f;
-  o.warmup_steps = 3;
-  o.decay_steps = 30;
+  o.training.set_seq(16);
+  o.training.set_accumulation(c.accumulation);
+  o.training.set_micro_batch(kGlobalBatch / (world * c.accumulation));
+  o.training.set_precision(c.precision);
+  o.training.mutable_adam()->set_lr(1e-3f);
+  o.training.mutable_adam()->set_weight_decay(0.01f);
+  o.training.mutable_schedule()->set_warmup_steps(3);
+  o.training.mutable_schedule()->set_decay_steps(30);
   // fp16: a scale that overflows at first and grows back every 3 clean
   // steps, so the saved scale and counter matter.
-  o.initial_loss_scale = 1 << 20;
-  o.loss_scale_growth_interval = 3;
-  o.zero.set_stage(c.stage);
-  o.zero.set_overlap_comm(c.stage >= 2);
-  o.zero.set_reduce_bucket_bytes(4096);
-  o.zero.set_allgather_bucket_bytes(2048);
-  o.zero.set_prefetch_bucket_bytes(16384);
-  o.zero.set_param_persistence_threshold(40);
+  o.training.mutable_loss_scaling()->set_initial_scale(1 << 20);
+  o.training.mutable_loss_scaling()->set_growth_interval(3);
+  o.training.mutable_zero()->set_stage(c.stage);
+  o.training.mutable_zero()->set_overlap_comm(c.stage >= 2);
+  o.training.mutable_zero()->set_reduce_bucket_bytes(4096);
+  o.training.mutable_zero()->set_allgather_bucket_bytes(2048);
+  o.training.mutable_zero()->set_prefetch_bucket_bytes(16384);
+  o.training.mutable_zero()->set_param_persistence_threshold(40);
   return o;
 }
 
@@ -132,10 +132,10 @@ class Checkpoints : public test::MpiRanks {
 
 TEST_F(Checkpoints, ResumingMatchesAnUninterruptedRunBitForBit) {
   std::vector<Case> cases;
-  for (int stage : {0, 1, 2, 3}) cases.push_back({stage, Precision::kFp32});
-  cases.push_back({2, Precision::kBf16, 2});
-  cases.push_back({3, Precision::kFp16});
-  cases.push_back({0, Precision::kFp16});
+  for (int stage : {0, 1, 2, 3}) cases.push_back({stage, Precision::FP32});
+  cases.push_back({2, Precision::BF16, 2});
+  cases.push_back({3, Precision::FP16});
+  cases.push_back({0, Precision::FP16});
   for (const Case& c : cases) {
     SCOPED_TRACE(c.Name());
     // Uninterrupted.
@@ -174,7 +174,7 @@ TEST_F(Checkpoints, ResumingMatchesAnUninterruptedRunBitForBit) {
     }
     EXPECT_TRUE(Bitwise(Weights(*second), expected_weights));
     EXPECT_EQ(second->trainer->loss_scale(), expected_scale);
-    if (c.precision == Precision::kFp16) {
+    if (c.precision == Precision::FP16) {
       EXPECT_NE(expected_scale, 1 << 20);  // it did move
     }
   }
@@ -202,7 +202,7 @@ std::string ShardOf(const std::string& step_dir, int rank) {
 }
 
 TEST_F(Checkpoints, DamagedCheckpointsAreRefusedAndThePreviousOneStillLoads) {
-  const Case c{2, Precision::kFp32};
+  const Case c{2, Precision::FP32};
   const std::string dir = TmpDir("damage");
   auto s = Start(*comm_, c);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -274,7 +274,7 @@ TEST_F(Checkpoints, AnotherModelOrBatchIsRefusedNamingTheDifference) {
   const std::string dir = TmpDir("other");
   std::string path;
   {
-    auto s = Start(*comm_, {1, Precision::kFp32});
+    auto s = Start(*comm_, {1, Precision::FP32});
     ASSERT_TRUE(s.ok()) << s.status();
     std::vector<double> losses;
     Steps(*s, 1, losses);
@@ -282,7 +282,7 @@ TEST_F(Checkpoints, AnotherModelOrBatchIsRefusedNamingTheDifference) {
     ASSERT_TRUE(saved.ok()) << saved.status();
     path = *saved;
   }
-  Case deeper{1, Precision::kFp32};
+  Case deeper{1, Precision::FP32};
   deeper.layers = 3;
   auto other = Start(*comm_, deeper);
   ASSERT_TRUE(other.ok()) << other.status();
@@ -290,14 +290,14 @@ TEST_F(Checkpoints, AnotherModelOrBatchIsRefusedNamingTheDifference) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_TRUE(absl::StrContains(st.message(), "this model has")) << st;
 
-  Case accumulating{1, Precision::kFp32, 2};
+  Case accumulating{1, Precision::FP32, 2};
   auto batch = Start(*comm_, accumulating);  // same global batch: loads
   ASSERT_TRUE(batch.ok());
   EXPECT_TRUE(batch->trainer->Load(path).ok());
   auto device = *CreateCpuDevice();
   auto model = *models::Gpt::Create(Small());
-  TrainerOptions o = Options({1, Precision::kFp32}, W());
-  o.micro_batch *= 2;  // twice the global batch
+  TrainerOptions o = Options({1, Precision::FP32}, W());
+  o.training.set_micro_batch(o.training.micro_batch() * 2);  // twice the global batch
   auto bigger = Trainer::Create(*model, *device, *comm_, o);
   ASSERT_TRUE(bigger.ok());
   st = (*bigger)->Load(path);
@@ -307,7 +307,7 @@ TEST_F(Checkpoints, AnotherModelOrBatchIsRefusedNamingTheDifference) {
 
 TEST_F(Checkpoints, ConsolidatedFileHoldsTheMasterWeightsUnderHuggingFaceNames) {
   const std::string dir = TmpDir("consolidate");
-  auto s = Start(*comm_, {3, Precision::kBf16});
+  auto s = Start(*comm_, {3, Precision::BF16});
   ASSERT_TRUE(s.ok()) << s.status();
   std::vector<double> losses;
   Steps(*s, 3, losses);
@@ -337,7 +337,7 @@ TEST_F(Checkpoints, ConsolidatedFileHoldsTheMasterWeightsUnderHuggingFaceNames) 
   EXPECT_EQ(offset, static_cast<int64_t>(weights.size()));
   // It loads into a fresh model (fp32 stage 0: the master is the model).
   auto single = CreateSingleProcessCommunicator();
-  auto fresh = Start(*single, {0, Precision::kFp32});
+  auto fresh = Start(*single, {0, Precision::FP32});
   ASSERT_TRUE(fresh.ok());
   ASSERT_TRUE(models::ImportGpt(*file, *fresh->model, *fresh->device).ok());
   EXPECT_TRUE(Bitwise(Weights(*fresh), weights));
@@ -373,7 +373,7 @@ class Phases : public Checkpoints {
 };
 
 TEST_F(Phases, SaveForRepartition) {
-  auto s = Start(*comm_, {stage_, Precision::kFp32});
+  auto s = Start(*comm_, {stage_, Precision::FP32});
   ASSERT_TRUE(s.ok()) << s.status();
   std::vector<double> losses;
   Steps(*s, 10, losses);
@@ -384,7 +384,7 @@ TEST_F(Phases, SaveForRepartition) {
 TEST_F(Phases, ResumeAfterRepartition) {
   // The reference: one rank, stage 0, 20 uninterrupted steps (same global batch).
   auto single = CreateSingleProcessCommunicator();
-  auto ref = Start(*single, {0, Precision::kFp32});
+  auto ref = Start(*single, {0, Precision::FP32});
   ASSERT_TRUE(ref.ok()) << ref.status();
   std::vector<double> expected;
   Steps(*ref, 20, expected);
@@ -395,7 +395,7 @@ TEST_F(Phases, ResumeAfterRepartition) {
   auto meta = ReadCheckpointMetadata(*latest);
   ASSERT_TRUE(meta.ok()) << meta.status();
   EXPECT_NE(meta->world_size(), W()) << "the phase is meant to re-partition";
-  auto s = Start(*comm_, {stage_, Precision::kFp32});
+  auto s = Start(*comm_, {stage_, Precision::FP32});
   ASSERT_TRUE(s.ok()) << s.status();
   const absl::Status st = s->trainer->Load(*latest);
   ASSERT_TRUE(st.ok()) << st;
@@ -410,7 +410,7 @@ TEST_F(Phases, ResumeAfterRepartition) {
 // (SIGKILL) once its shard file is in place. mpirun then ends the job.
 TEST_F(Phases, KillDuringSave) {
   const int victim = Env("MEMWALL_KILL_RANK") ? std::atoi(Env("MEMWALL_KILL_RANK")) : W() - 1;
-  auto s = Start(*comm_, {stage_, Precision::kFp32});
+  auto s = Start(*comm_, {stage_, Precision::FP32});
   ASSERT_TRUE(s.ok()) << s.status();
   std::vector<double> losses;
   Steps(*s, 2, losses);
@@ -428,7 +428,7 @@ TEST_F(Phases, AfterKill) {
   EXPECT_EQ(*latest, CheckpointPath(dir_, 2));
   EXPECT_EQ(ReadCheckpointMetadata(CheckpointPath(dir_, 4)).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  auto s = Start(*comm_, {stage_, Precision::kFp32});
+  auto s = Start(*comm_, {stage_, Precision::FP32});
   ASSERT_TRUE(s.ok()) << s.status();
   const absl::Status partial = s->trainer->Load(CheckpointPath(dir_, 4));
   EXPECT_EQ(partial.code(), absl::StatusCode::kFailedPrecondition) << partial;

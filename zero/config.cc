@@ -1,17 +1,56 @@
 #include "zero/config.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/files.h"
 
 namespace memwall::zero {
 namespace {
 
-absl::Status Bad(absl::string_view field, int64_t value, absl::string_view need) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("ZeroConfig ", field, " = ", value, " ", need));
+// "<what><field> = <value> <need>", e.g. "ZeroConfig stage = 4 must be 0,
+// 1, 2 or 3".
+template <typename T>
+absl::Status BadField(absl::string_view what, absl::string_view field, T value, absl::string_view need) {
+  return absl::InvalidArgumentError(absl::StrCat(what, field, " = ", value, " ", need));
+}
+
+ops::AdamOptions AdamFromConfig(const AdamConfig& c) {
+  ops::AdamOptions o;
+  if (c.has_lr()) o.lr = c.lr();
+  if (c.has_beta1()) o.beta1 = c.beta1();
+  if (c.has_beta2()) o.beta2 = c.beta2();
+  if (c.has_eps()) o.eps = c.eps();
+  if (c.has_weight_decay()) o.weight_decay = c.weight_decay();
+  if (c.has_adamw()) o.adamw = c.adamw();
+  return o;
 }
 
 }  // namespace
+
+absl::string_view PrecisionName(Precision p) {
+  switch (p) {
+    case FP32: return "fp32";
+    case BF16: return "bf16";
+    case FP16: return "fp16";
+    default: return "?";
+  }
+}
+
+absl::StatusOr<Precision> ParsePrecision(absl::string_view name) {
+  for (Precision p : {FP32, BF16, FP16}) {
+    if (PrecisionName(p) == name) return p;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("precision '", name, "' is not one of fp32, bf16, fp16"));
+}
+
+DType ParamDType(Precision p) {
+  switch (p) {
+    case FP32: return DType::kF32;
+    case FP16: return DType::kF16;
+    default: return DType::kBF16;
+  }
+}
 
 ZeroConfig WithDefaults(const ZeroConfig& c) {
   ZeroConfig out = c;
@@ -32,7 +71,10 @@ ZeroConfig WithDefaults(const ZeroConfig& c) {
   return out;
 }
 
-absl::Status ValidateZeroConfig(const ZeroConfig& c) {
+absl::Status ValidateZeroConfig(const ZeroConfig& c, absl::string_view what) {
+  auto Bad = [what](absl::string_view field, int64_t value, absl::string_view need) {
+    return BadField(what, field, value, need);
+  };
   if (c.stage() < 0 || c.stage() > 3) return Bad("stage", c.stage(), "must be 0, 1, 2 or 3");
   if (c.has_reduce_bucket_bytes() && c.reduce_bucket_bytes() <= 0) {
     return Bad("reduce_bucket_bytes", c.reduce_bucket_bytes(), "must be > 0 (unset: 64 MiB)");
@@ -52,7 +94,19 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c) {
     return Bad("max_live_params", c.max_live_params(), "must be > 0 elements (unset: 1e9)");
   }
   const OffloadOptimizerConfig& o = c.offload_optimizer();
-  if (o.device() != OffloadOptimizerConfig::NONE) {
+  if (!OffloadOptimizerConfig::Device_IsValid(o.device())) {
+    return Bad("offload_optimizer.device", o.device(), "must be NONE or CPU");
+  }
+  if (o.device() == OffloadOptimizerConfig::NONE) {
+    // A setting of an optimizer that is not offloaded would be ignored.
+    if (o.has_tile_elements()) {
+      return Bad("offload_optimizer.tile_elements", o.tile_elements(), "needs offload_optimizer.device = CPU");
+    }
+    if (o.has_delayed_update_after_steps() && o.delayed_update_after_steps() != 0) {
+      return Bad("offload_optimizer.delayed_update_after_steps", o.delayed_update_after_steps(),
+                 "needs offload_optimizer.device = CPU");
+    }
+  } else {
     if (c.stage() != 1 && c.stage() != 2) {
       return Bad("offload_optimizer.device = CPU with stage", c.stage(),
                  "needs stage 1 or 2 (ZeRO-Offload; stage 3 offload is ZeRO-Infinity's)");
@@ -83,6 +137,90 @@ absl::StatusOr<ZeroConfig> ParseZeroConfig(const std::string& text, const std::s
     return absl::InvalidArgumentError(absl::StrCat(origin, ": ", st.message()));
   }
   return c;
+}
+
+}  // namespace memwall::zero
+
+namespace memwall::zero {
+
+TrainingConfig WithDefaults(const TrainingConfig& c) {
+  TrainingConfig out = c;
+  if (!out.has_seq()) out.set_seq(kDefaultSeq);
+  if (!out.has_micro_batch()) out.set_micro_batch(1);
+  if (!out.has_accumulation()) out.set_accumulation(1);
+  if (out.precision() == PRECISION_UNSPECIFIED) out.set_precision(kDefaultPrecision);
+  // Adam's defaults have one home, ops::AdamOptions.
+  const ops::AdamOptions adam = AdamFromConfig(c.adam());
+  AdamConfig& a = *out.mutable_adam();
+  a.set_lr(adam.lr);
+  a.set_beta1(adam.beta1);
+  a.set_beta2(adam.beta2);
+  a.set_eps(adam.eps);
+  a.set_weight_decay(adam.weight_decay);
+  a.set_adamw(adam.adamw);
+  if (!out.schedule().has_min_lr_ratio()) out.mutable_schedule()->set_min_lr_ratio(kDefaultMinLrRatio);
+  if (!out.has_clip_norm()) out.set_clip_norm(kDefaultClipNorm);
+  LossScaling& ls = *out.mutable_loss_scaling();
+  if (!ls.has_initial_scale()) ls.set_initial_scale(kDefaultInitialLossScale);
+  if (!ls.has_growth_interval()) ls.set_growth_interval(kDefaultLossScaleGrowthInterval);
+  if (!ls.has_min_scale()) ls.set_min_scale(kDefaultMinLossScale);
+  if (!out.has_seed()) out.set_seed(kDefaultSeed);
+  *out.mutable_zero() = WithDefaults(c.zero());
+  return out;
+}
+
+absl::Status ValidateTrainingConfig(const TrainingConfig& c, absl::string_view what) {
+  auto Bad = [what](absl::string_view field, auto value, absl::string_view need) {
+    return BadField(what, field, value, need);
+  };
+  if (c.has_seq() && c.seq() <= 0) return Bad("seq", c.seq(), "must be > 0 (unset: 128)");
+  if (c.has_micro_batch() && c.micro_batch() <= 0) return Bad("micro_batch", c.micro_batch(), "must be > 0 (unset: 1)");
+  if (c.has_accumulation() && c.accumulation() <= 0) {
+    return Bad("accumulation", c.accumulation(), "must be > 0 (unset: 1)");
+  }
+  if (!Precision_IsValid(c.precision())) {
+    return Bad("precision", static_cast<int>(c.precision()), "must be FP32, BF16 or FP16 (unset: BF16)");
+  }
+  if (absl::Status st = ops::ValidateAdamOptions(AdamFromConfig(c.adam()), absl::StrCat(what, "adam."));
+      !st.ok()) {
+    return st;
+  }
+  const LrSchedule& s = c.schedule();
+  if (s.warmup_steps() < 0) return Bad("schedule.warmup_steps", s.warmup_steps(), "must be >= 0");
+  if (s.decay_steps() < 0) return Bad("schedule.decay_steps", s.decay_steps(), "must be >= 0 (0: no decay)");
+  if (s.has_min_lr_ratio() && !(s.min_lr_ratio() >= 0 && s.min_lr_ratio() <= 1)) {
+    return Bad("schedule.min_lr_ratio", s.min_lr_ratio(), "must be in [0, 1] (unset: 0.1)");
+  }
+  if (c.has_clip_norm() && !(c.clip_norm() >= 0 && std::isfinite(c.clip_norm()))) {
+    return Bad("clip_norm", c.clip_norm(), "must be finite and >= 0 (0 disables clipping; unset: 1)");
+  }
+  const LossScaling& ls = c.loss_scaling();
+  if (ls.has_initial_scale() && !(ls.initial_scale() >= 1 && std::isfinite(ls.initial_scale()))) {
+    return Bad("loss_scaling.initial_scale", ls.initial_scale(), "must be finite and >= 1 (unset: 65536)");
+  }
+  if (ls.has_growth_interval() && ls.growth_interval() <= 0) {
+    return Bad("loss_scaling.growth_interval", ls.growth_interval(), "must be > 0 (unset: 1000)");
+  }
+  if (ls.has_min_scale() && !(ls.min_scale() > 0 && std::isfinite(ls.min_scale()))) {
+    return Bad("loss_scaling.min_scale", ls.min_scale(), "must be finite and > 0 (unset: 1)");
+  }
+  return ValidateZeroConfig(c.zero(), absl::StrCat(what, "zero."));
+}
+
+TrainingOptions::TrainingOptions() : TrainingOptions(WithDefaults(TrainingConfig())) {}
+
+TrainingOptions::TrainingOptions(const TrainingConfig& filled)
+    : config_(filled), adam_(AdamFromConfig(filled.adam())) {}
+
+absl::StatusOr<TrainingOptions> TrainingOptions::Create(const TrainingConfig& config, absl::string_view what) {
+  if (absl::Status st = ValidateTrainingConfig(config, what); !st.ok()) return st;
+  return TrainingOptions(WithDefaults(config));
+}
+
+absl::StatusOr<TrainingOptions> TrainingOptions::Parse(const std::string& text, const std::string& origin) {
+  TrainingConfig c;
+  if (absl::Status st = ParseTextProto(text, origin, &c); !st.ok()) return st;
+  return Create(c, absl::StrCat(origin, ": TrainingConfig "));
 }
 
 }  // namespace memwall::zero

@@ -61,6 +61,10 @@ TEST(ZeroConfig, EachBadValueNamesItsField) {
   ExpectError("stage: 2 offload_optimizer { device: GPU }", "Unknown enumeration value of \"GPU\" for field \"device\"");
   ExpectError("stage: 2 bucket: 3", "line 1 column 16: Message type \"memwall.zero.ZeroConfig\" has no field named \"bucket\"");
   ExpectError("stage: two", "not a ZeroConfig text proto");
+  ExpectError("stage: 2 offload_optimizer { delayed_update_after_steps: 40 }",
+              "offload_optimizer.delayed_update_after_steps = 40 needs offload_optimizer.device = CPU");
+  ExpectError("stage: 2 offload_optimizer { tile_elements: 8 }",
+              "offload_optimizer.tile_elements = 8 needs offload_optimizer.device = CPU");
 }
 
 TEST(ZeroConfig, WorldSizeMustMatchTheLaunch) {
@@ -70,6 +74,92 @@ TEST(ZeroConfig, WorldSizeMustMatchTheLaunch) {
   EXPECT_NE(st.message().find("world size is 4 but 2 ranks were launched (run it with mpirun -np 4)"),
             std::string::npos)
       << st.message();
+}
+
+void ExpectTrainingError(const std::string& text, const std::string& want) {
+  auto o = TrainingOptions::Parse(text, "run.textproto");
+  ASSERT_FALSE(o.ok()) << text;
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(o.status().message().find(want), std::string::npos) << o.status().message();
+  EXPECT_NE(o.status().message().find("run.textproto"), std::string::npos) << o.status().message();
+}
+
+TEST(TrainingConfig, DefaultsFillOnlyUnsetFields) {
+  auto o = TrainingOptions::Parse(
+      "seq: 64 precision: FP16 adam { lr: 3e-4 adamw: false } loss_scaling { growth_interval: 7 } "
+      "clip_norm: 0 zero { stage: 2 }",
+      "t");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ((*o)->seq(), 64);
+  EXPECT_EQ((*o)->micro_batch(), 1);
+  EXPECT_EQ((*o)->accumulation(), 1);
+  EXPECT_EQ((*o)->precision(), FP16);
+  EXPECT_EQ((*o)->clip_norm(), 0.0f) << "an explicit 0 (no clipping) stays 0";
+  EXPECT_EQ((*o)->seed(), kDefaultSeed);
+  EXPECT_EQ((*o)->schedule().min_lr_ratio(), kDefaultMinLrRatio);
+  EXPECT_EQ((*o)->loss_scaling().initial_scale(), kDefaultInitialLossScale);
+  EXPECT_EQ((*o)->loss_scaling().growth_interval(), 7);
+  EXPECT_EQ((*o)->loss_scaling().min_scale(), kDefaultMinLossScale);
+  // Adam: the given fields, and ops::AdamOptions' defaults for the rest,
+  // both in the config and in the optimizers' type.
+  const ops::AdamOptions defaults;
+  EXPECT_EQ(o->adam().lr, 3e-4f);
+  EXPECT_FALSE(o->adam().adamw);
+  EXPECT_EQ(o->adam().beta2, defaults.beta2);
+  EXPECT_EQ((*o)->adam().beta2(), defaults.beta2);
+  EXPECT_EQ((*o)->adam().eps(), defaults.eps);
+  // The zero block gets its own defaults.
+  EXPECT_EQ((*o)->zero().stage(), 2);
+  EXPECT_EQ((*o)->zero().reduce_bucket_bytes(), kDefaultReduceBucketBytes);
+  EXPECT_TRUE((*o)->zero().overlap_comm());
+  // A default-constructed TrainingOptions is the empty config's.
+  const TrainingOptions empty;
+  EXPECT_EQ(empty->seq(), kDefaultSeq);
+  EXPECT_EQ(empty->precision(), kDefaultPrecision);
+  EXPECT_EQ(empty->zero().allgather_bucket_bytes(), kDefaultAllgatherBucketBytes);
+  EXPECT_EQ(empty.adam().lr, defaults.lr);
+  // Filling is idempotent: a filled config checks and fills to itself.
+  auto again = TrainingOptions::Create((*o).config());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->config().SerializeAsString(), o->config().SerializeAsString());
+}
+
+TEST(TrainingConfig, EachBadValueNamesItsField) {
+  ExpectTrainingError("seq: 0", "TrainingConfig seq = 0 must be > 0");
+  ExpectTrainingError("micro_batch: -2", "TrainingConfig micro_batch = -2 must be > 0");
+  ExpectTrainingError("accumulation: 0", "TrainingConfig accumulation = 0 must be > 0");
+  ExpectTrainingError("precision: 9", "TrainingConfig precision = 9 must be FP32, BF16 or FP16");
+  ExpectTrainingError("precision: fp8", "Unknown enumeration value of \"fp8\" for field \"precision\"");
+  ExpectTrainingError("adam { lr: inf }", "TrainingConfig adam.lr = inf");
+  ExpectTrainingError("adam { beta2: 1.5 }", "TrainingConfig adam.beta2 = 1.5 must be in [0, 1)");
+  ExpectTrainingError("adam { eps: 0 }", "TrainingConfig adam.eps = 0");
+  ExpectTrainingError("adam { weight_decay: -0.1 }", "TrainingConfig adam.weight_decay = -0.1");
+  ExpectTrainingError("schedule { warmup_steps: -1 }", "TrainingConfig schedule.warmup_steps = -1 must be >= 0");
+  ExpectTrainingError("schedule { decay_steps: -1 }", "TrainingConfig schedule.decay_steps = -1 must be >= 0");
+  ExpectTrainingError("schedule { min_lr_ratio: 1.5 }", "TrainingConfig schedule.min_lr_ratio = 1.5 must be in [0, 1]");
+  ExpectTrainingError("clip_norm: -1", "TrainingConfig clip_norm = -1 must be finite and >= 0");
+  ExpectTrainingError("clip_norm: nan", "TrainingConfig clip_norm = nan");
+  ExpectTrainingError("loss_scaling { initial_scale: 0.5 }",
+                      "TrainingConfig loss_scaling.initial_scale = 0.5 must be finite and >= 1");
+  ExpectTrainingError("loss_scaling { growth_interval: 0 }",
+                      "TrainingConfig loss_scaling.growth_interval = 0 must be > 0");
+  ExpectTrainingError("loss_scaling { min_scale: 0 }", "TrainingConfig loss_scaling.min_scale = 0 must be finite and > 0");
+  ExpectTrainingError("zero { stage: 5 }", "TrainingConfig zero.stage = 5 must be 0, 1, 2 or 3");
+  ExpectTrainingError("zero { stage: 3 offload_optimizer { device: CPU } }",
+                      "TrainingConfig zero.offload_optimizer.device = CPU with stage = 3 needs stage 1 or 2");
+  ExpectTrainingError("stage: 2", "Message type \"memwall.zero.TrainingConfig\" has no field named \"stage\"");
+}
+
+TEST(TrainingConfig, PrecisionNamesRoundTrip) {
+  for (Precision p : {FP32, BF16, FP16}) {
+    auto back = ParsePrecision(PrecisionName(p));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, p);
+  }
+  EXPECT_EQ(ParamDType(FP32), DType::kF32);
+  EXPECT_EQ(ParamDType(BF16), DType::kBF16);
+  EXPECT_EQ(ParamDType(FP16), DType::kF16);
+  EXPECT_FALSE(ParsePrecision("fp8").ok());
 }
 
 }  // namespace

@@ -23,41 +23,39 @@ absl::Status Bad(absl::string_view what) {
 
 absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
   if (in.ranks < 1) return Bad(absl::StrCat("ranks = ", in.ranks, " must be >= 1"));
-  if (absl::Status st = ValidateZeroConfig(in.zero); !st.ok()) return st;
-  if (in.micro_batch <= 0) return Bad(absl::StrCat("micro_batch = ", in.micro_batch, " must be > 0"));
-  if (in.seq <= 0) return Bad(absl::StrCat("seq = ", in.seq, " must be > 0"));
+  MEMWALL_ASSIGN_OR_RETURN(const TrainingOptions training, TrainingOptions::Create(in.training));
   if (in.device_bytes < 0) return Bad(absl::StrCat("device_bytes = ", in.device_bytes, " must be >= 0"));
   if (in.model.has_value()) {
     if (absl::Status st = models::ValidateConfig(*in.model); !st.ok()) return st;
-    if (in.seq > in.model->positions()) {
-      return Bad(absl::StrCat("seq = ", in.seq, " exceeds the model's ", in.model->positions(),
+    if (training->seq() > in.model->positions()) {
+      return Bad(absl::StrCat("TrainingConfig seq = ", training->seq(), " exceeds the model's ", in.model->positions(),
                               " positions"));
     }
   } else if (in.params <= 0) {
     return Bad(absl::StrCat("params = ", in.params, " must be > 0 (or give a model)"));
   }
-  const bool offload = in.zero.offload_optimizer().device() != OffloadOptimizerConfig::NONE;
+  const bool offload = training->zero().offload_optimizer().device() != OffloadOptimizerConfig::NONE;
   if (offload != static_cast<bool>(in.optimizer)) {
     return absl::FailedPreconditionError(
-        offload ? "memory estimate: offload_optimizer.device = CPU needs the offloaded optimizer's plan "
+        offload ? "memory estimate: zero.offload_optimizer.device = CPU needs the offloaded optimizer's plan "
                   "(offload::HostOptimizerProvider() as EstimateInput.optimizer)"
-                : "memory estimate: an optimizer provider is given but offload_optimizer.device is NONE");
+                : "memory estimate: an optimizer provider is given but zero.offload_optimizer.device is NONE");
   }
   // The shape the engine would compute from the model's layout.
   PlanShape shape;
-  shape.zero = WithDefaults(in.zero);
+  shape.zero = training->zero();
   shape.numel = in.model.has_value() ? models::CountParameters(*in.model) : in.params;
   shape.ranks = static_cast<int>(in.ranks);
   shape.owners = Owners(shape.zero, shape.ranks);
   shape.shard = (shape.numel + shape.owners - 1) / shape.owners;
-  shape.dtype = ParamDType(in.precision);
+  shape.dtype = ParamDType(training->precision());
   if (in.model.has_value()) {
     MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<models::Gpt> gpt, models::Gpt::Create(*in.model));
     shape.largest_module = LargestModuleParameters(*gpt);
     if (shape.zero.stage() == 3) shape.persistent = PersistentElements(*gpt, shape.zero.param_persistence_threshold());
   }
   const StageParts parts = ChooseStageParts(shape.zero, shape.dtype, offload);
-  const ShardOptimizerRequest request = OptimizerRequest(shape, ops::AdamOptions{}, nullptr);
+  const ShardOptimizerRequest request = OptimizerRequest(shape, training.adam(), nullptr);
   const MemoryPlan optimizer =
       offload ? in.optimizer.plan(request) : DeviceShardOptimizerPlan(request, parts.master_is_values);
 
@@ -65,7 +63,7 @@ absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
   e.params = shape.numel;
   e.plan = StagePlan(shape, parts, optimizer);
   if (in.model.has_value()) {
-    e.plan.Append(models::ActivationPlan(*in.model, in.micro_batch, in.seq, shape.dtype,
+    e.plan.Append(models::ActivationPlan(*in.model, training->micro_batch(), training->seq(), shape.dtype,
                                          in.checkpointing.value_or(in.model->activation_checkpointing())),
                   "model: ");
     e.activations_counted = true;

@@ -35,6 +35,7 @@
 #include "runtime/memory.h"
 #include "runtime/memory_plan.h"
 #include "zero/shard_optimizer.h"
+#include "zero/config.h"
 #include "zero/trainer.h"
 #include "zero/zero_config.pb.h"
 
@@ -44,13 +45,12 @@ struct EstimateInput {
   int64_t params = 0;                    // Ψ; ignored when `model` is set
   std::optional<models::GptConfig> model;
   int64_t ranks = 1;
-  ZeroConfig zero;                       // stage and buckets (defaults filled in)
-  Precision precision = Precision::kBf16;
-  int64_t micro_batch = 1;
-  int64_t seq = 1024;
+  // The run's training config, as the trainer would get it (seq,
+  // micro_batch, precision and zero are what memory depends on).
+  TrainingConfig training;
   std::optional<bool> checkpointing;     // unset: the model's setting
   int64_t device_bytes = 0;              // 0: no budget to check against
-  // With zero.offload_optimizer { device: CPU }: the offloaded optimizer's
+  // With training.zero.offload_optimizer { device: CPU }: the offloaded optimizer's
   // plan (offload::HostOptimizerProvider()); unset otherwise.
   ShardOptimizerProvider optimizer;
 };

@@ -29,7 +29,7 @@ TEST(Estimator, ReproducesZeroFigure1) {
     EstimateInput in;
     in.params = psi;
     in.ranks = n;
-    in.zero.set_stage(stage);
+    in.training.mutable_zero()->set_stage(stage);
     auto e = EstimateMemory(in);
     ASSERT_TRUE(e.ok()) << e.status();
     EXPECT_EQ(e->model_states_bytes, want[stage]) << "stage " << stage;
@@ -58,10 +58,10 @@ void CheckStage0(Precision precision, bool checkpointing) {
   auto comm = CreateSingleProcessCommunicator();
   auto model = *models::Gpt::Create(config);
   TrainerOptions o;
-  o.seq = 64;
-  o.micro_batch = 3;
-  o.accumulation = 2;
-  o.precision = precision;
+  o.training.set_seq(64);
+  o.training.set_micro_batch(3);
+  o.training.set_accumulation(2);
+  o.training.set_precision(precision);
   auto trainer = Trainer::Create(*model, *device, *comm, o);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   auto data = models::SyntheticSource(100000, 256, 1);
@@ -70,9 +70,7 @@ void CheckStage0(Precision precision, bool checkpointing) {
 
   EstimateInput in;
   in.model = config;
-  in.precision = precision;
-  in.micro_batch = o.micro_batch;
-  in.seq = o.seq;
+  in.training = o.training;
   auto e = EstimateMemory(in);
   ASSERT_TRUE(e.ok()) << e.status();
   const std::string what = absl::StrCat(PrecisionName(precision), checkpointing ? " ckpt" : "");
@@ -83,14 +81,14 @@ void CheckStage0(Precision precision, bool checkpointing) {
   EXPECT_EQ(int64_t(account.total_peak()), e->total_device_bytes) << what;
 }
 
-TEST(Estimator, Stage0MatchesTheMeasuredPeaksBf16) { CheckStage0(Precision::kBf16, false); }
-TEST(Estimator, Stage0MatchesTheMeasuredPeaksBf16Checkpointed) { CheckStage0(Precision::kBf16, true); }
-TEST(Estimator, Stage0MatchesTheMeasuredPeaksFp32) { CheckStage0(Precision::kFp32, false); }
+TEST(Estimator, Stage0MatchesTheMeasuredPeaksBf16) { CheckStage0(Precision::BF16, false); }
+TEST(Estimator, Stage0MatchesTheMeasuredPeaksBf16Checkpointed) { CheckStage0(Precision::BF16, true); }
+TEST(Estimator, Stage0MatchesTheMeasuredPeaksFp32) { CheckStage0(Precision::FP32, false); }
 
 TEST(Estimator, SaysWhetherItFitsAndPrintsJson) {
   EstimateInput in;
   in.model = Small();
-  in.seq = 64;
+  in.training.set_seq(64);
   in.device_bytes = 1 << 20;
   auto e = *EstimateMemory(in);
   EXPECT_FALSE(e.fits) << e.ToText();
@@ -113,25 +111,25 @@ TEST(Estimator, IsTheSumOfThePartsPlansAndTheEngineAllocatesThem) {
   const models::GptConfig config = Small();
   auto model = *models::Gpt::Create(config);
   for (int stage = 0; stage <= 3; ++stage) {
-    for (Precision precision : {Precision::kBf16, Precision::kFp32}) {
+    for (Precision precision : {Precision::BF16, Precision::FP32}) {
       const std::string what = absl::StrCat("stage ", stage, " ", PrecisionName(precision));
       EstimateInput in;
       in.model = config;
-      in.zero.set_stage(stage);
-      in.zero.set_param_persistence_threshold(200);  // stage 3 gathers some, keeps some
-      in.precision = precision;
-      in.micro_batch = 2;
-      in.seq = 32;
+      in.training.mutable_zero()->set_stage(stage);
+      in.training.mutable_zero()->set_param_persistence_threshold(200);  // stage 3 gathers some, keeps some
+      in.training.set_precision(precision);
+      in.training.set_micro_batch(2);
+      in.training.set_seq(32);
       auto e = EstimateMemory(in);
       ASSERT_TRUE(e.ok()) << e.status();
 
       PlanShape shape;
-      shape.zero = WithDefaults(in.zero);
+      shape.zero = WithDefaults(in.training.zero());
       shape.numel = models::CountParameters(config);
       shape.owners = 1;
       shape.ranks = 1;
       shape.shard = shape.numel;
-      shape.dtype = precision == Precision::kFp32 ? DType::kF32 : DType::kBF16;
+      shape.dtype = precision == Precision::FP32 ? DType::kF32 : DType::kBF16;
       shape.largest_module = LargestModuleParameters(*model);
       shape.persistent = stage == 3 ? PersistentElements(*model, 200) : 0;
       MemoryPlan parts;
@@ -147,7 +145,7 @@ TEST(Estimator, IsTheSumOfThePartsPlansAndTheEngineAllocatesThem) {
       }
       ShardOptimizerRequest request;
       request.elements = shape.shard;
-      parts.Append(DeviceShardOptimizerPlan(request, /*master_is_values=*/stage == 0 && precision == Precision::kFp32), "o ");
+      parts.Append(DeviceShardOptimizerPlan(request, /*master_is_values=*/stage == 0 && precision == Precision::FP32), "o ");
       parts.Append(TrainerScalarsPlan(), "t ");
       parts.Append(models::ActivationPlan(config, 2, 32, shape.dtype, config.activation_checkpointing()), "m ");
       EXPECT_EQ(e->device, parts.ByTag(MemorySpace::kDevice)) << what << "\n" << e->plan.ToText();
@@ -165,10 +163,10 @@ TEST(Estimator, IsTheSumOfThePartsPlansAndTheEngineAllocatesThem) {
       auto comm = CreateSingleProcessCommunicator();
       auto fresh = *models::Gpt::Create(config);
       TrainerOptions o;
-      o.seq = 32;
-      o.micro_batch = 2;
-      o.precision = precision;
-      o.zero = in.zero;
+      o.training.set_seq(32);
+      o.training.set_micro_batch(2);
+      o.training.set_precision(precision);
+      *o.training.mutable_zero() = in.training.zero();
       auto trainer = Trainer::Create(*fresh, *device, *comm, o);
       ASSERT_TRUE(trainer.ok()) << trainer.status();
       for (int t = 0; t < kNumMemoryTags; ++t) {
@@ -188,13 +186,13 @@ TEST(Estimator, RefusesBadInputsNamingThem) {
   in.ranks = 0;
   EXPECT_NE(EstimateMemory(in).status().message().find("ranks = 0 must be >= 1"), std::string::npos);
   in.ranks = 2;
-  in.zero.set_stage(4);
-  EXPECT_NE(EstimateMemory(in).status().message().find("ZeroConfig stage = 4"), std::string::npos);
-  in.zero.set_stage(1);
+  in.training.mutable_zero()->set_stage(4);
+  EXPECT_NE(EstimateMemory(in).status().message().find("TrainingConfig zero.stage = 4"), std::string::npos);
+  in.training.mutable_zero()->set_stage(1);
   in.params = 0;
   EXPECT_NE(EstimateMemory(in).status().message().find("params = 0 must be > 0"), std::string::npos);
   in.model = Small();
-  in.seq = 65;
+  in.training.set_seq(65);
   EXPECT_NE(EstimateMemory(in).status().message().find("seq = 65 exceeds the model's 64 positions"),
             std::string::npos);
 }

@@ -24,11 +24,11 @@ Result Train(Communicator& comm, int64_t micro_batch, int64_t accumulation) {
   auto device = *CreateCpuDevice();
   auto model = *models::Gpt::Create(Tiny());
   TrainerOptions o;
-  o.seq = 16;
-  o.micro_batch = micro_batch;
-  o.accumulation = accumulation;
-  o.precision = Precision::kFp32;
-  o.adam.lr = 1e-3f;
+  o.training.set_seq(16);
+  o.training.set_micro_batch(micro_batch);
+  o.training.set_accumulation(accumulation);
+  o.training.set_precision(Precision::FP32);
+  o.training.mutable_adam()->set_lr(1e-3f);
   auto data = models::SyntheticSource(50000, 256, 3);
   auto trainer = *Trainer::Create(*model, *device, comm, o);
   Result r;

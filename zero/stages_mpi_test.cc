@@ -40,7 +40,7 @@ struct Case {
   int stage = 0;
   bool overlap = false;
   int64_t micro_batch = 1, accumulation = 1;
-  Precision precision = Precision::kFp32;
+  Precision precision = Precision::FP32;
   bool exact_sums = false;  // ranks > 0 ignore every target
   float clip = 1.0f;
   float initial_loss_scale = 65536.0f;
@@ -52,31 +52,31 @@ struct Case {
 
 TrainerOptions Options(const Case& s) {
   TrainerOptions o;
-  o.seq = 16;
-  o.micro_batch = s.micro_batch;
-  o.accumulation = s.accumulation;
-  o.precision = s.precision;
-  o.adam.lr = 1e-3f;
-  o.adam.weight_decay = 0.01f;
-  o.clip_norm = s.clip;
-  o.initial_loss_scale = s.initial_loss_scale;
-  o.loss_scale_growth_interval = 3;
-  o.zero.set_stage(s.stage);
-  o.zero.set_overlap_comm(s.overlap);
+  o.training.set_seq(16);
+  o.training.set_micro_batch(s.micro_batch);
+  o.training.set_accumulation(s.accumulation);
+  o.training.set_precision(s.precision);
+  o.training.mutable_adam()->set_lr(1e-3f);
+  o.training.mutable_adam()->set_weight_decay(0.01f);
+  o.training.set_clip_norm(s.clip);
+  o.training.mutable_loss_scaling()->set_initial_scale(s.initial_loss_scale);
+  o.training.mutable_loss_scaling()->set_growth_interval(3);
+  o.training.mutable_zero()->set_stage(s.stage);
+  o.training.mutable_zero()->set_overlap_comm(s.overlap);
   // Small buckets, so a pass fills and flushes several and the all-gather
   // runs in chunks; a threshold that keeps biases and norms whole but
   // gathers every weight.
-  o.zero.set_reduce_bucket_bytes(4096);
-  o.zero.set_allgather_bucket_bytes(2048);
-  o.zero.set_prefetch_bucket_bytes(16384);
-  o.zero.set_param_persistence_threshold(40);
+  o.training.mutable_zero()->set_reduce_bucket_bytes(4096);
+  o.training.mutable_zero()->set_allgather_bucket_bytes(2048);
+  o.training.mutable_zero()->set_prefetch_bucket_bytes(16384);
+  o.training.mutable_zero()->set_param_persistence_threshold(40);
   if (s.exact_sums) {
     o.edit_micro_batch = [](int rank, int64_t, int64_t tokens, int32_t*, int32_t* targets) {
       if (rank > 0) std::fill(targets, targets + tokens, -1);
     };
     // One bucket holds every gradient, so none is split into two partial
     // sums (the tied wte's head and embedding parts would round differently).
-    o.zero.set_reduce_bucket_bytes(int64_t{64} << 20);
+    o.training.mutable_zero()->set_reduce_bucket_bytes(int64_t{64} << 20);
   }
   return o;
 }
@@ -130,7 +130,7 @@ TEST_F(Stages, EveryStageMatchesSingleRankStageZero) {
 }
 
 TEST_F(Stages, ExactSumsGiveStageZerosWeightsBitForBit) {
-  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+  for (Precision precision : {Precision::FP32, Precision::BF16}) {
     Case base;
     base.micro_batch = 2;
     base.precision = precision;
@@ -160,7 +160,7 @@ TEST_F(Stages, Fp16OverflowSkipsTheSameStepsAtEveryStage) {
   // ranks) and skip exactly the steps stage 0 skips.
   Case base;
   base.micro_batch = 2;
-  base.precision = Precision::kFp16;
+  base.precision = Precision::FP16;
   base.exact_sums = true;
   base.clip = 0;
   base.initial_loss_scale = 4294967296.0f;
@@ -191,14 +191,14 @@ TEST_F(Stages, ModelStatesMatchThePaperFormulas) {
     s.stage = stage;
     s.overlap = true;
     s.micro_batch = 2;
-    s.precision = Precision::kBf16;
+    s.precision = Precision::BF16;
     auto device = *CreateCpuDevice();
     auto model = *models::Gpt::Create(config);
     const TrainerOptions o = Options(s);
     // Stage 3 keeps parameters of at most the threshold whole.
     int64_t persistent = 0;
     for (models::Parameter* p : model->Parameters()) {
-      if (p->numel() <= o.zero.param_persistence_threshold()) persistent += p->numel();
+      if (p->numel() <= o.training.zero().param_persistence_threshold()) persistent += p->numel();
     }
     auto trainer = Trainer::Create(*model, *device, *comm_, o);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
@@ -224,10 +224,7 @@ TEST_F(Stages, ModelStatesMatchThePaperFormulas) {
     EstimateInput in;
     in.model = config;
     in.ranks = n;
-    in.zero = o.zero;
-    in.precision = s.precision;
-    in.micro_batch = s.micro_batch;
-    in.seq = o.seq;
+    in.training = o.training;  // the run's config, as the trainer got it
     auto e = EstimateMemory(in);
     ASSERT_TRUE(e.ok()) << e.status();
     EXPECT_EQ(e->model_states_bytes, states) << what;

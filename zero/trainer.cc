@@ -21,48 +21,10 @@ Tensor FlatF32(const Buffer& b, Device& device) { return Tensor::OfBuffer(b, DTy
 
 }  // namespace
 
-absl::string_view PrecisionName(Precision p) {
-  switch (p) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp16: return "fp16";
-  }
-  return "?";
-}
-
-absl::StatusOr<Precision> ParsePrecision(absl::string_view name) {
-  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
-    if (PrecisionName(p) == name) return p;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("precision '", name, "' is not one of fp32, bf16, fp16"));
-}
-
-absl::Status ValidateOptions(const TrainerOptions& o) {
-  auto bad = [](absl::string_view field, auto value, absl::string_view need) {
-    return absl::InvalidArgumentError(absl::StrCat("trainer option ", field, " = ", value, " ", need));
-  };
-  if (o.seq <= 0) return bad("seq", o.seq, "must be > 0");
-  if (o.micro_batch <= 0) return bad("micro_batch", o.micro_batch, "must be > 0");
-  if (o.accumulation <= 0) return bad("accumulation", o.accumulation, "must be > 0");
-  MEMWALL_RETURN_IF_ERROR(ops::ValidateAdamOptions(o.adam, "trainer option adam."));
-  if (o.warmup_steps < 0) return bad("warmup_steps", o.warmup_steps, "must be >= 0");
-  if (o.decay_steps < 0) return bad("decay_steps", o.decay_steps, "must be >= 0");
-  if (!(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1)) return bad("min_lr_ratio", o.min_lr_ratio, "must be in [0, 1]");
-  if (!(o.clip_norm >= 0)) return bad("clip_norm", o.clip_norm, "must be >= 0 (0 disables clipping)");
-  if (!(o.initial_loss_scale >= 1) || !std::isfinite(o.initial_loss_scale)) {
-    return bad("initial_loss_scale", o.initial_loss_scale, "must be finite and >= 1");
-  }
-  if (o.loss_scale_growth_interval <= 0) {
-    return bad("loss_scale_growth_interval", o.loss_scale_growth_interval, "must be > 0");
-  }
-  if (!(o.min_loss_scale > 0)) return bad("min_loss_scale", o.min_loss_scale, "must be > 0");
-  return ValidateZeroConfig(o.zero);
-}
-
-Trainer::Trainer(models::Gpt& model, Device& device, Communicator& comm,
-                 const TrainerOptions& options)
-    : model_(model), device_(device), comm_(comm), options_(options), zero_(WithDefaults(options.zero)) {
-  loss_scale_ = options.precision == Precision::kFp16 ? options.initial_loss_scale : 1.0f;
+Trainer::Trainer(models::Gpt& model, Device& device, Communicator& comm, const TrainerOptions& options,
+                 TrainingOptions training)
+    : model_(model), device_(device), comm_(comm), options_(options), training_(std::move(training)) {
+  loss_scale_ = training_->precision() == FP16 ? training_->loss_scaling().initial_scale() : 1.0f;
 }
 
 Trainer::~Trainer() {
@@ -76,38 +38,30 @@ Trainer::~Trainer() {
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Device& device,
                                                          Communicator& comm,
                                                          const TrainerOptions& options) {
-  MEMWALL_RETURN_IF_ERROR(ValidateOptions(options));
-  if (options.seq > model.config().positions()) {
-    return absl::InvalidArgumentError(absl::StrCat("trainer option seq = ", options.seq,
+  MEMWALL_ASSIGN_OR_RETURN(TrainingOptions training, TrainingOptions::Create(options.training));
+  if (training->seq() > model.config().positions()) {
+    return absl::InvalidArgumentError(absl::StrCat("TrainingConfig seq = ", training->seq(),
                                                    " exceeds the model's ",
                                                    model.config().positions(), " positions"));
   }
-  if (options.zero.offload_optimizer().device() != OffloadOptimizerConfig::NONE && !options.shard_optimizer) {
+  const ZeroConfig& zero = training->zero();
+  if (zero.offload_optimizer().device() != OffloadOptimizerConfig::NONE && !options.shard_optimizer) {
     return absl::FailedPreconditionError(
-        "ZeroConfig offload_optimizer.device = CPU: create the trainer with offload::CreateTrainer "
+        "TrainingConfig zero.offload_optimizer.device = CPU: create the trainer with offload::CreateTrainer "
         "(//offload), which supplies the host optimizer");
   }
-  if (options.shard_optimizer && (options.zero.stage() < 1 || options.zero.stage() > 2)) {
+  if (options.shard_optimizer && (zero.stage() < 1 || zero.stage() > 2)) {
     return absl::InvalidArgumentError(absl::StrCat("an offloaded optimizer needs ZeRO stage 1 or 2, not ",
-                                                   options.zero.stage()));
+                                                   zero.stage()));
   }
-  std::unique_ptr<Trainer> t(new Trainer(model, device, comm, options));
+  std::unique_ptr<Trainer> t(new Trainer(model, device, comm, options, std::move(training)));
   MEMWALL_RETURN_IF_ERROR(t->Compose());
   MEMWALL_RETURN_IF_ERROR(t->InitializeValues());
   return t;
 }
 
-DType ParamDType(Precision p) {
-  switch (p) {
-    case Precision::kFp32: return DType::kF32;
-    case Precision::kFp16: return DType::kF16;
-    case Precision::kBf16: return DType::kBF16;
-  }
-  return DType::kBF16;
-}
-
 absl::Status Trainer::Compose() {
-  const int stage = zero_.stage();
+  const int stage = training_->zero().stage();
   // Stage 0: every rank owns everything (one owner); stages 1-3: N shards.
   layout_ = stage == 0 ? FlatLayout(model_, 1, 0) : FlatLayout(model_, comm_.world_size(), comm_.rank());
   PlanShape shape;
@@ -115,11 +69,11 @@ absl::Status Trainer::Compose() {
   shape.owners = layout_.world();
   shape.ranks = comm_.world_size();
   shape.shard = layout_.shard();
-  shape.dtype = ParamDType(options_.precision);
+  shape.dtype = ParamDType(training_->precision());
   shape.largest_module = LargestModuleParameters(model_);
-  shape.persistent = stage == 3 ? PersistentElements(model_, zero_.param_persistence_threshold()) : 0;
-  shape.zero = zero_;
-  const StageParts parts = ChooseStageParts(zero_, shape.dtype, static_cast<bool>(options_.shard_optimizer));
+  shape.persistent = stage == 3 ? PersistentElements(model_, training_->zero().param_persistence_threshold()) : 0;
+  shape.zero = training_->zero();
+  const StageParts parts = ChooseStageParts(training_->zero(), shape.dtype, static_cast<bool>(options_.shard_optimizer));
   if (parts.comm_stream) {
     MEMWALL_ASSIGN_OR_RETURN(comm_stream_, device_.CreateStream(kCommStreamName));
   }
@@ -137,7 +91,7 @@ absl::Status Trainer::Compose() {
       break;
     }
   }
-  ShardOptimizerRequest request = OptimizerRequest(shape, options_.adam, options_.timeline);
+  ShardOptimizerRequest request = OptimizerRequest(shape, training_.adam(), options_.timeline);
   request.device = &device_;
   if (parts.optimizer_keeps_gradients) {  // the optimizer first: the buckets feed its sink
     MEMWALL_ASSIGN_OR_RETURN(optimizer_, options_.shard_optimizer.create(request));
@@ -184,7 +138,7 @@ absl::Status Trainer::InitializeValues() {
       constexpr int64_t kChunk = 1 << 16;
       pool.ParallelFor((end - begin + kChunk - 1) / kChunk, [&](int64_t c) {
         const int64_t lo = begin + c * kChunk, hi = std::min(end, lo + kChunk);
-        model_.InitialValues(options_.seed, *p, lo - layout_.offset(p), hi - lo,
+        model_.InitialValues(training_->seed(), *p, lo - layout_.offset(p), hi - lo,
                              init.data() + mine.shard_offset + (lo - mine.begin));
       });
     }
@@ -250,13 +204,13 @@ absl::StatusOr<std::vector<float>> Trainer::MasterWeights() {
 }
 
 float Trainer::LearningRate(int64_t step) const {
-  const double lr = options_.adam.lr;
-  if (step <= options_.warmup_steps) return static_cast<float>(lr * step / (options_.warmup_steps + 1));
-  if (options_.decay_steps <= options_.warmup_steps) return static_cast<float>(lr);
-  const double progress = std::min(1.0, double(step - options_.warmup_steps) /
-                                            double(options_.decay_steps - options_.warmup_steps));
+  const double lr = training_.adam().lr;
+  if (step <= training_->schedule().warmup_steps()) return static_cast<float>(lr * step / (training_->schedule().warmup_steps() + 1));
+  if (training_->schedule().decay_steps() <= training_->schedule().warmup_steps()) return static_cast<float>(lr);
+  const double progress = std::min(1.0, double(step - training_->schedule().warmup_steps()) /
+                                            double(training_->schedule().decay_steps() - training_->schedule().warmup_steps()));
   const double cosine = 0.5 * (1.0 + std::cos(3.141592653589793 * progress));
-  return static_cast<float>(lr * (options_.min_lr_ratio + (1.0 - options_.min_lr_ratio) * cosine));
+  return static_cast<float>(lr * (training_->schedule().min_lr_ratio() + (1.0 - training_->schedule().min_lr_ratio()) * cosine));
 }
 
 absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
@@ -264,7 +218,7 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   // The step's window on the timeline: from here (before a deferred update
   // starts) to after the last synchronize.
   const int64_t step_begin_ns = TimelineNowNs();
-  const models::BatchLayout layout{options_.seq, options_.micro_batch, options_.accumulation,
+  const models::BatchLayout layout{training_->seq(), training_->micro_batch(), training_->accumulation(),
                                    comm_.world_size()};
   MEMWALL_RETURN_IF_ERROR(models::ValidateLayout(data, layout));
   if (data.vocab() > model_.config().vocab()) {
@@ -280,12 +234,12 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   MEMWALL_RETURN_IF_ERROR(optimizer_->ZeroGradients(s));
 
   // Forward and backward over this rank's micro-batches.
-  const int64_t global_tokens = layout.global_batch() * options_.seq;
+  const int64_t global_tokens = layout.global_batch() * training_->seq();
   const float grad_scale = loss_scale_ / static_cast<float>(global_tokens);
-  std::vector<int32_t> ids(options_.micro_batch * options_.seq), targets(ids.size());
+  std::vector<int32_t> ids(training_->micro_batch() * training_->seq()), targets(ids.size());
   models::LossSum local;
-  for (int64_t micro = 0; micro < options_.accumulation; ++micro) {
-    optimizer_->BeginMicroBatch(micro, options_.accumulation);
+  for (int64_t micro = 0; micro < training_->accumulation(); ++micro) {
+    optimizer_->BeginMicroBatch(micro, training_->accumulation());
     MEMWALL_RETURN_IF_ERROR(models::FillMicroBatch(data, layout, step_, comm_.rank(), micro,
                                                    ids.data(), targets.data()));
     if (options_.edit_micro_batch) {
@@ -295,8 +249,8 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
     absl::StatusOr<models::LossSum> part;
     {
       StreamZone zone(timeline, s, ZoneKind::kForwardBackward);
-      part = model_.ForwardBackward(device_, ids.data(), targets.data(), options_.micro_batch,
-                                    options_.seq, grad_scale, true);
+      part = model_.ForwardBackward(device_, ids.data(), targets.data(), training_->micro_batch(),
+                                    training_->seq(), grad_scale, true);
     }
     absl::Status pass = part.status();
     if (pass.ok()) pass = gradients_->EndPass();
@@ -341,14 +295,14 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   if (norm_host[1] != 0.0f || !std::isfinite(norm_host[0])) {
     stats.skipped = true;
     stats.grad_norm = NAN;
-    if (options_.precision == Precision::kFp16) loss_scale_ = std::max(options_.min_loss_scale, loss_scale_ / 2);
+    if (training_->precision() == FP16) loss_scale_ = std::max(training_->loss_scaling().min_scale(), loss_scale_ / 2);
     clean_steps_ = 0;
   } else {
-    const double clip = options_.clip_norm > 0 && stats.grad_norm > options_.clip_norm
-                            ? options_.clip_norm / (stats.grad_norm + 1e-6)
+    const double clip = training_->clip_norm() > 0 && stats.grad_norm > training_->clip_norm()
+                            ? training_->clip_norm() / (stats.grad_norm + 1e-6)
                             : 1.0;
     outcome.update = StepUpdate{stats.lr, ++adam_step_, static_cast<float>(clip / loss_scale_)};
-    if (options_.precision == Precision::kFp16 && ++clean_steps_ >= options_.loss_scale_growth_interval) {
+    if (training_->precision() == FP16 && ++clean_steps_ >= training_->loss_scaling().growth_interval()) {
       loss_scale_ *= 2;
       clean_steps_ = 0;
     }
@@ -375,7 +329,7 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
     }
   }
   stats.tokens_per_second = double(global_tokens) / stats.seconds;
-  const double forward = models::ForwardFlopsPerToken(model_.config(), options_.seq);
+  const double forward = models::ForwardFlopsPerToken(model_.config(), training_->seq());
   const double rank_tokens = double(global_tokens) / comm_.world_size();
   stats.tflops = 3.0 * forward * rank_tokens / stats.seconds / 1e12;
   stats.recompute_tflops = model_.config().activation_checkpointing()
@@ -387,7 +341,7 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
 std::string Trainer::LogLine(const StepStats& st) const {
   std::string line = absl::StrFormat("step %d | loss %.4f | lr %.2e | grad norm %.3f", st.step,
                                      st.loss, st.lr, st.grad_norm);
-  if (options_.precision == Precision::kFp16) absl::StrAppendFormat(&line, " | scale %g", st.loss_scale);
+  if (training_->precision() == FP16) absl::StrAppendFormat(&line, " | scale %g", st.loss_scale);
   if (st.skipped) line += " | SKIPPED (inf/NaN gradients)";
   absl::StrAppendFormat(&line, " | %.0f tokens/s | %.3f TFLOPS", st.tokens_per_second, st.tflops);
   if (st.recompute_tflops > 0) absl::StrAppendFormat(&line, " (+%.3f recompute)", st.recompute_tflops);

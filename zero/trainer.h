@@ -66,6 +66,7 @@
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/timeline.h"
+#include "zero/config.h"
 #include "zero/gradient_reduction.h"
 #include "zero/parameter_placement.h"
 #include "zero/partition.h"
@@ -79,31 +80,11 @@ class CheckpointMetadata;  // zero/checkpoint.proto
 // The stream collectives run on with overlap_comm (a timeline track).
 inline constexpr absl::string_view kCommStreamName = "zero_comm";
 
-enum class Precision { kFp32, kBf16, kFp16 };
-absl::string_view PrecisionName(Precision p);  // "fp32", "bf16", "fp16"
-absl::StatusOr<Precision> ParsePrecision(absl::string_view name);
-// The parameters' and gradients' type: fp32, bf16 or fp16.
-DType ParamDType(Precision p);
-
+// What the trainer is given: the training config (checked once in Create
+// into the TrainingOptions the trainer keeps) and the run's wiring, which no
+// config file can say.
 struct TrainerOptions {
-  int64_t seq = 128;
-  int64_t micro_batch = 1;   // sequences per micro-batch per rank
-  int64_t accumulation = 1;  // micro-batches per step per rank
-  Precision precision = Precision::kBf16;
-  ops::AdamOptions adam;
-  // Learning rate: linear warmup from 0 over warmup_steps, then cosine decay
-  // to min_lr_ratio * lr at decay_steps (no decay when decay_steps = 0).
-  int64_t warmup_steps = 0;
-  int64_t decay_steps = 0;
-  float min_lr_ratio = 0.1f;
-  float clip_norm = 1.0f;  // 0 disables clipping
-  // fp16 dynamic loss scaling.
-  float initial_loss_scale = 65536.0f;
-  int64_t loss_scale_growth_interval = 1000;
-  float min_loss_scale = 1.0f;
-  uint64_t seed = 1234;
-  // Stage, buckets, overlap, stage-3 prefetch (zero/config.h fills defaults).
-  ZeroConfig zero;
+  TrainingConfig training;  // zero/training_config.proto; defaults in zero/config.h
   // Plans and makes the rank's ShardOptimizer (zero/shard_optimizer.h) when
   // the optimizer states live elsewhere than the device:
   // offload::CreateTrainer sets it for ZeroConfig.offload_optimizer. Unset:
@@ -125,8 +106,6 @@ struct TrainerOptions {
   // sums are exact and stages can be compared bit for bit.
   std::function<void(int, int64_t, int64_t, int32_t*, int32_t*)> edit_micro_batch;
 };
-
-absl::Status ValidateOptions(const TrainerOptions& options);
 
 struct StepStats {
   int64_t step = 0;        // 1-based, counts skipped steps too
@@ -171,7 +150,8 @@ class Trainer {
 
   int64_t steps_done() const { return step_; }
   float loss_scale() const { return loss_scale_; }
-  int stage() const { return zero_.stage(); }
+  int stage() const { return training_->zero().stage(); }
+  const TrainingOptions& training() const { return training_; }
   const FlatLayout& layout() const { return layout_; }
   // All Ψ fp32 master weights on the host (tests, export). At stages 1-3 a
   // collective: every rank must call it.
@@ -182,7 +162,8 @@ class Trainer {
   absl::Status RefreshComputeCopy();
 
  private:
-  Trainer(models::Gpt& model, Device& device, Communicator& comm, const TrainerOptions& options);
+  Trainer(models::Gpt& model, Device& device, Communicator& comm, const TrainerOptions& options,
+          TrainingOptions training);
   // Chooses and builds the stage's parts (see "A stage is a composition").
   absl::Status Compose();
   // This rank's shard of the initial values (the same numbers at every
@@ -207,8 +188,8 @@ class Trainer {
   models::Gpt& model_;
   Device& device_;
   Communicator& comm_;
-  TrainerOptions options_;
-  ZeroConfig zero_;              // defaults filled
+  const TrainerOptions options_;    // the wiring; read the config from training_
+  const TrainingOptions training_;  // checked, defaults filled
   // The tensor table and the partition: N owners at stages 1-3, one (every
   // rank owns everything) at stage 0.
   FlatLayout layout_;

@@ -51,17 +51,17 @@ struct TrainRun {
 
 TrainerOptions Options(Precision p) {
   TrainerOptions o;
-  o.seq = 32;
-  o.micro_batch = 4;
-  o.precision = p;
-  o.adam.lr = 3e-3f;
-  o.adam.weight_decay = 0.0f;
+  o.training.set_seq(32);
+  o.training.set_micro_batch(4);
+  o.training.set_precision(p);
+  o.training.mutable_adam()->set_lr(3e-3f);
+  o.training.mutable_adam()->set_weight_decay(0.0f);
   return o;
 }
 
 TEST(Trainer, TinyGptOverfitsAShortTextInBf16) {
   auto text = models::ByteStringSource(kText, "text");
-  TrainRun run(Options(Precision::kBf16));
+  TrainRun run(Options(Precision::BF16));
   double first = 0, last = 0;
   for (int step = 1; step <= 400; ++step) {
     const StepStats st = run.Step(*text);
@@ -80,9 +80,9 @@ TEST(Trainer, GradientAccumulationEqualsOneBiggerBatch) {
   std::vector<std::vector<float>> weights;
   std::vector<std::vector<double>> losses;
   for (auto [micro_batch, accumulation] : {std::pair<int64_t, int64_t>{4, 1}, {1, 4}, {2, 2}}) {
-    TrainerOptions o = Options(Precision::kFp32);
-    o.micro_batch = micro_batch;
-    o.accumulation = accumulation;
+    TrainerOptions o = Options(Precision::FP32);
+    o.training.set_micro_batch(micro_batch);
+    o.training.set_accumulation(accumulation);
     TrainRun run(o);
     losses.emplace_back();
     for (int step = 0; step < 3; ++step) losses.back().push_back(run.Step(*text).loss);
@@ -100,9 +100,9 @@ TEST(Trainer, GradientAccumulationEqualsOneBiggerBatch) {
 
 TEST(Trainer, Fp16LossScalingSkipsOverflowsHalvesAndGrows) {
   auto text = models::ByteStringSource(kText, "text");
-  TrainerOptions o = Options(Precision::kFp16);
-  o.initial_loss_scale = 1e30f;  // gradients * 1e30 overflow fp16 at once
-  o.loss_scale_growth_interval = 3;
+  TrainerOptions o = Options(Precision::FP16);
+  o.training.mutable_loss_scaling()->set_initial_scale(1e30f);  // gradients * 1e30 overflow fp16 at once
+  o.training.mutable_loss_scaling()->set_growth_interval(3);
   TrainRun run(o);
   const std::vector<float> before = *run.trainer->MasterWeights();
   const StepStats first = run.Step(*text);
@@ -131,11 +131,11 @@ TEST(Trainer, Fp16LossScalingSkipsOverflowsHalvesAndGrows) {
 TEST(Trainer, Bf16AndFp16TrackFp32) {
   auto text = models::ByteStringSource(kText, "text");
   std::vector<double> ref;
-  TrainRun fp32(Options(Precision::kFp32));
+  TrainRun fp32(Options(Precision::FP32));
   for (int i = 0; i < 30; ++i) ref.push_back(fp32.Step(*text).loss);
-  for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+  for (Precision p : {Precision::BF16, Precision::FP16}) {
     TrainerOptions o = Options(p);
-    o.initial_loss_scale = 1024;
+    o.training.mutable_loss_scaling()->set_initial_scale(1024);
     TrainRun run(o);
     for (int i = 0; i < 30; ++i) {
       const StepStats st = run.Step(*text);
@@ -150,10 +150,10 @@ TEST(Trainer, HoldsSixteenBytesPerParameterInEveryPrecision) {
   // ZeRO Sec. 3.1: 2 (16-bit params) + 2 (16-bit grads) + 4 (fp32 master)
   // + 8 (Adam's moments) bytes per parameter; fp32 mode: 4 + 4 + 8.
   const size_t psi = static_cast<size_t>(models::CountParameters(Tiny()));
-  for (Precision p : {Precision::kBf16, Precision::kFp16, Precision::kFp32}) {
+  for (Precision p : {Precision::BF16, Precision::FP16, Precision::FP32}) {
     TrainRun run(Options(p));
     const MemoryAccount& memory = run.device->memory().account();
-    const bool half = p != Precision::kFp32;
+    const bool half = p != Precision::FP32;
     EXPECT_EQ(memory.current(MemoryTag::kParams16), half ? 2 * psi : 0) << PrecisionName(p);
     EXPECT_EQ(memory.current(MemoryTag::kGrads), (half ? 2 : 4) * psi) << PrecisionName(p);
     EXPECT_EQ(memory.current(MemoryTag::kMasterParams), 4 * psi) << PrecisionName(p);
@@ -165,12 +165,12 @@ TEST(Trainer, ClippingScalesTheUpdate) {
   auto text = models::ByteStringSource(kText, "text");
   // With eps >> |g|, Adam's first step is lr * g / eps: linear in g, so the
   // clipped step is the unclipped one times clip / norm.
-  TrainerOptions o = Options(Precision::kFp32);
-  o.adam.eps = 1e4f;
-  o.adam.lr = 100.0f;  // so that lr * g / eps is far above fp32 rounding of the weights
-  o.clip_norm = 0;
+  TrainerOptions o = Options(Precision::FP32);
+  o.training.mutable_adam()->set_eps(1e4f);
+  o.training.mutable_adam()->set_lr(100.0f);  // so that lr * g / eps is far above fp32 rounding of the weights
+  o.training.set_clip_norm(0);
   TrainRun free_run(o);
-  o.clip_norm = 1e-2f;
+  o.training.set_clip_norm(1e-2f);
   TrainRun clipped(o);
   const std::vector<float> w0 = *free_run.trainer->MasterWeights();
   const StepStats a = free_run.Step(*text);
@@ -188,7 +188,7 @@ TEST(Trainer, ClippingScalesTheUpdate) {
 
 TEST(Trainer, LogLineCarriesStepLossLrAndThroughput) {
   auto text = models::ByteStringSource(kText, "text");
-  TrainerOptions o = Options(Precision::kFp16);
+  TrainerOptions o = Options(Precision::FP16);
   TrainRun run(o);
   const StepStats st = run.Step(*text);
   const std::string line = run.trainer->LogLine(st);
@@ -203,11 +203,11 @@ TEST(CudaTrainer, MatchesTheCpuDeviceInFp32AndBf16) {
   std::string reason;
   if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
   auto text = models::ByteStringSource(kText, "text");
-  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+  for (Precision p : {Precision::FP32, Precision::BF16}) {
     TrainRun cpu(Options(p)), gpu(Options(p), *CreateCudaDevice());
     // fp32: summation orders differ (cuBLAS, fused attention). bf16: those
     // differences can flip a rounding of a 16-bit gradient or weight.
-    const double tol = p == Precision::kFp32 ? 1e-4 : 1e-2;
+    const double tol = p == Precision::FP32 ? 1e-4 : 1e-2;
     for (int i = 0; i < 20; ++i) {
       const StepStats c = cpu.Step(*text), g = gpu.Step(*text);
       ASSERT_NEAR(g.loss, c.loss, tol * c.loss) << PrecisionName(p) << " step " << i + 1;
@@ -224,25 +224,33 @@ TEST(CudaTrainer, MatchesTheCpuDeviceInFp32AndBf16) {
 }
 
 TEST(Trainer, RefusesBadOptionsNamingTheField) {
-  TrainerOptions o = Options(Precision::kFp32);
-  o.accumulation = 0;
-  EXPECT_NE(ValidateOptions(o).message().find("accumulation = 0 must be > 0"), std::string::npos);
-  o = Options(Precision::kFp32);
-  o.adam.beta2 = 1.5f;
-  EXPECT_NE(ValidateOptions(o).message().find("adam.beta2 = 1.5"), std::string::npos);
-  o = Options(Precision::kFp32);
-  o.seq = 64;
+  TrainerOptions o = Options(Precision::FP32);
+  o.training.set_accumulation(0);
+  EXPECT_NE(ValidateTrainingConfig(o.training).message().find("accumulation = 0 must be > 0"), std::string::npos);
+  o = Options(Precision::FP32);
+  o.training.mutable_adam()->set_beta2(1.5f);
+  EXPECT_NE(ValidateTrainingConfig(o.training).message().find("adam.beta2 = 1.5"), std::string::npos);
+  o = Options(Precision::FP32);
+  o.training.set_seq(64);
   auto device = *CreateCpuDevice();
   auto comm = CreateSingleProcessCommunicator();
   auto model = *models::Gpt::Create(Tiny());
   auto t = Trainer::Create(*model, *device, *comm, o);
   EXPECT_NE(t.status().message().find("seq = 64 exceeds the model's 32 positions"), std::string::npos);
+  // Create checks the whole config before it allocates anything.
+  o = Options(Precision::FP32);
+  o.training.mutable_loss_scaling()->set_growth_interval(-3);
+  t = Trainer::Create(*model, *device, *comm, o);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
+  EXPECT_NE(t.status().message().find("TrainingConfig loss_scaling.growth_interval = -3"), std::string::npos)
+      << t.status();
+  EXPECT_EQ(device->memory().account().total_peak(), 0u) << "nothing allocated for a refused config";
   EXPECT_EQ(ParsePrecision("fp8").status().code(), absl::StatusCode::kInvalidArgument);
   // An offload configuration without the host optimizer (offload::
   // CreateTrainer supplies it) is refused, never trained on the device.
-  o = Options(Precision::kFp32);
-  o.zero.set_stage(2);
-  o.zero.mutable_offload_optimizer()->set_device(OffloadOptimizerConfig::CPU);
+  o = Options(Precision::FP32);
+  o.training.mutable_zero()->set_stage(2);
+  o.training.mutable_zero()->mutable_offload_optimizer()->set_device(OffloadOptimizerConfig::CPU);
   t = Trainer::Create(*model, *device, *comm, o);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
   EXPECT_NE(t.status().message().find("offload::CreateTrainer"), std::string::npos) << t.status();
