@@ -29,7 +29,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 ran=()
 while IFS= read -r line; do
   cmd=${line%%#*}                               # drop the comment
-  read -r -a words <<< "$cmd"
+  eval "words=($cmd)"                          # as the shell splits it, quotes included
   target=${words[2]}
   args=("${words[@]:3}")
   [[ ${args[0]:-} == "--" ]] && args=("${args[@]:1}")

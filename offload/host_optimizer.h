@@ -2,7 +2,10 @@
 // moments and 16-bit gradient shard in pinned host memory (12Ψ/N + 2Ψ/N
 // bytes), the reduced gradient pieces streamed in during backward, the step
 // run by the CPU Adam (cpu_adam/), and the updated parameters sent back to
-// the device tile by tile.
+// the device tile by tile. It is a composition: a pinned resident state
+// store in sub-groups of one tile (zero/optimizer_state_store.h; an NVMe
+// store is ZeRO-Infinity's), the gradient shard (host_gradient_shard.h) and
+// the tile pipeline (tile_pipeline.h).
 //
 //   auto trainer = offload::CreateTrainer(model, device, comm, options);
 //   // options.training.zero.offload_optimizer { device: CPU }, stage 1 or 2
@@ -33,14 +36,15 @@
 #include "runtime/device.h"
 #include "runtime/timeline.h"
 #include "offload/delayed_update.h"
+#include "offload/host_gradient_shard.h"
+#include "offload/tile_pipeline.h"
 #include "zero/shard_optimizer.h"
 #include "zero/trainer.h"
 
 namespace memwall::offload {
 
-// Timeline tracks: the stream that sends updated parameters to the device,
-// and the host thread of the delayed parameter update.
-inline constexpr absl::string_view kCopyStreamName = "offload_h2d";
+// The host thread of the delayed parameter update (a timeline track; the
+// copy stream's is kCopyStreamName, tile_pipeline.h).
 inline constexpr absl::string_view kDelayedUpdateTrack = "host dpu";
 
 // Tests: called on the host as the Adam of a tile starts (inside its

@@ -45,12 +45,12 @@ MemoryPlan ParameterGather::Plan(const PlanShape& shape) {
 
 absl::StatusOr<std::unique_ptr<ParameterGather>> ParameterGather::Create(
     const FlatLayout& layout, const PlanShape& shape, models::Module& root, Device& device,
-    Communicator& comm, Stream& coll, Tensor values_shard) {
+    Communicator& comm, Stream& coll, ParameterStore& shard) {
   const ZeroConfig& config = shape.zero;
   const DType dtype = shape.dtype;
   const MemoryPlan plan = Plan(shape);
   std::unique_ptr<ParameterGather> g(new ParameterGather(layout, device, comm, coll, dtype));
-  g->shard_ = std::move(values_shard);
+  g->shard_ = &shard;
   g->prefetch_bytes_ = config.prefetch_bucket_bytes();
   g->max_live_ = config.max_live_params();
   const size_t elem = SizeOf(dtype);
@@ -106,8 +106,9 @@ absl::Status ParameterGather::GatherRange(FlatRange range, void* dst) {
     const Tensor part = Tensor::Flat(static_cast<char*>(dst) + (piece.begin - range.begin) * elem,
                                      dtype_, piece.size, &device_);
     if (piece.rank == layout_.rank()) {
-      const Tensor mine = shard_.Slice(piece.shard_offset, piece.size);
+      MEMWALL_ASSIGN_OR_RETURN(const Tensor mine, shard_->Fetch(piece.shard_offset, piece.size, coll_));
       MEMWALL_RETURN_IF_ERROR(coll_.Copy(part.data(), mine.data(), part.bytes()));
+      MEMWALL_RETURN_IF_ERROR(shard_->Release(mine, coll_));
     }
     MEMWALL_RETURN_IF_ERROR(comm_.Broadcast(part, piece.rank, coll_));
   }

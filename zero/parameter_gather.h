@@ -42,6 +42,7 @@
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/memory_plan.h"
+#include "zero/parameter_store.h"
 #include "zero/partition.h"
 #include "zero/plan_shape.h"
 #include "zero/zero_config.pb.h"
@@ -61,10 +62,11 @@ class ParameterGather {
   // model), gathered and freed as passes run.
   static MemoryPlan Plan(const PlanShape& shape);
 
-  // `values_shard`: this rank's layout.shard() elements of shape.dtype.
+  // `shard`: where this rank's layout.shard() elements of shape.dtype live;
+  // a gather fetches the owned pieces from it on `coll`.
   static absl::StatusOr<std::unique_ptr<ParameterGather>> Create(
       const FlatLayout& layout, const PlanShape& shape, models::Module& root, Device& device,
-      Communicator& comm, Stream& coll, Tensor values_shard);
+      Communicator& comm, Stream& coll, ParameterStore& shard);
   ~ParameterGather();
 
   absl::Status Acquire(models::Module& m);  // before-forward and before-backward
@@ -101,7 +103,7 @@ class ParameterGather {
   Communicator& comm_;
   Stream& coll_;
   DType dtype_;
-  Tensor shard_;
+  ParameterStore* shard_ = nullptr;
   int64_t prefetch_bytes_ = 0, max_live_ = 0;
 
   // Modules with at least one non-persistent parameter, by index.

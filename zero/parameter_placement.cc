@@ -70,18 +70,16 @@ class ReplicatedParameters : public ParameterPlacement {
 
 class ShardedParameters : public ParameterPlacement {
  public:
-  ShardedParameters(Device& device, DType dtype) : device_(device), dtype_(dtype) {}
+  explicit ShardedParameters(Device& device) : device_(device) {}
 
   absl::Status Init(const FlatLayout& layout, const PlanShape& shape, models::Module& root, Communicator& comm,
                     Stream& coll) {
-    MEMWALL_ASSIGN_OR_RETURN(values_, AllocatePlanned(device_, ShardedParametersPlan(shape), "values shard"));
-    Stream& s = device_.compute_stream();
-    MEMWALL_RETURN_IF_ERROR(s.Memset(values_.data(), 0, values_.bytes()));
-    MEMWALL_ASSIGN_OR_RETURN(gather_, ParameterGather::Create(layout, shape, root, device_, comm, coll, shard()));
+    MEMWALL_ASSIGN_OR_RETURN(store_, CreateDeviceParameterStore(device_, shape));
+    MEMWALL_ASSIGN_OR_RETURN(gather_, ParameterGather::Create(layout, shape, root, device_, comm, coll, *store_));
     return absl::OkStatus();
   }
 
-  Tensor shard() const override { return Tensor::OfBuffer(values_, dtype_, &device_); }
+  Tensor shard() const override { return store_->updates(); }
   absl::Status Acquire(models::Module& m) override { return gather_->Acquire(m); }
   absl::Status Release(models::Module& m) override { return gather_->Release(m); }
   void BeginPass() override { gather_->BeginPass(); }
@@ -95,8 +93,7 @@ class ShardedParameters : public ParameterPlacement {
 
  private:
   Device& device_;
-  const DType dtype_;
-  Buffer values_;  // (shard) this rank's parameters, flat
+  std::unique_ptr<ParameterStore> store_;  // this rank's shard (zero/parameter_store.h)
   std::unique_ptr<ParameterGather> gather_;
 };
 
@@ -122,8 +119,7 @@ absl::StatusOr<std::unique_ptr<ParameterPlacement>> CreateReplicatedParameters(
 }
 
 MemoryPlan ShardedParametersPlan(const PlanShape& shape) {
-  MemoryPlan plan;
-  plan.Add("values shard", MemorySpace::kDevice, shape.values_tag(), shape.shard * shape.elem());
+  MemoryPlan plan = DeviceParameterStorePlan(shape);
   plan.Append(ParameterGather::Plan(shape), "gather: ");
   return plan;
 }
@@ -131,7 +127,7 @@ MemoryPlan ShardedParametersPlan(const PlanShape& shape) {
 absl::StatusOr<std::unique_ptr<ParameterPlacement>> CreateShardedParameters(
     const FlatLayout& layout, const PlanShape& shape, models::Module& root, Device& device, Communicator& comm,
     Stream& coll) {
-  auto p = std::make_unique<ShardedParameters>(device, shape.dtype);
+  auto p = std::make_unique<ShardedParameters>(device);
   MEMWALL_RETURN_IF_ERROR(p->Init(layout, shape, root, comm, coll));
   return std::unique_ptr<ParameterPlacement>(std::move(p));
 }

@@ -10,25 +10,16 @@ namespace {
 
 class DeviceShardOptimizer : public ShardOptimizer {
  public:
-  DeviceShardOptimizer(const ShardOptimizerRequest& r, Tensor grads)
-      : device_(*r.device), adam_(r.adam), elements_(r.elements), timeline_(r.timeline), grads_(std::move(grads)) {}
+  DeviceShardOptimizer(const ShardOptimizerRequest& r, Tensor grads, std::unique_ptr<OptimizerStateStore> states,
+                       bool master_is_values)
+      : device_(*r.device),
+        adam_(r.adam),
+        timeline_(r.timeline),
+        grads_(std::move(grads)),
+        states_(std::move(states)),
+        master_is_values_(master_is_values) {}
 
-  absl::Status Init(const MemoryPlan& plan, std::optional<Tensor> master) {
-    if (master.has_value()) {
-      master_ = *master;
-    } else {
-      MEMWALL_ASSIGN_OR_RETURN(master_buffer_, AllocatePlanned(device_, plan, "master"));
-      master_ = Tensor::OfBuffer(master_buffer_, DType::kF32, &device_);
-    }
-    MEMWALL_ASSIGN_OR_RETURN(m_, AllocatePlanned(device_, plan, "exp_avg"));
-    MEMWALL_ASSIGN_OR_RETURN(v_, AllocatePlanned(device_, plan, "exp_avg_sq"));
-    Stream& s = device_.compute_stream();
-    MEMWALL_RETURN_IF_ERROR(s.Memset(m_.data(), 0, m_.bytes()));
-    MEMWALL_RETURN_IF_ERROR(s.Memset(v_.data(), 0, v_.bytes()));
-    return s.Synchronize();
-  }
-
-  int64_t elements() const override { return elements_; }
+  int64_t elements() const override { return states_->elements(); }
 
   absl::Status ZeroGradients(Stream&) override { return absl::OkStatus(); }  // the engine's buffer
 
@@ -42,70 +33,62 @@ class DeviceShardOptimizer : public ShardOptimizer {
     StreamZone zone(timeline_, stream, ZoneKind::kAdam);
     ops::AdamOptions adam = adam_;
     adam.lr = update.lr;
-    MEMWALL_RETURN_IF_ERROR(ops::AdamStep(master_, grads_, Tensor::OfBuffer(m_, DType::kF32, &device_),
-                                          Tensor::OfBuffer(v_, DType::kF32, &device_), adam, update.step,
-                                          update.grad_scale, stream));
-    MEMWALL_RETURN_IF_ERROR(WriteValues(values, stream));
+    for (int64_t k = 0; k < states_->sub_groups(); ++k) {
+      MEMWALL_ASSIGN_OR_RETURN(const StateSubGroup g, states_->Acquire(k));
+      MEMWALL_RETURN_IF_ERROR(ops::AdamStep(g.master, grads_.Slice(g.begin, g.numel), g.exp_avg, g.exp_avg_sq, adam,
+                                            update.step, update.grad_scale, stream));
+      if (!master_is_values_) MEMWALL_RETURN_IF_ERROR(ops::Cast(g.master, values.Slice(g.begin, g.numel), stream));
+      MEMWALL_RETURN_IF_ERROR(states_->Release(g, /*written=*/true));
+    }
     return true;
   }
 
   absl::Status WriteValues(const Tensor& values, Stream& stream) override {
-    if (values.data() == master_.data()) return absl::OkStatus();  // fp32 stage 0: the same memory
-    return ops::Cast(master_, values, stream);
+    if (master_is_values_) return absl::OkStatus();  // fp32 stage 0: the same memory
+    return EachSubGroup(values, stream, false, [&](const StateSubGroup& g, const Tensor& v) {
+      return ops::Cast(g.master, v, stream);
+    });
   }
 
   absl::Status SetMasterFromValues(const Tensor& values, Stream& stream) override {
-    if (values.data() == master_.data()) return absl::OkStatus();
-    return ops::Cast(values, master_, stream);
+    if (master_is_values_) return absl::OkStatus();
+    return EachSubGroup(values, stream, true, [&](const StateSubGroup& g, const Tensor& v) {
+      return ops::Cast(v, g.master, stream);
+    });
   }
 
   absl::Status ReadState(OptimizerState state, int64_t begin, int64_t n, float* out) override {
-    MEMWALL_ASSIGN_OR_RETURN(const Tensor t, Of(state, begin, n));
-    Stream& s = device_.compute_stream();
-    MEMWALL_RETURN_IF_ERROR(s.Copy(out, t.data(), t.bytes()));
-    return s.Synchronize();
+    return states_->Read(state, begin, n, out, device_.compute_stream());
   }
 
   absl::Status WriteState(OptimizerState state, int64_t begin, int64_t n, const float* in) override {
-    MEMWALL_ASSIGN_OR_RETURN(const Tensor t, Of(state, begin, n));
-    Stream& s = device_.compute_stream();
-    MEMWALL_RETURN_IF_ERROR(s.Copy(t.data(), in, t.bytes()));
-    return s.Synchronize();
+    return states_->Write(state, begin, n, in, device_.compute_stream());
   }
 
  private:
-  absl::StatusOr<Tensor> Of(OptimizerState state, int64_t begin, int64_t n) const {
-    if (begin < 0 || n < 0 || begin + n > elements_) {
-      return absl::OutOfRangeError(absl::StrCat("optimizer state elements [", begin, ", ", begin + n,
-                                                ") outside the shard's ", elements_));
+  // `fn(sub-group, its slice of values)` for every sub-group in order.
+  template <typename Fn>
+  absl::Status EachSubGroup(const Tensor& values, Stream& stream, bool written, Fn fn) {
+    for (int64_t k = 0; k < states_->sub_groups(); ++k) {
+      MEMWALL_ASSIGN_OR_RETURN(const StateSubGroup g, states_->Acquire(k));
+      MEMWALL_RETURN_IF_ERROR(fn(g, values.Slice(g.begin, g.numel)));
+      MEMWALL_RETURN_IF_ERROR(states_->Release(g, written));
     }
-    switch (state) {
-      case OptimizerState::kMaster: return master_.Slice(begin, n);
-      case OptimizerState::kExpAvg: return Tensor::OfBuffer(m_, DType::kF32, &device_).Slice(begin, n);
-      case OptimizerState::kExpAvgSq: return Tensor::OfBuffer(v_, DType::kF32, &device_).Slice(begin, n);
-    }
-    return absl::InvalidArgumentError("unknown optimizer state");
+    return absl::OkStatus();
   }
 
   Device& device_;
   const ops::AdamOptions adam_;
-  int64_t elements_;
   Timeline* timeline_;
   Tensor grads_;
-  Buffer master_buffer_;
-  Tensor master_;
-  Buffer m_, v_;
+  std::unique_ptr<OptimizerStateStore> states_;
+  const bool master_is_values_;
 };
 
 }  // namespace
 
 MemoryPlan DeviceShardOptimizerPlan(const ShardOptimizerRequest& r, bool master_is_values) {
-  const int64_t bytes = r.elements * int64_t{sizeof(float)};
-  MemoryPlan plan;
-  if (!master_is_values) plan.Add("master", MemorySpace::kDevice, MemoryTag::kMasterParams, bytes);
-  plan.Add("exp_avg", MemorySpace::kDevice, MemoryTag::kOptimizerStates, bytes)
-      .Add("exp_avg_sq", MemorySpace::kDevice, MemoryTag::kOptimizerStates, bytes);
-  return plan;
+  return ResidentStateStorePlan(MemorySpace::kDevice, r.elements, master_is_values);
 }
 
 absl::StatusOr<std::unique_ptr<ShardOptimizer>> CreateDeviceShardOptimizer(const ShardOptimizerRequest& r,
@@ -116,9 +99,14 @@ absl::StatusOr<std::unique_ptr<ShardOptimizer>> CreateDeviceShardOptimizer(const
                                                    grads.numel(), " gradients"));
   }
   MEMWALL_RETURN_IF_ERROR(ops::ValidateAdamOptions(r.adam));
-  auto opt = std::make_unique<DeviceShardOptimizer>(r, std::move(grads));
-  MEMWALL_RETURN_IF_ERROR(opt->Init(DeviceShardOptimizerPlan(r, master.has_value()), std::move(master)));
-  return std::unique_ptr<ShardOptimizer>(std::move(opt));
+  const bool master_is_values = master.has_value();
+  // One sub-group: every state is resident, and one AdamStep over the shard
+  // is one kernel launch.
+  MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<OptimizerStateStore> states,
+                           CreateResidentStateStore(*r.device, MemorySpace::kDevice, r.elements,
+                                                    /*sub_group_elements=*/0, std::move(master)));
+  return std::unique_ptr<ShardOptimizer>(
+      std::make_unique<DeviceShardOptimizer>(r, std::move(grads), std::move(states), master_is_values));
 }
 
 }  // namespace memwall::zero

@@ -21,11 +21,10 @@
 #include "runtime/memory_plan.h"
 #include "runtime/timeline.h"
 #include "zero/gradient_buckets.h"
+#include "zero/optimizer_state_store.h"
 #include "zero/zero_config.pb.h"
 
 namespace memwall::zero {
-
-enum class OptimizerState { kMaster = 0, kExpAvg = 1, kExpAvgSq = 2 };
 
 // What changes from one optimizer step to the next; the other Adam
 // hyper-parameters are fixed when the optimizer is made.
@@ -113,13 +112,13 @@ struct ShardOptimizerProvider {
   explicit operator bool() const { return create != nullptr; }
 };
 
-// The states in device memory: "master" (4 bytes an element, kMasterParams;
-// none when the master weights are the model's fp32 values, fp32 stage 0),
-// "exp_avg" and "exp_avg_sq" (4 each, kOptimizerStates).
+// The states in a resident device store (zero/optimizer_state_store.h):
+// "master" (none when the master weights are the model's fp32 values, fp32
+// stage 0), "exp_avg" and "exp_avg_sq".
 MemoryPlan DeviceShardOptimizerPlan(const ShardOptimizerRequest& request, bool master_is_values);
-// Those states, stepped by ops::AdamStep on `stream` (zone kAdam) against
-// the device gradient shard `grads` (request.elements values); `master`,
-// when given, is the model's fp32 values.
+// Those states, stepped sub-group by sub-group by ops::AdamStep on `stream`
+// (zone kAdam) against the device gradient shard `grads` (request.elements
+// values); `master`, when given, is the model's fp32 values.
 absl::StatusOr<std::unique_ptr<ShardOptimizer>> CreateDeviceShardOptimizer(
     const ShardOptimizerRequest& request, Tensor grads, std::optional<Tensor> master = std::nullopt);
 

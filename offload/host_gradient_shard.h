@@ -1,0 +1,76 @@
+// ZeRO-Offload's gradient shard in pinned host memory (ATC21 §4.1): the
+// reduced pieces of each reduce bucket stream in during backward (copied D2H
+// on the engine's collective stream, then added on the host in that
+// stream's order), and the last micro-batch's adds also fold the squares of
+// their results into the norm (§5.1: no extra pass over the gradients).
+//
+// [Note: gradient shard states]
+//   kAccumulating  backward adds into the active shard (ZeroGradients
+//                  clears it at the top of a step)
+//   kComplete      after the last micro-batch: Norm() has the global
+//                  norm's local part; the optimizer reads active()
+//   kConsumed      with the delayed parameter update, Swap() hands the
+//                  completed shard to the delayed step and backward goes on
+//                  into the other one (two shards: "gradients 0", "gradients
+//                  1" in the plan)
+#ifndef MEMWALL_OFFLOAD_HOST_GRADIENT_SHARD_H_
+#define MEMWALL_OFFLOAD_HOST_GRADIENT_SHARD_H_
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "ops/host_accumulate.h"
+#include "runtime/device.h"
+#include "runtime/memory_plan.h"
+#include "runtime/thread_pool.h"
+#include "runtime/timeline.h"
+#include "zero/gradient_buckets.h"
+
+namespace memwall::offload {
+
+class HostGradientShard : public zero::GradientSink {
+ public:
+  // "gradients 0" (and "gradients 1" when `double_buffered`): `elements`
+  // of `dtype`; "staging gradients": the largest piece a flush delivers;
+  // "norm": the [sum of squares, inf/NaN] pair. All pinned host memory.
+  static MemoryPlan Plan(int64_t elements, DType dtype, int64_t largest_piece, bool double_buffered);
+
+  HostGradientShard(Device& device, int64_t elements, DType dtype, int64_t largest_piece, Timeline* timeline);
+  absl::Status Init(const MemoryPlan& plan);
+
+  // Clears the active shard, in `stream`'s order.
+  absl::Status ZeroGradients(Stream& stream);
+  // Before micro-batch `index` of `count`: the last one folds the norm.
+  void BeginMicroBatch(int64_t index, int64_t count) { last_pass_ = index + 1 == count; }
+  absl::Status AddPiece(const Tensor& reduced, int64_t shard_offset, Stream& coll) override;
+  // [sum of squares, inf/NaN flag] of the active shard into `norm` (2 fp32
+  // on the device), in `stream`'s order.
+  absl::Status Norm(const Tensor& norm, Stream& stream);
+
+  // The shard the optimizer steps (elements of dtype()).
+  const char* active() const { return grads_[active_].as<char>(); }
+  // kConsumed: returns the completed shard; backward now accumulates into
+  // the other (needs the double-buffered plan).
+  const char* Swap();
+  DType dtype() const { return dtype_; }
+
+ private:
+  Device& device_;
+  const int64_t n_;
+  const DType dtype_;
+  const int64_t staging_elements_;
+  Timeline* timeline_;  // may be null
+  ThreadPool pool_;
+  Buffer grads_[2], staging_, norm_host_;
+  int active_ = 0;
+  bool last_pass_ = true;  // set on the host before each micro-batch
+  // Written by host functions in the collective stream's order (no lock).
+  ops::SquareSum folded_;
+  std::vector<std::pair<int64_t, int64_t>> folded_ranges_;
+};
+
+}  // namespace memwall::offload
+
+#endif  // MEMWALL_OFFLOAD_HOST_GRADIENT_SHARD_H_

@@ -1,0 +1,93 @@
+#include "offload/tile_pipeline.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/status.h"
+
+namespace memwall::offload {
+
+MemoryPlan TilePipeline::Plan(int64_t tile_elements, DType dtype) {
+  MemoryPlan plan;
+  plan.Add("staging values", MemorySpace::kPinnedHost, MemoryTag::kStaging, 2 * tile_elements * SizeOf(dtype));
+  return plan;
+}
+
+TilePipeline::TilePipeline(Device& device, int64_t tile_elements, DType dtype, Timeline* timeline,
+                           std::function<absl::Status(int64_t)> copy_starting)
+    : device_(device),
+      tile_(std::max<int64_t>(1, tile_elements)),
+      dtype_(dtype),
+      timeline_(timeline),
+      copy_starting_(std::move(copy_starting)) {}
+
+TilePipeline::~TilePipeline() {
+  if (copy_) (void)copy_->Synchronize();
+}
+
+absl::Status TilePipeline::Init(const MemoryPlan& plan) {
+  MEMWALL_ASSIGN_OR_RETURN(staging_, AllocatePlanned(device_, plan, "staging values"));
+  MEMWALL_ASSIGN_OR_RETURN(copy_, device_.CreateStream(kCopyStreamName));
+  for (auto& e : slot_free_) {
+    MEMWALL_ASSIGN_OR_RETURN(e, device_.CreateEvent());
+  }
+  MEMWALL_ASSIGN_OR_RETURN(copied_, device_.CreateEvent());
+  return absl::OkStatus();
+}
+
+absl::Status TilePipeline::Send(const Tensor& values, Stream& stream, const Fill& fill) {
+  if (values.dtype() != dtype_) {
+    return absl::InvalidArgumentError(absl::StrCat("offload: values are ", DTypeName(values.dtype()), ", the tiles ",
+                                                   DTypeName(dtype_)));
+  }
+  const int64_t n = values.numel();
+  const size_t size = SizeOf(dtype_);
+  MEMWALL_RETURN_IF_ERROR(stream.Synchronize());
+  for (int64_t k = 0, begin = 0; begin < n; ++k, begin += tile_) {
+    const int64_t len = std::min(tile_, n - begin);
+    const int slot = static_cast<int>(k % 2);
+    // The staging tile is free once its previous copy is done.
+    if (k >= 2) MEMWALL_RETURN_IF_ERROR(slot_free_[slot]->Synchronize());
+    char* tile = staging_.as<char>() + slot * tile_ * size;
+    MEMWALL_RETURN_IF_ERROR(fill(k, begin, len, tile));
+    {
+      StreamZone h2d(timeline_, *copy_, ZoneKind::kParamH2D);
+      if (copy_starting_) {
+        MEMWALL_RETURN_IF_ERROR(copy_->EnqueueHost([this, k] { return copy_starting_(k); }));
+      }
+      MEMWALL_RETURN_IF_ERROR(copy_->Copy(values.data_as<char>() + begin * size, tile, len * size));
+    }
+    MEMWALL_RETURN_IF_ERROR(copy_->Record(*slot_free_[slot]));
+  }
+  MEMWALL_RETURN_IF_ERROR(copy_->Record(*copied_));
+  return stream.Wait(*copied_);
+}
+
+absl::Status TilePipeline::SendWhole(const Tensor& values, const void* src, Stream& stream) {
+  MEMWALL_RETURN_IF_ERROR(stream.Synchronize());  // the device is done reading the old values
+  {
+    StreamZone h2d(timeline_, *copy_, ZoneKind::kParamH2D);
+    MEMWALL_RETURN_IF_ERROR(copy_->Copy(values.data(), src, values.bytes()));
+  }
+  MEMWALL_RETURN_IF_ERROR(copy_->Record(*copied_));
+  return stream.Wait(*copied_);
+}
+
+absl::Status TilePipeline::Receive(const Tensor& values, Stream& stream, const Read& read) {
+  const int64_t n = values.numel();
+  const size_t size = SizeOf(values.dtype());
+  if (values.dtype() != dtype_) return absl::InvalidArgumentError("offload: values do not match the tiles");
+  MEMWALL_RETURN_IF_ERROR(Synchronize());
+  for (int64_t k = 0, begin = 0; begin < n; ++k, begin += tile_) {
+    const int64_t len = std::min(tile_, n - begin);
+    MEMWALL_RETURN_IF_ERROR(stream.Copy(staging_.data(), values.data_as<char>() + begin * size, len * size));
+    MEMWALL_RETURN_IF_ERROR(stream.Synchronize());
+    MEMWALL_RETURN_IF_ERROR(read(k, begin, len, staging_.data()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TilePipeline::Synchronize() { return copy_->Synchronize(); }
+
+}  // namespace memwall::offload
