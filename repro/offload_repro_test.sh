@@ -103,6 +103,9 @@ for d in "$dir" "$tdir"; do
   for key in experiment commit date command machine measured_or_modeled files; do
     grep -q "\"$key\"" "$d/provenance.json" || fail "$d/provenance.json has no $key"
   done
+  # The command as a user would type it to regenerate these results.
+  grep -q '"command": "./bazelw run //repro:run -- repro/testdata/offload_[a-z_]*_ci.textproto --results_dir=' \
+    "$d/provenance.json" || fail "$d/provenance.json: $(grep '"command"' "$d/provenance.json")"
 done
 
 sed 's/name: "t2" layers: 8/name: "t2" layers: 2/' repro/testdata/offload_max_model_ci.textproto > "$TEST_TMPDIR/bad.textproto"

@@ -202,12 +202,18 @@ int main(int argc, char** argv) {
                  Experiment::Kind_Name(experiment->kind()).c_str());
     return 2;
   }
+  // The command that regenerates this, as a user types it: a named target
+  // (//repro:zero_memory) has its experiment file built in, //repro:run is
+  // given it.
   std::vector<std::string> args(argv, argv + argc);
+  const std::string target = std::filesystem::path(args[0]).filename().string();
+  const auto given = args.begin() + std::min<size_t>(args.size(), target == "run" ? 1 : 2);
+  std::string command = absl::StrCat("./bazelw run //repro:", target);
+  if (given < args.end()) absl::StrAppend(&command, " -- ", absl::StrJoin(given, args.end(), " "));
   const absl::Status st = absl::GetFlag(FLAGS_worker)
                               ? Worker(*experiment)
                               : Drive(*experiment, std::filesystem::absolute(std::filesystem::exists(path) ? path : positional[1]).string(),
-                                      absl::StrCat("./bazelw run //repro:", std::filesystem::path(args[0]).filename().string(),
-                                                   " -- ", absl::StrJoin(args.begin() + 1, args.end(), " ")));
+                                      command);
   if (!st.ok()) {
     std::fprintf(stderr, "run: %s\n", std::string(st.message()).c_str());
     return 1;
