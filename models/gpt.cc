@@ -326,7 +326,7 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
                                                    config_.positions(), " positions"));
   }
   const int64_t d = config_.hidden(), v = config_.vocab(), rows = batch * t;
-  const int64_t layers = config_.layers(), heads = config_.heads();
+  const int64_t layers = config_.layers();
   for (int64_t r = 0; r < rows; ++r) {
     if (ids[r] < 0 || ids[r] >= v) {
       return absl::InvalidArgumentError(absl::StrCat("Gpt: token id ", ids[r], " at position ", r,

@@ -4,6 +4,7 @@
 //   ./bazelw run //runtime:selfcheck
 //   mpirun -np 2 bazel-bin/runtime/selfcheck     (collectives across ranks)
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "runtime/cpu_device.h"
 #include "runtime/cuda_device.h"
 #include "runtime/dtype.h"
+#include "runtime/io_probe.h"
 #include "runtime/launch.h"
 
 namespace memwall {
@@ -142,6 +144,18 @@ int Main() {
     } else {
       Report("cuda device", gpu.status());
     }
+  }
+  // Asynchronous file I/O for NVMe offload (infinity/aio.h): a capability,
+  // not a check; the engine falls back where one is missing.
+  const absl::Status uring = ProbeIoUring();
+  std::printf("io_uring: %s\n", uring.ok() ? "available"
+                                            : absl::StrCat("not available (", uring.message(),
+                                                           "); the aio engine uses pread/pwrite").c_str());
+  const char* tmp = std::getenv("TMPDIR");
+  for (const std::string& dir : {std::string("."), std::string(tmp != nullptr ? tmp : "/tmp")}) {
+    const absl::Status direct = ProbeDirectIo(dir);
+    std::printf("O_DIRECT in %s: %s\n", dir.c_str(),
+                direct.ok() ? "works" : absl::StrCat("no (", direct.message(), "); buffered I/O there").c_str());
   }
   std::printf("%s\n", failures == 0 ? "self-check passed" : "self-check FAILED");
   return failures == 0 ? 0 : 1;
