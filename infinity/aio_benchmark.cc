@@ -102,7 +102,7 @@ absl::StatusOr<double> FioBytesPerSecond(bool write, int64_t block, int depth, i
   if (rc != 0) return absl::InternalError(absl::StrCat("fio exited ", rc, ": ", out));
   // Terse v3 (the line that starts "3;"): field 7 is read bandwidth (KiB/s),
   // field 48 write bandwidth.
-  const size_t line = out.rfind("3;", out.size());
+  const size_t line = out.find("3;fio-");
   if (line == std::string::npos || (line > 0 && out[line - 1] != '\n')) {
     return absl::InternalError(absl::StrCat("no terse line in fio's output: ", out));
   }
