@@ -43,11 +43,15 @@ class HostOptimizer : public DelayableOptimizer {
         grads_(*r.device, r.elements, r.grad_dtype, r.largest_piece, r.timeline),
         tiles_(*r.device, TileElements(r), r.value_dtype, r.timeline, hooks_.copy_starting) {}
 
-  absl::Status Init(const zero::ShardOptimizerRequest& r) {
-    const MemoryPlan plan = HostOptimizerPlan(r);
+  absl::Status Init(const zero::ShardOptimizerRequest& r, const HostStateStore& states) {
+    const MemoryPlan plan = HostOptimizerPlan(r, states);
     // One sub-group per tile: the Adam of sub-group k fills tile k.
-    MEMWALL_ASSIGN_OR_RETURN(states_, zero::CreateResidentStateStore(device_, MemorySpace::kPinnedHost, n_,
-                                                                     tiles_.tile_elements()));
+    MEMWALL_ASSIGN_OR_RETURN(states_, states.create(r, tiles_.tile_elements()));
+    if (states_->sub_group_elements() != tiles_.tile_elements() || states_->elements() != n_) {
+      return absl::InternalError(absl::StrCat("offload: the state store has ", states_->elements(),
+                                              " elements in sub-groups of ", states_->sub_group_elements(),
+                                              "; the optimizer needs ", n_, " in tiles of ", tiles_.tile_elements()));
+    }
     MEMWALL_RETURN_IF_ERROR(grads_.Init(plan));
     MEMWALL_RETURN_IF_ERROR(tiles_.Init(plan));
     if (plan.contains("delayed values")) {
@@ -87,6 +91,7 @@ class HostOptimizer : public DelayableOptimizer {
         return absl::OkStatus();
       });
     }));
+    MEMWALL_RETURN_IF_ERROR(states_->Sync());  // every sub-group written back
     return true;
   }
 
@@ -110,6 +115,7 @@ class HostOptimizer : public DelayableOptimizer {
           return adam_->Step(Buffers(g, grads, out16), update.step, update.grad_scale);
         });
       }
+      if (worker_status_.ok()) worker_status_ = states_->Sync();
     });
     return absl::OkStatus();
   }
@@ -134,11 +140,12 @@ class HostOptimizer : public DelayableOptimizer {
 
   absl::Status SetMasterFromValues(const Tensor& values, Stream& stream) override {
     MEMWALL_RETURN_IF_ERROR(CheckValues(values));
-    return tiles_.Receive(values, stream, [&](int64_t k, int64_t, int64_t len, const void* tile) {
+    MEMWALL_RETURN_IF_ERROR(tiles_.Receive(values, stream, [&](int64_t k, int64_t, int64_t len, const void* tile) {
       return WithSubGroup(k, /*written=*/true, [&](const zero::StateSubGroup& g) {
         return Convert(tile, value_dtype_, g.master.data(), DType::kF32, len);
       });
-    });
+    }));
+    return states_->Sync();
   }
 
   absl::Status ReadState(OptimizerState state, int64_t begin, int64_t n, float* out) override {
@@ -204,9 +211,20 @@ class HostOptimizer : public DelayableOptimizer {
 
 }  // namespace
 
-MemoryPlan HostOptimizerPlan(const zero::ShardOptimizerRequest& r) {
+HostStateStore PinnedStateStore() {
+  HostStateStore s;
+  s.plan = [](const zero::ShardOptimizerRequest& r, int64_t) {
+    return zero::ResidentStateStorePlan(MemorySpace::kPinnedHost, r.elements);
+  };
+  s.create = [](const zero::ShardOptimizerRequest& r, int64_t sub_group) {
+    return zero::CreateResidentStateStore(*r.device, MemorySpace::kPinnedHost, r.elements, sub_group);
+  };
+  return s;
+}
+
+MemoryPlan HostOptimizerPlan(const zero::ShardOptimizerRequest& r, const HostStateStore& states) {
   const bool delayed = Delayed(r);
-  MemoryPlan plan = zero::ResidentStateStorePlan(MemorySpace::kPinnedHost, r.elements);
+  MemoryPlan plan = states.plan(r, TileElements(r));
   // The delayed update steps one gradient shard while the next iteration
   // accumulates into the other, and keeps its 16-bit result whole.
   plan.Append(HostGradientShard::Plan(r.elements, r.grad_dtype, r.largest_piece, /*double_buffered=*/delayed));
@@ -217,15 +235,16 @@ MemoryPlan HostOptimizerPlan(const zero::ShardOptimizerRequest& r) {
   return plan;
 }
 
-zero::ShardOptimizerProvider HostOptimizerProvider(const HostOptimizerHooks* hooks) {
+zero::ShardOptimizerProvider HostOptimizerProvider(const HostOptimizerHooks* hooks, HostStateStore states) {
   zero::ShardOptimizerProvider p;
-  p.plan = HostOptimizerPlan;
-  p.create = [hooks](const zero::ShardOptimizerRequest& r) { return CreateHostOptimizer(r, hooks); };
+  p.plan = [states](const zero::ShardOptimizerRequest& r) { return HostOptimizerPlan(r, states); };
+  p.create = [hooks, states](const zero::ShardOptimizerRequest& r) { return CreateHostOptimizer(r, hooks, states); };
   return p;
 }
 
 absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(const zero::ShardOptimizerRequest& r,
-                                                                         const HostOptimizerHooks* hooks) {
+                                                                         const HostOptimizerHooks* hooks,
+                                                                         const HostStateStore& states) {
   if (r.device == nullptr || r.elements <= 0 || r.largest_piece <= 0) {
     return absl::InvalidArgumentError("offload: a host optimizer needs a device, a shard and a bucket size");
   }
@@ -236,7 +255,7 @@ absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(const 
         "transfer through pinned host memory (pageable copies would be synchronous)");
   }
   auto opt = std::make_unique<HostOptimizer>(r, hooks);
-  MEMWALL_RETURN_IF_ERROR(opt->Init(r));
+  MEMWALL_RETURN_IF_ERROR(opt->Init(r, states));
   const int64_t after = c.delayed_update_after_steps();
   if (after > 0) return DelayParameterUpdates(std::move(opt), after);
   return std::unique_ptr<zero::ShardOptimizer>(std::move(opt));

@@ -57,17 +57,32 @@ struct HostOptimizerHooks {
   std::function<void()> delayed_step_running;
 };
 
+// Where the host optimizer keeps the master weights and Adam moments, in
+// sub-groups of one tile: pinned host memory (ZeRO-Offload; the default), or
+// another zero::OptimizerStateStore (ZeRO-Infinity's NVMe store,
+// infinity/nvme_state_store.h). `plan` states its buffers, `create` makes it.
+struct HostStateStore {
+  std::function<MemoryPlan(const zero::ShardOptimizerRequest&, int64_t sub_group)> plan;
+  std::function<absl::StatusOr<std::unique_ptr<zero::OptimizerStateStore>>(const zero::ShardOptimizerRequest&,
+                                                                          int64_t sub_group)>
+      create;
+};
+// "master" (4 bytes an element), "exp_avg", "exp_avg_sq" (4 each), pinned.
+HostStateStore PinnedStateStore();
+
 // What the host optimizer for `request` allocates, all pinned host memory:
-// "master" (4 bytes an element), "exp_avg", "exp_avg_sq" (4 each),
-// "gradients 0" (and "gradients 1" with the delayed update), "delayed values"
-// (the delayed step's 16-bit result, whole), "staging gradients" (one reduce
-// bucket: request.largest_piece), "staging values" (two tiles), "norm" (2
-// fp32): ZeRO-Offload's 12Ψ/N + 2Ψ/N plus staging.
-MemoryPlan HostOptimizerPlan(const zero::ShardOptimizerRequest& request);
+// the state store's plan, "gradients 0" (and "gradients 1" with the delayed
+// update), "delayed values" (the delayed step's 16-bit result, whole),
+// "staging gradients" (one reduce bucket: request.largest_piece), "staging
+// values" (two tiles), "norm" (2 fp32): ZeRO-Offload's 12Ψ/N + 2Ψ/N plus
+// staging with the pinned store.
+MemoryPlan HostOptimizerPlan(const zero::ShardOptimizerRequest& request,
+                             const HostStateStore& states = PinnedStateStore());
 
 // HostOptimizerPlan and CreateHostOptimizer, for TrainerOptions.shard_optimizer
 // and the memory estimator.
-zero::ShardOptimizerProvider HostOptimizerProvider(const HostOptimizerHooks* hooks = nullptr);
+zero::ShardOptimizerProvider HostOptimizerProvider(const HostOptimizerHooks* hooks = nullptr,
+                                                   HostStateStore states = PinnedStateStore());
 
 // The host optimizer for `request` (zero/shard_optimizer.h), its updates
 // delayed (offload/delayed_update.h) when offload_optimizer.
@@ -75,11 +90,13 @@ zero::ShardOptimizerProvider HostOptimizerProvider(const HostOptimizerHooks* hoo
 // kGradD2H, kGradAccumulate, kGradNorm(Pass), kCpuAdam (kCpuAdamDelayed) and
 // kParamH2D.
 absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(
-    const zero::ShardOptimizerRequest& request, const HostOptimizerHooks* hooks = nullptr);
+    const zero::ShardOptimizerRequest& request, const HostOptimizerHooks* hooks = nullptr,
+    const HostStateStore& states = PinnedStateStore());
 
 // A zero::Trainer whose optimizer is the host optimizer when
-// options.training.zero.offload_optimizer.device is CPU, the device's otherwise;
-// options.timeline reaches the optimizer too.
+// options.training.zero.offload_optimizer.device is CPU, the device's when it
+// is NONE (NVME is infinity::CreateTrainer's); options.timeline reaches the
+// optimizer too.
 absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model, Device& device,
                                                              Communicator& comm,
                                                              zero::TrainerOptions options,

@@ -88,6 +88,6 @@ absl::Status TilePipeline::Receive(const Tensor& values, Stream& stream, const R
   return absl::OkStatus();
 }
 
-absl::Status TilePipeline::Synchronize() { return copy_->Synchronize(); }
+absl::Status TilePipeline::Synchronize() { return copy_ ? copy_->Synchronize() : absl::OkStatus(); }
 
 }  // namespace memwall::offload

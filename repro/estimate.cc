@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/text_format.h"
 #include "models/gpt.h"
+#include "infinity/trainer.h"
 #include "offload/host_optimizer.h"
 #include "runtime/files.h"
 #include "runtime/launch.h"
@@ -100,8 +101,10 @@ absl::StatusOr<Estimate> Run() {
   in.params = absl::GetFlag(FLAGS_params);
   in.ranks = absl::GetFlag(FLAGS_ranks);
   MEMWALL_ASSIGN_OR_RETURN(in.training, LoadTraining());
-  if (in.training.zero().offload_optimizer().device() == OffloadOptimizerConfig::CPU) {
-    in.optimizer = offload::HostOptimizerProvider();
+  switch (in.training.zero().offload_optimizer().device()) {
+    case OffloadOptimizerConfig::CPU: in.optimizer = offload::HostOptimizerProvider(); break;
+    case OffloadOptimizerConfig::NVME: in.optimizer = infinity::NvmeOptimizerProvider(/*rank=*/0); break;
+    default: break;
   }
   const std::string ckpt = absl::GetFlag(FLAGS_checkpointing);
   if (ckpt == "true" || ckpt == "false") {

@@ -73,4 +73,11 @@ err=$($bin --model=models/configs/papers.textproto 2>&1); code=$?
 [[ $code -eq 2 && "$err" == *"pick one with --model_name"* ]] || fail "list without a name: $err"
 err=$($bin --params=100 --checkpointing=maybe 2>&1); code=$?
 [[ $code -eq 2 && "$err" == *"--checkpointing=maybe"* ]] || fail "checkpointing: $err"
+# NVMe offload (ZeRO-Infinity): the pinned optimizer states are three swap
+# buffers of 3 x 4 x tile (4 Mi elements) bytes, not 12 bytes a parameter.
+json=$($bin --params=10000000000 --ranks=1 \
+  --set='zero { stage: 2 offload_optimizer { device: NVME nvme_path: "/nvme" } }' --format=json) || fail "nvme: exit $?"
+echo "$json"
+host=$((3 * 3 * 4 * 4194304 + 2 * 10000000000 + 64 * 1048576 + 2 * 2 * 4194304 + 8))
+[[ "$json" == *"\"host_bytes_per_rank\": $host,"* ]] || fail "NVMe offload host bytes != $host"
 echo PASS

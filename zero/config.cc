@@ -95,7 +95,7 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c, absl::string_view what) {
   }
   const OffloadOptimizerConfig& o = c.offload_optimizer();
   if (!OffloadOptimizerConfig::Device_IsValid(o.device())) {
-    return Bad("offload_optimizer.device", o.device(), "must be NONE or CPU");
+    return Bad("offload_optimizer.device", o.device(), "must be NONE, CPU or NVME");
   }
   if (o.device() == OffloadOptimizerConfig::NONE) {
     // A setting of an optimizer that is not offloaded would be ignored.
@@ -106,9 +106,29 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c, absl::string_view what) {
       return Bad("offload_optimizer.delayed_update_after_steps", o.delayed_update_after_steps(),
                  "needs offload_optimizer.device = CPU");
     }
+  }
+  if (o.device() != OffloadOptimizerConfig::NVME) {
+    if (!o.nvme_path().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "offload_optimizer.nvme_path = \"", o.nvme_path(),
+                                                     "\" needs offload_optimizer.device = NVME"));
+    }
+    if (o.has_pinned_budget_bytes()) {
+      return Bad("offload_optimizer.pinned_budget_bytes", o.pinned_budget_bytes(), "needs offload_optimizer.device = NVME");
+    }
   } else {
+    if (o.nvme_path().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "offload_optimizer.nvme_path is empty: device = NVME "
+                                                     "needs the directory of the swap files"));
+    }
+    if (o.has_pinned_budget_bytes() && o.pinned_budget_bytes() < 0) {
+      return Bad("offload_optimizer.pinned_budget_bytes", o.pinned_budget_bytes(), "must be >= 0 (0: three swap buffers)");
+    }
+  }
+  if (o.device() != OffloadOptimizerConfig::NONE) {
     if (c.stage() != 1 && c.stage() != 2) {
-      return Bad("offload_optimizer.device = CPU with stage", c.stage(),
+      return Bad(absl::StrCat("offload_optimizer.device = ", OffloadOptimizerConfig::Device_Name(o.device()),
+                              " with stage"),
+                 c.stage(),
                  "needs stage 1 or 2 (ZeRO-Offload; stage 3 offload is ZeRO-Infinity's)");
     }
     if (o.has_tile_elements() && o.tile_elements() <= 0) {

@@ -65,6 +65,15 @@ TEST(ZeroConfig, EachBadValueNamesItsField) {
               "offload_optimizer.delayed_update_after_steps = 40 needs offload_optimizer.device = CPU");
   ExpectError("stage: 2 offload_optimizer { tile_elements: 8 }",
               "offload_optimizer.tile_elements = 8 needs offload_optimizer.device = CPU");
+  ExpectError("stage: 2 offload_optimizer { device: NVME }", "offload_optimizer.nvme_path is empty");
+  ExpectError("stage: 2 offload_optimizer { device: CPU nvme_path: \"/nvme\" }",
+              "offload_optimizer.nvme_path = \"/nvme\" needs offload_optimizer.device = NVME");
+  ExpectError("stage: 2 offload_optimizer { device: CPU pinned_budget_bytes: 100 }",
+              "offload_optimizer.pinned_budget_bytes = 100 needs offload_optimizer.device = NVME");
+  ExpectError("stage: 2 offload_optimizer { device: NVME nvme_path: \"/nvme\" pinned_budget_bytes: -1 }",
+              "offload_optimizer.pinned_budget_bytes = -1 must be >= 0");
+  ExpectError("stage: 3 offload_optimizer { device: NVME nvme_path: \"/nvme\" }",
+              "offload_optimizer.device = NVME with stage = 3 needs stage 1 or 2");
 }
 
 TEST(ZeroConfig, WorldSizeMustMatchTheLaunch) {

@@ -77,7 +77,7 @@ absl::Status OptimizerStateStore::Write(OptimizerState state, int64_t begin, int
     MEMWALL_RETURN_IF_ERROR(CopyIn(part, in + (lo - begin), stream));
     MEMWALL_RETURN_IF_ERROR(Release(g, /*written=*/true));
   }
-  return absl::OkStatus();
+  return Sync();
 }
 
 namespace {

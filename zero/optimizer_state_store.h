@@ -60,6 +60,9 @@ class OptimizerStateStore {
 
   virtual absl::StatusOr<StateSubGroup> Acquire(int64_t k) = 0;
   virtual absl::Status Release(const StateSubGroup& group, bool written) = 0;
+  // Every write-back started by Release finished; the first failure among
+  // them (a resident store has none).
+  virtual absl::Status Sync() { return absl::OkStatus(); }
 
   // Host copies of elements [begin, begin + n) of a state, through
   // Acquire/Release of every sub-group they touch (checkpoints, export,

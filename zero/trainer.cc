@@ -45,10 +45,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Dev
                                                    model.config().positions(), " positions"));
   }
   const ZeroConfig& zero = training->zero();
-  if (zero.offload_optimizer().device() != OffloadOptimizerConfig::NONE && !options.shard_optimizer) {
-    return absl::FailedPreconditionError(
-        "TrainingConfig zero.offload_optimizer.device = CPU: create the trainer with offload::CreateTrainer "
-        "(//offload), which supplies the host optimizer");
+  if (const auto where = zero.offload_optimizer().device(); where != OffloadOptimizerConfig::NONE && !options.shard_optimizer) {
+    const bool nvme = where == OffloadOptimizerConfig::NVME;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "TrainingConfig zero.offload_optimizer.device = ", OffloadOptimizerConfig::Device_Name(where),
+        ": create the trainer with ", nvme ? "infinity::CreateTrainer (//infinity)" : "offload::CreateTrainer (//offload)",
+        ", which supplies the host optimizer"));
   }
   if (options.shard_optimizer && (zero.stage() < 1 || zero.stage() > 2)) {
     return absl::InvalidArgumentError(absl::StrCat("an offloaded optimizer needs ZeRO stage 1 or 2, not ",

@@ -1,0 +1,188 @@
+// Optimizer states on NVMe against them in pinned host memory, under mpirun
+// with 1, 2 and 4 ranks (issue 16, "Done when"):
+//   - equivalence: the same losses, loss scales, skipped steps and weights,
+//     bit for bit, after 20 steps: stages 1 and 2, fp32, bf16 with gradient
+//     accumulation, fp16 with a forced overflow, three swap buffers and a
+//     budget of five;
+//   - memory: the pinned optimizer-state bytes are the swap buffers, not 12
+//     per shard element, and equal the estimator's, tag by tag;
+//   - refusals: a budget below three swap buffers (with the numbers), a
+//     swap directory that does not exist.
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "infinity/trainer.h"
+#include "offload/host_optimizer.h"
+#include "runtime/cpu_device.h"
+#include "runtime/status.h"
+#include "zero/estimator.h"
+#include "zero/testing.h"
+
+namespace memwall::infinity {
+namespace {
+
+using zero::OffloadOptimizerConfig;
+using zero::Precision;
+
+constexpr int64_t kTile = 3000;  // several sub-groups per shard
+
+std::string SwapDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir != nullptr ? dir : "/tmp";
+}
+
+struct Case {
+  int stage = 2;
+  OffloadOptimizerConfig::Device where = OffloadOptimizerConfig::CPU;
+  int64_t accumulation = 1;
+  Precision precision = Precision::FP32;
+  float initial_loss_scale = 65536.0f;
+  int64_t budget = 0;  // swap buffers' pinned bytes (0: three)
+  int64_t tile = kTile;
+  std::string Name() const {
+    return absl::StrCat("stage ", stage, " ", OffloadOptimizerConfig::Device_Name(where), " x", accumulation, " ",
+                        zero::PrecisionName(precision), budget > 0 ? absl::StrCat(" budget ", budget) : "");
+  }
+};
+
+zero::TrainerOptions Options(const Case& c, int world) {
+  zero::TrainerOptions o;
+  o.training.set_seq(16);
+  o.training.set_accumulation(c.accumulation);
+  o.training.set_micro_batch(8 / (world * c.accumulation));
+  o.training.set_precision(c.precision);
+  o.training.mutable_adam()->set_lr(1e-3f);
+  o.training.mutable_adam()->set_weight_decay(0.01f);
+  o.training.mutable_loss_scaling()->set_initial_scale(c.initial_loss_scale);
+  o.training.mutable_loss_scaling()->set_growth_interval(3);
+  zero::ZeroConfig& z = *o.training.mutable_zero();
+  z.set_stage(c.stage);
+  z.set_reduce_bucket_bytes(4096);
+  z.set_allgather_bucket_bytes(2048);
+  z.mutable_offload_optimizer()->set_device(c.where);
+  z.mutable_offload_optimizer()->set_tile_elements(c.tile);
+  if (c.where == OffloadOptimizerConfig::NVME) {
+    z.mutable_offload_optimizer()->set_nvme_path(SwapDir());
+    if (c.budget > 0) z.mutable_offload_optimizer()->set_pinned_budget_bytes(c.budget);
+  }
+  return o;
+}
+
+struct Outcome {
+  std::vector<double> losses;
+  std::vector<bool> skipped;
+  std::vector<float> scales;
+  std::vector<float> weights;
+  size_t pinned_states = 0;  // peak pinned kMasterParams + kOptimizerStates
+  std::array<size_t, kNumMemoryTags> pinned_peaks{};
+};
+
+Outcome Train(Communicator& comm, const Case& c, int steps) {
+  Outcome out;
+  auto device = CreateCpuDevice();
+  auto model = models::Gpt::Create(zero::test::SmallGpt());
+  EXPECT_TRUE(device.ok() && model.ok());
+  auto trainer = CreateTrainer(**model, **device, comm, Options(c, comm.world_size()));
+  EXPECT_TRUE(trainer.ok()) << c.Name() << ": " << trainer.status();
+  if (!trainer.ok()) return out;
+  static const auto* data = models::SyntheticSource(50000, 256, 3).release();
+  for (int i = 0; i < steps; ++i) {
+    auto st = (*trainer)->Step(*data);
+    EXPECT_TRUE(st.ok()) << c.Name() << ": " << st.status();
+    if (!st.ok()) return out;
+    out.losses.push_back(st->loss);
+    out.skipped.push_back(st->skipped);
+    out.scales.push_back(st->loss_scale);
+  }
+  auto w = (*trainer)->MasterWeights();
+  EXPECT_TRUE(w.ok()) << w.status();
+  if (w.ok()) out.weights = *std::move(w);
+  const MemoryAccount& pinned = (*device)->pinned_host().account();
+  out.pinned_states = pinned.peak(MemoryTag::kMasterParams) + pinned.peak(MemoryTag::kOptimizerStates);
+  for (int t = 0; t < kNumMemoryTags; ++t) out.pinned_peaks[t] = pinned.peak(static_cast<MemoryTag>(t));
+  return out;
+}
+
+using NvmeOffload = zero::test::MpiRanks;
+
+TEST_F(NvmeOffload, GivesCpuOffloadsTrainingBitForBit) {
+  std::vector<Case> cases;
+  for (int stage : {1, 2}) cases.push_back({stage});
+  cases.push_back({2, OffloadOptimizerConfig::CPU, 2, Precision::BF16});
+  // fp16 from 2^30: the first steps overflow and are skipped.
+  cases.push_back({2, OffloadOptimizerConfig::CPU, 1, Precision::FP16, float(1 << 30)});
+  cases.push_back({2, OffloadOptimizerConfig::CPU, 1, Precision::FP32, 65536.0f, 5 * SwapBufferBytes(kTile)});
+  for (const Case& cpu : cases) {
+    Case nvme = cpu;
+    nvme.where = OffloadOptimizerConfig::NVME;
+    const Outcome want = Train(*comm_, cpu, 20);
+    const Outcome got = Train(*comm_, nvme, 20);
+    SCOPED_TRACE(nvme.Name());
+    ASSERT_EQ(got.losses.size(), 20u);
+    EXPECT_EQ(got.losses, want.losses);
+    EXPECT_EQ(got.skipped, want.skipped);
+    EXPECT_EQ(got.scales, want.scales);
+    EXPECT_EQ(zero::test::CountBitDifferences(got.weights, want.weights), 0u);
+    if (cpu.precision == Precision::FP16) {
+      EXPECT_TRUE(want.skipped[0]) << "the forced overflow must skip the first step";
+    }
+  }
+}
+
+TEST_F(NvmeOffload, PinnedStatesAreTheSwapBuffersAsEstimated) {
+  Case c;
+  c.where = OffloadOptimizerConfig::NVME;
+  c.tile = 1024;
+  const Outcome o = Train(*comm_, c, 2);
+  const int64_t psi = models::CountParameters(zero::test::SmallGpt());
+  const int64_t shard = (psi + W() - 1) / W();
+  ASSERT_GT(shard, 3 * c.tile) << "the shard must span more sub-groups than there are swap buffers";
+  EXPECT_EQ(int64_t(o.pinned_states), 3 * SwapBufferBytes(c.tile));
+  EXPECT_LT(int64_t(o.pinned_states), 12 * shard) << "not the whole shard's states";
+  // The estimator, given the NVMe store's plan, predicts every pinned tag.
+  zero::EstimateInput in;
+  in.model = zero::test::SmallGpt();
+  in.ranks = W();
+  in.training = Options(c, W()).training;
+  in.optimizer = NvmeOptimizerProvider(comm_->rank());
+  auto est = zero::EstimateMemory(in);
+  ASSERT_TRUE(est.ok()) << est.status();
+  for (int t = 0; t < kNumMemoryTags; ++t) {
+    EXPECT_EQ(est->host_of(static_cast<MemoryTag>(t)), int64_t(o.pinned_peaks[t]))
+        << "pinned " << MemoryTagName(static_cast<MemoryTag>(t));
+  }
+}
+
+TEST_F(NvmeOffload, RefusesABudgetBelowThreeSwapBuffersAndAMissingDirectory) {
+  auto device = *CreateCpuDevice();
+  auto model = *models::Gpt::Create(zero::test::SmallGpt());
+  Case c;
+  c.where = OffloadOptimizerConfig::NVME;
+  c.budget = 2 * SwapBufferBytes(kTile);
+  auto t = CreateTrainer(*model, *device, *comm_, Options(c, W()));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
+  EXPECT_NE(t.status().message().find(absl::StrCat("pinned_budget_bytes = ", c.budget, " holds 2 swap buffers of ",
+                                                   SwapBufferBytes(kTile), " bytes")),
+            std::string::npos)
+      << t.status();
+  EXPECT_NE(t.status().message().find(absl::StrCat("needs 3 = ", 3 * SwapBufferBytes(kTile), " bytes")),
+            std::string::npos)
+      << t.status();
+  zero::TrainerOptions o = Options(Case{2, OffloadOptimizerConfig::NVME}, W());
+  o.training.mutable_zero()->mutable_offload_optimizer()->set_nvme_path("/no/such/nvme");
+  auto missing = CreateTrainer(*model, *device, *comm_, o);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("/no/such/nvme/memwall_states_rank"), std::string::npos)
+      << missing.status();
+  // The device engine alone refuses NVMe offload, naming the factory.
+  auto plain = zero::Trainer::Create(*model, *device, *comm_, Options(Case{2, OffloadOptimizerConfig::NVME}, W()));
+  EXPECT_EQ(plain.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(plain.status().message().find("infinity::CreateTrainer"), std::string::npos) << plain.status();
+}
+
+}  // namespace
+}  // namespace memwall::infinity

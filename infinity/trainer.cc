@@ -1,0 +1,46 @@
+#include "infinity/trainer.h"
+
+#include <utility>
+
+namespace memwall::infinity {
+namespace {
+
+NvmeStateStoreOptions StoreOptions(const zero::ShardOptimizerRequest& r, int64_t sub_group, int rank) {
+  const zero::OffloadOptimizerConfig& c = r.zero.offload_optimizer();
+  NvmeStateStoreOptions o;
+  o.dir = c.nvme_path();
+  o.rank = rank;
+  o.elements = r.elements;
+  o.sub_group_elements = sub_group;
+  o.pinned_budget_bytes = c.pinned_budget_bytes();
+  return o;
+}
+
+}  // namespace
+
+offload::HostStateStore NvmeHostStateStore(int rank) {
+  offload::HostStateStore s;
+  s.plan = [rank](const zero::ShardOptimizerRequest& r, int64_t sub_group) {
+    return NvmeStateStorePlan(StoreOptions(r, sub_group, rank));
+  };
+  s.create = [rank](const zero::ShardOptimizerRequest& r, int64_t sub_group) {
+    return CreateNvmeStateStore(*r.device, StoreOptions(r, sub_group, rank));
+  };
+  return s;
+}
+
+zero::ShardOptimizerProvider NvmeOptimizerProvider(int rank, const offload::HostOptimizerHooks* hooks) {
+  return offload::HostOptimizerProvider(hooks, NvmeHostStateStore(rank));
+}
+
+absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model, Device& device, Communicator& comm,
+                                                             zero::TrainerOptions options,
+                                                             const offload::HostOptimizerHooks* hooks) {
+  if (options.training.zero().offload_optimizer().device() == zero::OffloadOptimizerConfig::NVME) {
+    options.shard_optimizer = NvmeOptimizerProvider(comm.rank(), hooks);
+    return zero::Trainer::Create(model, device, comm, options);
+  }
+  return offload::CreateTrainer(model, device, comm, std::move(options), hooks);
+}
+
+}  // namespace memwall::infinity
