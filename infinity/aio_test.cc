@@ -49,7 +49,9 @@ TEST(Aio, WhatIsWrittenReadsBack) {
                                       << " paths " << c.paths << " io_uring " << c.io_uring);
     auto aio = AioEngine::Create({c.block, c.depth, c.threads, true, c.io_uring});
     ASSERT_TRUE(aio.ok()) << aio.status();
-    if (!c.io_uring) EXPECT_FALSE((*aio)->uses_io_uring());
+    if (!c.io_uring) {
+      EXPECT_FALSE((*aio)->uses_io_uring());
+    }
     std::vector<std::string> paths;
     for (int p = 0; p < c.paths; ++p) {
       paths.push_back(TmpPath("rt_" + std::to_string(c.block) + "_" + std::to_string(c.threads) + "_" +

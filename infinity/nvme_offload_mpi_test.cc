@@ -132,6 +132,50 @@ TEST_F(NvmeOffload, GivesCpuOffloadsTrainingBitForBit) {
   }
 }
 
+// A checkpoint written under NVMe offload resumes under CPU offload, and
+// one written under CPU offload resumes under NVMe offload, each bit for bit
+// the uninterrupted run (bf16, a budget of four swap buffers).
+TEST_F(NvmeOffload, CheckpointsMoveBetweenNvmeAndCpuOffloadBitForBit) {
+  const Case cpu{2, OffloadOptimizerConfig::CPU, 1, Precision::BF16};
+  Case nvme = cpu;
+  nvme.where = OffloadOptimizerConfig::NVME;
+  nvme.budget = 4 * SwapBufferBytes(kTile);
+  const Outcome whole = Train(*comm_, cpu, 8);
+  for (const auto& [from, to] : {std::pair<Case, Case>{nvme, cpu}, std::pair<Case, Case>{cpu, nvme}}) {
+    SCOPED_TRACE(absl::StrCat(from.Name(), " -> ", to.Name()));
+    const std::string dir = absl::StrCat(SwapDir(), "/ckpt_", OffloadOptimizerConfig::Device_Name(from.where));
+    std::string path;
+    {
+      auto device = *CreateCpuDevice();
+      auto model = *models::Gpt::Create(zero::test::SmallGpt());
+      auto t = CreateTrainer(*model, *device, *comm_, Options(from, W()));
+      ASSERT_TRUE(t.ok()) << t.status();
+      static const auto* data = models::SyntheticSource(50000, 256, 3).release();
+      for (int i = 0; i < 4; ++i) ASSERT_TRUE((*t)->Step(*data).ok());
+      auto saved = (*t)->Save(dir);
+      ASSERT_TRUE(saved.ok()) << saved.status();
+      path = *saved;
+    }
+    auto device = *CreateCpuDevice();
+    auto model = *models::Gpt::Create(zero::test::SmallGpt());
+    auto t = CreateTrainer(*model, *device, *comm_, Options(to, W()));
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_TRUE((*t)->Load(path).ok());
+    static const auto* data = models::SyntheticSource(50000, 256, 3).release();
+    std::vector<double> losses;
+    // The batch of a step comes from the step count, which Load restores.
+    for (int i = 0; i < 4; ++i) {
+      auto st = (*t)->Step(*data);
+      ASSERT_TRUE(st.ok()) << st.status();
+      losses.push_back(st->loss);
+    }
+    EXPECT_EQ(losses, std::vector<double>(whole.losses.begin() + 4, whole.losses.end()));
+    auto w = (*t)->MasterWeights();
+    ASSERT_TRUE(w.ok());
+    EXPECT_EQ(zero::test::CountBitDifferences(*w, whole.weights), 0u);
+  }
+}
+
 TEST_F(NvmeOffload, PinnedStatesAreTheSwapBuffersAsEstimated) {
   Case c;
   c.where = OffloadOptimizerConfig::NVME;
