@@ -32,6 +32,19 @@ void Fill(char* p, int64_t bytes, uint64_t seed) {
   }
 }
 
+// `bytes` of a pattern written at offset 0 of `f`, then read back equal.
+void WriteThenReadBack(AioEngine& aio, AioFileId f, int64_t bytes, uint64_t seed) {
+  auto out = AllocateAligned(bytes), in = AllocateAligned(bytes);
+  Fill(out.get(), bytes, seed);
+  auto w = aio.Write(f, 0, out.get(), bytes);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE(aio.Wait(*w).ok());
+  auto r = aio.Read(f, 0, in.get(), bytes);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(aio.Wait(*r).ok());
+  EXPECT_EQ(std::memcmp(in.get(), out.get(), bytes), 0);
+}
+
 struct Case {
   int64_t block;
   int depth;
@@ -102,15 +115,7 @@ TEST_P(AioBothEngines, ShortTransfersAreContinued) {
     }
     return std::nullopt;
   });
-  auto out = AllocateAligned(bytes), in = AllocateAligned(bytes);
-  Fill(out.get(), bytes, 7);
-  auto w = (*aio)->Write(*f, 0, out.get(), bytes);
-  ASSERT_TRUE(w.ok());
-  ASSERT_TRUE((*aio)->Wait(*w).ok());
-  auto r = (*aio)->Read(*f, 0, in.get(), bytes);
-  ASSERT_TRUE(r.ok());
-  ASSERT_TRUE((*aio)->Wait(*r).ok());
-  EXPECT_EQ(std::memcmp(in.get(), out.get(), bytes), 0);
+  WriteThenReadBack(**aio, *f, bytes, 7);
   EXPECT_EQ(shortened, 16) << "8 blocks written and 8 read, each shortened once";
 }
 
@@ -191,15 +196,7 @@ TEST(Aio, AFileSystemWithoutODirectFallsBackToBufferedIo) {
   // tmpfs refuses it before Linux 6.6).
   EXPECT_EQ((*aio)->direct(*f), ProbeDirectIo(dir).ok());
   const int64_t bytes = 256 << 10;
-  auto out = AllocateAligned(bytes), in = AllocateAligned(bytes);
-  Fill(out.get(), bytes, 11);
-  auto w = (*aio)->Write(*f, 0, out.get(), bytes);
-  ASSERT_TRUE(w.ok());
-  ASSERT_TRUE((*aio)->Wait(*w).ok());
-  auto r = (*aio)->Read(*f, 0, in.get(), bytes);
-  ASSERT_TRUE(r.ok());
-  ASSERT_TRUE((*aio)->Wait(*r).ok());
-  EXPECT_EQ(std::memcmp(in.get(), out.get(), bytes), 0);
+  WriteThenReadBack(**aio, *f, bytes, 11);
   std::filesystem::remove(path);
 }
 

@@ -54,30 +54,30 @@ absl::Status OptimizerStateStore::CheckRange(int64_t begin, int64_t n) const {
   return absl::OkStatus();
 }
 
-absl::Status OptimizerStateStore::Read(OptimizerState state, int64_t begin, int64_t n, float* out,
-                                       Stream& stream) {
+// copy(part of the sub-group's state, its offset in [begin, begin + n)) for
+// every sub-group the range touches, between its Acquire and Release.
+absl::Status OptimizerStateStore::EachPart(OptimizerState state, int64_t begin, int64_t n, bool written,
+                                           const std::function<absl::Status(const Tensor&, int64_t)>& copy) {
   MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
   for (int64_t k = begin / sub_group_; n > 0 && k < sub_groups() && this->begin(k) < begin + n; ++k) {
     MEMWALL_ASSIGN_OR_RETURN(const StateSubGroup g, Acquire(k));
     const int64_t lo = std::max(begin, g.begin), hi = std::min(begin + n, g.begin + g.numel);
-    const Tensor part = g.of(state).Slice(lo - g.begin, hi - lo);
-    MEMWALL_RETURN_IF_ERROR(CopyOut(out + (lo - begin), part, stream));
-    MEMWALL_RETURN_IF_ERROR(Release(g, /*written=*/false));
+    MEMWALL_RETURN_IF_ERROR(copy(g.of(state).Slice(lo - g.begin, hi - lo), lo - begin));
+    MEMWALL_RETURN_IF_ERROR(Release(g, written));
   }
-  return absl::OkStatus();
+  return written ? Sync() : absl::OkStatus();
+}
+
+absl::Status OptimizerStateStore::Read(OptimizerState state, int64_t begin, int64_t n, float* out,
+                                       Stream& stream) {
+  return EachPart(state, begin, n, /*written=*/false,
+                  [&](const Tensor& part, int64_t at) { return CopyOut(out + at, part, stream); });
 }
 
 absl::Status OptimizerStateStore::Write(OptimizerState state, int64_t begin, int64_t n, const float* in,
                                         Stream& stream) {
-  MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
-  for (int64_t k = begin / sub_group_; n > 0 && k < sub_groups() && this->begin(k) < begin + n; ++k) {
-    MEMWALL_ASSIGN_OR_RETURN(const StateSubGroup g, Acquire(k));
-    const int64_t lo = std::max(begin, g.begin), hi = std::min(begin + n, g.begin + g.numel);
-    const Tensor part = g.of(state).Slice(lo - g.begin, hi - lo);
-    MEMWALL_RETURN_IF_ERROR(CopyIn(part, in + (lo - begin), stream));
-    MEMWALL_RETURN_IF_ERROR(Release(g, /*written=*/true));
-  }
-  return Sync();
+  return EachPart(state, begin, n, /*written=*/true,
+                  [&](const Tensor& part, int64_t at) { return CopyIn(part, in + at, stream); });
 }
 
 namespace {

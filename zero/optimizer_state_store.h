@@ -22,6 +22,7 @@
 #define MEMWALL_ZERO_OPTIMIZER_STATE_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -72,6 +73,8 @@ class OptimizerStateStore {
 
  private:
   absl::Status CheckRange(int64_t begin, int64_t n) const;
+  absl::Status EachPart(OptimizerState state, int64_t begin, int64_t n, bool written,
+                        const std::function<absl::Status(const Tensor&, int64_t)>& copy);
   const int64_t elements_, sub_group_;
   const MemorySpace space_;
 };
