@@ -18,6 +18,7 @@
 #include "offload/host_optimizer.h"
 #include "runtime/cpu_device.h"
 #include "runtime/status.h"
+#include "runtime/timeline.h"
 #include "zero/estimator.h"
 #include "zero/testing.h"
 
@@ -198,6 +199,34 @@ TEST_F(NvmeOffload, PinnedStatesAreTheSwapBuffersAsEstimated) {
     EXPECT_EQ(est->host_of(static_cast<MemoryTag>(t)), int64_t(o.pinned_peaks[t]))
         << "pinned " << MemoryTagName(static_cast<MemoryTag>(t));
   }
+}
+
+// The host's waits on the swap file are zones (kSwapWait on kSwapTrack),
+// and the step's breakdown counts them: at least one swap-in per sub-group
+// and the write-backs, every step.
+TEST_F(NvmeOffload, SwapWaitsAreZonesInTheStepBreakdown) {
+  auto device = *CreateCpuDevice();
+  auto model = *models::Gpt::Create(zero::test::SmallGpt());
+  Timeline timeline;
+  zero::TrainerOptions o = Options(Case{2, OffloadOptimizerConfig::NVME}, W());
+  o.timeline = &timeline;
+  auto t = CreateTrainer(*model, *device, *comm_, o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  static const auto* data = models::SyntheticSource(50000, 256, 3).release();
+  timeline.Clear();
+  auto st = (*t)->Step(*data);
+  ASSERT_TRUE(st.ok()) << st.status();
+  const int64_t shard = (models::CountParameters(zero::test::SmallGpt()) + W() - 1) / W();
+  const int64_t groups = (shard + kTile - 1) / kTile;
+  int64_t waits = 0;
+  for (const Zone& z : timeline.Zones()) {
+    if (z.kind != ZoneKind::kSwapWait) continue;
+    EXPECT_EQ(z.track, kSwapTrack);
+    EXPECT_TRUE(z.complete());
+    ++waits;
+  }
+  EXPECT_GE(waits, groups) << "one swap-in per sub-group at least";
+  EXPECT_NE(st->breakdown.find("swap wait"), std::string::npos) << st->breakdown;
 }
 
 TEST_F(NvmeOffload, RefusesABudgetBelowThreeSwapBuffersAndAMissingDirectory) {

@@ -43,6 +43,7 @@ class NvmeStateStore : public zero::OptimizerStateStore {
       : OptimizerStateStore(o.elements, sub_group, MemorySpace::kPinnedHost),
         path_(SwapPath(o)),
         padded_(Padded(sub_group)),
+        timeline_(o.timeline),
         group_bytes_(SwapBufferBytes(sub_group)) {}
 
   ~NvmeStateStore() override {
@@ -177,7 +178,11 @@ class NvmeStateStore : public zero::OptimizerStateStore {
     if (s.state != SlotState::kReading && s.state != SlotState::kWriting) return absl::OkStatus();
     const bool reading = s.state == SlotState::kReading;
     const int64_t group = s.group;
-    const absl::Status st = aio_->Wait(s.request);
+    absl::Status st;
+    {
+      HostZone wait(timeline_, ZoneKind::kSwapWait, kSwapTrack);
+      st = aio_->Wait(s.request);
+    }
     s.state = SlotState::kIdle;
     if (!st.ok()) {
       if (reading) s.group = -1;
@@ -189,6 +194,7 @@ class NvmeStateStore : public zero::OptimizerStateStore {
 
   const std::string path_;
   const int64_t padded_;
+  Timeline* const timeline_;
   const int64_t group_bytes_;
   std::vector<Slot> slots_;
   std::unique_ptr<AioEngine> aio_;

@@ -30,6 +30,7 @@
 #include "infinity/aio.h"
 #include "runtime/device.h"
 #include "runtime/memory_plan.h"
+#include "runtime/timeline.h"
 #include "zero/optimizer_state_store.h"
 
 namespace memwall::infinity {
@@ -45,7 +46,13 @@ struct NvmeStateStoreOptions {
   // Pinned bytes the swap buffers may take; 0: exactly kMinSwapBuffers.
   int64_t pinned_budget_bytes = 0;
   AioOptions aio;
+  // Zones kSwapWait on track kSwapTrack where the host waits on the file
+  // (may be null).
+  Timeline* timeline = nullptr;
 };
+
+// The timeline track of the swap waits.
+inline constexpr absl::string_view kSwapTrack = "nvme swap";
 
 // G: one sub-group's bytes in the file and in a swap buffer.
 int64_t SwapBufferBytes(int64_t sub_group_elements);

@@ -13,6 +13,7 @@ NvmeStateStoreOptions StoreOptions(const zero::ShardOptimizerRequest& r, int64_t
   o.elements = r.elements;
   o.sub_group_elements = sub_group;
   o.pinned_budget_bytes = c.pinned_budget_bytes();
+  o.timeline = r.timeline;
   return o;
 }
 

@@ -44,6 +44,7 @@ absl::string_view ZoneName(ZoneKind kind) {
     case ZoneKind::kCpuAdam: return "cpu_adam";
     case ZoneKind::kCpuAdamDelayed: return "cpu_adam (delayed)";
     case ZoneKind::kParamH2D: return "param H2D";
+    case ZoneKind::kSwapWait: return "swap wait";
   }
   return "?";
 }

@@ -47,8 +47,9 @@ enum class ZoneKind : uint8_t {
   kCpuAdam,          // "cpu_adam": the CPU Adam of one tile (host)
   kCpuAdamDelayed,   // "cpu_adam (delayed)": the delayed parameter update's CPU Adam
   kParamH2D,         // "param H2D": updated parameters (a tile) to the device
+  kSwapWait,         // "swap wait": the host waiting on a swap-in or swap-out of optimizer states (NVMe)
 };
-inline constexpr int kNumZoneKinds = 10;
+inline constexpr int kNumZoneKinds = 11;
 absl::string_view ZoneName(ZoneKind kind);
 
 // The host tracks; a stream zone's track is its stream's name.
