@@ -9,6 +9,7 @@
 //   - refusals: a budget below three swap buffers (with the numbers), a
 //     swap directory that does not exist.
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -227,6 +228,17 @@ TEST_F(NvmeOffload, SwapWaitsAreZonesInTheStepBreakdown) {
   }
   EXPECT_GE(waits, groups) << "one swap-in per sub-group at least";
   EXPECT_NE(st->breakdown.find("swap wait"), std::string::npos) << st->breakdown;
+  // The swap file on the drive is what the estimator says it will be.
+  zero::EstimateInput in;
+  in.model = zero::test::SmallGpt();
+  in.ranks = W();
+  in.training = o.training;
+  in.optimizer = NvmeOptimizerProvider(comm_->rank());
+  auto est = zero::EstimateMemory(in);
+  ASSERT_TRUE(est.ok()) << est.status();
+  const std::string file = absl::StrCat(SwapDir(), "/memwall_states_rank", comm_->rank(), ".swap");
+  EXPECT_EQ(int64_t(std::filesystem::file_size(file)), est->nvme_bytes);
+  EXPECT_EQ(est->nvme_bytes, groups * SwapBufferBytes(kTile));
 }
 
 TEST_F(NvmeOffload, RefusesABudgetBelowThreeSwapBuffersAndAMissingDirectory) {

@@ -232,6 +232,10 @@ MemoryPlan NvmeStateStorePlan(const NvmeStateStoreOptions& o) {
     plan.Add(absl::StrCat("swap buffer ", i), MemorySpace::kPinnedHost, MemoryTag::kOptimizerStates,
              SwapBufferBytes(o.sub_group_elements));
   }
+  // The swap file: a third master weights, two thirds Adam moments.
+  const int64_t state = SwapFileBytes(o) / 3;
+  plan.Add("swap file: master", MemorySpace::kNvme, MemoryTag::kMasterParams, state)
+      .Add("swap file: exp_avg, exp_avg_sq", MemorySpace::kNvme, MemoryTag::kOptimizerStates, 2 * state);
   return plan;
 }
 

@@ -60,7 +60,9 @@ int64_t SwapBufferBytes(int64_t sub_group_elements);
 // InvalidArgument with the numbers when fewer than kMinSwapBuffers fit.
 absl::StatusOr<int64_t> SwapBufferCount(const NvmeStateStoreOptions& options);
 // "swap buffer <i>", pinned host memory (kOptimizerStates), G bytes each
-// (kMinSwapBuffers of them where the budget is too small: Create refuses).
+// (kMinSwapBuffers of them where the budget is too small: Create refuses),
+// and the swap file on NVMe: "swap file: master" (kMasterParams) and "swap
+// file: exp_avg, exp_avg_sq" (kOptimizerStates), SwapFileBytes in all.
 MemoryPlan NvmeStateStorePlan(const NvmeStateStoreOptions& options);
 // The file's bytes: sub_groups · G.
 int64_t SwapFileBytes(const NvmeStateStoreOptions& options);

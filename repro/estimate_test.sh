@@ -80,4 +80,7 @@ json=$($bin --params=10000000000 --ranks=1 \
 echo "$json"
 host=$((3 * 3 * 4 * 4194304 + 2 * 10000000000 + 64 * 1048576 + 2 * 2 * 4194304 + 8))
 [[ "$json" == *"\"host_bytes_per_rank\": $host,"* ]] || fail "NVMe offload host bytes != $host"
+groups=$(( (10000000000 + 4194303) / 4194304 ))
+nvme=$(( groups * 3 * 4194304 * 4 ))   # the swap file: master, exp_avg, exp_avg_sq per sub-group
+[[ "$json" == *"\"nvme_bytes_per_rank\": $nvme,"* ]] || fail "NVMe offload swap file bytes != $nvme"
 echo PASS

@@ -72,7 +72,8 @@ std::string MemoryPlan::ToText() const {
   std::string out;
   for (const PlannedBuffer& b : buffers_) {
     absl::StrAppendFormat(&out, "  %-32s %-7s %-17s %14d%s\n", b.name,
-                          b.space == MemorySpace::kDevice ? "device" : "pinned", MemoryTagName(b.tag), b.bytes,
+                          b.space == MemorySpace::kDevice ? "device" : b.space == MemorySpace::kNvme ? "nvme" : "pinned",
+                          MemoryTagName(b.tag), b.bytes,
                           b.transient ? " (peak of transient buffers)" : "");
   }
   return out;
@@ -80,6 +81,9 @@ std::string MemoryPlan::ToText() const {
 
 absl::StatusOr<Buffer> AllocatePlanned(Device& device, const MemoryPlan& plan, absl::string_view name) {
   const PlannedBuffer& b = plan.at(name);
+  if (b.space == MemorySpace::kNvme) {
+    return absl::InvalidArgumentError(absl::StrCat("planned buffer '", name, "' is on NVMe: a file, not memory"));
+  }
   Allocator& allocator = b.space == MemorySpace::kDevice ? device.memory() : device.pinned_host();
   return allocator.Allocate(static_cast<size_t>(b.bytes), b.tag);
 }

@@ -26,7 +26,9 @@
 
 namespace memwall {
 
-enum class MemorySpace : uint8_t { kDevice, kPinnedHost };
+// kNvme: bytes in a file on a drive (ZeRO-Infinity's swap files): planned
+// and estimated, never allocated through AllocatePlanned.
+enum class MemorySpace : uint8_t { kDevice, kPinnedHost, kNvme };
 
 struct PlannedBuffer {
   std::string name;  // unique within a plan, e.g. "reduce bucket 1"

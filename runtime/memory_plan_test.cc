@@ -43,6 +43,22 @@ TEST(MemoryPlan, AllocatesEachBufferFromItsSpace) {
   EXPECT_EQ(device->memory().account().current(MemoryTag::kStaging), 0u);
 }
 
+// NVMe bytes (a swap file) are planned and summed like memory, but never
+// allocated as memory.
+TEST(MemoryPlan, NvmeBytesAreSummedNotAllocated) {
+  auto device = *CreateCpuDevice();
+  MemoryPlan plan;
+  plan.Add("swap file", MemorySpace::kNvme, MemoryTag::kOptimizerStates, 1 << 20)
+      .Add("swap buffer", MemorySpace::kPinnedHost, MemoryTag::kOptimizerStates, 4096);
+  EXPECT_EQ(plan.Total(MemorySpace::kNvme), 1 << 20);
+  EXPECT_EQ(plan.Total(MemorySpace::kPinnedHost), 4096);
+  EXPECT_EQ(plan.Total(MemorySpace::kDevice), 0);
+  const auto file = AllocatePlanned(*device, plan, "swap file");
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(file.status().message().find("'swap file' is on NVMe"), std::string::npos) << file.status();
+  EXPECT_NE(plan.ToText().find("nvme"), std::string::npos) << plan.ToText();
+}
+
 TEST(MemoryPlanDeathTest, AskingForAnUnplannedBufferAborts) {
   MemoryPlan plan;
   plan.Add("values", MemorySpace::kDevice, MemoryTag::kParams16, 8);

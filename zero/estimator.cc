@@ -72,6 +72,8 @@ absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
   e.host = e.plan.ByTag(MemorySpace::kPinnedHost);
   e.total_device_bytes = e.plan.Total(MemorySpace::kDevice);
   e.host_bytes = e.plan.Total(MemorySpace::kPinnedHost);
+  e.nvme = e.plan.ByTag(MemorySpace::kNvme);
+  e.nvme_bytes = e.plan.Total(MemorySpace::kNvme);
   e.model_states_bytes = e.of(MemoryTag::kParams16) + e.of(MemoryTag::kGrads) +
                          e.of(MemoryTag::kMasterParams) + e.of(MemoryTag::kOptimizerStates);
   e.device_budget = in.device_bytes;
@@ -96,6 +98,14 @@ std::string Estimate::ToText() const {
     absl::StrAppendFormat(&out, "  %-18s %s\n", MemoryTagName(static_cast<MemoryTag>(t)),
                           FormatBytes(static_cast<size_t>(host[t])));
   }
+  if (nvme_bytes > 0) {
+    absl::StrAppendFormat(&out, "per rank, NVMe swap files: %s\n", FormatBytes(nvme_bytes));
+    for (int t = 0; t < kNumMemoryTags; ++t) {
+      if (nvme[t] == 0) continue;
+      absl::StrAppendFormat(&out, "  %-18s %s\n", MemoryTagName(static_cast<MemoryTag>(t)),
+                            FormatBytes(static_cast<size_t>(nvme[t])));
+    }
+  }
   if (device_budget > 0) {
     absl::StrAppendFormat(&out, "%s %s of device memory\n", fits ? "fits in" : "DOES NOT FIT in",
                           FormatBytes(device_budget));
@@ -114,6 +124,7 @@ std::string Estimate::ToJson() const {
   return absl::StrCat("{\"params\": ", params, ", \"model_states_bytes_per_rank\": ",
                       model_states_bytes, ", \"total_device_bytes_per_rank\": ", total_device_bytes,
                       ", \"host_bytes_per_rank\": ", host_bytes,
+                      ", \"nvme_bytes_per_rank\": ", nvme_bytes,
                       ", \"activations_counted\": ", activations_counted ? "true" : "false",
                       ", \"device_budget_bytes\": ", device_budget,
                       ", \"fits\": ", fits ? "true" : "false",

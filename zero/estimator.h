@@ -63,6 +63,8 @@ struct Estimate {
   int64_t total_device_bytes = 0;
   std::array<int64_t, kNumMemoryTags> host{};    // pinned host memory per rank, by tag (offload)
   int64_t host_bytes = 0;                // their sum (0 without offload)
+  std::array<int64_t, kNumMemoryTags> nvme{};    // NVMe swap files per rank, by tag (NVMe offload)
+  int64_t nvme_bytes = 0;                // their sum
   bool activations_counted = false;      // false with --params alone
   int64_t device_budget = 0;
   bool fits = true;                      // total <= budget (true without a budget)
