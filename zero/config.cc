@@ -100,11 +100,11 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c, absl::string_view what) {
   if (o.device() == OffloadOptimizerConfig::NONE) {
     // A setting of an optimizer that is not offloaded would be ignored.
     if (o.has_tile_elements()) {
-      return Bad("offload_optimizer.tile_elements", o.tile_elements(), "needs offload_optimizer.device = CPU");
+      return Bad("offload_optimizer.tile_elements", o.tile_elements(), "needs offload_optimizer.device = CPU or NVME");
     }
     if (o.has_delayed_update_after_steps() && o.delayed_update_after_steps() != 0) {
       return Bad("offload_optimizer.delayed_update_after_steps", o.delayed_update_after_steps(),
-                 "needs offload_optimizer.device = CPU");
+                 "needs offload_optimizer.device = CPU or NVME");
     }
   }
   if (o.device() != OffloadOptimizerConfig::NVME) {

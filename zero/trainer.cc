@@ -21,9 +21,16 @@ Tensor FlatF32(const Buffer& b, Device& device) { return Tensor::OfBuffer(b, DTy
 
 }  // namespace
 
+// The options without their config, so that the checked TrainingOptions is
+// the only copy of it the trainer holds.
+static TrainerOptions Wiring(TrainerOptions options) {
+  options.training.Clear();
+  return options;
+}
+
 Trainer::Trainer(models::Gpt& model, Device& device, Communicator& comm, const TrainerOptions& options,
                  TrainingOptions training)
-    : model_(model), device_(device), comm_(comm), options_(options), training_(std::move(training)) {
+    : model_(model), device_(device), comm_(comm), options_(Wiring(options)), training_(std::move(training)) {
   loss_scale_ = training_->precision() == FP16 ? training_->loss_scaling().initial_scale() : 1.0f;
 }
 

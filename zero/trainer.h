@@ -188,7 +188,7 @@ class Trainer {
   models::Gpt& model_;
   Device& device_;
   Communicator& comm_;
-  const TrainerOptions options_;    // the wiring; read the config from training_
+  const TrainerOptions options_;    // the wiring only (its config cleared): the config is training_
   const TrainingOptions training_;  // checked, defaults filled
   // The tensor table and the partition: N owners at stages 1-3, one (every
   // rank owns everything) at stage 0.
