@@ -1,7 +1,7 @@
 // Optimizer states on NVMe against them in pinned host memory, under mpirun
 // with 1, 2 and 4 ranks (issue 16, "Done when"):
 //   - equivalence: the same losses, loss scales, skipped steps and weights,
-//     bit for bit, after 20 steps: stages 1 and 2, fp32, bf16 with gradient
+//     bit for bit, after 20 steps: stages 1, 2 and 3, fp32, bf16 with gradient
 //     accumulation, fp16 with a forced overflow, three swap buffers and a
 //     budget of five;
 //   - memory: the pinned optimizer-state bytes are the swap buffers, not 12
@@ -112,7 +112,7 @@ using NvmeOffload = zero::test::MpiRanks;
 
 TEST_F(NvmeOffload, GivesCpuOffloadsTrainingBitForBit) {
   std::vector<Case> cases;
-  for (int stage : {1, 2}) cases.push_back({stage});
+  for (int stage : {1, 2, 3}) cases.push_back({stage});
   cases.push_back({2, OffloadOptimizerConfig::CPU, 2, Precision::BF16});
   // fp16 from 2^30: the first steps overflow and are skipped.
   cases.push_back({2, OffloadOptimizerConfig::CPU, 1, Precision::FP16, float(1 << 30)});

@@ -8,7 +8,7 @@
 // the tile pipeline (tile_pipeline.h).
 //
 //   auto trainer = offload::CreateTrainer(model, device, comm, options);
-//   // options.training.zero.offload_optimizer { device: CPU }, stage 1 or 2
+//   // options.training.zero.offload_optimizer { device: CPU }, stage 1, 2 or 3
 //
 // Streams and order, per step:
 //   backward   each owned piece of a reduce bucket: copied D2H on the

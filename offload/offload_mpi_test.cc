@@ -1,7 +1,8 @@
 // ZeRO-Offload against the device engine, under mpirun with 1, 2 and 4
 // ranks (issue 6, "Done when"):
-//   - equivalence: stage 2 + offload, and stage 1 + offload, give stage 2's
-//     losses and weights (fp32 and bf16, with and without gradient
+//   - equivalence: stage 2 + offload, stage 1 + offload and stage 3 +
+//     offload give stage 2's losses and weights (stage 3's bit for bit
+//     without clipping) (fp32 and bf16, with and without gradient
 //     accumulation, overlap_comm on and off); bit for bit when clipping is
 //     off, since the host Adam and accumulation use the device's arithmetic;
 //   - fp16: a forced overflow skips the same steps, with the same loss
@@ -13,7 +14,7 @@
 //     step stale, and within a stated tolerance of the undelayed run over
 //     200 steps of the overfit task; its host step runs during the next
 //     iteration's forward and backward (zones);
-//   - refusals: pinned memory off, stage 3.
+//   - refusals: pinned memory off, stage 0.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -141,7 +142,7 @@ TEST_F(Offload, GivesStageTwosLossesAndWeights) {
         device_case.overlap = overlap;
         const Outcome expected = Train(*comm_, device_case, 12);
         ASSERT_EQ(expected.losses.size(), 12u);
-        for (int stage : {2, 1}) {
+        for (int stage : {2, 1, 3}) {
           Case c = device_case;
           c.stage = stage;
           c.offload = true;
@@ -157,17 +158,21 @@ TEST_F(Offload, GivesStageTwosLossesAndWeights) {
 TEST_F(Offload, WithoutClippingItIsStageTwoBitForBit) {
   // The norm's partial sums are the only arithmetic that differs in order;
   // with clipping off the norm does not enter the update.
-  for (Precision precision : {Precision::FP32, Precision::BF16}) {
-    Case device_case;
-    device_case.precision = precision;
-    device_case.clip = 0;
-    device_case.accumulation = 2;
-    const Outcome expected = Train(*comm_, device_case, 8);
-    Case c = device_case;
-    c.offload = true;
-    const Outcome got = Train(*comm_, c, 8);
-    EXPECT_EQ(got.losses, expected.losses) << c.Name();
-    EXPECT_EQ(Differ(got.weights, expected.weights), 0u) << c.Name() << ", world " << W();
+  // Stage 3 + offload against the device's stage 3 likewise.
+  for (int stage : {2, 3}) {
+    for (Precision precision : {Precision::FP32, Precision::BF16}) {
+      Case device_case;
+      device_case.stage = stage;
+      device_case.precision = precision;
+      device_case.clip = 0;
+      device_case.accumulation = 2;
+      const Outcome expected = Train(*comm_, device_case, 8);
+      Case c = device_case;
+      c.offload = true;
+      const Outcome got = Train(*comm_, c, 8);
+      EXPECT_EQ(got.losses, expected.losses) << c.Name();
+      EXPECT_EQ(Differ(got.weights, expected.weights), 0u) << c.Name() << ", world " << W();
+    }
   }
 }
 
@@ -606,10 +611,10 @@ TEST_F(Offload, RefusesWhatItCannotDo) {
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
   EXPECT_NE(t.status().message().find("pin_memory = false"), std::string::npos) << t.status();
   o = Options(c, W());
-  o.training.mutable_zero()->set_stage(3);
+  o.training.mutable_zero()->set_stage(0);
   t = CreateTrainer(*model, *device, *comm_, o);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
-  EXPECT_NE(t.status().message().find("needs stage 1 or 2"), std::string::npos) << t.status();
+  EXPECT_NE(t.status().message().find("needs stage 1, 2 or 3"), std::string::npos) << t.status();
 }
 
 }  // namespace

@@ -150,16 +150,17 @@ class ShardReader {
 };
 
 // Reads flat elements [begin, end) of `section` from the shards that hold them.
+// Shards opened here are CRC-checked first when `verify_crc`.
 absl::Status ReadRange(const std::string& dir, const CheckpointMetadata& meta,
                        std::vector<std::unique_ptr<ShardReader>>& readers, int section,
-                       int64_t begin, int64_t end, float* out) {
+                       int64_t begin, int64_t end, float* out, bool verify_crc = true) {
   for (int i = 0; i < meta.shards_size(); ++i) {
     const CheckpointShard& sh = meta.shards(i);
     const int64_t lo = std::max(begin, sh.flat_begin());
     const int64_t hi = std::min(end, sh.flat_begin() + sh.count());
     if (lo >= hi) continue;
     if (readers[i] == nullptr) {
-      MEMWALL_ASSIGN_OR_RETURN(readers[i], ShardReader::Open(dir, sh, /*verify_crc=*/true));
+      MEMWALL_ASSIGN_OR_RETURN(readers[i], ShardReader::Open(dir, sh, verify_crc));
     }
     MEMWALL_RETURN_IF_ERROR(readers[i]->ReadSection(section, lo, hi - lo, out + (lo - begin)));
   }
@@ -391,8 +392,7 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
   return path;
 }
 
-absl::Status Trainer::LoadLocal(const std::string& step_dir, CheckpointMetadata& meta,
-                                std::vector<float> values[3]) {
+absl::Status Trainer::VerifyCheckpoint(const std::string& step_dir, CheckpointMetadata& meta) {
   MEMWALL_ASSIGN_OR_RETURN(meta, ReadCheckpointMetadata(step_dir));
   // The tensor table must be this model's.
   const auto& params = layout_.params();
@@ -436,29 +436,48 @@ absl::Status Trainer::LoadLocal(const std::string& step_dir, CheckpointMetadata&
     std::fprintf(stderr, "loading %s: re-partitioning from %d to %d ranks\n", step_dir.c_str(),
                  meta.world_size(), comm_.world_size());
   }
-  // This rank's range, from whichever old shards hold it (CRC-checked).
+  // The shards that hold this rank's range (whichever old ranks wrote
+  // them), CRC-checked: read through once, in 4 MiB pieces.
   MEMWALL_ASSIGN_OR_RETURN(const FlatRange range, ShardRange(layout_, layout_.rank()));
-  std::vector<std::unique_ptr<ShardReader>> readers(meta.shards_size());
-  for (int section = 0; section < 3; ++section) {
-    values[section].resize(range.size());
-    MEMWALL_RETURN_IF_ERROR(ReadRange(step_dir, meta, readers, section, range.begin, range.end,
-                                      values[section].data()));
+  for (const CheckpointShard& sh : meta.shards()) {
+    if (std::max(range.begin, sh.flat_begin()) >= std::min(range.end, sh.flat_begin() + sh.count())) continue;
+    MEMWALL_RETURN_IF_ERROR(ShardReader::Open(step_dir, sh, /*verify_crc=*/true).status());
   }
   return absl::OkStatus();
 }
 
 absl::Status Trainer::Load(const std::string& step_dir) {
   MEMWALL_RETURN_IF_ERROR(device_.Synchronize());
-  // Every rank reads (and verifies) what it needs into host memory first;
-  // only when all succeeded does any rank change its state.
+  // Every rank verifies what it needs first; only when all succeeded does
+  // any rank change its state.
   CheckpointMetadata meta;
-  std::vector<float> values[3];
-  MEMWALL_RETURN_IF_ERROR(Agree(LoadLocal(step_dir, meta, values), absl::StrCat("loading ", step_dir)));
+  MEMWALL_RETURN_IF_ERROR(Agree(VerifyCheckpoint(step_dir, meta), absl::StrCat("loading ", step_dir)));
   MEMWALL_RETURN_IF_ERROR(Flush());  // finish the optimizer's work before its states change
-  for (int section = 0; section < 3; ++section) {
-    MEMWALL_RETURN_IF_ERROR(optimizer_->WriteState(static_cast<OptimizerState>(section), 0,
-                                                   values[section].size(), values[section].data()));
+  // Then streamed, kChunk elements of one state at a time, from the shards
+  // into the optimizer's store (an NVMe store swaps its sub-groups through
+  // its buffers): never the whole shard in memory.
+  MEMWALL_ASSIGN_OR_RETURN(const FlatRange range, ShardRange(layout_, layout_.rank()));
+  absl::Status streamed = [&]() -> absl::Status {
+    std::vector<std::unique_ptr<ShardReader>> readers(meta.shards_size());
+    std::vector<float> host(std::min<int64_t>(range.size(), kChunk));
+    for (OptimizerState state : {OptimizerState::kMaster, OptimizerState::kExpAvg, OptimizerState::kExpAvgSq}) {
+      for (int64_t at = 0; at < range.size(); at += kChunk) {
+        const int64_t n = std::min(kChunk, range.size() - at);
+        MEMWALL_RETURN_IF_ERROR(ReadRange(step_dir, meta, readers, static_cast<int>(state), range.begin + at,
+                                          range.begin + at + n, host.data(), /*verify_crc=*/false));
+        MEMWALL_RETURN_IF_ERROR(optimizer_->WriteState(state, at, n, host.data()));
+      }
+    }
+    return absl::OkStatus();
+  }();
+  if (!streamed.ok()) {
+    // Verified, then failed while streaming (the file changed or the drive
+    // failed since): say that the states are half loaded.
+    streamed = absl::Status(streamed.code(), absl::StrCat(streamed.message(), " (after verifying ", step_dir,
+                                                          "; this trainer's states are now partly loaded: load a "
+                                                          "checkpoint again before training)"));
   }
+  MEMWALL_RETURN_IF_ERROR(Agree(streamed, absl::StrCat("streaming ", step_dir)));
   step_ = meta.step();
   adam_step_ = meta.adam_step();
   // A loss scale carries over only between fp16 runs.

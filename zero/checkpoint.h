@@ -23,7 +23,13 @@
 // this rank owns now: from one file when the world size is unchanged, from
 // the overlapping old shards when it differs (re-partitioning). Errors are
 // agreed on by all ranks (one all-gather), so every rank returns a Status
-// and none is left in a collective; a failed load changes nothing.
+// and none is left in a collective; a load that fails verification changes
+// nothing.
+//
+// Save and Load stream: 1 Mi elements of one state at a time between the
+// shard file and the optimizer's store (ZeRO-Infinity's NVMe store swaps
+// its sub-groups through its pinned buffers), so neither holds the shard
+// in memory: 4 MiB of host staging, whatever the model.
 #ifndef MEMWALL_ZERO_CHECKPOINT_H_
 #define MEMWALL_ZERO_CHECKPOINT_H_
 

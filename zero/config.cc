@@ -125,11 +125,10 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c, absl::string_view what) {
     }
   }
   if (o.device() != OffloadOptimizerConfig::NONE) {
-    if (c.stage() != 1 && c.stage() != 2) {
+    if (c.stage() == 0) {
       return Bad(absl::StrCat("offload_optimizer.device = ", OffloadOptimizerConfig::Device_Name(o.device()),
                               " with stage"),
-                 c.stage(),
-                 "needs stage 1 or 2 (ZeRO-Offload; stage 3 offload is ZeRO-Infinity's)");
+                 c.stage(), "needs stage 1, 2 or 3 (the offloaded optimizer steps this rank's shard)");
     }
     if (o.has_tile_elements() && o.tile_elements() <= 0) {
       return Bad("offload_optimizer.tile_elements", o.tile_elements(), "must be > 0 (unset: 4 Mi)");

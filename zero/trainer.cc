@@ -59,8 +59,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Dev
         ": create the trainer with ", nvme ? "infinity::CreateTrainer (//infinity)" : "offload::CreateTrainer (//offload)",
         ", which supplies the host optimizer"));
   }
-  if (options.shard_optimizer && (zero.stage() < 1 || zero.stage() > 2)) {
-    return absl::InvalidArgumentError(absl::StrCat("an offloaded optimizer needs ZeRO stage 1 or 2, not ",
+  if (options.shard_optimizer && zero.stage() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("an offloaded optimizer needs ZeRO stage 1, 2 or 3, not ",
                                                    zero.stage()));
   }
   std::unique_ptr<Trainer> t(new Trainer(model, device, comm, options, std::move(training)));

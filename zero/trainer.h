@@ -176,10 +176,10 @@ class Trainer {
   // All ranks agree on a local status: each gets the first failing rank's
   // story (its own message when it failed).
   absl::Status Agree(const absl::Status& local, absl::string_view what);
-  // Reads and verifies this rank's part of a checkpoint into host memory
-  // (master, m, v of the range it owns); changes nothing.
-  absl::Status LoadLocal(const std::string& step_dir, CheckpointMetadata& meta,
-                         std::vector<float> values[3]);
+  // Verifies a checkpoint against this run: its metadata, tensor table,
+  // batch, and the size and CRC-32 of every shard that holds this rank's
+  // range; reads no states into memory and changes nothing.
+  absl::Status VerifyCheckpoint(const std::string& step_dir, CheckpointMetadata& meta);
   // Where collectives run: a communication stream with overlap_comm and
   // reduce buckets, else the compute stream.
   Stream& coll() { return comm_stream_ ? *comm_stream_ : device_.compute_stream(); }
