@@ -6,10 +6,20 @@
 //     budget of five;
 //   - memory: the pinned optimizer-state bytes are the swap buffers, not 12
 //     per shard element, and equal the estimator's, tag by tag;
+//   - faults: ENOSPC, EIO and a write that makes no progress, injected
+//     under the engine on one rank, are every rank's Status naming that
+//     rank's swap file; the store refuses to step or save after; the run
+//     resumes from its last checkpoint bit for bit; short transfers are
+//     continued with no damage; a file system that refuses O_DIRECT trains;
 //   - refusals: a budget below three swap buffers (with the numbers), a
 //     swap directory that does not exist.
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +30,7 @@
 #include "runtime/cpu_device.h"
 #include "runtime/status.h"
 #include "runtime/timeline.h"
+#include "zero/checkpoint.h"
 #include "zero/estimator.h"
 #include "zero/testing.h"
 
@@ -44,6 +55,7 @@ struct Case {
   float initial_loss_scale = 65536.0f;
   int64_t budget = 0;  // swap buffers' pinned bytes (0: three)
   int64_t tile = kTile;
+  std::string swap_dir;  // "": SwapDir()
   std::string Name() const {
     return absl::StrCat("stage ", stage, " ", OffloadOptimizerConfig::Device_Name(where), " x", accumulation, " ",
                         zero::PrecisionName(precision), budget > 0 ? absl::StrCat(" budget ", budget) : "");
@@ -67,7 +79,7 @@ zero::TrainerOptions Options(const Case& c, int world) {
   z.mutable_offload_optimizer()->set_device(c.where);
   z.mutable_offload_optimizer()->set_tile_elements(c.tile);
   if (c.where == OffloadOptimizerConfig::NVME) {
-    z.mutable_offload_optimizer()->set_nvme_path(SwapDir());
+    z.mutable_offload_optimizer()->set_nvme_path(c.swap_dir.empty() ? SwapDir() : c.swap_dir);
     if (c.budget > 0) z.mutable_offload_optimizer()->set_pinned_budget_bytes(c.budget);
   }
   return o;
@@ -239,6 +251,122 @@ TEST_F(NvmeOffload, SwapWaitsAreZonesInTheStepBreakdown) {
   const std::string file = absl::StrCat(SwapDir(), "/memwall_states_rank", comm_->rank(), ".swap");
   EXPECT_EQ(int64_t(std::filesystem::file_size(file)), est->nvme_bytes);
   EXPECT_EQ(est->nvme_bytes, groups * SwapBufferBytes(kTile));
+}
+
+// A fault replaces the kernel's result of one transfer of the last rank's
+// engine (the second matching one after it is armed, mid-step).
+struct Fault {
+  std::string name;
+  bool write = false;        // a write-back, or a swap-in
+  int64_t result = 0;        // -errno, 0 (no progress), or a short count
+  absl::StatusCode code = absl::StatusCode::kOk;  // kOk: continued, no error
+};
+
+TEST_F(NvmeOffload, DiskFaultsAreStatusesNamingTheFileAndTheRunResumes) {
+  Case c{2, OffloadOptimizerConfig::NVME};
+  c.tile = 1024;  // more sub-groups than swap buffers: every step swaps in and out
+  const Outcome whole = Train(*comm_, c, 8);
+  ASSERT_EQ(whole.losses.size(), 8u);
+  const int faulty = W() - 1;
+  const std::string file = absl::StrCat("memwall_states_rank", faulty, ".swap");
+  const std::vector<Fault> faults = {
+      {"ENOSPC on a write-back", true, -ENOSPC, absl::StatusCode::kResourceExhausted},
+      {"EIO on a swap-in", false, -EIO, absl::StatusCode::kDataLoss},
+      {"a write-back that makes no progress", true, 0, absl::StatusCode::kDataLoss},
+      {"a short write-back", true, kAioAlignment, absl::StatusCode::kOk},
+      {"a short swap-in", false, kAioAlignment, absl::StatusCode::kOk},
+  };
+  static const auto* data = models::SyntheticSource(50000, 256, 3).release();
+  for (size_t i = 0; i < faults.size(); ++i) {
+    const Fault& f = faults[i];
+    SCOPED_TRACE(f.name);
+    // < 0: off; n: fires at the (n + 1)-th matching transfer from now.
+    auto armed = std::make_shared<std::atomic<int>>(-1);
+    AioFaultInjector inject = [armed, f](const AioBlockOp& op) -> std::optional<int64_t> {
+      if (op.write != f.write || armed->load() < 0 || armed->fetch_sub(1) != 0) return std::nullopt;
+      EXPECT_LT(f.result, op.bytes) << "a short count must be short";
+      return f.result;
+    };
+    const std::string dir = absl::StrCat(SwapDir(), "/faults_", i);
+    std::string saved;
+    {
+      auto device = *CreateCpuDevice();
+      auto model = *models::Gpt::Create(zero::test::SmallGpt());
+      zero::TrainerOptions o = Options(c, W());
+      o.shard_optimizer = NvmeOptimizerProvider(comm_->rank(), nullptr,
+                                                comm_->rank() == faulty ? inject : AioFaultInjector{});
+      auto t = zero::Trainer::Create(*model, *device, *comm_, o);
+      ASSERT_TRUE(t.ok()) << t.status();
+      for (int s = 0; s < 3; ++s) ASSERT_TRUE((*t)->Step(*data).ok());
+      auto path = (*t)->Save(dir);
+      ASSERT_TRUE(path.ok()) << path.status();
+      saved = *path;
+      armed->store(1);
+      auto st = (*t)->Step(*data);
+      if (f.code == absl::StatusCode::kOk) {
+        // Continued where it stopped: the run is the uninterrupted one.
+        ASSERT_TRUE(st.ok()) << st.status();
+        if (comm_->rank() == faulty) EXPECT_EQ(armed->load(), -1) << "the fault must have fired";
+        std::vector<double> losses{st->loss};
+        for (int s = 4; s < 8; ++s) {
+          auto next = (*t)->Step(*data);
+          ASSERT_TRUE(next.ok()) << next.status();
+          losses.push_back(next->loss);
+        }
+        EXPECT_EQ(losses, std::vector<double>(whole.losses.begin() + 3, whole.losses.end()));
+        auto w = (*t)->MasterWeights();
+        ASSERT_TRUE(w.ok()) << w.status();
+        EXPECT_EQ(zero::test::CountBitDifferences(*w, whole.weights), 0u);
+        continue;
+      }
+      // Every rank's Status: the faulting rank's code, naming its file.
+      ASSERT_FALSE(st.ok());
+      EXPECT_EQ(st.status().code(), f.code) << st.status();
+      EXPECT_NE(st.status().message().find(file), std::string::npos) << st.status();
+      // Nothing more comes out of the damaged store: no step, no checkpoint.
+      auto again = (*t)->Step(*data);
+      ASSERT_FALSE(again.ok());
+      EXPECT_NE(again.status().message().find("resume from the last checkpoint"), std::string::npos)
+          << again.status();
+      auto after = (*t)->Save(absl::StrCat(dir, "_after"));
+      EXPECT_FALSE(after.ok());
+      EXPECT_FALSE(zero::LatestCheckpoint(absl::StrCat(dir, "_after")).ok()) << "a checkpoint of damaged states";
+    }
+    if (f.code == absl::StatusCode::kOk) continue;
+    // Resumed from the last checkpoint (no faults): the uninterrupted run.
+    auto device = *CreateCpuDevice();
+    auto model = *models::Gpt::Create(zero::test::SmallGpt());
+    auto t = CreateTrainer(*model, *device, *comm_, Options(c, W()));
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_TRUE((*t)->Load(saved).ok());
+    std::vector<double> losses;
+    for (int s = 3; s < 8; ++s) {
+      auto st = (*t)->Step(*data);
+      ASSERT_TRUE(st.ok()) << st.status();
+      losses.push_back(st->loss);
+    }
+    EXPECT_EQ(losses, std::vector<double>(whole.losses.begin() + 3, whole.losses.end()));
+    auto w = (*t)->MasterWeights();
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(zero::test::CountBitDifferences(*w, whole.weights), 0u);
+  }
+}
+
+// tmpfs refuses O_DIRECT (before Linux 6.6): the engine falls back to
+// buffered I/O and says so; training is unchanged.
+TEST_F(NvmeOffload, TrainsWhereODirectIsRefused) {
+  if (!std::filesystem::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm here";
+  const std::string dir = absl::StrCat("/dev/shm/memwall_nvme_test_", ::getpid());
+  std::filesystem::create_directories(dir);
+  const Case disk{2, OffloadOptimizerConfig::NVME};
+  Case shm = disk;
+  shm.swap_dir = dir;
+  const Outcome want = Train(*comm_, disk, 4);
+  const Outcome got = Train(*comm_, shm, 4);
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(got.losses.size(), 4u);
+  EXPECT_EQ(got.losses, want.losses);
+  EXPECT_EQ(zero::test::CountBitDifferences(got.weights, want.weights), 0u);
 }
 
 TEST_F(NvmeOffload, RefusesABudgetBelowThreeSwapBuffersAndAMissingDirectory) {

@@ -75,11 +75,15 @@ class NvmeStateStore : public zero::OptimizerStateStore {
                                                        bytes, " bytes: ", std::strerror(err)));
     }
     MEMWALL_ASSIGN_OR_RETURN(aio_, AioEngine::Create(o.aio));
+    if (o.fault_injector) aio_->SetFaultInjector(o.fault_injector);
     MEMWALL_ASSIGN_OR_RETURN(file_, aio_->Open({path_}, /*create=*/false));
     return absl::OkStatus();
   }
 
+  bool fails_alone() const override { return true; }
+
   absl::StatusOr<zero::StateSubGroup> Acquire(int64_t k) override {
+    MEMWALL_RETURN_IF_ERROR(Broken());
     if (k < 0 || k >= sub_groups()) {
       return absl::OutOfRangeError(absl::StrCat("optimizer state sub-group ", k, " of ", sub_groups()));
     }
@@ -116,6 +120,7 @@ class NvmeStateStore : public zero::OptimizerStateStore {
   }
 
   absl::Status Release(const zero::StateSubGroup& g, bool written) override {
+    MEMWALL_RETURN_IF_ERROR(Broken());
     Slot* slot = Find(g.index);
     if (slot == nullptr || slot->state != SlotState::kAcquired) {
       return absl::FailedPreconditionError(absl::StrCat("NVMe offload: sub-group ", g.index, " released unacquired"));
@@ -124,7 +129,9 @@ class NvmeStateStore : public zero::OptimizerStateStore {
       slot->state = SlotState::kIdle;  // a clean copy
       return absl::OkStatus();
     }
-    MEMWALL_ASSIGN_OR_RETURN(slot->request, aio_->Write(file_, g.index * group_bytes_, slot->buffer.data(), group_bytes_));
+    absl::StatusOr<AioRequest> write = aio_->Write(file_, g.index * group_bytes_, slot->buffer.data(), group_bytes_);
+    if (!write.ok()) return Break(write.status());
+    slot->request = *std::move(write);
     slot->state = SlotState::kWriting;
     return absl::OkStatus();
   }
@@ -137,7 +144,7 @@ class NvmeStateStore : public zero::OptimizerStateStore {
         if (first.ok()) first = st;
       }
     }
-    return first;
+    return first.ok() ? Broken() : first;
   }
 
  private:
@@ -164,8 +171,23 @@ class NvmeStateStore : public zero::OptimizerStateStore {
     return best;
   }
 
+  // OK until a transfer failed; then every call's FailedPrecondition.
+  absl::Status Broken() const {
+    if (broken_.ok()) return broken_;
+    return absl::FailedPreconditionError(absl::StrCat("NVMe offload: resume from the last checkpoint: the swap file ",
+                                                      path_, " may hold stale optimizer states since an I/O error (",
+                                                      broken_.message(), ")"));
+  }
+  // Keeps the first failure (see Broken) and returns `st`.
+  absl::Status Break(absl::Status st) {
+    if (broken_.ok()) broken_ = st;
+    return st;
+  }
+
   absl::Status StartRead(Slot& s, int64_t k) {
-    MEMWALL_ASSIGN_OR_RETURN(s.request, aio_->Read(file_, k * group_bytes_, s.buffer.data(), group_bytes_));
+    absl::StatusOr<AioRequest> read = aio_->Read(file_, k * group_bytes_, s.buffer.data(), group_bytes_);
+    if (!read.ok()) return Break(read.status());
+    s.request = *std::move(read);
     s.group = k;
     s.state = SlotState::kReading;
     s.last_use = ++clock_;
@@ -185,9 +207,9 @@ class NvmeStateStore : public zero::OptimizerStateStore {
     }
     s.state = SlotState::kIdle;
     if (!st.ok()) {
-      if (reading) s.group = -1;
-      return absl::Status(st.code(), absl::StrCat("NVMe offload, sub-group ", group, " ",
-                                                  reading ? "swap-in" : "swap-out", ": ", st.message()));
+      s.group = -1;  // a failed read holds nothing; a failed write, no copy the file has
+      return Break(absl::Status(st.code(), absl::StrCat("NVMe offload, sub-group ", group, " ",
+                                                        reading ? "swap-in" : "swap-out", ": ", st.message())));
     }
     return absl::OkStatus();
   }
@@ -200,6 +222,7 @@ class NvmeStateStore : public zero::OptimizerStateStore {
   std::unique_ptr<AioEngine> aio_;
   AioFileId file_ = -1;
   int64_t clock_ = 0;
+  absl::Status broken_;  // the first failed transfer
 };
 
 }  // namespace

@@ -15,6 +15,12 @@
 // the Adam updates k while k - 1 is written: the fewest that pipeline, and
 // the number a budget must allow.
 //
+// A failed read or write (EIO, ENOSPC, a transfer that makes no progress)
+// is the Status of the call that waits for it, naming the swap file, the
+// offset and the errno. It also breaks the store: the file may now hold a
+// stale sub-group, so every later call fails, naming the first error, and
+// nothing can be stepped or saved from it; resume from a checkpoint.
+//
 // File layout: sub-group k at byte k · G of <dir>/memwall_states_rank<r>.swap
 // with G = 3 · S' · 4 (S' = the sub-group's elements rounded up to 1024, so
 // every transfer is O_DIRECT-aligned): master, exp_avg, exp_avg_sq. The
@@ -49,6 +55,8 @@ struct NvmeStateStoreOptions {
   // Zones kSwapWait on track kSwapTrack where the host waits on the file
   // (may be null).
   Timeline* timeline = nullptr;
+  // Tests: the engine's fault injector (AioEngine::SetFaultInjector).
+  AioFaultInjector fault_injector;
 };
 
 // The timeline track of the swap waits.

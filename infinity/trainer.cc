@@ -19,19 +19,22 @@ NvmeStateStoreOptions StoreOptions(const zero::ShardOptimizerRequest& r, int64_t
 
 }  // namespace
 
-offload::HostStateStore NvmeHostStateStore(int rank) {
+offload::HostStateStore NvmeHostStateStore(int rank, AioFaultInjector fault_injector) {
   offload::HostStateStore s;
   s.plan = [rank](const zero::ShardOptimizerRequest& r, int64_t sub_group) {
     return NvmeStateStorePlan(StoreOptions(r, sub_group, rank));
   };
-  s.create = [rank](const zero::ShardOptimizerRequest& r, int64_t sub_group) {
-    return CreateNvmeStateStore(*r.device, StoreOptions(r, sub_group, rank));
+  s.create = [rank, fault_injector](const zero::ShardOptimizerRequest& r, int64_t sub_group) {
+    NvmeStateStoreOptions o = StoreOptions(r, sub_group, rank);
+    o.fault_injector = fault_injector;
+    return CreateNvmeStateStore(*r.device, o);
   };
   return s;
 }
 
-zero::ShardOptimizerProvider NvmeOptimizerProvider(int rank, const offload::HostOptimizerHooks* hooks) {
-  return offload::HostOptimizerProvider(hooks, NvmeHostStateStore(rank));
+zero::ShardOptimizerProvider NvmeOptimizerProvider(int rank, const offload::HostOptimizerHooks* hooks,
+                                                   AioFaultInjector fault_injector) {
+  return offload::HostOptimizerProvider(hooks, NvmeHostStateStore(rank, std::move(fault_injector)));
 }
 
 absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model, Device& device, Communicator& comm,

@@ -24,10 +24,12 @@ namespace memwall::infinity {
 
 // The NVMe store for the host optimizer of rank `rank` (its plan: the swap
 // buffers), from request.zero.offload_optimizer.
-offload::HostStateStore NvmeHostStateStore(int rank);
+// `fault_injector` (tests): the I/O engine's (AioEngine::SetFaultInjector).
+offload::HostStateStore NvmeHostStateStore(int rank, AioFaultInjector fault_injector = {});
 
 // The host optimizer over the NVMe store, for the trainer and the estimator.
-zero::ShardOptimizerProvider NvmeOptimizerProvider(int rank, const offload::HostOptimizerHooks* hooks = nullptr);
+zero::ShardOptimizerProvider NvmeOptimizerProvider(int rank, const offload::HostOptimizerHooks* hooks = nullptr,
+                                                   AioFaultInjector fault_injector = {});
 
 absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model, Device& device, Communicator& comm,
                                                              zero::TrainerOptions options,

@@ -54,6 +54,7 @@ class DelayedUpdate : public zero::ShardOptimizer {
 
   // Everything else is the inner optimizer's.
   int64_t elements() const override { return inner_->elements(); }
+  bool fails_alone() const override { return inner_->fails_alone(); }
   zero::GradientSink* gradient_sink() override { return inner_->gradient_sink(); }
   absl::Status ZeroGradients(Stream& stream) override { return inner_->ZeroGradients(stream); }
   void BeginMicroBatch(int64_t index, int64_t count) override { inner_->BeginMicroBatch(index, count); }

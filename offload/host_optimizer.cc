@@ -69,6 +69,7 @@ class HostOptimizer : public DelayableOptimizer {
   }
 
   int64_t elements() const override { return n_; }
+  bool fails_alone() const override { return states_->fails_alone(); }
   zero::GradientSink* gradient_sink() override { return &grads_; }
   absl::Status ZeroGradients(Stream& stream) override { return grads_.ZeroGradients(stream); }
   void BeginMicroBatch(int64_t index, int64_t count) override { grads_.BeginMicroBatch(index, count); }

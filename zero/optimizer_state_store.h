@@ -64,6 +64,9 @@ class OptimizerStateStore {
   // Every write-back started by Release finished; the first failure among
   // them (a resident store has none).
   virtual absl::Status Sync() { return absl::OkStatus(); }
+  // Whether Acquire, Release or Sync can fail at run time (file I/O): a
+  // resident store cannot.
+  virtual bool fails_alone() const { return false; }
 
   // Host copies of elements [begin, begin + n) of a state, through
   // Acquire/Release of every sub-group they touch (checkpoints, export,

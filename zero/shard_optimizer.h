@@ -46,6 +46,11 @@ class ShardOptimizer {
  public:
   virtual ~ShardOptimizer() = default;
   virtual int64_t elements() const = 0;
+  // Whether Step or Flush can fail on this rank alone (the NVMe store's
+  // file I/O): the engine then agrees on their outcome before its next
+  // collective, so a disk error on one rank is every rank's Status and no
+  // rank is left waiting in a collective.
+  virtual bool fails_alone() const { return false; }
 
   // Where reduce buckets hand this rank's pieces (stages 2, 3), when the
   // gradient shard lives with the optimizer (ZeRO-Offload); null when it is

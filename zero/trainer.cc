@@ -126,6 +126,7 @@ absl::Status Trainer::Compose() {
     if (parts.master_is_values) master = params_->shard();
     MEMWALL_ASSIGN_OR_RETURN(optimizer_, CreateDeviceShardOptimizer(request, gradients_->shard(), master));
   }
+  agree_on_optimizer_ = optimizer_->fails_alone() && comm_.world_size() > 1;
   const MemoryPlan scalars = TrainerScalarsPlan();
   MEMWALL_ASSIGN_OR_RETURN(norm_, AllocatePlanned(device_, scalars, "norm"));
   MEMWALL_ASSIGN_OR_RETURN(loss_, AllocatePlanned(device_, scalars, "loss"));
@@ -153,9 +154,10 @@ absl::Status Trainer::InitializeValues() {
     }
   }
   // Rounded to the parameter type, and the master widened back from that.
-  MEMWALL_RETURN_IF_ERROR(optimizer_->WriteState(OptimizerState::kMaster, 0, shard, init.data()));
-  MEMWALL_RETURN_IF_ERROR(optimizer_->WriteValues(params_->shard(), s));
-  MEMWALL_RETURN_IF_ERROR(optimizer_->SetMasterFromValues(params_->shard(), s));
+  absl::Status initialized = optimizer_->WriteState(OptimizerState::kMaster, 0, shard, init.data());
+  if (initialized.ok()) initialized = optimizer_->WriteValues(params_->shard(), s);
+  if (initialized.ok()) initialized = optimizer_->SetMasterFromValues(params_->shard(), s);
+  MEMWALL_RETURN_IF_ERROR(AgreeOnOptimizer(initialized, "initializing the optimizer's states"));
   MEMWALL_RETURN_IF_ERROR(s.Synchronize());
   MEMWALL_RETURN_IF_ERROR(params_->Publish());
   MEMWALL_RETURN_IF_ERROR(coll().Synchronize());
@@ -181,10 +183,15 @@ absl::Status Trainer::RefreshComputeCopy() {
   return params_->Publish();
 }
 
+absl::Status Trainer::AgreeOnOptimizer(const absl::Status& local, absl::string_view what) {
+  return agree_on_optimizer_ ? Agree(local, what) : local;
+}
+
 absl::Status Trainer::Flush() {
   Stream& s = device_.compute_stream();
-  MEMWALL_ASSIGN_OR_RETURN(const bool changed, optimizer_->Flush(params_->shard(), s));
-  if (changed) MEMWALL_RETURN_IF_ERROR(params_->Publish());
+  const absl::StatusOr<bool> changed = optimizer_->Flush(params_->shard(), s);
+  MEMWALL_RETURN_IF_ERROR(AgreeOnOptimizer(changed.status(), "the optimizer's deferred update"));
+  if (*changed) MEMWALL_RETURN_IF_ERROR(params_->Publish());
   MEMWALL_RETURN_IF_ERROR(coll().Synchronize());
   return s.Synchronize();
 }
@@ -194,7 +201,8 @@ absl::StatusOr<std::vector<float>> Trainer::MasterWeights() {
   Stream& s = device_.compute_stream();
   const int64_t shard = layout_.shard();
   std::vector<float> mine(shard);
-  MEMWALL_RETURN_IF_ERROR(optimizer_->ReadState(OptimizerState::kMaster, 0, shard, mine.data()));
+  MEMWALL_RETURN_IF_ERROR(AgreeOnOptimizer(optimizer_->ReadState(OptimizerState::kMaster, 0, shard, mine.data()),
+                                           "reading the master weights"));
   if (layout_.world() == 1) {  // one owner: this rank's shard is the whole
     mine.resize(layout_.numel());
     return mine;
@@ -316,8 +324,9 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
       clean_steps_ = 0;
     }
   }
-  MEMWALL_ASSIGN_OR_RETURN(const bool changed, optimizer_->Step(outcome, params_->shard(), s));
-  if (changed) MEMWALL_RETURN_IF_ERROR(params_->Publish());
+  const absl::StatusOr<bool> changed = optimizer_->Step(outcome, params_->shard(), s);
+  MEMWALL_RETURN_IF_ERROR(AgreeOnOptimizer(changed.status(), "the optimizer step"));
+  if (*changed) MEMWALL_RETURN_IF_ERROR(params_->Publish());
   MEMWALL_RETURN_IF_ERROR(c.Synchronize());
   MEMWALL_RETURN_IF_ERROR(s.Synchronize());
 

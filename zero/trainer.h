@@ -176,6 +176,9 @@ class Trainer {
   // All ranks agree on a local status: each gets the first failing rank's
   // story (its own message when it failed).
   absl::Status Agree(const absl::Status& local, absl::string_view what);
+  // Agree when the optimizer can fail alone (ShardOptimizer::fails_alone)
+  // and there is more than one rank; else `local`.
+  absl::Status AgreeOnOptimizer(const absl::Status& local, absl::string_view what);
   // Verifies a checkpoint against this run: its metadata, tensor table,
   // batch, and the size and CRC-32 of every shard that holds this rank's
   // range; reads no states into memory and changes nothing.
@@ -199,6 +202,7 @@ class Trainer {
   std::unique_ptr<GradientReduction> gradients_;
   std::unique_ptr<ShardOptimizer> optimizer_;  // after gradients_: may read its shard
   int hook_id_ = 0;
+  bool agree_on_optimizer_ = false;  // see AgreeOnOptimizer
   Buffer norm_;                  // [sum of squares, inf/NaN flag]
   Buffer loss_;                  // [loss sum, tokens] for the all-reduce
   int64_t step_ = 0;
