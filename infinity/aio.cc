@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -71,7 +72,18 @@ struct AioRequest::State {
   int64_t remaining = 0;  // blocks not yet completed
   absl::Status status;    // the first failure
   bool waited = false;
+  int64_t submitted_ns = 0, completed_ns = 0;
 };
+
+namespace {
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+int64_t AioRequest::submitted_ns() const { return state_ ? state_->submitted_ns : 0; }
+int64_t AioRequest::completed_ns() const { return state_ ? state_->completed_ns : 0; }
 
 namespace {
 
@@ -93,7 +105,10 @@ void Finish(Block* b, const absl::Status& status) {
   {
     std::lock_guard<std::mutex> lock(b->request->mu);
     if (!status.ok() && b->request->status.ok()) b->request->status = status;
-    if (--b->request->remaining == 0) b->request->done.notify_all();
+    if (--b->request->remaining == 0) {
+      b->request->completed_ns = SteadyNowNs();
+      b->request->done.notify_all();
+    }
   }
   delete b;
 }
@@ -400,6 +415,8 @@ absl::StatusOr<AioRequest> AioEngine::Submit(bool write, AioFileId id, int64_t o
     }
   }
   request->remaining = static_cast<int64_t>(blocks.size());
+  request->submitted_ns = SteadyNowNs();
+  if (blocks.empty()) request->completed_ns = request->submitted_ns;
   for (Block* b : blocks) {
     b->index = impl_->blocks.fetch_add(1);
     Impl::Worker& w = *impl_->workers[b->index % impl_->workers.size()];

@@ -70,6 +70,10 @@ class AioRequest {
   struct State;  // the engine's (aio.cc)
   AioRequest() = default;
   bool valid() const { return state_ != nullptr; }
+  // After Wait: when it was submitted and when its last block completed,
+  // in steady-clock nanoseconds (the timeline's clock, TimelineNowNs).
+  int64_t submitted_ns() const;
+  int64_t completed_ns() const;
 
  private:
   friend class AioEngine;

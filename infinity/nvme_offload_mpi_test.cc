@@ -11,6 +11,8 @@
 //     rank's swap file; the store refuses to step or save after; the run
 //     resumes from its last checkpoint bit for bit; short transfers are
 //     continued with no damage; a file system that refuses O_DIRECT trains;
+//   - a pinned-host budget that CPU offload does not fit ("does not fit")
+//     trains under NVMe offload, within the budget;
 //   - refusals: a budget below three swap buffers (with the numbers), a
 //     swap directory that does not exist.
 #include <unistd.h>
@@ -215,13 +217,15 @@ TEST_F(NvmeOffload, PinnedStatesAreTheSwapBuffersAsEstimated) {
 }
 
 // The host's waits on the swap file are zones (kSwapWait on kSwapTrack),
-// and the step's breakdown counts them: at least one swap-in per sub-group
-// and the write-backs, every step.
+// and so are the transfers (kSwapIn, kSwapOut with their bytes); the step's
+// breakdown counts them, with the transfers' rates.
 TEST_F(NvmeOffload, SwapWaitsAreZonesInTheStepBreakdown) {
   auto device = *CreateCpuDevice();
   auto model = *models::Gpt::Create(zero::test::SmallGpt());
   Timeline timeline;
-  zero::TrainerOptions o = Options(Case{2, OffloadOptimizerConfig::NVME}, W());
+  Case c{2, OffloadOptimizerConfig::NVME};
+  c.tile = 1024;  // more sub-groups than swap buffers
+  zero::TrainerOptions o = Options(c, W());
   o.timeline = &timeline;
   auto t = CreateTrainer(*model, *device, *comm_, o);
   ASSERT_TRUE(t.ok()) << t.status();
@@ -230,7 +234,8 @@ TEST_F(NvmeOffload, SwapWaitsAreZonesInTheStepBreakdown) {
   auto st = (*t)->Step(*data);
   ASSERT_TRUE(st.ok()) << st.status();
   const int64_t shard = (models::CountParameters(zero::test::SmallGpt()) + W() - 1) / W();
-  const int64_t groups = (shard + kTile - 1) / kTile;
+  const int64_t groups = (shard + c.tile - 1) / c.tile;
+  ASSERT_GT(groups, kMinSwapBuffers);
   int64_t waits = 0;
   for (const Zone& z : timeline.Zones()) {
     if (z.kind != ZoneKind::kSwapWait) continue;
@@ -240,6 +245,27 @@ TEST_F(NvmeOffload, SwapWaitsAreZonesInTheStepBreakdown) {
   }
   EXPECT_GE(waits, groups) << "one swap-in per sub-group at least";
   EXPECT_NE(st->breakdown.find("swap wait"), std::string::npos) << st->breakdown;
+  // Every sub-group is read and written once a step (more sub-groups than
+  // swap buffers), whole: the transfer zones' bytes, on their tracks.
+  int64_t in_bytes = 0, out_bytes = 0;
+  for (const Zone& z : timeline.Zones()) {
+    if (z.kind == ZoneKind::kSwapIn) {
+      EXPECT_EQ(z.track, kSwapInTrack);
+      EXPECT_TRUE(z.complete());
+      in_bytes += z.bytes;
+    }
+    if (z.kind == ZoneKind::kSwapOut) {
+      EXPECT_EQ(z.track, kSwapOutTrack);
+      EXPECT_TRUE(z.complete());
+      out_bytes += z.bytes;
+    }
+  }
+  EXPECT_EQ(out_bytes, groups * SwapBufferBytes(c.tile));
+  EXPECT_GE(in_bytes, (groups - 3) * SwapBufferBytes(c.tile)) << "at most the buffers' three stay resident";
+  EXPECT_EQ(in_bytes % SwapBufferBytes(c.tile), 0);
+  EXPECT_NE(st->breakdown.find("swap-in"), std::string::npos) << st->breakdown;
+  EXPECT_NE(st->breakdown.find("swap-out"), std::string::npos) << st->breakdown;
+  EXPECT_NE(st->breakdown.find(" GB/s"), std::string::npos) << st->breakdown;
   // The swap file on the drive is what the estimator says it will be.
   zero::EstimateInput in;
   in.model = zero::test::SmallGpt();
@@ -250,7 +276,55 @@ TEST_F(NvmeOffload, SwapWaitsAreZonesInTheStepBreakdown) {
   ASSERT_TRUE(est.ok()) << est.status();
   const std::string file = absl::StrCat(SwapDir(), "/memwall_states_rank", comm_->rank(), ".swap");
   EXPECT_EQ(int64_t(std::filesystem::file_size(file)), est->nvme_bytes);
-  EXPECT_EQ(est->nvme_bytes, groups * SwapBufferBytes(kTile));
+  EXPECT_EQ(est->nvme_bytes, groups * SwapBufferBytes(c.tile));
+}
+
+// A pinned-host budget of exactly what the estimator says NVMe offload
+// needs, below the optimizer states' 12 bytes per shard element: CPU
+// offload is refused with "does not fit", NVMe offload trains within it
+// (and equals CPU offload's training on an unlimited host).
+TEST_F(NvmeOffload, TrainsWhereCpuOffloadDoesNotFitThePinnedBudget) {
+  const int64_t shard = (models::CountParameters(zero::test::SmallGpt()) + W() - 1) / W();
+  Case cpu;
+  cpu.tile = 512;
+  cpu.precision = Precision::BF16;
+  Case nvme = cpu;
+  nvme.where = OffloadOptimizerConfig::NVME;
+  zero::EstimateInput in;
+  in.model = zero::test::SmallGpt();
+  in.ranks = W();
+  in.training = Options(nvme, W()).training;
+  in.optimizer = NvmeOptimizerProvider(comm_->rank());
+  auto est = zero::EstimateMemory(in);
+  ASSERT_TRUE(est.ok()) << est.status();
+  const size_t budget = size_t(est->host_bytes);
+  ASSERT_LT(int64_t(budget), 12 * shard) << "the states alone must exceed the budget";
+  CpuDeviceOptions limited;
+  limited.pinned_budget_bytes = budget;
+  auto model = *models::Gpt::Create(zero::test::SmallGpt());
+  {
+    auto device = *CreateCpuDevice(limited);
+    auto t = CreateTrainer(*model, *device, *comm_, Options(cpu, W()));
+    ASSERT_FALSE(t.ok()) << "CPU offload must not fit " << budget << " pinned bytes";
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted) << t.status();
+    EXPECT_NE(t.status().message().find("does not fit"), std::string::npos) << t.status();
+  }
+  const Outcome want = Train(*comm_, cpu, 4);
+  auto device = *CreateCpuDevice(limited);
+  auto t = CreateTrainer(*model, *device, *comm_, Options(nvme, W()));
+  ASSERT_TRUE(t.ok()) << t.status();
+  static const auto* data = models::SyntheticSource(50000, 256, 3).release();
+  std::vector<double> losses;
+  for (int i = 0; i < 4; ++i) {
+    auto st = (*t)->Step(*data);
+    ASSERT_TRUE(st.ok()) << st.status();
+    losses.push_back(st->loss);
+  }
+  EXPECT_EQ(losses, want.losses);
+  EXPECT_LE(device->pinned_host().account().total_peak(), budget);
+  auto w = (*t)->MasterWeights();
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(zero::test::CountBitDifferences(*w, want.weights), 0u);
 }
 
 // A fault replaces the kernel's result of one transfer of the last rank's

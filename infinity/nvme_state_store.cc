@@ -206,6 +206,10 @@ class NvmeStateStore : public zero::OptimizerStateStore {
       st = aio_->Wait(s.request);
     }
     s.state = SlotState::kIdle;
+    if (st.ok() && timeline_ != nullptr) {
+      timeline_->AddSpan(reading ? kSwapInTrack : kSwapOutTrack, reading ? ZoneKind::kSwapIn : ZoneKind::kSwapOut,
+                         s.request.submitted_ns(), s.request.completed_ns(), group_bytes_);
+    }
     if (!st.ok()) {
       s.group = -1;  // a failed read holds nothing; a failed write, no copy the file has
       return Break(absl::Status(st.code(), absl::StrCat("NVMe offload, sub-group ", group, " ",

@@ -52,15 +52,18 @@ struct NvmeStateStoreOptions {
   // Pinned bytes the swap buffers may take; 0: exactly kMinSwapBuffers.
   int64_t pinned_budget_bytes = 0;
   AioOptions aio;
-  // Zones kSwapWait on track kSwapTrack where the host waits on the file
-  // (may be null).
+  // Zones kSwapWait on track kSwapTrack where the host waits on the file,
+  // and each transfer's kSwapIn / kSwapOut (may be null).
   Timeline* timeline = nullptr;
   // Tests: the engine's fault injector (AioEngine::SetFaultInjector).
   AioFaultInjector fault_injector;
 };
 
-// The timeline track of the swap waits.
+// The timeline tracks of the swap waits (the host's), and of the reads
+// and writes in flight (submission to completion, with their bytes).
 inline constexpr absl::string_view kSwapTrack = "nvme swap";
+inline constexpr absl::string_view kSwapInTrack = "nvme swap-in";
+inline constexpr absl::string_view kSwapOutTrack = "nvme swap-out";
 
 // G: one sub-group's bytes in the file and in a swap buffer.
 int64_t SwapBufferBytes(int64_t sub_group_elements);

@@ -1,9 +1,10 @@
-// //repro:estimate: how much device and pinned host memory one rank needs,
-// before launching (zero/estimator.h).
+// //repro:estimate: how much device memory, pinned host memory and NVMe one
+// rank needs, before launching (zero/estimator.h).
 //
 //   ./bazelw run //repro:estimate -- (--params=N | --model=FILE.textproto [--model_name=NAME])
 //       --ranks=N [--config=TRAINING.textproto] [--set='zero { stage: 2 } micro_batch: 4']
-//       [--checkpointing=true|false] [--device_bytes=N] [--format=text|json]
+//       [--checkpointing=true|false] [--device_bytes=N] [--host_bytes=N] [--disk_bytes=N]
+//       [--format=text|json]
 //
 // The run's settings are the trainer's own TrainingConfig
 // (zero/training_config.proto: seq, micro_batch, precision, zero with its
@@ -14,7 +15,9 @@
 // proto, or a GptConfigList (for example models/configs/papers.textproto)
 // with --model_name picking an entry.
 // Exits 0 with the estimate (one JSON object with --format=json), 1 when
-// the run does not fit --device_bytes, 2 on bad input.
+// the run does not fit --device_bytes, --host_bytes (pinned) or
+// --disk_bytes (NVMe offload's swap files), each budget per rank and the
+// verdict said for each, 2 on bad input.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -41,6 +44,8 @@ ABSL_FLAG(std::string, config, "", "TrainingConfig text proto file (zero/trainin
 ABSL_FLAG(std::string, set, "", "TrainingConfig fields in text-proto form, over --config, e.g. 'zero { stage: 3 }'");
 ABSL_FLAG(std::string, checkpointing, "", "true or false (default: the model's setting)");
 ABSL_FLAG(int64_t, device_bytes, 0, "device memory per rank to check against (0: none)");
+ABSL_FLAG(int64_t, host_bytes, 0, "pinned host memory per rank to check against (0: none)");
+ABSL_FLAG(int64_t, disk_bytes, 0, "NVMe bytes per rank (the swap files) to check against (0: none)");
 ABSL_FLAG(std::string, format, "text", "text or json");
 
 namespace memwall::zero {
@@ -113,6 +118,8 @@ absl::StatusOr<Estimate> Run() {
     return absl::InvalidArgumentError(absl::StrCat("--checkpointing=", ckpt, " is not true or false"));
   }
   in.device_bytes = absl::GetFlag(FLAGS_device_bytes);
+  in.host_bytes = absl::GetFlag(FLAGS_host_bytes);
+  in.disk_bytes = absl::GetFlag(FLAGS_disk_bytes);
   const std::string format = absl::GetFlag(FLAGS_format);
   if (format != "text" && format != "json") {
     return absl::InvalidArgumentError(absl::StrCat("--format=", format, " is not text or json"));

@@ -48,8 +48,8 @@ err=$($bin --params=100 --set='zero { stage: 2 offload_optimizer { device: GPU }
 err=$($bin --params=100 --set='zero { stage: 2 offload_optimizer { delayed_update_after_steps: 40 } }' 2>&1); code=$?
 [[ $code -eq 2 && "$err" == *"zero.offload_optimizer.delayed_update_after_steps = 40 needs offload_optimizer.device = CPU"* ]] \
   || fail "dpu without offload: $err"
-err=$($bin --params=100 --set='zero { stage: 3 offload_optimizer { device: CPU } }' 2>&1); code=$?
-[[ $code -eq 2 && "$err" == *"offload_optimizer.device = CPU with stage = 3"* ]] || fail "offload at stage 3: $err"
+err=$($bin --params=100 --set='zero { stage: 0 offload_optimizer { device: CPU } }' 2>&1); code=$?
+[[ $code -eq 2 && "$err" == *"offload_optimizer.device = CPU with stage = 0"* ]] || fail "offload at stage 0: $err"
 err=$($bin --params=100 --set='zero { stage: 4 }' 2>&1); code=$?
 [[ $code -eq 2 && "$err" == *"TrainingConfig zero.stage = 4"* ]] || fail "stage 4: exit $code: $err"
 err=$($bin --params=100 --set='micro_batch: 0' 2>&1); code=$?
@@ -83,4 +83,21 @@ host=$((3 * 3 * 4 * 4194304 + 2 * 10000000000 + 64 * 1048576 + 2 * 2 * 4194304 +
 groups=$(( (10000000000 + 4194303) / 4194304 ))
 nvme=$(( groups * 3 * 4194304 * 4 ))   # the swap file: master, exp_avg, exp_avg_sq per sub-group
 [[ "$json" == *"\"nvme_bytes_per_rank\": $nvme,"* ]] || fail "NVMe offload swap file bytes != $nvme"
+# The verdict for each budget, at the byte: exit 1 and "DOES NOT FIT" for
+# the one a byte short, exit 0 when all three hold.
+nvme_set='zero { stage: 2 offload_optimizer { device: NVME nvme_path: "/nvme" } }'
+out=$($bin --params=10000000000 --set="$nvme_set" --host_bytes=$host --disk_bytes=$nvme) \
+  || fail "exact host and disk budgets: exit $?"
+[[ "$out" == *"fits in"*"of pinned host memory"* && "$out" == *"fits in"*"of disk (NVMe swap files)"* ]] || fail "verdicts: $out"
+out=$($bin --params=10000000000 --set="$nvme_set" --host_bytes=$((host - 1)) --disk_bytes=$nvme); code=$?
+[[ $code -eq 1 && "$out" == *"DOES NOT FIT in"*"of pinned host memory"* && "$out" == *"fits in"*"of disk (NVMe swap files)"* ]] \
+  || fail "host a byte short: exit $code: $out"
+json=$($bin --params=10000000000 --set="$nvme_set" --host_bytes=$host --disk_bytes=$((nvme - 1)) --format=json); code=$?
+[[ $code -eq 1 && "$json" == *"\"fits\": false"* && "$json" == *"\"fits_host\": true"* && "$json" == *"\"fits_disk\": false"* ]] \
+  || fail "disk a byte short: exit $code: $json"
+# CPU offload of the same model needs 12 bytes a parameter more pinned memory.
+out=$($bin --params=10000000000 --set='zero { stage: 2 offload_optimizer { device: CPU } }' --host_bytes=$host); code=$?
+[[ $code -eq 1 && "$out" == *"DOES NOT FIT in"*"of pinned host memory"* ]] || fail "CPU offload under NVMe's host budget: exit $code: $out"
+err=$($bin --params=100 --disk_bytes=-1 2>&1); code=$?
+[[ $code -eq 2 && "$err" == *"disk_bytes = -1 must be >= 0"* ]] || fail "negative disk budget: $err"
 echo PASS

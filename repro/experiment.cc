@@ -99,6 +99,18 @@ absl::Status ValidateOffload(const Experiment& e) {
   if (o.write_traces() && e.kind() != Experiment::OFFLOAD_THROUGHPUT) {
     return Bad("offload.write_traces", "true", "is for OFFLOAD_THROUGHPUT");
   }
+  if (o.host_pinned_memory_bytes() < 0) {
+    return Bad("offload.host_pinned_memory_bytes", o.host_pinned_memory_bytes(), "must be >= 0 (0: unlimited)");
+  }
+  if (o.tile_elements() < 0) return Bad("offload.tile_elements", o.tile_elements(), "must be >= 0 (0: 4 Mi)");
+  if (o.swap_buffer_bytes() < 0) {
+    return Bad("offload.swap_buffer_bytes", o.swap_buffer_bytes(), "must be >= 0 (0: three swap buffers)");
+  }
+  if (!seen.count(OffloadSweep::STAGE3_NVME) && (!o.nvme_path().empty() || o.swap_buffer_bytes() != 0)) {
+    return Bad(o.nvme_path().empty() ? "offload.swap_buffer_bytes" : "offload.nvme_path",
+               o.nvme_path().empty() ? absl::StrCat(o.swap_buffer_bytes()) : absl::StrCat("\"", o.nvme_path(), "\""),
+               "needs the STAGE3_NVME mode");
+  }
   return absl::OkStatus();
 }
 
@@ -109,7 +121,8 @@ absl::Status ValidateExperiment(const Experiment& e) {
     return Bad("name", absl::StrCat("\"", e.name(), "\""), "must be non-empty lower case, digits and '_' (it names results/<name>/)");
   }
   if (e.kind() == Experiment::KIND_UNSPECIFIED) {
-    return Bad("kind", "KIND_UNSPECIFIED", "must name what to run (ZERO_MEMORY, OFFLOAD_MAX_MODEL, OFFLOAD_THROUGHPUT)");
+    return Bad("kind", "KIND_UNSPECIFIED",
+               "must name what to run (ZERO_MEMORY, OFFLOAD_MAX_MODEL, OFFLOAD_THROUGHPUT, INFINITY_MAX_MODEL)");
   }
   if (e.device() != "cpu") {
     return Bad("device", absl::StrCat("\"", e.device(), "\""), "must be cpu (the only device these experiments measure so far)");
@@ -132,8 +145,11 @@ absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::s
   if (absl::Status st = ParseTextProto(text, origin, &e); !st.ok()) return st;
   if (e.steps() == 0) e.set_steps(2);
   if (e.device().empty()) e.set_device("cpu");
-  if (e.kind() == Experiment::OFFLOAD_MAX_MODEL || e.kind() == Experiment::OFFLOAD_THROUGHPUT) {
+  if (e.kind() != Experiment::ZERO_MEMORY && e.kind() != Experiment::KIND_UNSPECIFIED) {
     OffloadSweep& o = *e.mutable_offload();
+    if (o.modes().empty() && e.kind() == Experiment::INFINITY_MAX_MODEL) {
+      for (auto mode : {OffloadSweep::STAGE3, OffloadSweep::STAGE3_OFFLOAD, OffloadSweep::STAGE3_NVME}) o.add_modes(mode);
+    }
     if (o.modes().empty()) {
       for (auto mode : {OffloadSweep::STAGE0, OffloadSweep::STAGE2, OffloadSweep::OFFLOAD, OffloadSweep::OFFLOAD_DPU}) {
         o.add_modes(mode);

@@ -10,6 +10,8 @@
 
 #include "gtest/gtest.h"
 #include "repro/harness.h"
+#include "repro/offload.h"
+#include "zero/config.h"
 #include "runtime/files.h"
 
 namespace memwall::repro {
@@ -162,13 +164,46 @@ TEST(Experiment, EachBadOffloadValueNamesItsField) {
          "model = {...} must be unset for OFFLOAD_MAX_MODEL");
   expect(ParseExperiment(std::string(kGood) + "offload { dpu_after_steps: 1 }", "offload.textproto").status(),
          "offload = {...} must be unset for ZERO_MEMORY");
+  expect(ParseOffload("offload {", "offload { host_pinned_memory_bytes: -1"),
+         "offload.host_pinned_memory_bytes = -1 must be >= 0");
+  expect(ParseOffload("offload {", "offload { tile_elements: -2"), "offload.tile_elements = -2 must be >= 0");
+  expect(ParseOffload("offload {", "offload { nvme_path: \"/nvme\""),
+         "offload.nvme_path = \"/nvme\" needs the STAGE3_NVME mode");
+  expect(ParseOffload("offload {", "offload { modes: [STAGE3_NVME] swap_buffer_bytes: -1"),
+         "offload.swap_buffer_bytes = -1 must be >= 0");
   std::string no_ladder = kGoodOffload;
   no_ladder = no_ladder.substr(0, no_ladder.find("  offload {"));
   expect(ParseExperiment(no_ladder, "offload.textproto").status(), "offload.ladder = [] must list at least one model");
 }
 
+// INFINITY_MAX_MODEL's modes default to the ZeRO-3 three; each mode's
+// trainer options are its stage and offload placement.
+TEST(Experiment, InfinityModesAndTheirOptions) {
+  std::string text = kGoodOffload;
+  text.replace(text.find("OFFLOAD_MAX_MODEL"), 17, "INFINITY_MAX_MODEL");
+  text.replace(text.find("offload {"), 9, "offload { nvme_path: \"/nvme\" tile_elements: 4096 swap_buffer_bytes: 1048576");
+  auto e = ParseExperiment(text, "infinity");
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_EQ(e->offload().modes_size(), 3);
+  EXPECT_EQ(e->offload().modes(0), OffloadSweep::STAGE3);
+  EXPECT_EQ(e->offload().modes(2), OffloadSweep::STAGE3_NVME);
+  const zero::TrainerOptions plain = OffloadTrainerOptions(*e, OffloadSweep::STAGE3);
+  EXPECT_EQ(plain.training.zero().stage(), 3);
+  EXPECT_EQ(plain.training.zero().offload_optimizer().device(), zero::OffloadOptimizerConfig::NONE);
+  const zero::TrainerOptions cpu = OffloadTrainerOptions(*e, OffloadSweep::STAGE3_OFFLOAD);
+  EXPECT_EQ(cpu.training.zero().stage(), 3);
+  EXPECT_EQ(cpu.training.zero().offload_optimizer().device(), zero::OffloadOptimizerConfig::CPU);
+  EXPECT_EQ(cpu.training.zero().offload_optimizer().tile_elements(), 4096);
+  const zero::TrainerOptions nvme = OffloadTrainerOptions(*e, OffloadSweep::STAGE3_NVME);
+  EXPECT_EQ(nvme.training.zero().offload_optimizer().device(), zero::OffloadOptimizerConfig::NVME);
+  EXPECT_EQ(nvme.training.zero().offload_optimizer().nvme_path(), "/nvme");
+  EXPECT_EQ(nvme.training.zero().offload_optimizer().pinned_budget_bytes(), 1048576);
+  EXPECT_TRUE(zero::ValidateTrainingConfig(nvme.training, "").ok());
+}
+
 TEST(Experiment, CiSizedExperimentsParse) {
-  for (const char* path : {"repro/testdata/offload_max_model_ci.textproto", "repro/testdata/offload_throughput_ci.textproto"}) {
+  for (const char* path : {"repro/testdata/offload_max_model_ci.textproto", "repro/testdata/offload_throughput_ci.textproto",
+                           "repro/testdata/infinity_max_model_ci.textproto"}) {
     auto e = LoadExperiment(path);
     EXPECT_TRUE(e.ok()) << path << ": " << e.status();
   }

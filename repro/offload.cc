@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -10,7 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "models/data.h"
 #include "models/gpt.h"
-#include "offload/host_optimizer.h"
+#include "infinity/trainer.h"
 #include "ops/ops.h"
 #include "repro/experiment.h"
 #include "repro/harness.h"
@@ -52,6 +53,7 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
 
   CpuDeviceOptions device_options;
   device_options.memory_budget_bytes = static_cast<size_t>(e.offload().device_memory_bytes());
+  device_options.pinned_budget_bytes = static_cast<size_t>(e.offload().host_pinned_memory_bytes());
   MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateCpuDevice(device_options));
   std::unique_ptr<Communicator> comm = CreateSingleProcessCommunicator();
   auto data = models::SyntheticSource(1 << 20, config.vocab(), 11);
@@ -75,7 +77,7 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
   {
     auto model = models::Gpt::Create(config);
     if (!model.ok()) return model.status();
-    auto trainer = offload::CreateTrainer(**model, *device, *comm, options);
+    auto trainer = infinity::CreateTrainer(**model, *device, *comm, options);
     if (!trainer.ok()) return record_failure(trainer.status());
     double timed_seconds = 0, idle = 0;
     int64_t timed_tokens = 0;
@@ -117,14 +119,32 @@ std::string ModeName(Mode mode) {
     case OffloadSweep::STAGE2: return "stage2";
     case OffloadSweep::OFFLOAD: return "stage2+offload";
     case OffloadSweep::OFFLOAD_DPU: return "stage2+offload+dpu";
+    case OffloadSweep::STAGE3: return "stage3";
+    case OffloadSweep::STAGE3_OFFLOAD: return "stage3+offload";
+    case OffloadSweep::STAGE3_NVME: return "stage3+nvme";
     default: return "unspecified";
   }
 }
 
 zero::TrainerOptions OffloadTrainerOptions(const Experiment& e, Mode mode) {
-  zero::TrainerOptions o = TrainerOptionsFor(e, mode == OffloadSweep::STAGE0 ? 0 : 2, 1);
-  if (mode == OffloadSweep::OFFLOAD || mode == OffloadSweep::OFFLOAD_DPU) {
-    o.training.mutable_zero()->mutable_offload_optimizer()->set_device(zero::OffloadOptimizerConfig::CPU);
+  const int stage = mode == OffloadSweep::STAGE0 ? 0 : mode >= OffloadSweep::STAGE3 ? 3 : 2;
+  zero::TrainerOptions o = TrainerOptionsFor(e, stage, 1);
+  zero::OffloadOptimizerConfig& offload = *o.training.mutable_zero()->mutable_offload_optimizer();
+  if (mode == OffloadSweep::OFFLOAD || mode == OffloadSweep::OFFLOAD_DPU || mode == OffloadSweep::STAGE3_OFFLOAD) {
+    offload.set_device(zero::OffloadOptimizerConfig::CPU);
+  }
+  if (mode == OffloadSweep::STAGE3_NVME) {
+    offload.set_device(zero::OffloadOptimizerConfig::NVME);
+    const char* tmp = std::getenv("TMPDIR");
+    offload.set_nvme_path(!e.offload().nvme_path().empty() ? e.offload().nvme_path()
+                          : tmp != nullptr && *tmp != '\0'  ? tmp
+                                                            : "/tmp");
+    if (e.offload().swap_buffer_bytes() > 0) offload.set_pinned_budget_bytes(e.offload().swap_buffer_bytes());
+  }
+  if (offload.device() == zero::OffloadOptimizerConfig::NONE) {
+    o.training.mutable_zero()->clear_offload_optimizer();
+  } else if (e.offload().tile_elements() > 0) {
+    offload.set_tile_elements(e.offload().tile_elements());
   }
   if (mode == OffloadSweep::OFFLOAD_DPU) {
     o.training.mutable_zero()->mutable_offload_optimizer()->set_delayed_update_after_steps(e.offload().dpu_after_steps());
@@ -173,25 +193,47 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e) {
   return rows;
 }
 
-std::string MaxModelSummaryCsv(const std::vector<OffloadRow>& rows) {
+namespace {
+
+// Per mode the largest model that fit and its Ψ over `base` mode's largest,
+// a "measured" row each, under the header "mode,largest_model,
+// largest_params,<ratio_column>,source".
+std::string LargestPerMode(const std::vector<OffloadRow>& rows, const std::string& base_mode,
+                           const std::string& ratio_column) {
   std::vector<std::string> modes;
   std::map<std::string, const OffloadRow*> largest;
   for (const OffloadRow& r : rows) {
     if (std::find(modes.begin(), modes.end(), r.mode) == modes.end()) modes.push_back(r.mode);
     if (r.fits && (!largest[r.mode] || r.params > largest[r.mode]->params)) largest[r.mode] = &r;
   }
-  std::string csv = "mode,largest_model,largest_params,ratio_to_stage0,source\n";
-  const OffloadRow* base = largest["stage0"];
+  std::string csv = absl::StrCat("mode,largest_model,largest_params,", ratio_column, ",source\n");
+  const OffloadRow* base = largest[base_mode];
   for (const std::string& mode : modes) {
     const OffloadRow* r = largest[mode];
     absl::StrAppend(&csv, mode, ",", r ? CsvField(r->model) : "", ",", r ? absl::StrCat(r->params) : "0", ",",
                     r && base ? absl::StrFormat("%.3f", double(r->params) / double(base->params)) : "",
                     ",measured\n");
   }
-  // ZeRO-Offload §6.2.1, Figure 7: one 32 GB V100.
-  absl::StrAppend(&csv, "stage0,PyTorch DDP (paper),1400000000,1.000,paper\n",
-                  "stage2+offload,ZeRO-Offload (paper),13000000000,9.286,paper\n");
   return csv;
+}
+
+}  // namespace
+
+std::string MaxModelSummaryCsv(const std::vector<OffloadRow>& rows) {
+  // ZeRO-Offload §6.2.1, Figure 7: one 32 GB V100.
+  return absl::StrCat(LargestPerMode(rows, "stage0", "ratio_to_stage0"),
+                      "stage0,PyTorch DDP (paper),1400000000,1.000,paper\n",
+                      "stage2+offload,ZeRO-Offload (paper),13000000000,9.286,paper\n");
+}
+
+std::string InfinityMaxModelSummaryCsv(const std::vector<OffloadRow>& rows) {
+  // ZeRO-Infinity §8.1, Figure 6a: one DGX-2 (16 V100 32 GB, 1.5 TB host
+  // memory, 28 TB NVMe). The paper's ZeRO-Inf modes also move the
+  // parameters (issue 17); here only the optimizer states move.
+  return absl::StrCat(LargestPerMode(rows, "stage3+offload", "ratio_to_cpu_offload"),
+                      "stage3,ZeRO-3 (paper),20000000000,0.286,paper\n",
+                      "stage3+offload,ZeRO-Inf-CPU (paper; parameters on the CPU too),70000000000,1.000,paper\n",
+                      "stage3+nvme,ZeRO-Inf-NVMe (paper; parameters on NVMe too),1000000000000,14.286,paper\n");
 }
 
 absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, const std::string& trace_root) {

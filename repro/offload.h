@@ -19,6 +19,13 @@
 //                       the fraction of each step the compute stream sat
 //                       idle, from the timeline (runtime/timeline.h).
 //
+//   INFINITY_MAX_MODEL  ZeRO-Infinity Figure 6a: OFFLOAD_MAX_MODEL's walk
+//                       for ZeRO-3, + CPU offload of the optimizer states,
+//                       + NVMe offload of them (infinity::CreateTrainer),
+//                       under the device's and the pinned host's budgets
+//                       (offload.host_pinned_memory_bytes); a pinned budget
+//                       exceeded, or a full disk, is "does not fit" too.
+//
 // DPU: delayed_update_after_steps = offload.dpu_after_steps; max-model runs
 // at least one delayed step (ParseExperiment checks steps >= after + 2), and
 // every timed throughput step has a delayed update running under it.
@@ -35,7 +42,8 @@
 
 namespace memwall::repro {
 
-// "stage0", "stage2", "stage2+offload", "stage2+offload+dpu".
+// "stage0", "stage2", "stage2+offload", "stage2+offload+dpu", "stage3",
+// "stage3+offload", "stage3+nvme".
 std::string ModeName(OffloadSweep::Mode mode);
 
 // The trainer options of (experiment, mode): the training block, the
@@ -80,6 +88,10 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e);
 // ratio_to_stage0,source"), followed by the paper's one-GPU points (PyTorch
 // 1.4B, ZeRO-Offload 13B: 9.3x).
 std::string MaxModelSummaryCsv(const std::vector<OffloadRow>& rows);
+// INFINITY_MAX_MODEL's: the same over "stage3+offload"'s largest
+// ("...,ratio_to_cpu_offload,source"), followed by the paper's one-DGX-2
+// points (ZeRO-3 20B, ZeRO-Inf-CPU 70B, ZeRO-Inf-NVMe 1T).
+std::string InfinityMaxModelSummaryCsv(const std::vector<OffloadRow>& rows);
 
 // `trace_root`, when not empty: each (model, mode)'s steps (warm-up and
 // timed) write

@@ -45,6 +45,8 @@ absl::string_view ZoneName(ZoneKind kind) {
     case ZoneKind::kCpuAdamDelayed: return "cpu_adam (delayed)";
     case ZoneKind::kParamH2D: return "param H2D";
     case ZoneKind::kSwapWait: return "swap wait";
+    case ZoneKind::kSwapIn: return "swap-in";
+    case ZoneKind::kSwapOut: return "swap-out";
   }
   return "?";
 }
@@ -59,6 +61,12 @@ Timeline::ZoneId Timeline::Add(absl::string_view track, ZoneKind kind) {
   absl::MutexLock lock(&mu_);
   zones_.push_back(Zone{std::string(track), kind});
   return first_id_ + static_cast<ZoneId>(zones_.size()) - 1;
+}
+
+void Timeline::AddSpan(absl::string_view track, ZoneKind kind, int64_t begin_ns, int64_t end_ns, int64_t bytes) {
+  if (!enabled_) return;
+  absl::MutexLock lock(&mu_);
+  zones_.push_back(Zone{std::string(track), kind, begin_ns, end_ns, bytes});
 }
 
 void Timeline::Stamp(ZoneId id, bool end) {
@@ -147,9 +155,10 @@ std::string ChromeTraceJson(const std::vector<Zone>& zones, int pid) {
           R"({"name": "thread_name", "ph": "M", "pid": %d, "tid": %d, "args": {"name": %s}})", pid,
           it->second, JsonString(z.track)));
     }
-    append(absl::StrFormat(R"({"name": %s, "ph": "X", "pid": %d, "tid": %d, "ts": %.3f, "dur": %.3f})",
+    append(absl::StrFormat(R"({"name": %s, "ph": "X", "pid": %d, "tid": %d, "ts": %.3f, "dur": %.3f%s})",
                            JsonString(z.name()), pid, it->second, (z.begin_ns - origin) / 1e3,
-                           z.duration_ns() / 1e3));
+                           z.duration_ns() / 1e3,
+                           z.bytes > 0 ? absl::StrFormat(R"(, "args": {"bytes": %d})", z.bytes) : ""));
   }
   json += "\n]}\n";
   return json;

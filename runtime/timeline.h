@@ -48,8 +48,10 @@ enum class ZoneKind : uint8_t {
   kCpuAdamDelayed,   // "cpu_adam (delayed)": the delayed parameter update's CPU Adam
   kParamH2D,         // "param H2D": updated parameters (a tile) to the device
   kSwapWait,         // "swap wait": the host waiting on a swap-in or swap-out of optimizer states (NVMe)
+  kSwapIn,           // "swap-in": a sub-group's states read from NVMe, submission to completion (bytes)
+  kSwapOut,          // "swap-out": ... written back to NVMe (bytes)
 };
-inline constexpr int kNumZoneKinds = 11;
+inline constexpr int kNumZoneKinds = 13;
 absl::string_view ZoneName(ZoneKind kind);
 
 // The host tracks; a stream zone's track is its stream's name.
@@ -59,6 +61,7 @@ struct Zone {
   std::string track;  // stream name, or a host track
   ZoneKind kind = ZoneKind::kForwardBackward;
   int64_t begin_ns = -1, end_ns = -1;  // steady clock; -1: not reached yet
+  int64_t bytes = 0;                   // a transfer's bytes (swap-in, swap-out); 0 otherwise
   absl::string_view name() const { return ZoneName(kind); }
   bool complete() const { return begin_ns >= 0 && end_ns >= begin_ns; }
   int64_t duration_ns() const { return complete() ? end_ns - begin_ns : 0; }
@@ -74,6 +77,9 @@ class Timeline {
   // Enqueues the zone's begin (end) stamp on `stream` (StreamZone does both).
   absl::StatusOr<ZoneId> Begin(Stream& stream, ZoneKind kind);
   absl::Status End(Stream& stream, ZoneId zone);
+  // A zone whose times were taken elsewhere, on TimelineNowNs's clock (an
+  // I/O request's submission and completion), moving `bytes`.
+  void AddSpan(absl::string_view track, ZoneKind kind, int64_t begin_ns, int64_t end_ns, int64_t bytes = 0);
 
   // The zones so far (copies; those whose stamps have not run are
   // incomplete). Synchronize the streams first for a whole picture.

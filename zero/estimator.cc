@@ -25,6 +25,8 @@ absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
   if (in.ranks < 1) return Bad(absl::StrCat("ranks = ", in.ranks, " must be >= 1"));
   MEMWALL_ASSIGN_OR_RETURN(const TrainingOptions training, TrainingOptions::Create(in.training));
   if (in.device_bytes < 0) return Bad(absl::StrCat("device_bytes = ", in.device_bytes, " must be >= 0"));
+  if (in.host_bytes < 0) return Bad(absl::StrCat("host_bytes = ", in.host_bytes, " must be >= 0"));
+  if (in.disk_bytes < 0) return Bad(absl::StrCat("disk_bytes = ", in.disk_bytes, " must be >= 0"));
   if (in.model.has_value()) {
     if (absl::Status st = models::ValidateConfig(*in.model); !st.ok()) return st;
     if (training->seq() > in.model->positions()) {
@@ -77,7 +79,12 @@ absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
   e.model_states_bytes = e.of(MemoryTag::kParams16) + e.of(MemoryTag::kGrads) +
                          e.of(MemoryTag::kMasterParams) + e.of(MemoryTag::kOptimizerStates);
   e.device_budget = in.device_bytes;
-  e.fits = in.device_bytes == 0 || e.total_device_bytes <= in.device_bytes;
+  e.host_budget = in.host_bytes;
+  e.disk_budget = in.disk_bytes;
+  e.fits_device = in.device_bytes == 0 || e.total_device_bytes <= in.device_bytes;
+  e.fits_host = in.host_bytes == 0 || e.host_bytes <= in.host_bytes;
+  e.fits_disk = in.disk_bytes == 0 || e.nvme_bytes <= in.disk_bytes;
+  e.fits = e.fits_device && e.fits_host && e.fits_disk;
   return e;
 }
 
@@ -106,10 +113,12 @@ std::string Estimate::ToText() const {
                             FormatBytes(static_cast<size_t>(nvme[t])));
     }
   }
-  if (device_budget > 0) {
-    absl::StrAppendFormat(&out, "%s %s of device memory\n", fits ? "fits in" : "DOES NOT FIT in",
-                          FormatBytes(device_budget));
-  }
+  const auto verdict = [&](int64_t budget, bool ok, const char* what) {
+    if (budget > 0) absl::StrAppendFormat(&out, "%s %s of %s\n", ok ? "fits in" : "DOES NOT FIT in", FormatBytes(budget), what);
+  };
+  verdict(device_budget, fits_device, "device memory");
+  verdict(host_budget, fits_host, "pinned host memory");
+  verdict(disk_budget, fits_disk, "disk (NVMe swap files)");
   return out;
 }
 
@@ -127,7 +136,12 @@ std::string Estimate::ToJson() const {
                       ", \"nvme_bytes_per_rank\": ", nvme_bytes,
                       ", \"activations_counted\": ", activations_counted ? "true" : "false",
                       ", \"device_budget_bytes\": ", device_budget,
+                      ", \"host_budget_bytes\": ", host_budget,
+                      ", \"disk_budget_bytes\": ", disk_budget,
                       ", \"fits\": ", fits ? "true" : "false",
+                      ", \"fits_device\": ", fits_device ? "true" : "false",
+                      ", \"fits_host\": ", fits_host ? "true" : "false",
+                      ", \"fits_disk\": ", fits_disk ? "true" : "false",
                       ", \"device_bytes_per_rank_by_tag\": {", tags, "}",
                       ", \"host_bytes_per_rank_by_tag\": {", host_tags, "}}");
 }

@@ -49,7 +49,11 @@ struct EstimateInput {
   // micro_batch, precision and zero are what memory depends on).
   TrainingConfig training;
   std::optional<bool> checkpointing;     // unset: the model's setting
-  int64_t device_bytes = 0;              // 0: no budget to check against
+  // Budgets per rank to check against (0: none): device memory, pinned
+  // host memory, NVMe (the swap files).
+  int64_t device_bytes = 0;
+  int64_t host_bytes = 0;
+  int64_t disk_bytes = 0;
   // With training.zero.offload_optimizer { device: CPU }: the offloaded optimizer's
   // plan (offload::HostOptimizerProvider()); unset otherwise.
   ShardOptimizerProvider optimizer;
@@ -66,15 +70,18 @@ struct Estimate {
   std::array<int64_t, kNumMemoryTags> nvme{};    // NVMe swap files per rank, by tag (NVMe offload)
   int64_t nvme_bytes = 0;                // their sum
   bool activations_counted = false;      // false with --params alone
-  int64_t device_budget = 0;
-  bool fits = true;                      // total <= budget (true without a budget)
+  int64_t device_budget = 0, host_budget = 0, disk_budget = 0;
+  // Each total within its budget (true without one), and all three.
+  bool fits_device = true, fits_host = true, fits_disk = true;
+  bool fits = true;
 
   int64_t of(MemoryTag tag) const { return device[static_cast<int>(tag)]; }
   int64_t host_of(MemoryTag tag) const { return host[static_cast<int>(tag)]; }
   // One line per tag, then totals and the verdict.
   std::string ToText() const;
   // {"params": ..., "model_states_bytes_per_rank": ..., "total_device_bytes_per_rank": ...,
-  //  "host_bytes_per_rank": ..., "fits": ..., "device_bytes_per_rank_by_tag": {...}, ...}
+  //  "host_bytes_per_rank": ..., "fits": ..., "fits_device": ..., "fits_host": ...,
+  //  "fits_disk": ..., "device_bytes_per_rank_by_tag": {...}, ...}
   std::string ToJson() const;
 };
 

@@ -339,8 +339,21 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
     }
     stats.device_idle_fraction = IdleFraction(Select(zones, s.name()), step_begin_ns, step_end_ns);
     std::map<std::string, int64_t> by_name;  // sorted: a stable line
-    for (const Zone& z : zones) by_name[std::string(z.name())] += z.duration_ns();
-    for (const auto& [name, ns] : by_name) absl::StrAppendFormat(&stats.breakdown, "%s%s %.3f", stats.breakdown.empty() ? "" : ", ", name, ns / 1e9);
+    std::map<std::string, std::vector<Zone>> transfers;  // zones that move bytes (swap-in, swap-out)
+    for (const Zone& z : zones) {
+      by_name[std::string(z.name())] += z.duration_ns();
+      if (z.bytes > 0) transfers[std::string(z.name())].push_back(z);
+    }
+    for (const auto& [name, ns] : by_name) {
+      absl::StrAppendFormat(&stats.breakdown, "%s%s %.3f", stats.breakdown.empty() ? "" : ", ", name, ns / 1e9);
+      // A transfer's rate: its bytes over the time some were in flight.
+      if (auto it = transfers.find(name); it != transfers.end()) {
+        int64_t bytes = 0;
+        for (const Zone& z : it->second) bytes += z.bytes;
+        const int64_t busy = BusyNs(it->second);
+        if (busy > 0) absl::StrAppendFormat(&stats.breakdown, " @ %.2f GB/s", double(bytes) / double(busy));
+      }
+    }
     if (!options_.trace_dir.empty()) {
       MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(
           absl::StrCat(options_.trace_dir, "/step_", step_, ".json"), ChromeTraceJson(zones, comm_.rank())));

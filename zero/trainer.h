@@ -120,7 +120,9 @@ struct StepStats {
   double tflops = 0;             // per rank: 6 N + attention, per token
   double recompute_tflops = 0;   // per rank: the extra forward of checkpointing
   // With TrainerOptions.timeline: the fraction of the step in which the
-  // compute stream ran nothing, and "name seconds" per zone kind.
+  // compute stream ran nothing, and "name seconds" per zone kind, summed
+  // (with " @ X GB/s" for a transfer: its bytes over the time some were in
+  // flight, e.g. "swap-in 0.412 @ 1.93 GB/s" under NVMe offload).
   double device_idle_fraction = -1;
   std::string breakdown;
 };
