@@ -351,6 +351,19 @@ TEST_F(NvmeOffload, DiskFaultsAreStatusesNamingTheFileAndTheRunResumes) {
       {"a short swap-in", false, kAioAlignment, absl::StatusCode::kOk},
   };
   static const auto* data = models::SyntheticSource(50000, 256, 3).release();
+  // Steps `t` to step 8 (`losses`: those of the steps it already took after
+  // step 3): the uninterrupted run's losses and weights, bit for bit.
+  auto FinishesAsTheWholeRun = [&](zero::Trainer& t, std::vector<double> losses) {
+    while (losses.size() < 5) {
+      auto st = t.Step(*data);
+      ASSERT_TRUE(st.ok()) << st.status();
+      losses.push_back(st->loss);
+    }
+    EXPECT_EQ(losses, std::vector<double>(whole.losses.begin() + 3, whole.losses.end()));
+    auto w = t.MasterWeights();
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(zero::test::CountBitDifferences(*w, whole.weights), 0u);
+  };
   for (size_t i = 0; i < faults.size(); ++i) {
     const Fault& f = faults[i];
     SCOPED_TRACE(f.name);
@@ -381,16 +394,7 @@ TEST_F(NvmeOffload, DiskFaultsAreStatusesNamingTheFileAndTheRunResumes) {
         // Continued where it stopped: the run is the uninterrupted one.
         ASSERT_TRUE(st.ok()) << st.status();
         if (comm_->rank() == faulty) EXPECT_EQ(armed->load(), -1) << "the fault must have fired";
-        std::vector<double> losses{st->loss};
-        for (int s = 4; s < 8; ++s) {
-          auto next = (*t)->Step(*data);
-          ASSERT_TRUE(next.ok()) << next.status();
-          losses.push_back(next->loss);
-        }
-        EXPECT_EQ(losses, std::vector<double>(whole.losses.begin() + 3, whole.losses.end()));
-        auto w = (*t)->MasterWeights();
-        ASSERT_TRUE(w.ok()) << w.status();
-        EXPECT_EQ(zero::test::CountBitDifferences(*w, whole.weights), 0u);
+        FinishesAsTheWholeRun(**t, {st->loss});
         continue;
       }
       // Every rank's Status: the faulting rank's code, naming its file.
@@ -413,16 +417,7 @@ TEST_F(NvmeOffload, DiskFaultsAreStatusesNamingTheFileAndTheRunResumes) {
     auto t = CreateTrainer(*model, *device, *comm_, Options(c, W()));
     ASSERT_TRUE(t.ok()) << t.status();
     ASSERT_TRUE((*t)->Load(saved).ok());
-    std::vector<double> losses;
-    for (int s = 3; s < 8; ++s) {
-      auto st = (*t)->Step(*data);
-      ASSERT_TRUE(st.ok()) << st.status();
-      losses.push_back(st->loss);
-    }
-    EXPECT_EQ(losses, std::vector<double>(whole.losses.begin() + 3, whole.losses.end()));
-    auto w = (*t)->MasterWeights();
-    ASSERT_TRUE(w.ok()) << w.status();
-    EXPECT_EQ(zero::test::CountBitDifferences(*w, whole.weights), 0u);
+    FinishesAsTheWholeRun(**t, {});
   }
 }
 

@@ -139,42 +139,31 @@ absl::Status DriveOffload(const Experiment& e, const std::string& experiment_pat
   MEMWALL_ASSIGN_OR_RETURN(const std::string dir, ResultsDir(e));
   Provenance p = ProvenanceOf(e, experiment_path, command);
   const std::string budget = FormatBytes(size_t(e.offload().device_memory_bytes()));
-  if (e.kind() == Experiment::INFINITY_MAX_MODEL) {
+  if (e.kind() == Experiment::OFFLOAD_MAX_MODEL || e.kind() == Experiment::INFINITY_MAX_MODEL) {
+    const bool infinity = e.kind() == Experiment::INFINITY_MAX_MODEL;
     MEMWALL_ASSIGN_OR_RETURN(const std::vector<OffloadRow> rows, MeasureMaxModel(e));
     std::string csv = absl::StrCat(kMaxModelCsvHeader, "\n");
     for (const OffloadRow& r : rows) absl::StrAppend(&csv, MaxModelCsv(r), "\n");
-    const std::string summary = InfinityMaxModelSummaryCsv(rows);
+    const std::string summary = infinity ? InfinityMaxModelSummaryCsv(rows) : MaxModelSummaryCsv(rows);
     MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/data.csv", csv));
     MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/summary.csv", summary));
-    const std::string pinned = e.offload().host_pinned_memory_bytes() > 0
-                                   ? FormatBytes(size_t(e.offload().host_pinned_memory_bytes()))
-                                   : std::string("unlimited");
-    std::printf("largest model per mode (%s device, %s pinned host):\n%s", budget.c_str(), pinned.c_str(),
-                summary.c_str());
+    const std::string budgets =
+        e.offload().host_pinned_memory_bytes() > 0
+            ? absl::StrCat(budget, " device budget and a ", FormatBytes(size_t(e.offload().host_pinned_memory_bytes())),
+                           " pinned host budget")
+            : absl::StrCat(budget, " budget");
+    std::printf("largest model per mode (%s):\n%s", budgets.c_str(), summary.c_str());
     p.measured_or_modeled = absl::StrCat(
-        "data.csv: measured, every row an attempt on a fresh CpuDevice with a ", budget, " device budget and a ",
-        pinned, " pinned host budget (one rank, no MPI; stage3+nvme's swap files on the machine's disk): fits = "
-        "every training step completed; peaks from the device's and the pinned host allocator's accounts. "
-        "summary.csv: source=measured rows derived from data.csv; source=paper rows are ZeRO-Infinity §8.1, "
-        "Figure 6a (one DGX-2: ZeRO-3 20B, ZeRO-Inf-CPU 70B, ZeRO-Inf-NVMe 1T, whose parameters are offloaded "
-        "as well; here only the optimizer states are)");
+        "data.csv: measured, every row an attempt on a fresh CpuDevice with a ", budgets, " (one rank, no MPI",
+        infinity ? "; stage3+nvme's swap files on the machine's disk" : "",
+        "): fits = every training step completed; peaks from the device's and the pinned host allocator's "
+        "accounts. summary.csv: source=measured rows derived from data.csv; source=paper rows are ",
+        infinity ? "ZeRO-Infinity §8.1, Figure 6a (one DGX-2: ZeRO-3 20B, ZeRO-Inf-CPU 70B, ZeRO-Inf-NVMe 1T, whose "
+                   "parameters are offloaded as well; here only the optimizer states are)"
+                 : "ZeRO-Offload §6.2.1 (one 32 GB V100: PyTorch 1.4B, ZeRO-Offload 13B)");
     p.files["data.csv"] = "one row per (mode, ladder model) attempted; a mode stops at its first model that does not fit";
-    p.files["summary.csv"] = "per mode the largest model that trained and its size over stage3+offload's";
-  } else if (e.kind() == Experiment::OFFLOAD_MAX_MODEL) {
-    MEMWALL_ASSIGN_OR_RETURN(const std::vector<OffloadRow> rows, MeasureMaxModel(e));
-    std::string csv = absl::StrCat(kMaxModelCsvHeader, "\n");
-    for (const OffloadRow& r : rows) absl::StrAppend(&csv, MaxModelCsv(r), "\n");
-    const std::string summary = MaxModelSummaryCsv(rows);
-    MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/data.csv", csv));
-    MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/summary.csv", summary));
-    std::printf("largest model per mode (%s device):\n%s", budget.c_str(), summary.c_str());
-    p.measured_or_modeled = absl::StrCat(
-        "data.csv: measured, every row an attempt on a fresh CpuDevice with a ", budget,
-        " budget (one rank, no MPI): fits = every training step completed; peaks from the device's and the "
-        "pinned host allocator's accounts. summary.csv: source=measured rows derived from data.csv; "
-        "source=paper rows are ZeRO-Offload §6.2.1 (one 32 GB V100: PyTorch 1.4B, ZeRO-Offload 13B)");
-    p.files["data.csv"] = "one row per (mode, ladder model) attempted; a mode stops at its first model that does not fit";
-    p.files["summary.csv"] = "per mode the largest model that trained and its size over stage 0's";
+    p.files["summary.csv"] = absl::StrCat("per mode the largest model that trained and its size over ",
+                                          infinity ? "stage3+offload" : "stage 0", "'s");
   } else {
     const std::string traces = e.offload().write_traces() ? dir + "/traces" : "";
     if (!traces.empty()) std::filesystem::remove_all(traces);
