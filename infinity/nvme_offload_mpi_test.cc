@@ -393,7 +393,9 @@ TEST_F(NvmeOffload, DiskFaultsAreStatusesNamingTheFileAndTheRunResumes) {
       if (f.code == absl::StatusCode::kOk) {
         // Continued where it stopped: the run is the uninterrupted one.
         ASSERT_TRUE(st.ok()) << st.status();
-        if (comm_->rank() == faulty) EXPECT_EQ(armed->load(), -1) << "the fault must have fired";
+        if (comm_->rank() == faulty) {
+          EXPECT_EQ(armed->load(), -1) << "the fault must have fired";
+        }
         FinishesAsTheWholeRun(**t, {st->loss});
         continue;
       }
