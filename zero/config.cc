@@ -124,6 +124,16 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c, absl::string_view what) {
       return Bad("offload_optimizer.pinned_budget_bytes", o.pinned_budget_bytes(), "must be >= 0 (0: three swap buffers)");
     }
   }
+  if (const OffloadParamConfig::Device p = c.offload_param().device(); p != OffloadParamConfig::NONE) {
+    if (c.stage() != 3) {
+      return Bad(absl::StrCat("offload_param.device = ", OffloadParamConfig::Device_Name(p), " with stage"), c.stage(),
+                 "needs stage 3 (only stage 3 partitions the 16-bit parameters)");
+    }
+    if (p == OffloadParamConfig::NVME) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "offload_param.device = NVME is not built yet (issue 17); "
+                                                     "use CPU"));
+    }
+  }
   if (o.device() != OffloadOptimizerConfig::NONE) {
     if (c.stage() == 0) {
       return Bad(absl::StrCat("offload_optimizer.device = ", OffloadOptimizerConfig::Device_Name(o.device()),

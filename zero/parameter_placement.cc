@@ -74,7 +74,7 @@ class ShardedParameters : public ParameterPlacement {
 
   absl::Status Init(const FlatLayout& layout, const PlanShape& shape, models::Module& root, Communicator& comm,
                     Stream& coll) {
-    MEMWALL_ASSIGN_OR_RETURN(store_, CreateDeviceParameterStore(device_, shape));
+    MEMWALL_ASSIGN_OR_RETURN(store_, CreateResidentParameterStore(device_, shape));
     MEMWALL_ASSIGN_OR_RETURN(gather_, ParameterGather::Create(layout, shape, root, device_, comm, coll, *store_));
     return absl::OkStatus();
   }
@@ -119,7 +119,7 @@ absl::StatusOr<std::unique_ptr<ParameterPlacement>> CreateReplicatedParameters(
 }
 
 MemoryPlan ShardedParametersPlan(const PlanShape& shape) {
-  MemoryPlan plan = DeviceParameterStorePlan(shape);
+  MemoryPlan plan = ResidentParameterStorePlan(shape);
   plan.Append(ParameterGather::Plan(shape), "gather: ");
   return plan;
 }

@@ -1,5 +1,6 @@
 #include "zero/parameter_store.h"
 
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,9 +9,9 @@
 namespace memwall::zero {
 namespace {
 
-class DeviceParameterStore : public ParameterStore {
+class ResidentParameterStore : public ParameterStore {
  public:
-  DeviceParameterStore(Device& device, Buffer values, DType dtype)
+  ResidentParameterStore(Device& device, Buffer values, DType dtype)
       : values_(std::move(values)), shard_(Tensor::OfBuffer(values_, dtype, &device)) {}
 
   int64_t elements() const override { return shard_.numel(); }
@@ -33,18 +34,25 @@ class DeviceParameterStore : public ParameterStore {
 
 }  // namespace
 
-MemoryPlan DeviceParameterStorePlan(const PlanShape& shape) {
+MemoryPlan ResidentParameterStorePlan(const PlanShape& shape) {
+  const bool host = shape.zero.offload_param().device() == OffloadParamConfig::CPU;
   MemoryPlan plan;
-  plan.Add("values shard", MemorySpace::kDevice, shape.values_tag(), shape.shard * shape.elem());
+  plan.Add("values shard", host ? MemorySpace::kPinnedHost : MemorySpace::kDevice, shape.values_tag(),
+           shape.shard * shape.elem());
   return plan;
 }
 
-absl::StatusOr<std::unique_ptr<ParameterStore>> CreateDeviceParameterStore(Device& device, const PlanShape& shape) {
-  MEMWALL_ASSIGN_OR_RETURN(Buffer values, AllocatePlanned(device, DeviceParameterStorePlan(shape), "values shard"));
-  Stream& s = device.compute_stream();
-  MEMWALL_RETURN_IF_ERROR(s.Memset(values.data(), 0, values.bytes()));
-  MEMWALL_RETURN_IF_ERROR(s.Synchronize());
-  return std::unique_ptr<ParameterStore>(std::make_unique<DeviceParameterStore>(device, std::move(values), shape.dtype));
+absl::StatusOr<std::unique_ptr<ParameterStore>> CreateResidentParameterStore(Device& device, const PlanShape& shape) {
+  const MemoryPlan plan = ResidentParameterStorePlan(shape);
+  MEMWALL_ASSIGN_OR_RETURN(Buffer values, AllocatePlanned(device, plan, "values shard"));
+  if (plan.at("values shard").space == MemorySpace::kPinnedHost) {
+    std::memset(values.data(), 0, values.bytes());
+  } else {
+    Stream& s = device.compute_stream();
+    MEMWALL_RETURN_IF_ERROR(s.Memset(values.data(), 0, values.bytes()));
+    MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+  }
+  return std::unique_ptr<ParameterStore>(std::make_unique<ResidentParameterStore>(device, std::move(values), shape.dtype));
 }
 
 }  // namespace memwall::zero

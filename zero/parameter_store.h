@@ -7,9 +7,14 @@
 //   kStored    in the store's memory
 //   kFetched   elements [begin, begin + n) in device memory between Fetch
 //              and Release, readable in the fetching stream's order
-// The device store (below) keeps the shard in device memory: Fetch is a
-// view, Release does nothing. A host or NVMe store copies in on Fetch
-// (through a staging buffer of its plan) and frees the range on Release.
+// A resident store keeps the whole shard in one buffer: Fetch is a view of
+// the range and Release does nothing. In device memory (ZeRO §5.3) the
+// gather copies the view device to device; in pinned host memory
+// (ZeRO-Infinity's offload_param { device: CPU }) that same copy is the
+// host-to-device hop, and the optimizer writes its 16-bit output straight
+// into the host shard (the CPU Adam's tiles land there, never on the
+// device). An NVMe store would copy in on Fetch through staging buffers of
+// its plan and free them on Release.
 #ifndef MEMWALL_ZERO_PARAMETER_STORE_H_
 #define MEMWALL_ZERO_PARAMETER_STORE_H_
 
@@ -35,15 +40,17 @@ class ParameterStore {
   virtual absl::StatusOr<Tensor> Fetch(int64_t begin, int64_t n, Stream& stream) = 0;
   // kFetched -> kStored, once `stream` has passed every use of `fetched`.
   virtual absl::Status Release(const Tensor& fetched, Stream& stream) = 0;
-  // Where the optimizer writes the updated shard (device memory).
+  // Where the optimizer writes the updated shard (device or pinned host
+  // memory: the store's).
   virtual Tensor updates() const = 0;
 };
 
-// "values shard": shape.shard elements of shape.dtype, device memory, the
-// values' tag.
-MemoryPlan DeviceParameterStorePlan(const PlanShape& shape);
+// "values shard": shape.shard elements of shape.dtype with the values'
+// tag, in device memory, or in pinned host memory with
+// shape.zero.offload_param { device: CPU }.
+MemoryPlan ResidentParameterStorePlan(const PlanShape& shape);
 // That buffer, allocated and zeroed.
-absl::StatusOr<std::unique_ptr<ParameterStore>> CreateDeviceParameterStore(Device& device, const PlanShape& shape);
+absl::StatusOr<std::unique_ptr<ParameterStore>> CreateResidentParameterStore(Device& device, const PlanShape& shape);
 
 }  // namespace memwall::zero
 

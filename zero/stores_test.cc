@@ -79,26 +79,40 @@ TEST(OptimizerStateStore, TheMasterMayBeTheModelsValues) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(ParameterStore, DeviceStoreFetchesViewsOfItsShard) {
-  auto device = *CreateCpuDevice();
-  PlanShape shape;
-  shape.shard = 50;
-  shape.dtype = DType::kBF16;
-  const size_t before = device->memory().account().current(shape.values_tag());
-  auto store = CreateDeviceParameterStore(*device, shape);
-  ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ(int64_t(device->memory().account().current(shape.values_tag()) - before),
-            DeviceParameterStorePlan(shape).Total(MemorySpace::kDevice));
-  EXPECT_EQ((*store)->elements(), 50);
-  const Tensor all = (*store)->updates();
-  auto piece = (*store)->Fetch(10, 20, device->compute_stream());
-  ASSERT_TRUE(piece.ok()) << piece.status();
-  EXPECT_EQ(piece->data_as<char>(), all.data_as<char>() + 10 * 2);
-  EXPECT_EQ(piece->numel(), 20);
-  EXPECT_TRUE((*store)->Release(*piece, device->compute_stream()).ok());
-  const auto bad = (*store)->Fetch(40, 11, device->compute_stream());
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kOutOfRange);
-  EXPECT_NE(bad.status().message().find("[40, 51) outside the shard's 50"), std::string::npos) << bad.status();
+// In device memory, and in pinned host memory with offload_param CPU: the
+// plan's bytes in that space and none in the other.
+TEST(ParameterStore, ResidentStoreFetchesViewsOfItsShard) {
+  for (const auto where : {OffloadParamConfig::NONE, OffloadParamConfig::CPU}) {
+    SCOPED_TRACE(OffloadParamConfig::Device_Name(where));
+    auto device = *CreateCpuDevice();
+    PlanShape shape;
+    shape.shard = 50;
+    shape.dtype = DType::kBF16;
+    shape.zero.mutable_offload_param()->set_device(where);
+    const MemorySpace space = where == OffloadParamConfig::CPU ? MemorySpace::kPinnedHost : MemorySpace::kDevice;
+    const MemorySpace other = where == OffloadParamConfig::CPU ? MemorySpace::kDevice : MemorySpace::kPinnedHost;
+    auto account = [&](MemorySpace s) -> const MemoryAccount& {
+      return s == MemorySpace::kDevice ? device->memory().account() : device->pinned_host().account();
+    };
+    const size_t before = account(space).current(shape.values_tag());
+    auto store = CreateResidentParameterStore(*device, shape);
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ(int64_t(account(space).current(shape.values_tag()) - before),
+              ResidentParameterStorePlan(shape).Total(space));
+    EXPECT_EQ(ResidentParameterStorePlan(shape).Total(space), 100);
+    EXPECT_EQ(ResidentParameterStorePlan(shape).Total(other), 0);
+    EXPECT_EQ(account(other).current(shape.values_tag()), 0u);
+    EXPECT_EQ((*store)->elements(), 50);
+    const Tensor all = (*store)->updates();
+    auto piece = (*store)->Fetch(10, 20, device->compute_stream());
+    ASSERT_TRUE(piece.ok()) << piece.status();
+    EXPECT_EQ(piece->data_as<char>(), all.data_as<char>() + 10 * 2);
+    EXPECT_EQ(piece->numel(), 20);
+    EXPECT_TRUE((*store)->Release(*piece, device->compute_stream()).ok());
+    const auto bad = (*store)->Fetch(40, 11, device->compute_stream());
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_NE(bad.status().message().find("[40, 51) outside the shard's 50"), std::string::npos) << bad.status();
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "zero/trainer.h"
 
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <cmath>
 #include <vector>
@@ -207,16 +208,25 @@ absl::StatusOr<std::vector<float>> Trainer::MasterWeights() {
     mine.resize(layout_.numel());
     return mine;
   }
-  // Each rank's shard, staged through device memory for the all-gather.
-  MEMWALL_ASSIGN_OR_RETURN(Buffer all, device_.Allocate(layout_.padded() * sizeof(float),
-                                                        MemoryTag::kOther));
-  const Tensor whole = FlatF32(all, device_);
-  const Tensor slot = whole.Slice(layout_.shard_begin(), shard);
-  MEMWALL_RETURN_IF_ERROR(s.Copy(slot.data(), mine.data(), slot.bytes()));
-  MEMWALL_RETURN_IF_ERROR(comm_.AllGather(slot, whole, s));
-  std::vector<float> out(layout_.numel());
-  MEMWALL_RETURN_IF_ERROR(s.Copy(out.data(), all.data(), out.size() * sizeof(float)));
-  MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+  // Every rank's shard, all-gathered through 1 MiB of device memory (a
+  // chunk of each shard at a time, whatever the model's size); rank r's
+  // shard is flat elements [r · shard, (r + 1) · shard).
+  constexpr int64_t kStagingBytes = int64_t{1} << 20;
+  const int world = layout_.world();
+  const int64_t chunk = std::min(shard, std::max<int64_t>(1024, kStagingBytes / (world * int64_t{sizeof(float)})));
+  MEMWALL_ASSIGN_OR_RETURN(Buffer staging, device_.Allocate(world * chunk * sizeof(float), MemoryTag::kOther));
+  std::vector<float> out(layout_.padded()), part(world * chunk);
+  for (int64_t at = 0; at < shard; at += chunk) {
+    const int64_t n = std::min(chunk, shard - at);
+    const Tensor gathered = FlatF32(staging, device_).Slice(0, world * n);
+    const Tensor slot = gathered.Slice(layout_.rank() * n, n);
+    MEMWALL_RETURN_IF_ERROR(s.Copy(slot.data(), mine.data() + at, slot.bytes()));
+    MEMWALL_RETURN_IF_ERROR(comm_.AllGather(slot, gathered, s));
+    MEMWALL_RETURN_IF_ERROR(s.Copy(part.data(), gathered.data(), gathered.bytes()));
+    MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+    for (int r = 0; r < world; ++r) std::memcpy(out.data() + r * shard + at, part.data() + r * n, n * sizeof(float));
+  }
+  out.resize(layout_.numel());
   return out;
 }
 

@@ -156,7 +156,8 @@ class Trainer {
   const TrainingOptions& training() const { return training_; }
   const FlatLayout& layout() const { return layout_; }
   // All Ψ fp32 master weights on the host (tests, export). At stages 1-3 a
-  // collective: every rank must call it.
+  // collective: every rank must call it. Device memory: 1 MiB, staging the
+  // all-gather.
   absl::StatusOr<std::vector<float>> MasterWeights();
   // Copies the master weights into the model's compute copy (after an
   // import into the master buffer, for instance); at stages 1-3 also
