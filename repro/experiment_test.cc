@@ -168,7 +168,7 @@ TEST(Experiment, EachBadOffloadValueNamesItsField) {
          "offload.host_pinned_memory_bytes = -1 must be >= 0");
   expect(ParseOffload("offload {", "offload { tile_elements: -2"), "offload.tile_elements = -2 must be >= 0");
   expect(ParseOffload("offload {", "offload { nvme_path: \"/nvme\""),
-         "offload.nvme_path = \"/nvme\" needs the STAGE3_NVME mode");
+         "offload.nvme_path = \"/nvme\" needs an NVMe mode");
   expect(ParseOffload("offload {", "offload { modes: [STAGE3_NVME] swap_buffer_bytes: -1"),
          "offload.swap_buffer_bytes = -1 must be >= 0");
   std::string no_ladder = kGoodOffload;
@@ -199,6 +199,11 @@ TEST(Experiment, InfinityModesAndTheirOptions) {
   EXPECT_EQ(nvme.training.zero().offload_optimizer().nvme_path(), "/nvme");
   EXPECT_EQ(nvme.training.zero().offload_optimizer().pinned_budget_bytes(), 1048576);
   EXPECT_TRUE(zero::ValidateTrainingConfig(nvme.training, "").ok());
+  const zero::TrainerOptions both = OffloadTrainerOptions(*e, OffloadSweep::STAGE3_NVME_CPU_PARAMS);
+  EXPECT_EQ(both.training.zero().offload_optimizer().device(), zero::OffloadOptimizerConfig::NVME);
+  EXPECT_EQ(both.training.zero().offload_param().device(), zero::OffloadParamConfig::CPU);
+  EXPECT_EQ(OffloadTrainerOptions(*e, OffloadSweep::STAGE3_OFFLOAD).training.zero().offload_param().device(),
+            zero::OffloadParamConfig::NONE);
 }
 
 TEST(Experiment, CiSizedExperimentsParse) {

@@ -1,7 +1,7 @@
 #!/bin/bash
 # //repro:infinity_max_model end to end in CI size
 # (repro/testdata/infinity_max_model_ci.textproto: a 32 MiB CpuDevice with
-# 64 MiB of pinned host memory, one rank), then checks what it wrote
+# 96 MiB of pinned host memory, one rank), then checks what it wrote
 # independently of the code that wrote it:
 #   - per mode the ladder is walked in order and stops at the first refusal,
 #     whose reason says "does not fit"; every model that trained peaked
@@ -13,6 +13,10 @@
 #     are on disk), CPU offload's at least 14 (master 4, Adam 8, gradients 2);
 #   - NVMe's largest model is larger than CPU offload's, and summary.csv's
 #     ratio is that ratio, recomputed;
+#   - with the 16-bit parameters on the host too (+params): CPU offload's
+#     pinned peak is at least 16 bytes a parameter; NVMe offload trains a
+#     larger model than without, one whose 16-bit parameters alone exceed
+#     the device;
 #   - the swap files are gone afterwards; a PNG and provenance.json exist.
 set -uo pipefail
 run="$1"
@@ -20,7 +24,7 @@ out="$TEST_TMPDIR/results"
 export TMPDIR="$TEST_TMPDIR/swap"  # where the NVMe mode's swap files go
 mkdir -p "$TMPDIR"
 device=33554432
-pinned=67108864
+pinned=100663296
 fail() { echo "FAIL: $*"; exit 1; }
 
 "$run" repro/testdata/infinity_max_model_ci.textproto --results_dir="$out" || fail "runner exit $?"
@@ -37,18 +41,21 @@ awk -F, -v device="$device" -v pinned="$pinned" '
     if (psi > largest[mode]) largest[mode] = psi
     fits[mode "," $1] = 1
     if (mode == "stage3+nvme" && $9 >= 12 * psi) { print mode " " $1 ": pinned peak " $9 " >= 12 x " psi; bad = 1 }
-    if (mode == "stage3+offload" && $9 < 14 * psi) { print mode " " $1 ": pinned peak " $9 " < 14 x " psi; bad = 1 } }
+    if (mode == "stage3+offload" && $9 < 14 * psi) { print mode " " $1 ": pinned peak " $9 " < 14 x " psi; bad = 1 }
+    if (mode == "stage3+offload+params" && $9 < 16 * psi) { print mode " " $1 ": pinned peak " $9 " < 16 x " psi; bad = 1 } }
   END {
     if (!("stage3+offload" in refused)) { print "CPU offload refused nothing"; bad = 1 }
     if (why["stage3+offload"] !~ /pinned/) { print "CPU offload was not refused for pinned memory: " why["stage3+offload"]; bad = 1 }
     if (!fits["stage3+nvme," refused["stage3+offload"]]) { print "NVMe offload does not train " refused["stage3+offload"] ", which CPU offload refuses"; bad = 1 }
     if (largest["stage3+nvme"] <= largest["stage3+offload"]) { print "NVMe largest " largest["stage3+nvme"] " <= CPU offload largest " largest["stage3+offload"]; bad = 1 }
+    if (largest["stage3+nvme+params"] <= largest["stage3+nvme"]) { print "NVMe with the parameters on the host trains no larger model: " largest["stage3+nvme+params"]; bad = 1 }
+    if (2 * largest["stage3+nvme+params"] <= device) { print "the largest +params model has 16-bit parameters within the device: " largest["stage3+nvme+params"]; bad = 1 }
     printf "%.3f\n", largest["stage3+nvme"] / largest["stage3+offload"] > ENVIRON["TEST_TMPDIR"] "/ratio"
     exit bad
   }' "$dir/data.csv" || fail "data.csv"
 ratio=$(cat "$TEST_TMPDIR/ratio")
-grep -q "^stage3+nvme,[^,]*,[0-9]*,$ratio,measured$" "$dir/summary.csv" || fail "summary ratio is not $ratio"
-grep -q "^stage3+offload,[^,]*,[0-9]*,1.000,measured$" "$dir/summary.csv" || fail "CPU offload's ratio to itself is not 1"
+grep -q "^stage3+nvme,[^,]*,[0-9]*,$ratio,[^,]*,measured$" "$dir/summary.csv" || fail "summary ratio is not $ratio"
+grep -q "^stage3+offload,[^,]*,[0-9]*,1.000,[^,]*,measured$" "$dir/summary.csv" || fail "CPU offload's ratio to itself is not 1"
 left=$(find "$TMPDIR" -name 'memwall_states_rank*.swap' | wc -l)
 [ "$left" -eq 0 ] || fail "$left swap files left behind"
 [ -s "$dir/figure.png" ] || fail "no figure.png"

@@ -122,6 +122,8 @@ std::string ModeName(Mode mode) {
     case OffloadSweep::STAGE3: return "stage3";
     case OffloadSweep::STAGE3_OFFLOAD: return "stage3+offload";
     case OffloadSweep::STAGE3_NVME: return "stage3+nvme";
+    case OffloadSweep::STAGE3_OFFLOAD_CPU_PARAMS: return "stage3+offload+params";
+    case OffloadSweep::STAGE3_NVME_CPU_PARAMS: return "stage3+nvme+params";
     default: return "unspecified";
   }
 }
@@ -130,10 +132,14 @@ zero::TrainerOptions OffloadTrainerOptions(const Experiment& e, Mode mode) {
   const int stage = mode == OffloadSweep::STAGE0 ? 0 : mode >= OffloadSweep::STAGE3 ? 3 : 2;
   zero::TrainerOptions o = TrainerOptionsFor(e, stage, 1);
   zero::OffloadOptimizerConfig& offload = *o.training.mutable_zero()->mutable_offload_optimizer();
-  if (mode == OffloadSweep::OFFLOAD || mode == OffloadSweep::OFFLOAD_DPU || mode == OffloadSweep::STAGE3_OFFLOAD) {
+  if (mode == OffloadSweep::OFFLOAD || mode == OffloadSweep::OFFLOAD_DPU || mode == OffloadSweep::STAGE3_OFFLOAD ||
+      mode == OffloadSweep::STAGE3_OFFLOAD_CPU_PARAMS) {
     offload.set_device(zero::OffloadOptimizerConfig::CPU);
   }
-  if (mode == OffloadSweep::STAGE3_NVME) {
+  if (mode == OffloadSweep::STAGE3_OFFLOAD_CPU_PARAMS || mode == OffloadSweep::STAGE3_NVME_CPU_PARAMS) {
+    o.training.mutable_zero()->mutable_offload_param()->set_device(zero::OffloadParamConfig::CPU);
+  }
+  if (mode == OffloadSweep::STAGE3_NVME || mode == OffloadSweep::STAGE3_NVME_CPU_PARAMS) {
     offload.set_device(zero::OffloadOptimizerConfig::NVME);
     const char* tmp = std::getenv("TMPDIR");
     offload.set_nvme_path(!e.offload().nvme_path().empty() ? e.offload().nvme_path()
@@ -195,24 +201,30 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e) {
 
 namespace {
 
-// Per mode the largest model that fit and its Ψ over `base` mode's largest,
-// a "measured" row each, under the header "mode,largest_model,
-// largest_params,<ratio_column>,source".
-std::string LargestPerMode(const std::vector<OffloadRow>& rows, const std::string& base_mode,
-                           const std::string& ratio_column) {
+// Per mode the largest model that fit and its Ψ over each base mode's
+// largest (empty where the base has none), a "measured" row each, under the
+// header "mode,largest_model,largest_params,<ratio columns>,source".
+struct RatioColumn {
+  std::string base_mode, name;
+};
+std::string LargestPerMode(const std::vector<OffloadRow>& rows, const std::vector<RatioColumn>& ratios) {
   std::vector<std::string> modes;
   std::map<std::string, const OffloadRow*> largest;
   for (const OffloadRow& r : rows) {
     if (std::find(modes.begin(), modes.end(), r.mode) == modes.end()) modes.push_back(r.mode);
     if (r.fits && (!largest[r.mode] || r.params > largest[r.mode]->params)) largest[r.mode] = &r;
   }
-  std::string csv = absl::StrCat("mode,largest_model,largest_params,", ratio_column, ",source\n");
-  const OffloadRow* base = largest[base_mode];
+  std::string csv = "mode,largest_model,largest_params,";
+  for (const RatioColumn& c : ratios) absl::StrAppend(&csv, c.name, ",");
+  csv += "source\n";
   for (const std::string& mode : modes) {
     const OffloadRow* r = largest[mode];
-    absl::StrAppend(&csv, mode, ",", r ? CsvField(r->model) : "", ",", r ? absl::StrCat(r->params) : "0", ",",
-                    r && base ? absl::StrFormat("%.3f", double(r->params) / double(base->params)) : "",
-                    ",measured\n");
+    absl::StrAppend(&csv, mode, ",", r ? CsvField(r->model) : "", ",", r ? absl::StrCat(r->params) : "0", ",");
+    for (const RatioColumn& c : ratios) {
+      const OffloadRow* base = largest[c.base_mode];
+      absl::StrAppend(&csv, r && base ? absl::StrFormat("%.3f", double(r->params) / double(base->params)) : "", ",");
+    }
+    csv += "measured\n";
   }
   return csv;
 }
@@ -221,19 +233,23 @@ std::string LargestPerMode(const std::vector<OffloadRow>& rows, const std::strin
 
 std::string MaxModelSummaryCsv(const std::vector<OffloadRow>& rows) {
   // ZeRO-Offload §6.2.1, Figure 7: one 32 GB V100.
-  return absl::StrCat(LargestPerMode(rows, "stage0", "ratio_to_stage0"),
+  return absl::StrCat(LargestPerMode(rows, {{"stage0", "ratio_to_stage0"}}),
                       "stage0,PyTorch DDP (paper),1400000000,1.000,paper\n",
                       "stage2+offload,ZeRO-Offload (paper),13000000000,9.286,paper\n");
 }
 
 std::string InfinityMaxModelSummaryCsv(const std::vector<OffloadRow>& rows) {
   // ZeRO-Infinity §8.1, Figure 6a: one DGX-2 (16 V100 32 GB, 1.5 TB host
-  // memory, 28 TB NVMe). The paper's ZeRO-Inf modes also move the
-  // parameters (issue 17); here only the optimizer states move.
-  return absl::StrCat(LargestPerMode(rows, "stage3+offload", "ratio_to_cpu_offload"),
-                      "stage3,ZeRO-3 (paper),20000000000,0.286,paper\n",
-                      "stage3+offload,ZeRO-Inf-CPU (paper; parameters on the CPU too),70000000000,1.000,paper\n",
-                      "stage3+nvme,ZeRO-Inf-NVMe (paper; parameters on NVMe too),1000000000000,14.286,paper\n");
+  // memory, 28 TB NVMe). ZeRO-Inf-CPU moves the parameters and the
+  // optimizer states to the CPU (stage3+offload+params here); ZeRO-Inf-NVMe
+  // moves both to NVMe (here the optimizer states go to NVMe and the
+  // parameters to the CPU: parameters on NVMe are not built yet). The
+  // paper's ratios are over ZeRO-Inf-CPU.
+  return absl::StrCat(LargestPerMode(rows, {{"stage3+offload", "ratio_to_cpu_offload"},
+                                            {"stage3+offload+params", "ratio_to_cpu_offload_with_params"}}),
+                      "stage3,ZeRO-3 (paper),20000000000,,0.286,paper\n",
+                      "stage3+offload+params,ZeRO-Inf-CPU (paper),70000000000,,1.000,paper\n",
+                      "stage3+nvme+params,ZeRO-Inf-NVMe (paper; parameters on NVMe there),1000000000000,,14.286,paper\n");
 }
 
 absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, const std::string& trace_root) {

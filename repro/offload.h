@@ -88,9 +88,11 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e);
 // ratio_to_stage0,source"), followed by the paper's one-GPU points (PyTorch
 // 1.4B, ZeRO-Offload 13B: 9.3x).
 std::string MaxModelSummaryCsv(const std::vector<OffloadRow>& rows);
-// INFINITY_MAX_MODEL's: the same over "stage3+offload"'s largest
-// ("...,ratio_to_cpu_offload,source"), followed by the paper's one-DGX-2
-// points (ZeRO-3 20B, ZeRO-Inf-CPU 70B, ZeRO-Inf-NVMe 1T).
+// INFINITY_MAX_MODEL's: the same over "stage3+offload"'s largest and over
+// "stage3+offload+params"'s ("...,ratio_to_cpu_offload,
+// ratio_to_cpu_offload_with_params,source"), followed by the paper's
+// one-DGX-2 points (ZeRO-3 20B, ZeRO-Inf-CPU 70B, ZeRO-Inf-NVMe 1T, their
+// ratios over ZeRO-Inf-CPU in the second column).
 std::string InfinityMaxModelSummaryCsv(const std::vector<OffloadRow>& rows);
 
 // `trace_root`, when not empty: each (model, mode)'s steps (warm-up and

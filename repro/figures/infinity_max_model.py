@@ -1,8 +1,10 @@
 """Figure for results/infinity_max_model: the largest GPT each ZeRO-3 mode trains.
 
 Left: per mode (ZeRO-3, + CPU offload of the optimizer states, + NVMe
-offload of them), the largest ladder model whose steps all completed (bars,
-millions of parameters; the ratio to CPU offload on top).
+offload of them, each offload also with the 16-bit parameters on the CPU),
+the largest ladder model whose steps all completed (bars, millions of
+parameters; on top the ratio to CPU offload, to CPU offload with the
+parameters, and the paper's ratio over ZeRO-Inf-CPU).
 Right: every attempt's pinned host peak against its parameters: CPU
 offload's grows 14 bytes per parameter (bf16), NVMe offload's 2 (the
 gradient shard) plus its swap buffers.
@@ -18,7 +20,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLORS = {"stage3": "#1f77b4", "stage3+offload": "#2ca02c", "stage3+nvme": "#9467bd"}
+COLORS = {"stage3": "#1f77b4", "stage3+offload": "#2ca02c", "stage3+nvme": "#9467bd",
+          "stage3+offload+params": "#8c564b", "stage3+nvme+params": "#e377c2"}
 
 
 def main(data_path, out_path):
@@ -38,11 +41,13 @@ def main(data_path, out_path):
         label = r["largest_model"] or "none"
         if r["ratio_to_cpu_offload"]:
             label += "\n%.2fx" % float(r["ratio_to_cpu_offload"])
+        if r.get("ratio_to_cpu_offload_with_params"):
+            label += "\n%.2fx of +params" % float(r["ratio_to_cpu_offload_with_params"])
         if r["mode"] in paper:
-            label += "\n(paper %.2fx)" % float(paper[r["mode"]]["ratio_to_cpu_offload"])
+            label += "\n(paper %.2fx)" % float(paper[r["mode"]]["ratio_to_cpu_offload_with_params"])
         ax.text(x, h, label, ha="center", va="bottom", fontsize=8)
     ax.set_xticks(list(xs))
-    ax.set_xticklabels([r["mode"] for r in measured], fontsize=9)
+    ax.set_xticklabels([r["mode"].replace("+", "\n+") for r in measured], fontsize=8)
     ax.set_ylabel("largest model that trains (M parameters)")
     ax.set_title("Largest model on one device (ratio to CPU offload)")
     ax.set_ylim(0, max(heights + [1]) * 1.45)
