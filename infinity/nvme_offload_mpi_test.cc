@@ -66,14 +66,7 @@ struct Case {
 
 zero::TrainerOptions Options(const Case& c, int world) {
   zero::TrainerOptions o;
-  o.training.set_seq(16);
-  o.training.set_accumulation(c.accumulation);
-  o.training.set_micro_batch(8 / (world * c.accumulation));
-  o.training.set_precision(c.precision);
-  o.training.mutable_adam()->set_lr(1e-3f);
-  o.training.mutable_adam()->set_weight_decay(0.01f);
-  o.training.mutable_loss_scaling()->set_initial_scale(c.initial_loss_scale);
-  o.training.mutable_loss_scaling()->set_growth_interval(3);
+  o.training = zero::test::SmallTraining(world, c.accumulation, c.precision, c.initial_loss_scale);
   zero::ZeroConfig& z = *o.training.mutable_zero();
   z.set_stage(c.stage);
   z.set_reduce_bucket_bytes(4096);
@@ -87,38 +80,16 @@ zero::TrainerOptions Options(const Case& c, int world) {
   return o;
 }
 
-struct Outcome {
-  std::vector<double> losses;
-  std::vector<bool> skipped;
-  std::vector<float> scales;
-  std::vector<float> weights;
-  size_t pinned_states = 0;  // peak pinned kMasterParams + kOptimizerStates
-  std::array<size_t, kNumMemoryTags> pinned_peaks{};
-};
+using zero::test::Outcome;
 
-Outcome Train(Communicator& comm, const Case& c, int steps) {
+// A fresh device, model and trainer for `c`, `steps` steps.
+Outcome Train(Communicator& comm, const Case& c, int steps, const CpuDeviceOptions& device_options = {}) {
   Outcome out;
-  auto device = CreateCpuDevice();
-  auto model = models::Gpt::Create(zero::test::SmallGpt());
-  EXPECT_TRUE(device.ok() && model.ok());
-  auto trainer = CreateTrainer(**model, **device, comm, Options(c, comm.world_size()));
+  auto device = *CreateCpuDevice(device_options);
+  auto model = *models::Gpt::Create(zero::test::SmallGpt());
+  auto trainer = CreateTrainer(*model, *device, comm, Options(c, comm.world_size()));
   EXPECT_TRUE(trainer.ok()) << c.Name() << ": " << trainer.status();
-  if (!trainer.ok()) return out;
-  static const auto* data = models::SyntheticSource(50000, 256, 3).release();
-  for (int i = 0; i < steps; ++i) {
-    auto st = (*trainer)->Step(*data);
-    EXPECT_TRUE(st.ok()) << c.Name() << ": " << st.status();
-    if (!st.ok()) return out;
-    out.losses.push_back(st->loss);
-    out.skipped.push_back(st->skipped);
-    out.scales.push_back(st->loss_scale);
-  }
-  auto w = (*trainer)->MasterWeights();
-  EXPECT_TRUE(w.ok()) << w.status();
-  if (w.ok()) out.weights = *std::move(w);
-  const MemoryAccount& pinned = (*device)->pinned_host().account();
-  out.pinned_states = pinned.peak(MemoryTag::kMasterParams) + pinned.peak(MemoryTag::kOptimizerStates);
-  for (int t = 0; t < kNumMemoryTags; ++t) out.pinned_peaks[t] = pinned.peak(static_cast<MemoryTag>(t));
+  if (trainer.ok()) zero::test::RunSteps(**trainer, *device, steps, out, c.Name());
   return out;
 }
 
@@ -138,10 +109,7 @@ TEST_F(NvmeOffload, GivesCpuOffloadsTrainingBitForBit) {
     const Outcome got = Train(*comm_, nvme, 20);
     SCOPED_TRACE(nvme.Name());
     ASSERT_EQ(got.losses.size(), 20u);
-    EXPECT_EQ(got.losses, want.losses);
-    EXPECT_EQ(got.skipped, want.skipped);
-    EXPECT_EQ(got.scales, want.scales);
-    EXPECT_EQ(zero::test::CountBitDifferences(got.weights, want.weights), 0u);
+    zero::test::ExpectBitForBit(got, want, nvme.Name());
     if (cpu.precision == Precision::FP16) {
       EXPECT_TRUE(want.skipped[0]) << "the forced overflow must skip the first step";
     }
@@ -166,8 +134,7 @@ TEST_F(NvmeOffload, CheckpointsMoveBetweenNvmeAndCpuOffloadBitForBit) {
       auto model = *models::Gpt::Create(zero::test::SmallGpt());
       auto t = CreateTrainer(*model, *device, *comm_, Options(from, W()));
       ASSERT_TRUE(t.ok()) << t.status();
-      static const auto* data = models::SyntheticSource(50000, 256, 3).release();
-      for (int i = 0; i < 4; ++i) ASSERT_TRUE((*t)->Step(*data).ok());
+      for (int i = 0; i < 4; ++i) ASSERT_TRUE((*t)->Step(zero::test::SyntheticData()).ok());
       auto saved = (*t)->Save(dir);
       ASSERT_TRUE(saved.ok()) << saved.status();
       path = *saved;
@@ -177,18 +144,11 @@ TEST_F(NvmeOffload, CheckpointsMoveBetweenNvmeAndCpuOffloadBitForBit) {
     auto t = CreateTrainer(*model, *device, *comm_, Options(to, W()));
     ASSERT_TRUE(t.ok()) << t.status();
     ASSERT_TRUE((*t)->Load(path).ok());
-    static const auto* data = models::SyntheticSource(50000, 256, 3).release();
-    std::vector<double> losses;
     // The batch of a step comes from the step count, which Load restores.
-    for (int i = 0; i < 4; ++i) {
-      auto st = (*t)->Step(*data);
-      ASSERT_TRUE(st.ok()) << st.status();
-      losses.push_back(st->loss);
-    }
-    EXPECT_EQ(losses, std::vector<double>(whole.losses.begin() + 4, whole.losses.end()));
-    auto w = (*t)->MasterWeights();
-    ASSERT_TRUE(w.ok());
-    EXPECT_EQ(zero::test::CountBitDifferences(*w, whole.weights), 0u);
+    Outcome resumed;
+    zero::test::RunSteps(**t, *device, 4, resumed);
+    EXPECT_EQ(resumed.losses, std::vector<double>(whole.losses.begin() + 4, whole.losses.end()));
+    EXPECT_EQ(zero::test::CountBitDifferences(resumed.weights, whole.weights), 0u);
   }
 }
 
@@ -197,11 +157,13 @@ TEST_F(NvmeOffload, PinnedStatesAreTheSwapBuffersAsEstimated) {
   c.where = OffloadOptimizerConfig::NVME;
   c.tile = 1024;
   const Outcome o = Train(*comm_, c, 2);
+  const int64_t pinned_states = int64_t(o.pinned_peaks[static_cast<int>(MemoryTag::kMasterParams)] +
+                                        o.pinned_peaks[static_cast<int>(MemoryTag::kOptimizerStates)]);
   const int64_t psi = models::CountParameters(zero::test::SmallGpt());
   const int64_t shard = (psi + W() - 1) / W();
   ASSERT_GT(shard, 3 * c.tile) << "the shard must span more sub-groups than there are swap buffers";
-  EXPECT_EQ(int64_t(o.pinned_states), 3 * SwapBufferBytes(c.tile));
-  EXPECT_LT(int64_t(o.pinned_states), 12 * shard) << "not the whole shard's states";
+  EXPECT_EQ(pinned_states, 3 * SwapBufferBytes(c.tile));
+  EXPECT_LT(pinned_states, 12 * shard) << "not the whole shard's states";
   // The estimator, given the NVMe store's plan, predicts every pinned tag.
   zero::EstimateInput in;
   in.model = zero::test::SmallGpt();
@@ -229,9 +191,8 @@ TEST_F(NvmeOffload, SwapWaitsAreZonesInTheStepBreakdown) {
   o.timeline = &timeline;
   auto t = CreateTrainer(*model, *device, *comm_, o);
   ASSERT_TRUE(t.ok()) << t.status();
-  static const auto* data = models::SyntheticSource(50000, 256, 3).release();
   timeline.Clear();
-  auto st = (*t)->Step(*data);
+  auto st = (*t)->Step(zero::test::SyntheticData());
   ASSERT_TRUE(st.ok()) << st.status();
   const int64_t shard = (models::CountParameters(zero::test::SmallGpt()) + W() - 1) / W();
   const int64_t groups = (shard + c.tile - 1) / c.tile;
@@ -313,18 +274,11 @@ TEST_F(NvmeOffload, TrainsWhereCpuOffloadDoesNotFitThePinnedBudget) {
   auto device = *CreateCpuDevice(limited);
   auto t = CreateTrainer(*model, *device, *comm_, Options(nvme, W()));
   ASSERT_TRUE(t.ok()) << t.status();
-  static const auto* data = models::SyntheticSource(50000, 256, 3).release();
-  std::vector<double> losses;
-  for (int i = 0; i < 4; ++i) {
-    auto st = (*t)->Step(*data);
-    ASSERT_TRUE(st.ok()) << st.status();
-    losses.push_back(st->loss);
-  }
-  EXPECT_EQ(losses, want.losses);
+  Outcome got;
+  zero::test::RunSteps(**t, *device, 4, got);
+  EXPECT_EQ(got.losses, want.losses);
   EXPECT_LE(device->pinned_host().account().total_peak(), budget);
-  auto w = (*t)->MasterWeights();
-  ASSERT_TRUE(w.ok()) << w.status();
-  EXPECT_EQ(zero::test::CountBitDifferences(*w, want.weights), 0u);
+  EXPECT_EQ(zero::test::CountBitDifferences(got.weights, want.weights), 0u);
 }
 
 // A fault replaces the kernel's result of one transfer of the last rank's
@@ -350,19 +304,14 @@ TEST_F(NvmeOffload, DiskFaultsAreStatusesNamingTheFileAndTheRunResumes) {
       {"a short write-back", true, kAioAlignment, absl::StatusCode::kOk},
       {"a short swap-in", false, kAioAlignment, absl::StatusCode::kOk},
   };
-  static const auto* data = models::SyntheticSource(50000, 256, 3).release();
   // Steps `t` to step 8 (`losses`: those of the steps it already took after
   // step 3): the uninterrupted run's losses and weights, bit for bit.
-  auto FinishesAsTheWholeRun = [&](zero::Trainer& t, std::vector<double> losses) {
-    while (losses.size() < 5) {
-      auto st = t.Step(*data);
-      ASSERT_TRUE(st.ok()) << st.status();
-      losses.push_back(st->loss);
-    }
-    EXPECT_EQ(losses, std::vector<double>(whole.losses.begin() + 3, whole.losses.end()));
-    auto w = t.MasterWeights();
-    ASSERT_TRUE(w.ok()) << w.status();
-    EXPECT_EQ(zero::test::CountBitDifferences(*w, whole.weights), 0u);
+  auto FinishesAsTheWholeRun = [&](zero::Trainer& t, Device& device, std::vector<double> losses) {
+    Outcome run;
+    run.losses = std::move(losses);
+    zero::test::RunSteps(t, device, 5 - static_cast<int>(run.losses.size()), run);
+    EXPECT_EQ(run.losses, std::vector<double>(whole.losses.begin() + 3, whole.losses.end()));
+    EXPECT_EQ(zero::test::CountBitDifferences(run.weights, whole.weights), 0u);
   };
   for (size_t i = 0; i < faults.size(); ++i) {
     const Fault& f = faults[i];
@@ -384,19 +333,19 @@ TEST_F(NvmeOffload, DiskFaultsAreStatusesNamingTheFileAndTheRunResumes) {
                                                 comm_->rank() == faulty ? inject : AioFaultInjector{});
       auto t = zero::Trainer::Create(*model, *device, *comm_, o);
       ASSERT_TRUE(t.ok()) << t.status();
-      for (int s = 0; s < 3; ++s) ASSERT_TRUE((*t)->Step(*data).ok());
+      for (int s = 0; s < 3; ++s) ASSERT_TRUE((*t)->Step(zero::test::SyntheticData()).ok());
       auto path = (*t)->Save(dir);
       ASSERT_TRUE(path.ok()) << path.status();
       saved = *path;
       armed->store(1);
-      auto st = (*t)->Step(*data);
+      auto st = (*t)->Step(zero::test::SyntheticData());
       if (f.code == absl::StatusCode::kOk) {
         // Continued where it stopped: the run is the uninterrupted one.
         ASSERT_TRUE(st.ok()) << st.status();
         if (comm_->rank() == faulty) {
           EXPECT_EQ(armed->load(), -1) << "the fault must have fired";
         }
-        FinishesAsTheWholeRun(**t, {st->loss});
+        FinishesAsTheWholeRun(**t, *device, {st->loss});
         continue;
       }
       // Every rank's Status: the faulting rank's code, naming its file.
@@ -404,7 +353,7 @@ TEST_F(NvmeOffload, DiskFaultsAreStatusesNamingTheFileAndTheRunResumes) {
       EXPECT_EQ(st.status().code(), f.code) << st.status();
       EXPECT_NE(st.status().message().find(file), std::string::npos) << st.status();
       // Nothing more comes out of the damaged store: no step, no checkpoint.
-      auto again = (*t)->Step(*data);
+      auto again = (*t)->Step(zero::test::SyntheticData());
       ASSERT_FALSE(again.ok());
       EXPECT_NE(again.status().message().find("resume from the last checkpoint"), std::string::npos)
           << again.status();
@@ -419,7 +368,7 @@ TEST_F(NvmeOffload, DiskFaultsAreStatusesNamingTheFileAndTheRunResumes) {
     auto t = CreateTrainer(*model, *device, *comm_, Options(c, W()));
     ASSERT_TRUE(t.ok()) << t.status();
     ASSERT_TRUE((*t)->Load(saved).ok());
-    FinishesAsTheWholeRun(**t, {});
+    FinishesAsTheWholeRun(**t, *device, {});
   }
 }
 

@@ -53,14 +53,7 @@ struct Case {
 
 zero::TrainerOptions Options(const Case& c, int world) {
   zero::TrainerOptions o;
-  o.training.set_seq(16);
-  o.training.set_accumulation(c.accumulation);
-  o.training.set_micro_batch(8 / (world * c.accumulation));
-  o.training.set_precision(c.precision);
-  o.training.mutable_adam()->set_lr(1e-3f);
-  o.training.mutable_adam()->set_weight_decay(0.01f);
-  o.training.mutable_loss_scaling()->set_initial_scale(c.initial_loss_scale);
-  o.training.mutable_loss_scaling()->set_growth_interval(3);
+  o.training = zero::test::SmallTraining(world, c.accumulation, c.precision, c.initial_loss_scale);
   zero::ZeroConfig& z = *o.training.mutable_zero();
   z.set_stage(3);
   z.set_reduce_bucket_bytes(4096);
@@ -75,39 +68,18 @@ zero::TrainerOptions Options(const Case& c, int world) {
   return o;
 }
 
-struct Outcome {
-  std::vector<double> losses;
-  std::vector<bool> skipped;
-  std::vector<float> scales;
-  std::vector<float> weights;
-  std::array<size_t, kNumMemoryTags> device_peaks{}, pinned_peaks{};
-};
+using zero::test::Outcome;
 
+// A fresh device (of `budget`), model (`config`) and trainer for `c`,
+// `steps` steps.
 Outcome Train(Communicator& comm, const Case& c, int steps, const CpuDeviceOptions& budget = {},
               const models::GptConfig& config = zero::test::SmallGpt()) {
   Outcome out;
-  auto device = CreateCpuDevice(budget);
-  auto model = models::Gpt::Create(config);
-  EXPECT_TRUE(device.ok() && model.ok());
-  auto trainer = CreateTrainer(**model, **device, comm, Options(c, comm.world_size()));
+  auto device = *CreateCpuDevice(budget);
+  auto model = *models::Gpt::Create(config);
+  auto trainer = CreateTrainer(*model, *device, comm, Options(c, comm.world_size()));
   EXPECT_TRUE(trainer.ok()) << c.Name() << ": " << trainer.status();
-  if (!trainer.ok()) return out;
-  static const auto* data = models::SyntheticSource(50000, 256, 3).release();
-  for (int i = 0; i < steps; ++i) {
-    auto st = (*trainer)->Step(*data);
-    EXPECT_TRUE(st.ok()) << c.Name() << ": " << st.status();
-    if (!st.ok()) return out;
-    out.losses.push_back(st->loss);
-    out.skipped.push_back(st->skipped);
-    out.scales.push_back(st->loss_scale);
-  }
-  for (int t = 0; t < kNumMemoryTags; ++t) {
-    out.device_peaks[t] = (*device)->memory().account().peak(static_cast<MemoryTag>(t));
-    out.pinned_peaks[t] = (*device)->pinned_host().account().peak(static_cast<MemoryTag>(t));
-  }
-  auto w = (*trainer)->MasterWeights();
-  EXPECT_TRUE(w.ok()) << w.status();
-  if (w.ok()) out.weights = *std::move(w);
+  if (trainer.ok()) zero::test::RunSteps(**trainer, *device, steps, out, c.Name());
   return out;
 }
 
@@ -128,10 +100,7 @@ TEST_F(ParamOffload, GivesStageThreesTrainingBitForBit) {
     const Outcome got = Train(*comm_, host, 20);
     SCOPED_TRACE(host.Name());
     ASSERT_EQ(got.losses.size(), 20u);
-    EXPECT_EQ(got.losses, want.losses);
-    EXPECT_EQ(got.skipped, want.skipped);
-    EXPECT_EQ(got.scales, want.scales);
-    EXPECT_EQ(zero::test::CountBitDifferences(got.weights, want.weights), 0u);
+    zero::test::ExpectBitForBit(got, want, host.Name());
     if (device.precision == Precision::FP16) {
       EXPECT_TRUE(want.skipped[0]) << "the forced overflow must skip the first step";
     }
@@ -145,7 +114,6 @@ TEST_F(ParamOffload, CheckpointsMoveBetweenHostAndDeviceParameters) {
   Case host = device;
   host.params = OffloadParamConfig::CPU;
   const Outcome whole = Train(*comm_, device, 8);
-  static const auto* data = models::SyntheticSource(50000, 256, 3).release();
   for (const auto& [from, to] : {std::pair<Case, Case>{host, device}, std::pair<Case, Case>{device, host}}) {
     SCOPED_TRACE(absl::StrCat(from.Name(), " -> ", to.Name()));
     const std::string dir = absl::StrCat(SwapDir(), "/ckpt_params_", OffloadParamConfig::Device_Name(from.params));
@@ -155,7 +123,7 @@ TEST_F(ParamOffload, CheckpointsMoveBetweenHostAndDeviceParameters) {
       auto model = *models::Gpt::Create(zero::test::SmallGpt());
       auto t = CreateTrainer(*model, *d, *comm_, Options(from, W()));
       ASSERT_TRUE(t.ok()) << t.status();
-      for (int i = 0; i < 4; ++i) ASSERT_TRUE((*t)->Step(*data).ok());
+      for (int i = 0; i < 4; ++i) ASSERT_TRUE((*t)->Step(zero::test::SyntheticData()).ok());
       auto saved = (*t)->Save(dir);
       ASSERT_TRUE(saved.ok()) << saved.status();
       path = *saved;
@@ -165,16 +133,10 @@ TEST_F(ParamOffload, CheckpointsMoveBetweenHostAndDeviceParameters) {
     auto t = CreateTrainer(*model, *d, *comm_, Options(to, W()));
     ASSERT_TRUE(t.ok()) << t.status();
     ASSERT_TRUE((*t)->Load(path).ok());
-    std::vector<double> losses;
-    for (int i = 0; i < 4; ++i) {
-      auto st = (*t)->Step(*data);
-      ASSERT_TRUE(st.ok()) << st.status();
-      losses.push_back(st->loss);
-    }
-    EXPECT_EQ(losses, std::vector<double>(whole.losses.begin() + 4, whole.losses.end()));
-    auto w = (*t)->MasterWeights();
-    ASSERT_TRUE(w.ok()) << w.status();
-    EXPECT_EQ(zero::test::CountBitDifferences(*w, whole.weights), 0u);
+    Outcome resumed;
+    zero::test::RunSteps(**t, *d, 4, resumed);
+    EXPECT_EQ(resumed.losses, std::vector<double>(whole.losses.begin() + 4, whole.losses.end()));
+    EXPECT_EQ(zero::test::CountBitDifferences(resumed.weights, whole.weights), 0u);
   }
 }
 

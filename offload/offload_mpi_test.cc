@@ -61,15 +61,8 @@ struct Case {
 
 zero::TrainerOptions Options(const Case& c, int world) {
   zero::TrainerOptions o;
-  o.training.set_seq(16);
-  o.training.set_accumulation(c.accumulation);
-  o.training.set_micro_batch(8 / (world * c.accumulation));
-  o.training.set_precision(c.precision);
-  o.training.mutable_adam()->set_lr(1e-3f);
-  o.training.mutable_adam()->set_weight_decay(0.01f);
+  o.training = zero::test::SmallTraining(world, c.accumulation, c.precision, c.initial_loss_scale);
   o.training.set_clip_norm(c.clip);
-  o.training.mutable_loss_scaling()->set_initial_scale(c.initial_loss_scale);
-  o.training.mutable_loss_scaling()->set_growth_interval(3);
   o.training.mutable_zero()->set_stage(c.stage);
   o.training.mutable_zero()->set_overlap_comm(c.overlap);
   o.training.mutable_zero()->set_reduce_bucket_bytes(4096);
@@ -95,34 +88,15 @@ absl::StatusOr<Run> Start(Communicator& comm, const Case& c) {
   return r;
 }
 
-struct Outcome {
-  std::vector<double> losses;
-  std::vector<bool> skipped;
-  std::vector<float> scales;
-  std::vector<float> weights;
-};
+using zero::test::Outcome;
 
-const models::TokenSource& Data() {
-  static const auto* data = models::SyntheticSource(50000, 256, 3).release();
-  return *data;
-}
+const models::TokenSource& Data() { return zero::test::SyntheticData(); }
 
 Outcome Train(Communicator& comm, const Case& c, int steps) {
   Outcome o;
   auto r = Start(comm, c);
   EXPECT_TRUE(r.ok()) << c.Name() << ": " << r.status();
-  if (!r.ok()) return o;
-  for (int i = 0; i < steps; ++i) {
-    auto st = r->trainer->Step(Data());
-    EXPECT_TRUE(st.ok()) << c.Name() << ": " << st.status();
-    if (!st.ok()) return o;
-    o.losses.push_back(st->loss);
-    o.skipped.push_back(st->skipped);
-    o.scales.push_back(st->loss_scale);
-  }
-  auto w = r->trainer->MasterWeights();
-  EXPECT_TRUE(w.ok()) << w.status();
-  if (w.ok()) o.weights = *std::move(w);
+  if (r.ok()) zero::test::RunSteps(*r->trainer, *r->device, steps, o, c.Name());
   return o;
 }
 

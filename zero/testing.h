@@ -1,20 +1,23 @@
-// Shared by the engine's mpirun tests (zero/, offload/): the small GPT they
-// train and the comparisons they make.
+// Shared by the engine's mpirun tests (zero/, offload/, infinity/): the
+// small GPT they train, its training config and data, a run's outcome, and
+// the comparisons they make.
 #ifndef MEMWALL_ZERO_TESTING_H_
 #define MEMWALL_ZERO_TESTING_H_
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
-#include <cmath>
-#include <string>
-
 #include "gtest/gtest.h"
+#include "models/data.h"
 #include "models/gpt.h"
 #include "runtime/communicator.h"
 #include "runtime/cpu_device.h"
+#include "zero/trainer.h"
 
 namespace memwall::zero::test {
 
@@ -45,6 +48,60 @@ inline models::GptConfig SmallGpt(int layers = 2, int hidden = 32) {
   return c;
 }
 
+// The token stream the tests train on.
+inline const models::TokenSource& SyntheticData() {
+  static const auto* data = models::SyntheticSource(50000, 256, 3).release();
+  return *data;
+}
+
+// The equivalence tests' training: sequences of 16 tokens, 8 a step over
+// `world` ranks and `accumulation` micro-batches, Adam at lr 1e-3 with
+// weight decay 0.01, the loss scale from `initial_loss_scale` (fp16),
+// doubled after 3 clean steps. `zero` is the test's.
+inline TrainingConfig SmallTraining(int world, int64_t accumulation, Precision precision,
+                                    float initial_loss_scale = 65536.0f) {
+  TrainingConfig t;
+  t.set_seq(16);
+  t.set_accumulation(accumulation);
+  t.set_micro_batch(8 / (world * accumulation));
+  t.set_precision(precision);
+  t.mutable_adam()->set_lr(1e-3f);
+  t.mutable_adam()->set_weight_decay(0.01f);
+  t.mutable_loss_scaling()->set_initial_scale(initial_loss_scale);
+  t.mutable_loss_scaling()->set_growth_interval(3);
+  return t;
+}
+
+// What a run produced: per step its loss, whether it was skipped and its
+// loss scale; then the master weights and the device's peaks per tag.
+struct Outcome {
+  std::vector<double> losses;
+  std::vector<bool> skipped;
+  std::vector<float> scales;
+  std::vector<float> weights;
+  std::array<size_t, kNumMemoryTags> device_peaks{}, pinned_peaks{};
+};
+
+// `steps` more steps of `trainer` on SyntheticData(), appended to `out`,
+// whose weights and peaks are then `trainer`'s and `device`'s. A failure
+// fails the test, naming `what`, and stops the run.
+inline void RunSteps(Trainer& trainer, Device& device, int steps, Outcome& out, const std::string& what = "") {
+  for (int i = 0; i < steps; ++i) {
+    auto st = trainer.Step(SyntheticData());
+    ASSERT_TRUE(st.ok()) << what << ": " << st.status();
+    out.losses.push_back(st->loss);
+    out.skipped.push_back(st->skipped);
+    out.scales.push_back(st->loss_scale);
+  }
+  for (int t = 0; t < kNumMemoryTags; ++t) {
+    out.device_peaks[t] = device.memory().account().peak(static_cast<MemoryTag>(t));
+    out.pinned_peaks[t] = device.pinned_host().account().peak(static_cast<MemoryTag>(t));
+  }
+  auto w = trainer.MasterWeights();
+  ASSERT_TRUE(w.ok()) << what << ": " << w.status();
+  out.weights = *std::move(w);
+}
+
 // How many elements differ in their bits (a size mismatch counts as all).
 inline size_t CountBitDifferences(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return std::max(a.size(), b.size());
@@ -68,6 +125,15 @@ inline void ExpectSameTraining(const std::vector<double>& losses, const std::vec
   for (size_t i = 0; i < weights.size(); ++i) {
     ASSERT_NEAR(weights[i], want_weights[i], absolute) << what << ", weight " << i;
   }
+}
+
+// Two runs that must be one: the same losses, skipped steps and loss
+// scales, and the same weights bit for bit.
+inline void ExpectBitForBit(const Outcome& got, const Outcome& want, const std::string& what) {
+  EXPECT_EQ(got.losses, want.losses) << what;
+  EXPECT_EQ(got.skipped, want.skipped) << what;
+  EXPECT_EQ(got.scales, want.scales) << what;
+  EXPECT_EQ(CountBitDifferences(got.weights, want.weights), 0u) << what;
 }
 
 }  // namespace memwall::zero::test
