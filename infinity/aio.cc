@@ -308,6 +308,23 @@ void AioEngine::SetFaultInjector(AioFaultInjector injector) {
   impl_->fault = std::move(injector);
 }
 
+absl::StatusOr<AioFileId> CreateSwapFile(AioEngine& aio, const std::string& path, int64_t bytes,
+                                         const std::string& what, const std::string& dir_field) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": cannot create the swap file ", path, ": ",
+                                                      std::strerror(errno), " (check ", dir_field, ")"));
+  }
+  const bool sized = ::ftruncate(fd, bytes) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!sized) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": cannot size the swap file ", path, " to ", bytes,
+                                                     " bytes: ", std::strerror(err)));
+  }
+  return aio.Open({path}, /*create=*/false);
+}
+
 absl::StatusOr<AioFileId> AioEngine::Open(const std::vector<std::string>& paths, bool create) {
   if (paths.empty()) return absl::InvalidArgumentError("aio: Open needs at least one path");
   File file;

@@ -113,6 +113,12 @@ class AioEngine {
   std::unique_ptr<Impl> impl_;
 };
 
+// A fresh swap file: `path` created (or truncated) to `bytes` zero bytes
+// (sparse), then opened on `aio`. Errors start with `what` ("NVMe
+// offload") and point at `dir_field`, the config field of its directory.
+absl::StatusOr<AioFileId> CreateSwapFile(AioEngine& aio, const std::string& path, int64_t bytes,
+                                         const std::string& what, const std::string& dir_field);
+
 // Memory aligned for O_DIRECT (kAioAlignment), freed with std::free.
 struct AlignedFree {
   void operator()(void* p) const;

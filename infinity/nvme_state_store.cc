@@ -1,11 +1,8 @@
 #include "infinity/nvme_state_store.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -60,23 +57,10 @@ class NvmeStateStore : public zero::OptimizerStateStore {
       MEMWALL_ASSIGN_OR_RETURN(s.buffer, AllocatePlanned(device, plan, absl::StrCat("swap buffer ", i)));
       slots_.push_back(std::move(s));
     }
-    // A fresh, zeroed (sparse) swap file.
-    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      return absl::FailedPreconditionError(absl::StrCat("NVMe offload: cannot create the swap file ", path_, ": ",
-                                                        std::strerror(errno), " (check offload_optimizer.nvme_path)"));
-    }
-    const int64_t bytes = SwapFileBytes(o);
-    const bool sized = ::ftruncate(fd, bytes) == 0;
-    const int err = errno;
-    ::close(fd);
-    if (!sized) {
-      return absl::ResourceExhaustedError(absl::StrCat("NVMe offload: cannot size the swap file ", path_, " to ",
-                                                       bytes, " bytes: ", std::strerror(err)));
-    }
     MEMWALL_ASSIGN_OR_RETURN(aio_, AioEngine::Create(o.aio));
     if (o.fault_injector) aio_->SetFaultInjector(o.fault_injector);
-    MEMWALL_ASSIGN_OR_RETURN(file_, aio_->Open({path_}, /*create=*/false));
+    MEMWALL_ASSIGN_OR_RETURN(file_, CreateSwapFile(*aio_, path_, SwapFileBytes(o), "NVMe offload",
+                                                   "offload_optimizer.nvme_path"));
     return absl::OkStatus();
   }
 

@@ -1,24 +1,36 @@
-// Stage 3's 16-bit parameter shard in pinned host memory
-// (offload_param { device: CPU }, ZeRO-Infinity §5.1.1) against it on the
-// device, under mpirun with 1, 2 and 4 ranks (issue 17, "Done when"):
+// Stage 3's 16-bit parameter shard in pinned host memory (offload_param
+// { device: CPU }) and in an NVMe swap file (device: NVME), ZeRO-Infinity
+// §5.1.1, against it on the device, under mpirun with 1, 2 and 4 ranks
+// (issue 17, "Done when"):
 //   - equivalence: the same losses, loss scales, skipped steps and weights,
-//     bit for bit, after 20 steps, with the optimizer on the device, on the
-//     CPU and on NVMe: fp32, bf16 with gradient accumulation, fp16 with a
-//     forced overflow;
+//     bit for bit, after 20 steps, with the optimizer on the device (CPU
+//     parameters only), on the CPU and on NVMe: fp32, bf16 with gradient
+//     accumulation, fp16 with a forced overflow; NVMe with tiles that do and
+//     do not fill whole 4 KiB blocks (read-modify-write of the edges);
 //   - memory: the device holds no parameter shard (its 16-bit bytes are the
 //     persistent parameters and the gathered working set), pinned host
-//     memory holds it, each equal to the estimator tag by tag; a GPT whose
-//     16-bit parameters exceed the device budget trains;
-//   - checkpoints: saved with the shard on the host, resumed with it on the
-//     device, and the reverse, bit for bit;
-//   - refusals: offload_param below stage 3, and NVMe (not built yet).
+//     memory holds it (CPU) or only the swap buffers (NVMe), each equal to
+//     the estimator tag by tag, and the swap file is the estimator's NVMe
+//     bytes; a GPT whose 16-bit parameters exceed the device budget trains;
+//   - checkpoints: saved with the shard in one place, resumed with it in
+//     another, bit for bit;
+//   - faults: a failed read of the parameter swap file on one rank is every
+//     rank's Status (no rank waits in a broadcast), and the run resumes from
+//     its last checkpoint bit for bit;
+//   - refusals: offload_param below stage 3, NVMe without an offloaded
+//     optimizer or without infinity::CreateTrainer.
+#include <atomic>
+#include <cerrno>
 #include <cstdlib>
+#include <memory>
+#include <optional>
 #include <utility>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "infinity/nvme_parameter_store.h"
 #include "infinity/trainer.h"
 #include "offload/host_optimizer.h"
 #include "runtime/cpu_device.h"
@@ -44,10 +56,11 @@ struct Case {
   int64_t accumulation = 1;
   Precision precision = Precision::BF16;
   float initial_loss_scale = 65536.0f;
+  int64_t tile = 1024;  // bf16: half a 4 KiB block; 2048 fills one
   std::string Name() const {
     return absl::StrCat("params ", OffloadParamConfig::Device_Name(params), ", optimizer ",
                         OffloadOptimizerConfig::Device_Name(optimizer), " x", accumulation, " ",
-                        zero::PrecisionName(precision));
+                        zero::PrecisionName(precision), ", tile ", tile);
   }
 };
 
@@ -62,9 +75,10 @@ zero::TrainerOptions Options(const Case& c, int world) {
   z.mutable_offload_param()->set_device(c.params);
   if (c.optimizer != OffloadOptimizerConfig::NONE) {
     z.mutable_offload_optimizer()->set_device(c.optimizer);
-    z.mutable_offload_optimizer()->set_tile_elements(1024);
+    z.mutable_offload_optimizer()->set_tile_elements(c.tile);
   }
   if (c.optimizer == OffloadOptimizerConfig::NVME) z.mutable_offload_optimizer()->set_nvme_path(SwapDir());
+  if (c.params == OffloadParamConfig::NVME) z.mutable_offload_param()->set_nvme_path(SwapDir());
   return o;
 }
 
@@ -91,16 +105,24 @@ TEST_F(ParamOffload, GivesStageThreesTrainingBitForBit) {
     cases.push_back({OffloadParamConfig::NONE, optimizer});
   }
   cases.push_back({OffloadParamConfig::NONE, OffloadOptimizerConfig::NONE, 2, Precision::FP32});
+  cases.push_back({OffloadParamConfig::NONE, OffloadOptimizerConfig::CPU, 2, Precision::FP32});
+  cases.push_back({OffloadParamConfig::NONE, OffloadOptimizerConfig::NVME, 2, Precision::BF16});
+  // Tiles of whole blocks: no read-modify-write on NVMe.
+  cases.push_back({OffloadParamConfig::NONE, OffloadOptimizerConfig::CPU, 1, Precision::BF16, 65536.0f, 2048});
   // fp16 from 2^30: the first steps overflow and are skipped.
   cases.push_back({OffloadParamConfig::NONE, OffloadOptimizerConfig::CPU, 1, Precision::FP16, float(1 << 30)});
   for (const Case& device : cases) {
-    Case host = device;
-    host.params = OffloadParamConfig::CPU;
     const Outcome want = Train(*comm_, device, 20);
-    const Outcome got = Train(*comm_, host, 20);
-    SCOPED_TRACE(host.Name());
-    ASSERT_EQ(got.losses.size(), 20u);
-    zero::test::ExpectBitForBit(got, want, host.Name());
+    for (auto where : {OffloadParamConfig::CPU, OffloadParamConfig::NVME}) {
+      // The device's Adam updates the shard in place: NVMe needs it offloaded.
+      if (where == OffloadParamConfig::NVME && device.optimizer == OffloadOptimizerConfig::NONE) continue;
+      Case offloaded = device;
+      offloaded.params = where;
+      const Outcome got = Train(*comm_, offloaded, 20);
+      SCOPED_TRACE(offloaded.Name());
+      ASSERT_EQ(got.losses.size(), 20u);
+      zero::test::ExpectBitForBit(got, want, offloaded.Name());
+    }
     if (device.precision == Precision::FP16) {
       EXPECT_TRUE(want.skipped[0]) << "the forced overflow must skip the first step";
     }
@@ -111,12 +133,15 @@ TEST_F(ParamOffload, GivesStageThreesTrainingBitForBit) {
 // device, and the reverse, each bit for bit the uninterrupted run.
 TEST_F(ParamOffload, CheckpointsMoveBetweenHostAndDeviceParameters) {
   const Case device{OffloadParamConfig::NONE, OffloadOptimizerConfig::CPU};
-  Case host = device;
+  Case host = device, nvme = device;
   host.params = OffloadParamConfig::CPU;
+  nvme.params = OffloadParamConfig::NVME;
   const Outcome whole = Train(*comm_, device, 8);
-  for (const auto& [from, to] : {std::pair<Case, Case>{host, device}, std::pair<Case, Case>{device, host}}) {
+  for (const auto& [from, to] : {std::pair<Case, Case>{host, device}, std::pair<Case, Case>{device, host},
+                                 std::pair<Case, Case>{nvme, host}, std::pair<Case, Case>{device, nvme}}) {
     SCOPED_TRACE(absl::StrCat(from.Name(), " -> ", to.Name()));
-    const std::string dir = absl::StrCat(SwapDir(), "/ckpt_params_", OffloadParamConfig::Device_Name(from.params));
+    const std::string dir = absl::StrCat(SwapDir(), "/ckpt_params_", OffloadParamConfig::Device_Name(from.params),
+                                         "_", OffloadParamConfig::Device_Name(to.params));
     std::string path;
     {
       auto d = *CreateCpuDevice();
@@ -141,31 +166,43 @@ TEST_F(ParamOffload, CheckpointsMoveBetweenHostAndDeviceParameters) {
 }
 
 // The shard moves from device to pinned host memory, byte for byte as the
-// estimator plans it.
+// estimator plans it; on NVMe, pinned memory holds only the swap buffers
+// and the file the rest.
 TEST_F(ParamOffload, TheShardLeavesTheDeviceAsEstimated) {
   const int64_t shard = (models::CountParameters(zero::test::SmallGpt()) + W() - 1) / W();
+  const int p16 = static_cast<int>(MemoryTag::kParams16);
   for (auto optimizer : {OffloadOptimizerConfig::NONE, OffloadOptimizerConfig::CPU}) {
     const Case on_device{OffloadParamConfig::NONE, optimizer};
-    const Case on_host{OffloadParamConfig::CPU, optimizer};
-    SCOPED_TRACE(on_host.Name());
     const Outcome d = Train(*comm_, on_device, 2);
-    const Outcome h = Train(*comm_, on_host, 2);
-    const int p16 = static_cast<int>(MemoryTag::kParams16);
-    // The device loses exactly the shard (2 bytes an element in bf16) ...
-    EXPECT_EQ(int64_t(d.device_peaks[p16]) - int64_t(h.device_peaks[p16]), 2 * shard);
-    // ... which the host gains.
-    EXPECT_EQ(int64_t(h.pinned_peaks[p16]) - int64_t(d.pinned_peaks[p16]), 2 * shard);
-    zero::EstimateInput in;
-    in.model = zero::test::SmallGpt();
-    in.ranks = W();
-    in.training = Options(on_host, W()).training;
-    if (optimizer == OffloadOptimizerConfig::CPU) in.optimizer = offload::HostOptimizerProvider();
-    auto est = zero::EstimateMemory(in);
-    ASSERT_TRUE(est.ok()) << est.status();
-    EXPECT_EQ(est->host_of(MemoryTag::kParams16), int64_t(h.pinned_peaks[p16]));
-    for (int t = 0; t < kNumMemoryTags; ++t) {
-      EXPECT_EQ(est->host_of(static_cast<MemoryTag>(t)), int64_t(h.pinned_peaks[t]))
-          << "pinned " << MemoryTagName(static_cast<MemoryTag>(t));
+    for (auto where : {OffloadParamConfig::CPU, OffloadParamConfig::NVME}) {
+      if (where == OffloadParamConfig::NVME && optimizer == OffloadOptimizerConfig::NONE) continue;
+      const Case offloaded{where, optimizer};
+      SCOPED_TRACE(offloaded.Name());
+      const Outcome h = Train(*comm_, offloaded, 2);
+      // The device loses exactly the shard (2 bytes an element in bf16) ...
+      EXPECT_EQ(int64_t(d.device_peaks[p16]) - int64_t(h.device_peaks[p16]), 2 * shard);
+      zero::EstimateInput in;
+      in.model = zero::test::SmallGpt();
+      in.ranks = W();
+      in.training = Options(offloaded, W()).training;
+      if (optimizer == OffloadOptimizerConfig::CPU) in.optimizer = offload::HostOptimizerProvider();
+      if (where == OffloadParamConfig::NVME) in.parameters = NvmeParameterStoreProvider(comm_->rank());
+      auto est = zero::EstimateMemory(in);
+      ASSERT_TRUE(est.ok()) << est.status();
+      if (where == OffloadParamConfig::CPU) {
+        // ... which the host gains.
+        EXPECT_EQ(int64_t(h.pinned_peaks[p16]) - int64_t(d.pinned_peaks[p16]), 2 * shard);
+      } else {
+        // ... and the file holds, block-aligned; the host has the swap
+        // buffers: 4 + 2 of one tile (1024 elements, 2 KiB) rounded up to
+        // a block, plus a block.
+        EXPECT_EQ(est->nvme[p16], (2 * shard + 4095) / 4096 * 4096);
+        EXPECT_EQ(int64_t(h.pinned_peaks[p16]) - int64_t(d.pinned_peaks[p16]), 6 * (4096 + 4096));
+      }
+      for (int t = 0; t < kNumMemoryTags; ++t) {
+        EXPECT_EQ(est->host_of(static_cast<MemoryTag>(t)), int64_t(h.pinned_peaks[t]))
+            << "pinned " << MemoryTagName(static_cast<MemoryTag>(t));
+      }
     }
   }
 }
@@ -176,29 +213,102 @@ TEST_F(ParamOffload, TheShardLeavesTheDeviceAsEstimated) {
 // with activation checkpointing, so that its parameters outweigh the
 // activations and buckets.
 TEST_F(ParamOffload, TrainsAModelWhoseParametersExceedTheDevice) {
-  const Case c{OffloadParamConfig::CPU, OffloadOptimizerConfig::CPU};
-  models::GptConfig wide = zero::test::SmallGpt(4, 384);
-  wide.set_activation_checkpointing(true);
-  zero::EstimateInput in;
-  in.model = wide;
-  in.ranks = W();
-  in.training = Options(c, W()).training;
-  in.optimizer = offload::HostOptimizerProvider();
-  auto est = zero::EstimateMemory(in);
-  ASSERT_TRUE(est.ok()) << est.status();
-  const int64_t params16 = 2 * models::CountParameters(wide);
-  ASSERT_LT(est->total_device_bytes, params16) << "the model's 16-bit parameters must exceed the budget\n"
-                                               << est->plan.ToText();
-  CpuDeviceOptions budget;
-  budget.memory_budget_bytes = size_t(est->total_device_bytes);
-  const Outcome want = Train(*comm_, c, 4, {}, wide);
-  const Outcome got = Train(*comm_, c, 4, budget, wide);
-  ASSERT_EQ(got.losses.size(), 4u);
-  EXPECT_EQ(got.losses, want.losses);
-  EXPECT_EQ(zero::test::CountBitDifferences(got.weights, want.weights), 0u);
+  Outcome want;  // unbudgeted, parameters on the CPU (NVMe equals it: GivesStageThreesTrainingBitForBit)
+  for (auto where : {OffloadParamConfig::CPU, OffloadParamConfig::NVME}) {
+    const Case c{where, OffloadOptimizerConfig::CPU};
+    SCOPED_TRACE(c.Name());
+    models::GptConfig wide = zero::test::SmallGpt(4, 384);
+    wide.set_activation_checkpointing(true);
+    zero::EstimateInput in;
+    in.model = wide;
+    in.ranks = W();
+    in.training = Options(c, W()).training;
+    in.optimizer = offload::HostOptimizerProvider();
+    if (where == OffloadParamConfig::NVME) in.parameters = NvmeParameterStoreProvider(comm_->rank());
+    auto est = zero::EstimateMemory(in);
+    ASSERT_TRUE(est.ok()) << est.status();
+    const int64_t params16 = 2 * models::CountParameters(wide);
+    ASSERT_LT(est->total_device_bytes, params16) << "the model's 16-bit parameters must exceed the budget\n"
+                                                 << est->plan.ToText();
+    CpuDeviceOptions budget;
+    budget.memory_budget_bytes = size_t(est->total_device_bytes);
+    if (want.losses.empty()) want = Train(*comm_, c, 4, {}, wide);
+    const Outcome got = Train(*comm_, c, 4, budget, wide);
+    ASSERT_EQ(got.losses.size(), 4u);
+    EXPECT_EQ(got.losses, want.losses);
+    EXPECT_EQ(zero::test::CountBitDifferences(got.weights, want.weights), 0u);
+  }
 }
 
-TEST_F(ParamOffload, RefusesBelowStageThreeAndNvme) {
+// EIO on one rank's read of its parameter swap file, in the middle of step
+// 4: every rank's step fails with DataLoss (none waits in a broadcast the
+// faulty rank skips), the faulty rank's Status names its file, the store
+// refuses to go on, and a new trainer resumes from the step-3 checkpoint
+// bit for bit the uninterrupted run. Also a write that fails (ENOSPC): the
+// Step that wrote it fails on every rank.
+TEST_F(ParamOffload, NvmeFaultsAreEveryRanksStatusAndTheRunResumes) {
+  const Case c{OffloadParamConfig::NVME, OffloadOptimizerConfig::CPU};
+  const Outcome whole = Train(*comm_, c, 6);
+  ASSERT_EQ(whole.losses.size(), 6u);
+  const int faulty = W() - 1;
+  const std::string file = absl::StrCat("memwall_params_rank", faulty, ".swap");
+  struct Fault {
+    std::string name;
+    bool write;
+    int64_t result;
+    absl::StatusCode code;
+  };
+  const std::vector<Fault> faults = {{"EIO on a parameter read", false, -EIO, absl::StatusCode::kDataLoss},
+                                     {"ENOSPC on a parameter write", true, -ENOSPC,
+                                      absl::StatusCode::kResourceExhausted}};
+  for (size_t i = 0; i < faults.size(); ++i) {
+    const Fault& f = faults[i];
+    SCOPED_TRACE(f.name);
+    auto armed = std::make_shared<std::atomic<int>>(-1);  // n: fires at the (n + 1)-th matching transfer
+    AioFaultInjector inject = [armed, f](const AioBlockOp& op) -> std::optional<int64_t> {
+      if (op.write != f.write || armed->load() < 0 || armed->fetch_sub(1) != 0) return std::nullopt;
+      return f.result;
+    };
+    const std::string dir = absl::StrCat(SwapDir(), "/param_faults_", i);
+    std::string saved;
+    {
+      auto device = *CreateCpuDevice();
+      auto model = *models::Gpt::Create(zero::test::SmallGpt());
+      zero::TrainerOptions o = Options(c, W());
+      o.parameter_store =
+          NvmeParameterStoreProvider(comm_->rank(), nullptr, comm_->rank() == faulty ? inject : AioFaultInjector{});
+      auto t = CreateTrainer(*model, *device, *comm_, o);
+      ASSERT_TRUE(t.ok()) << t.status();
+      for (int s = 0; s < 3; ++s) ASSERT_TRUE((*t)->Step(zero::test::SyntheticData()).ok());
+      auto path = (*t)->Save(dir);
+      ASSERT_TRUE(path.ok()) << path.status();
+      saved = *path;
+      armed->store(2);
+      auto st = (*t)->Step(zero::test::SyntheticData());
+      ASSERT_FALSE(st.ok());
+      EXPECT_EQ(st.status().code(), f.code) << st.status();
+      if (comm_->rank() == faulty) {
+        EXPECT_NE(st.status().message().find(file), std::string::npos) << st.status();
+      } else if (!f.write) {
+        EXPECT_NE(st.status().message().find(absl::StrCat("rank ", faulty, " could not read its parameter shard")),
+                  std::string::npos)
+            << st.status();
+      }
+      EXPECT_FALSE((*t)->Step(zero::test::SyntheticData()).ok()) << "a damaged store must not train on";
+    }
+    auto device = *CreateCpuDevice();
+    auto model = *models::Gpt::Create(zero::test::SmallGpt());
+    auto t = CreateTrainer(*model, *device, *comm_, Options(c, W()));
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_TRUE((*t)->Load(saved).ok());
+    Outcome resumed;
+    zero::test::RunSteps(**t, *device, 3, resumed);
+    EXPECT_EQ(resumed.losses, std::vector<double>(whole.losses.begin() + 3, whole.losses.end()));
+    EXPECT_EQ(zero::test::CountBitDifferences(resumed.weights, whole.weights), 0u);
+  }
+}
+
+TEST_F(ParamOffload, RefusesBelowStageThreeAndNvmeWithoutItsParts) {
   auto device = *CreateCpuDevice();
   auto model = *models::Gpt::Create(zero::test::SmallGpt());
   zero::TrainerOptions o = Options(Case{OffloadParamConfig::CPU}, W());
@@ -210,7 +320,20 @@ TEST_F(ParamOffload, RefusesBelowStageThreeAndNvme) {
   o = Options(Case{OffloadParamConfig::NVME}, W());
   t = CreateTrainer(*model, *device, *comm_, o);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
-  EXPECT_NE(t.status().message().find("offload_param.device = NVME is not built yet"), std::string::npos)
+  EXPECT_NE(t.status().message().find("offload_param.device = NVME needs offload_optimizer.device = CPU or NVME"),
+            std::string::npos)
+      << t.status();
+  o = Options(Case{OffloadParamConfig::NVME, OffloadOptimizerConfig::CPU}, W());
+  o.shard_optimizer = offload::HostOptimizerProvider();
+  t = zero::Trainer::Create(*model, *device, *comm_, o);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
+  EXPECT_NE(t.status().message().find("create the trainer with infinity::CreateTrainer"), std::string::npos)
+      << t.status();
+  o.training.mutable_zero()->mutable_offload_param()->set_nvme_path("/nonexistent/memwall");
+  t = CreateTrainer(*model, *device, *comm_, o);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
+  EXPECT_NE(t.status().message().find("cannot create the swap file /nonexistent/memwall/memwall_params_rank"),
+            std::string::npos)
       << t.status();
 }
 

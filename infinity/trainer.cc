@@ -40,6 +40,9 @@ zero::ShardOptimizerProvider NvmeOptimizerProvider(int rank, const offload::Host
 absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model, Device& device, Communicator& comm,
                                                              zero::TrainerOptions options,
                                                              const offload::HostOptimizerHooks* hooks) {
+  if (options.training.zero().offload_param().device() == zero::OffloadParamConfig::NVME && !options.parameter_store) {
+    options.parameter_store = NvmeParameterStoreProvider(comm.rank(), options.timeline);
+  }
   if (options.training.zero().offload_optimizer().device() == zero::OffloadOptimizerConfig::NVME) {
     options.shard_optimizer = NvmeOptimizerProvider(comm.rank(), hooks);
     return zero::Trainer::Create(model, device, comm, options);

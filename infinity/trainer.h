@@ -1,8 +1,10 @@
 // A ZeRO trainer with ZeRO-Infinity's placements: with
 // offload_optimizer { device: NVME nvme_path: DIR } the host optimizer
 // (offload/host_optimizer.h) keeps the optimizer states in an NVMe store
-// (nvme_state_store.h) instead of pinned host memory; every other
-// configuration is offload::CreateTrainer's.
+// (nvme_state_store.h) instead of pinned host memory; with offload_param
+// { device: NVME nvme_path: DIR } stage 3's 16-bit parameter shard lives
+// in an NVMe store (nvme_parameter_store.h); every other configuration is
+// offload::CreateTrainer's.
 //
 //   options.training.mutable_zero()->mutable_offload_optimizer()->set_device(OffloadOptimizerConfig::NVME);
 //   options.training.mutable_zero()->mutable_offload_optimizer()->set_nvme_path("/nvme/swap");
@@ -13,6 +15,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "infinity/nvme_parameter_store.h"
 #include "infinity/nvme_state_store.h"
 #include "models/gpt.h"
 #include "offload/host_optimizer.h"

@@ -21,7 +21,7 @@ class DelayedUpdate : public zero::ShardOptimizer {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<bool> Step(const zero::StepOutcome& outcome, const Tensor& values, Stream& stream) override {
+  absl::StatusOr<bool> Step(const zero::StepOutcome& outcome, zero::ParameterStore& values, Stream& stream) override {
     const bool landed = running_;
     if (running_) {
       running_ = false;
@@ -36,7 +36,7 @@ class DelayedUpdate : public zero::ShardOptimizer {
     return landed || stepped;
   }
 
-  absl::StatusOr<bool> Flush(const Tensor& values, Stream& stream) override {
+  absl::StatusOr<bool> Flush(zero::ParameterStore& values, Stream& stream) override {
     bool landed = false;
     if (running_) {
       running_ = false;
@@ -59,8 +59,8 @@ class DelayedUpdate : public zero::ShardOptimizer {
   absl::Status ZeroGradients(Stream& stream) override { return inner_->ZeroGradients(stream); }
   void BeginMicroBatch(int64_t index, int64_t count) override { inner_->BeginMicroBatch(index, count); }
   absl::Status GradientNorm(const Tensor& norm, Stream& stream) override { return inner_->GradientNorm(norm, stream); }
-  absl::Status WriteValues(const Tensor& values, Stream& stream) override { return inner_->WriteValues(values, stream); }
-  absl::Status SetMasterFromValues(const Tensor& values, Stream& stream) override {
+  absl::Status WriteValues(zero::ParameterStore& values, Stream& stream) override { return inner_->WriteValues(values, stream); }
+  absl::Status SetMasterFromValues(zero::ParameterStore& values, Stream& stream) override {
     return inner_->SetMasterFromValues(values, stream);
   }
   absl::Status ReadState(zero::OptimizerState state, int64_t begin, int64_t n, float* out) override {

@@ -36,7 +36,7 @@ namespace memwall::offload {
 class DelayableOptimizer : public zero::ShardOptimizer {
  public:
   virtual absl::Status StartDelayedStep(const zero::StepUpdate& update) = 0;
-  virtual absl::Status FinishDelayedStep(const Tensor& values, Stream& stream) = 0;
+  virtual absl::Status FinishDelayedStep(zero::ParameterStore& values, Stream& stream) = 0;
 };
 
 // `inner` with its updates delayed after `after_steps` (> 0) ordinary steps.

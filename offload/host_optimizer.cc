@@ -77,7 +77,7 @@ class HostOptimizer : public DelayableOptimizer {
 
   // Sub-group by sub-group: the CPU Adam writes tile k, rounded, while the
   // copy stream sends tile k - 1.
-  absl::StatusOr<bool> Step(const zero::StepOutcome& outcome, const Tensor& values, Stream& stream) override {
+  absl::StatusOr<bool> Step(const zero::StepOutcome& outcome, zero::ParameterStore& values, Stream& stream) override {
     if (!outcome.update.has_value()) return false;
     const zero::StepUpdate update = *outcome.update;
     MEMWALL_RETURN_IF_ERROR(CheckValues(values));
@@ -121,7 +121,7 @@ class HostOptimizer : public DelayableOptimizer {
     return absl::OkStatus();
   }
 
-  absl::Status FinishDelayedStep(const Tensor& values, Stream& stream) override {
+  absl::Status FinishDelayedStep(zero::ParameterStore& values, Stream& stream) override {
     if (!worker_.joinable()) return absl::FailedPreconditionError("offload: no delayed step is running");
     worker_.join();
     MEMWALL_RETURN_IF_ERROR(worker_status_);
@@ -130,7 +130,7 @@ class HostOptimizer : public DelayableOptimizer {
     return WriteValues(values, stream);  // fp32: the values are the master weights
   }
 
-  absl::Status WriteValues(const Tensor& values, Stream& stream) override {
+  absl::Status WriteValues(zero::ParameterStore& values, Stream& stream) override {
     MEMWALL_RETURN_IF_ERROR(CheckValues(values));
     return tiles_.Send(values, stream, [&](int64_t k, int64_t, int64_t len, void* tile) {
       return WithSubGroup(k, /*written=*/false, [&](const zero::StateSubGroup& g) {
@@ -139,7 +139,7 @@ class HostOptimizer : public DelayableOptimizer {
     });
   }
 
-  absl::Status SetMasterFromValues(const Tensor& values, Stream& stream) override {
+  absl::Status SetMasterFromValues(zero::ParameterStore& values, Stream& stream) override {
     MEMWALL_RETURN_IF_ERROR(CheckValues(values));
     MEMWALL_RETURN_IF_ERROR(tiles_.Receive(values, stream, [&](int64_t k, int64_t, int64_t len, const void* tile) {
       return WithSubGroup(k, /*written=*/true, [&](const zero::StateSubGroup& g) {
@@ -162,9 +162,9 @@ class HostOptimizer : public DelayableOptimizer {
   }
 
  private:
-  absl::Status CheckValues(const Tensor& values) const {
-    if (values.numel() != n_ || values.dtype() != value_dtype_) {
-      return absl::InvalidArgumentError(absl::StrCat("offload: values hold ", values.numel(), " ",
+  absl::Status CheckValues(const zero::ParameterStore& values) const {
+    if (values.elements() != n_ || values.dtype() != value_dtype_) {
+      return absl::InvalidArgumentError(absl::StrCat("offload: values hold ", values.elements(), " ",
                                                      DTypeName(values.dtype()), " elements, the shard ", n_, " ",
                                                      DTypeName(value_dtype_)));
     }

@@ -1,6 +1,8 @@
 #include "offload/tile_pipeline.h"
 
 #include <algorithm>
+#include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -36,12 +38,12 @@ absl::Status TilePipeline::Init(const MemoryPlan& plan) {
   return absl::OkStatus();
 }
 
-absl::Status TilePipeline::Send(const Tensor& values, Stream& stream, const Fill& fill) {
+absl::Status TilePipeline::Send(zero::ParameterStore& values, Stream& stream, const Fill& fill) {
   if (values.dtype() != dtype_) {
     return absl::InvalidArgumentError(absl::StrCat("offload: values are ", DTypeName(values.dtype()), ", the tiles ",
                                                    DTypeName(dtype_)));
   }
-  const int64_t n = values.numel();
+  const int64_t n = values.elements();
   const size_t size = SizeOf(dtype_);
   MEMWALL_RETURN_IF_ERROR(stream.Synchronize());
   for (int64_t k = 0, begin = 0; begin < n; ++k, begin += tile_) {
@@ -51,38 +53,56 @@ absl::Status TilePipeline::Send(const Tensor& values, Stream& stream, const Fill
     if (k >= 2) MEMWALL_RETURN_IF_ERROR(slot_free_[slot]->Synchronize());
     char* tile = staging_.as<char>() + slot * tile_ * size;
     MEMWALL_RETURN_IF_ERROR(fill(k, begin, len, tile));
+    MEMWALL_ASSIGN_OR_RETURN(const Tensor to, values.BeginUpdate(begin, len, *copy_));
     {
       StreamZone h2d(timeline_, *copy_, ZoneKind::kParamH2D);
       if (copy_starting_) {
         MEMWALL_RETURN_IF_ERROR(copy_->EnqueueHost([this, k] { return copy_starting_(k); }));
       }
-      MEMWALL_RETURN_IF_ERROR(copy_->Copy(values.data_as<char>() + begin * size, tile, len * size));
+      MEMWALL_RETURN_IF_ERROR(copy_->Copy(to.data(), tile, len * size));
     }
     MEMWALL_RETURN_IF_ERROR(copy_->Record(*slot_free_[slot]));
+    MEMWALL_RETURN_IF_ERROR(values.EndUpdate(to, *copy_));
   }
   MEMWALL_RETURN_IF_ERROR(copy_->Record(*copied_));
+  MEMWALL_RETURN_IF_ERROR(values.Sync());
   return stream.Wait(*copied_);
 }
 
-absl::Status TilePipeline::SendWhole(const Tensor& values, const void* src, Stream& stream) {
+absl::Status TilePipeline::SendWhole(zero::ParameterStore& values, const void* src, Stream& stream) {
+  const std::optional<Tensor> resident = values.resident();
+  if (!resident.has_value()) {  // through the tiles, and the store's update memory
+    const size_t size = SizeOf(dtype_);
+    return Send(values, stream, [&](int64_t, int64_t begin, int64_t len, void* tile) {
+      std::memcpy(tile, static_cast<const char*>(src) + begin * size, len * size);
+      return absl::OkStatus();
+    });
+  }
   MEMWALL_RETURN_IF_ERROR(stream.Synchronize());  // the device is done reading the old values
   {
     StreamZone h2d(timeline_, *copy_, ZoneKind::kParamH2D);
-    MEMWALL_RETURN_IF_ERROR(copy_->Copy(values.data(), src, values.bytes()));
+    MEMWALL_RETURN_IF_ERROR(copy_->Copy(resident->data(), src, resident->bytes()));
   }
   MEMWALL_RETURN_IF_ERROR(copy_->Record(*copied_));
   return stream.Wait(*copied_);
 }
 
-absl::Status TilePipeline::Receive(const Tensor& values, Stream& stream, const Read& read) {
-  const int64_t n = values.numel();
+absl::Status TilePipeline::Receive(zero::ParameterStore& values, Stream& stream, const Read& read) {
+  const int64_t n = values.elements();
   const size_t size = SizeOf(values.dtype());
   if (values.dtype() != dtype_) return absl::InvalidArgumentError("offload: values do not match the tiles");
   MEMWALL_RETURN_IF_ERROR(Synchronize());
   for (int64_t k = 0, begin = 0; begin < n; ++k, begin += tile_) {
     const int64_t len = std::min(tile_, n - begin);
-    MEMWALL_RETURN_IF_ERROR(stream.Copy(staging_.data(), values.data_as<char>() + begin * size, len * size));
+    for (int64_t at = 0; at < len;) {  // the store's fetches are at most fetch_limit() elements
+      const int64_t part = std::min(len - at, values.fetch_limit());
+      MEMWALL_ASSIGN_OR_RETURN(const Tensor from, values.Fetch(begin + at, part, stream));
+      MEMWALL_RETURN_IF_ERROR(stream.Copy(staging_.as<char>() + at * size, from.data(), part * size));
+      MEMWALL_RETURN_IF_ERROR(values.Release(from, stream));
+      at += part;
+    }
     MEMWALL_RETURN_IF_ERROR(stream.Synchronize());
+    MEMWALL_RETURN_IF_ERROR(values.health());
     MEMWALL_RETURN_IF_ERROR(read(k, begin, len, staging_.data()));
   }
   return absl::OkStatus();

@@ -18,6 +18,7 @@
 #include "runtime/memory_plan.h"
 #include "runtime/tensor.h"
 #include "runtime/timeline.h"
+#include "zero/parameter_store.h"
 
 namespace memwall::offload {
 
@@ -37,21 +38,24 @@ class TilePipeline {
 
   int64_t tile_elements() const { return tile_; }
 
-  // For each tile k of `values` (device memory, tile_elements each, the
-  // last one shorter), on the calling thread: fill(k, begin, len, tile)
-  // writes elements [begin, begin + len) of the values into the staging
-  // tile, then the copy stream sends it (zone kParamH2D). Work enqueued on
-  // `stream` after this sees the values; the device must be done with the
-  // old values (Send synchronizes `stream` first).
+  // For each tile k of `values` (the rank's parameter shard wherever it
+  // lives, zero/parameter_store.h; tile_elements each, the last one
+  // shorter), on the calling thread: fill(k, begin, len, tile) writes
+  // elements [begin, begin + len) of the values into the staging tile, then
+  // the copy stream sends it into the store's update memory (zone
+  // kParamH2D) and the store takes it (an NVMe store writes it to its
+  // file). Work enqueued on `stream` after this sees the values, and every
+  // update has landed (values.Sync()); the device must be done with the old
+  // values (Send synchronizes `stream` first).
   using Fill = std::function<absl::Status(int64_t k, int64_t begin, int64_t len, void* tile)>;
-  absl::Status Send(const Tensor& values, Stream& stream, const Fill& fill);
-  // `src` (host memory, values.numel() elements) in one copy: the delayed
-  // update's result.
-  absl::Status SendWhole(const Tensor& values, const void* src, Stream& stream);
-  // The other way, synchronously: each tile of `values` copied into the
-  // staging tile, then read(k, begin, len, tile) on the host.
+  absl::Status Send(zero::ParameterStore& values, Stream& stream, const Fill& fill);
+  // `src` (host memory, values.elements() elements): the delayed update's
+  // result; one copy when the store is resident.
+  absl::Status SendWhole(zero::ParameterStore& values, const void* src, Stream& stream);
+  // The other way, synchronously: each tile of `values` fetched from the
+  // store into the staging tile, then read(k, begin, len, tile) on the host.
   using Read = std::function<absl::Status(int64_t k, int64_t begin, int64_t len, const void* tile)>;
-  absl::Status Receive(const Tensor& values, Stream& stream, const Read& read);
+  absl::Status Receive(zero::ParameterStore& values, Stream& stream, const Read& read);
   // Every copy done (before the staging tiles or a source are reused).
   absl::Status Synchronize();
 

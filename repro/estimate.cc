@@ -111,6 +111,9 @@ absl::StatusOr<Estimate> Run() {
     case OffloadOptimizerConfig::NVME: in.optimizer = infinity::NvmeOptimizerProvider(/*rank=*/0); break;
     default: break;
   }
+  if (in.training.zero().offload_param().device() == zero::OffloadParamConfig::NVME) {
+    in.parameters = infinity::NvmeParameterStoreProvider(/*rank=*/0);
+  }
   const std::string ckpt = absl::GetFlag(FLAGS_checkpointing);
   if (ckpt == "true" || ckpt == "false") {
     in.checkpointing = ckpt == "true";

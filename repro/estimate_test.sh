@@ -98,6 +98,22 @@ json=$($bin --params=10000000000 --set="$nvme_set" --host_bytes=$host --disk_byt
 # CPU offload of the same model needs 12 bytes a parameter more pinned memory.
 out=$($bin --params=10000000000 --set='zero { stage: 2 offload_optimizer { device: CPU } }' --host_bytes=$host); code=$?
 [[ $code -eq 1 && "$out" == *"DOES NOT FIT in"*"of pinned host memory"* ]] || fail "CPU offload under NVMe's host budget: exit $code: $out"
+# Stage 3 with the 16-bit parameters on NVMe too (offload_param NVME): the
+# swap file gains the 2-byte shard (block-aligned), and pinned memory holds
+# 6 swap buffers of one tile (4 Mi elements, 8 MiB) plus a block each
+# instead of the shard it holds with the parameters on the CPU.
+s3='zero { stage: 3 offload_optimizer { device: NVME nvme_path: "/nvme" } offload_param { device: '
+json_cpu=$($bin --params=10000000000 --set="${s3}CPU } }" --format=json) || fail "stage 3 CPU params: exit $?"
+json_nvme=$($bin --params=10000000000 --set="${s3}NVME nvme_path: \"/nvme\" } }" --format=json) \
+  || fail "stage 3 NVMe params: exit $?"
+field() { sed -n "s/.*\"$1\": \([0-9]*\),.*/\1/p" <<<"$2"; }
+[[ $(( $(field nvme_bytes_per_rank "$json_nvme") - $(field nvme_bytes_per_rank "$json_cpu") )) -eq $(( (20000000000 + 4095) / 4096 * 4096 )) ]] \
+  || fail "NVMe parameters: the swap files do not gain the 2-byte shard: $json_nvme"
+[[ $(( $(field host_bytes_per_rank "$json_cpu") - $(field host_bytes_per_rank "$json_nvme") )) -eq $(( 20000000000 - 6 * (8388608 + 4096) )) ]] \
+  || fail "NVMe parameters: pinned memory does not lose the shard for 6 swap buffers: $json_cpu $json_nvme"
+err=$($bin --params=100 --set='zero { stage: 3 offload_param { device: NVME nvme_path: "/p" } }' 2>&1); code=$?
+[[ $code -eq 2 && "$err" == *"offload_param.device = NVME needs offload_optimizer.device = CPU or NVME"* ]] \
+  || fail "NVMe parameters without an offloaded optimizer: $err"
 err=$($bin --params=100 --disk_bytes=-1 2>&1); code=$?
 [[ $code -eq 2 && "$err" == *"disk_bytes = -1 must be >= 0"* ]] || fail "negative disk budget: $err"
 echo PASS

@@ -107,10 +107,10 @@ absl::Status ValidateOffload(const Experiment& e) {
     return Bad("offload.swap_buffer_bytes", o.swap_buffer_bytes(), "must be >= 0 (0: three swap buffers)");
   }
   if (!seen.count(OffloadSweep::STAGE3_NVME) && !seen.count(OffloadSweep::STAGE3_NVME_CPU_PARAMS) &&
-      (!o.nvme_path().empty() || o.swap_buffer_bytes() != 0)) {
+      !seen.count(OffloadSweep::STAGE3_NVME_NVME_PARAMS) && (!o.nvme_path().empty() || o.swap_buffer_bytes() != 0)) {
     return Bad(o.nvme_path().empty() ? "offload.swap_buffer_bytes" : "offload.nvme_path",
                o.nvme_path().empty() ? absl::StrCat(o.swap_buffer_bytes()) : absl::StrCat("\"", o.nvme_path(), "\""),
-               "needs an NVMe mode (STAGE3_NVME, STAGE3_NVME_CPU_PARAMS)");
+               "needs an NVMe mode (STAGE3_NVME, STAGE3_NVME_CPU_PARAMS, STAGE3_NVME_NVME_PARAMS)");
   }
   return absl::OkStatus();
 }

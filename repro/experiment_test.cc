@@ -204,6 +204,12 @@ TEST(Experiment, InfinityModesAndTheirOptions) {
   EXPECT_EQ(both.training.zero().offload_param().device(), zero::OffloadParamConfig::CPU);
   EXPECT_EQ(OffloadTrainerOptions(*e, OffloadSweep::STAGE3_OFFLOAD).training.zero().offload_param().device(),
             zero::OffloadParamConfig::NONE);
+  // ZeRO-Inf-NVMe: both on NVMe, the parameters' swap file beside the states'.
+  const zero::TrainerOptions disk = OffloadTrainerOptions(*e, OffloadSweep::STAGE3_NVME_NVME_PARAMS);
+  EXPECT_EQ(disk.training.zero().offload_optimizer().device(), zero::OffloadOptimizerConfig::NVME);
+  EXPECT_EQ(disk.training.zero().offload_param().device(), zero::OffloadParamConfig::NVME);
+  EXPECT_EQ(disk.training.zero().offload_param().nvme_path(), "/nvme");
+  EXPECT_TRUE(zero::ValidateTrainingConfig(disk.training, "").ok());
 }
 
 TEST(Experiment, CiSizedExperimentsParse) {

@@ -47,6 +47,10 @@ absl::string_view ZoneName(ZoneKind kind) {
     case ZoneKind::kSwapWait: return "swap wait";
     case ZoneKind::kSwapIn: return "swap-in";
     case ZoneKind::kSwapOut: return "swap-out";
+    case ZoneKind::kParamFetch: return "param fetch";
+    case ZoneKind::kParamGather: return "param gather";
+    case ZoneKind::kParamSwapIn: return "param swap-in";
+    case ZoneKind::kParamSwapOut: return "param swap-out";
   }
   return "?";
 }

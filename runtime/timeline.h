@@ -50,8 +50,12 @@ enum class ZoneKind : uint8_t {
   kSwapWait,         // "swap wait": the host waiting on a swap-in or swap-out of optimizer states (NVMe)
   kSwapIn,           // "swap-in": a sub-group's states read from NVMe, submission to completion (bytes)
   kSwapOut,          // "swap-out": ... written back to NVMe (bytes)
+  kParamFetch,       // "param fetch": a stage-3 gather's own pieces from the shard's store (the H2D hop when offloaded)
+  kParamGather,      // "param gather": its broadcasts (every rank's pieces to all)
+  kParamSwapIn,      // "param swap-in": 16-bit parameters read from NVMe, submission to completion (bytes)
+  kParamSwapOut,     // "param swap-out": ... written to NVMe (bytes)
 };
-inline constexpr int kNumZoneKinds = 13;
+inline constexpr int kNumZoneKinds = 17;
 absl::string_view ZoneName(ZoneKind kind);
 
 // The host tracks; a stream zone's track is its stream's name.

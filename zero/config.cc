@@ -68,6 +68,9 @@ ZeroConfig WithDefaults(const ZeroConfig& c) {
     if (!o.has_tile_elements()) o.set_tile_elements(kDefaultOffloadTileElements);
     if (!o.has_delayed_update_after_steps()) o.set_delayed_update_after_steps(0);
   }
+  if (out.offload_param().device() == OffloadParamConfig::NVME && !out.offload_param().has_buffer_count()) {
+    out.mutable_offload_param()->set_buffer_count(kDefaultParamSwapBuffers);
+  }
   return out;
 }
 
@@ -129,9 +132,32 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c, absl::string_view what) {
       return Bad(absl::StrCat("offload_param.device = ", OffloadParamConfig::Device_Name(p), " with stage"), c.stage(),
                  "needs stage 3 (only stage 3 partitions the 16-bit parameters)");
     }
-    if (p == OffloadParamConfig::NVME) {
-      return absl::InvalidArgumentError(absl::StrCat(what, "offload_param.device = NVME is not built yet (issue 17); "
-                                                     "use CPU"));
+  }
+  const OffloadParamConfig& param = c.offload_param();
+  if (!OffloadParamConfig::Device_IsValid(param.device())) {
+    return Bad("offload_param.device", param.device(), "must be NONE, CPU or NVME");
+  }
+  if (param.device() != OffloadParamConfig::NVME) {
+    if (!param.nvme_path().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "offload_param.nvme_path = \"", param.nvme_path(),
+                                                     "\" needs offload_param.device = NVME"));
+    }
+    if (param.has_buffer_count()) {
+      return Bad("offload_param.buffer_count", param.buffer_count(), "needs offload_param.device = NVME");
+    }
+  } else {
+    if (param.nvme_path().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "offload_param.nvme_path is empty: device = NVME "
+                                                     "needs the directory of the parameter swap files"));
+    }
+    if (param.has_buffer_count() && param.buffer_count() < 2) {
+      return Bad("offload_param.buffer_count", param.buffer_count(),
+                 "must be >= 2 (one buffer read while the other is copied; unset: 4)");
+    }
+    if (o.device() == OffloadOptimizerConfig::NONE) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, "offload_param.device = NVME needs offload_optimizer.device = CPU or NVME: the CPU Adam writes "
+                "the updated 16-bit parameters straight to the file, and the device's Adam cannot"));
     }
   }
   if (o.device() != OffloadOptimizerConfig::NONE) {

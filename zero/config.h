@@ -27,6 +27,7 @@ inline constexpr int64_t kDefaultPrefetchBucketBytes = int64_t{32} << 20;
 inline constexpr int64_t kDefaultParamPersistenceThreshold = 65536;
 inline constexpr int64_t kDefaultMaxLiveParams = 1000000000;
 inline constexpr int64_t kDefaultOffloadTileElements = int64_t{4} << 20;
+inline constexpr int64_t kDefaultParamSwapBuffers = 4;
 inline constexpr int64_t kDefaultSeq = 128;
 inline constexpr Precision kDefaultPrecision = BF16;
 inline constexpr float kDefaultMinLrRatio = 0.1f;

@@ -72,6 +72,27 @@ TEST(ZeroConfig, EachBadValueNamesItsField) {
               "offload_optimizer.pinned_budget_bytes = -1 must be >= 0");
   ExpectError("stage: 0 offload_optimizer { device: NVME nvme_path: \"/nvme\" }",
               "offload_optimizer.device = NVME with stage = 0 needs stage 1, 2 or 3");
+  // Parameters on NVMe (ZeRO-Infinity §5.1.1).
+  ExpectError("stage: 2 offload_optimizer { device: CPU } offload_param { device: NVME nvme_path: \"/p\" }",
+              "offload_param.device = NVME with stage = 2 needs stage 3");
+  ExpectError("stage: 3 offload_optimizer { device: CPU } offload_param { device: NVME }",
+              "offload_param.nvme_path is empty");
+  ExpectError("stage: 3 offload_param { device: NVME nvme_path: \"/p\" }",
+              "offload_param.device = NVME needs offload_optimizer.device = CPU or NVME");
+  ExpectError("stage: 3 offload_optimizer { device: CPU } offload_param { device: NVME nvme_path: \"/p\" buffer_count: 1 }",
+              "offload_param.buffer_count = 1 must be >= 2");
+  ExpectError("stage: 3 offload_param { device: CPU nvme_path: \"/p\" }",
+              "offload_param.nvme_path = \"/p\" needs offload_param.device = NVME");
+  ExpectError("stage: 3 offload_param { device: CPU buffer_count: 4 }",
+              "offload_param.buffer_count = 4 needs offload_param.device = NVME");
+}
+
+TEST(ZeroConfig, ParameterSwapBuffersDefault) {
+  auto c = ParseZeroConfig("stage: 3 offload_optimizer { device: CPU } offload_param { device: NVME nvme_path: \"/p\" }",
+                           "t");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(WithDefaults(*c).offload_param().buffer_count(), kDefaultParamSwapBuffers);
+  EXPECT_FALSE(WithDefaults(ZeroConfig()).offload_param().has_buffer_count()) << "no NVMe parameters: nothing filled";
 }
 
 TEST(ZeroConfig, WorldSizeMustMatchTheLaunch) {

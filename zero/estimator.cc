@@ -43,6 +43,13 @@ absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
                   "(offload::HostOptimizerProvider() as EstimateInput.optimizer)"
                 : "memory estimate: an optimizer provider is given but zero.offload_optimizer.device is NONE");
   }
+  const bool nvme_params = training->zero().offload_param().device() == OffloadParamConfig::NVME;
+  if (nvme_params != static_cast<bool>(in.parameters)) {
+    return absl::FailedPreconditionError(
+        nvme_params ? "memory estimate: zero.offload_param.device = NVME needs the NVMe parameter store's plan "
+                      "(infinity::NvmeParameterStoreProvider(rank) as EstimateInput.parameters)"
+                    : "memory estimate: a parameter store provider is given but zero.offload_param.device is not NVME");
+  }
   // The shape the engine would compute from the model's layout.
   PlanShape shape;
   shape.zero = training->zero();
@@ -63,7 +70,7 @@ absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
 
   Estimate e;
   e.params = shape.numel;
-  e.plan = StagePlan(shape, parts, optimizer);
+  e.plan = StagePlan(shape, parts, optimizer, in.parameters);
   if (in.model.has_value()) {
     e.plan.Append(models::ActivationPlan(*in.model, training->micro_batch(), training->seq(), shape.dtype,
                                          in.checkpointing.value_or(in.model->activation_checkpointing())),

@@ -57,6 +57,9 @@ struct EstimateInput {
   // With training.zero.offload_optimizer { device: CPU }: the offloaded optimizer's
   // plan (offload::HostOptimizerProvider()); unset otherwise.
   ShardOptimizerProvider optimizer;
+  // With training.zero.offload_param { device: NVME }: the NVMe parameter
+  // store's plan (infinity::NvmeParameterStoreProvider(rank)); unset otherwise.
+  ParameterStoreProvider parameters;
 };
 
 struct Estimate {

@@ -45,12 +45,13 @@ MemoryPlan ParameterGather::Plan(const PlanShape& shape) {
 
 absl::StatusOr<std::unique_ptr<ParameterGather>> ParameterGather::Create(
     const FlatLayout& layout, const PlanShape& shape, models::Module& root, Device& device,
-    Communicator& comm, Stream& coll, ParameterStore& shard) {
+    Communicator& comm, Stream& coll, ParameterStore& shard, Timeline* timeline) {
   const ZeroConfig& config = shape.zero;
   const DType dtype = shape.dtype;
   const MemoryPlan plan = Plan(shape);
   std::unique_ptr<ParameterGather> g(new ParameterGather(layout, device, comm, coll, dtype));
   g->shard_ = &shard;
+  g->timeline_ = timeline;
   g->prefetch_bytes_ = config.prefetch_bucket_bytes();
   g->max_live_ = config.max_live_params();
   const size_t elem = SizeOf(dtype);
@@ -102,17 +103,55 @@ ParameterGather::~ParameterGather() { (void)coll_.Synchronize(); }
 
 absl::Status ParameterGather::GatherRange(FlatRange range, void* dst) {
   const size_t elem = SizeOf(dtype_);
-  for (const Piece& piece : layout_.Pieces(range)) {
-    const Tensor part = Tensor::Flat(static_cast<char*>(dst) + (piece.begin - range.begin) * elem,
-                                     dtype_, piece.size, &device_);
-    if (piece.rank == layout_.rank()) {
-      MEMWALL_ASSIGN_OR_RETURN(const Tensor mine, shard_->Fetch(piece.shard_offset, piece.size, coll_));
-      MEMWALL_RETURN_IF_ERROR(coll_.Copy(part.data(), mine.data(), part.bytes()));
-      MEMWALL_RETURN_IF_ERROR(shard_->Release(mine, coll_));
+  const std::vector<Piece> pieces = layout_.Pieces(range);
+  auto part = [&](const Piece& piece) {
+    return Tensor::Flat(static_cast<char*>(dst) + (piece.begin - range.begin) * elem, dtype_, piece.size, &device_);
+  };
+  {  // This rank's pieces from the store, at most fetch_limit() elements at a time.
+    StreamZone fetch(timeline_, coll_, ZoneKind::kParamFetch);
+    for (const Piece& piece : pieces) {
+      if (piece.rank != layout_.rank()) continue;
+      const Tensor to = part(piece);
+      for (int64_t at = 0; at < piece.size;) {
+        const int64_t n = std::min(piece.size - at, shard_->fetch_limit());
+        MEMWALL_ASSIGN_OR_RETURN(const Tensor mine, shard_->Fetch(piece.shard_offset + at, n, coll_));
+        MEMWALL_RETURN_IF_ERROR(coll_.Copy(to.data_as<char>() + at * elem, mine.data(), mine.bytes()));
+        MEMWALL_RETURN_IF_ERROR(shard_->Release(mine, coll_));
+        at += n;
+      }
     }
-    MEMWALL_RETURN_IF_ERROR(comm_.Broadcast(part, piece.rank, coll_));
   }
+  if (shard_->fails_alone()) MEMWALL_RETURN_IF_ERROR(CheckIo());
+  StreamZone gather(timeline_, coll_, ZoneKind::kParamGather);
+  for (const Piece& piece : pieces) MEMWALL_RETURN_IF_ERROR(comm_.Broadcast(part(piece), piece.rank, coll_));
   return absl::OkStatus();
+}
+
+absl::Status ParameterGather::CheckIo() {
+  const int world = comm_.world_size();
+  int32_t* host = check_host_.as<int32_t>();  // [0, W): every rank's health; [2W]: mine
+  ParameterStore* store = shard_;
+  MEMWALL_RETURN_IF_ERROR(coll_.EnqueueHost([host, world, store]() {
+    host[2 * world] = store->health().ok() ? 0 : 1;
+    return absl::OkStatus();
+  }));
+  const Tensor all = Tensor::OfBuffer(check_device_, DType::kI32, &device_).Slice(0, world);
+  const Tensor mine = all.Slice(layout_.rank(), 1);
+  MEMWALL_RETURN_IF_ERROR(coll_.Copy(mine.data(), host + 2 * world, mine.bytes()));
+  MEMWALL_RETURN_IF_ERROR(comm_.AllGather(mine, all, coll_));
+  MEMWALL_RETURN_IF_ERROR(coll_.Copy(host, all.data(), all.bytes()));
+  const int rank = layout_.rank();
+  return coll_.EnqueueHost([host, world, store, rank]() -> absl::Status {
+    if (host[rank] != 0) return store->health();
+    for (int r = 0; r < world; ++r) {
+      if (host[r] != 0) {
+        return absl::DataLossError(absl::StrCat("ZeRO stage 3: rank ", r,
+                                                " could not read its parameter shard (its Status names the file "
+                                                "and the error); resume from the last checkpoint"));
+      }
+    }
+    return absl::OkStatus();
+  });
 }
 
 absl::Status ParameterGather::Check(int module, int expected) {

@@ -42,6 +42,7 @@
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/memory_plan.h"
+#include "runtime/timeline.h"
 #include "zero/parameter_store.h"
 #include "zero/partition.h"
 #include "zero/plan_shape.h"
@@ -66,7 +67,7 @@ class ParameterGather {
   // a gather fetches the owned pieces from it on `coll`.
   static absl::StatusOr<std::unique_ptr<ParameterGather>> Create(
       const FlatLayout& layout, const PlanShape& shape, models::Module& root, Device& device,
-      Communicator& comm, Stream& coll, ParameterStore& shard);
+      Communicator& comm, Stream& coll, ParameterStore& shard, Timeline* timeline = nullptr);
   ~ParameterGather();
 
   absl::Status Acquire(models::Module& m);  // before-forward and before-backward
@@ -92,6 +93,7 @@ class ParameterGather {
   absl::Status Gather(int module, Live& live);
   absl::Status GatherRange(FlatRange range, void* dst);
   absl::Status Check(int module, int expected);
+  absl::Status CheckIo();
   absl::Status Prefetch();
   absl::Status Free(int module);
   Tensor Deferred(const models::Parameter& p) const {
@@ -104,6 +106,7 @@ class ParameterGather {
   Stream& coll_;
   DType dtype_;
   ParameterStore* shard_ = nullptr;
+  Timeline* timeline_ = nullptr;
   int64_t prefetch_bytes_ = 0, max_live_ = 0;
 
   // Modules with at least one non-persistent parameter, by index.

@@ -21,15 +21,15 @@ class ReplicatedParameters : public ParameterPlacement {
     for (models::Parameter* p : layout_.params()) {
       p->value = Tensor(values_.as<char>() + layout_.offset(p) * elem, dtype_, p->shape, &device_);
     }
+    view_ = ParameterStoreView(
+        Tensor::OfBuffer(values_, dtype_, &device_).Slice(layout_.shard_begin(), layout_.shard()));
     if (plan.contains("all-gather bucket")) {
       MEMWALL_ASSIGN_OR_RETURN(bucket_, AllocatePlanned(device_, plan, "all-gather bucket"));
     }
     return absl::OkStatus();
   }
 
-  Tensor shard() const override {
-    return Tensor::OfBuffer(values_, dtype_, &device_).Slice(layout_.shard_begin(), layout_.shard());
-  }
+  ParameterStore& shard() override { return *view_; }
 
   // Chunk k of every rank's shard travels together: rank r's piece goes to
   // bucket block r, the all-gather fills the others, and block r lands at
@@ -66,6 +66,7 @@ class ReplicatedParameters : public ParameterPlacement {
   Timeline* const timeline_;
   Buffer values_;  // (padded) the model's parameters, flat
   Buffer bucket_;  // (N chunk) the all-gather bucket; empty with one owner
+  std::unique_ptr<ParameterStore> view_;  // of this rank's shard of values_
 };
 
 class ShardedParameters : public ParameterPlacement {
@@ -73,13 +74,18 @@ class ShardedParameters : public ParameterPlacement {
   explicit ShardedParameters(Device& device) : device_(device) {}
 
   absl::Status Init(const FlatLayout& layout, const PlanShape& shape, models::Module& root, Communicator& comm,
-                    Stream& coll) {
-    MEMWALL_ASSIGN_OR_RETURN(store_, CreateResidentParameterStore(device_, shape));
-    MEMWALL_ASSIGN_OR_RETURN(gather_, ParameterGather::Create(layout, shape, root, device_, comm, coll, *store_));
+                    Stream& coll, const ParameterStoreProvider& store, Timeline* timeline) {
+    if (store) {
+      MEMWALL_ASSIGN_OR_RETURN(store_, store.create(device_, shape));
+    } else {
+      MEMWALL_ASSIGN_OR_RETURN(store_, CreateResidentParameterStore(device_, shape));
+    }
+    MEMWALL_ASSIGN_OR_RETURN(gather_,
+                             ParameterGather::Create(layout, shape, root, device_, comm, coll, *store_, timeline));
     return absl::OkStatus();
   }
 
-  Tensor shard() const override { return store_->updates(); }
+  ParameterStore& shard() override { return *store_; }
   absl::Status Acquire(models::Module& m) override { return gather_->Acquire(m); }
   absl::Status Release(models::Module& m) override { return gather_->Release(m); }
   void BeginPass() override { gather_->BeginPass(); }
@@ -118,17 +124,17 @@ absl::StatusOr<std::unique_ptr<ParameterPlacement>> CreateReplicatedParameters(
   return std::unique_ptr<ParameterPlacement>(std::move(p));
 }
 
-MemoryPlan ShardedParametersPlan(const PlanShape& shape) {
-  MemoryPlan plan = ResidentParameterStorePlan(shape);
+MemoryPlan ShardedParametersPlan(const PlanShape& shape, const ParameterStoreProvider& store) {
+  MemoryPlan plan = store ? store.plan(shape) : ResidentParameterStorePlan(shape);
   plan.Append(ParameterGather::Plan(shape), "gather: ");
   return plan;
 }
 
 absl::StatusOr<std::unique_ptr<ParameterPlacement>> CreateShardedParameters(
     const FlatLayout& layout, const PlanShape& shape, models::Module& root, Device& device, Communicator& comm,
-    Stream& coll) {
+    Stream& coll, const ParameterStoreProvider& store, Timeline* timeline) {
   auto p = std::make_unique<ShardedParameters>(device);
-  MEMWALL_RETURN_IF_ERROR(p->Init(layout, shape, root, comm, coll));
+  MEMWALL_RETURN_IF_ERROR(p->Init(layout, shape, root, comm, coll, store, timeline));
   return std::unique_ptr<ParameterPlacement>(std::move(p));
 }
 

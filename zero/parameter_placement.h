@@ -27,6 +27,7 @@
 #include "runtime/timeline.h"
 #include "zero/parameter_gather.h"
 #include "runtime/memory_plan.h"
+#include "zero/parameter_store.h"
 #include "zero/partition.h"
 #include "zero/plan_shape.h"
 
@@ -36,8 +37,8 @@ class ParameterPlacement {
  public:
   virtual ~ParameterPlacement() = default;
   // This rank's shard of the values (layout.shard() elements): what the
-  // optimizer writes.
-  virtual Tensor shard() const = 0;
+  // optimizer writes (zero/parameter_store.h).
+  virtual ParameterStore& shard() = 0;
   // Module hooks: before forward and before backward (Acquire), after each
   // (Release).
   virtual absl::Status Acquire(models::Module& m) { return absl::OkStatus(); }
@@ -61,14 +62,15 @@ absl::StatusOr<std::unique_ptr<ParameterPlacement>> CreateReplicatedParameters(
     const FlatLayout& layout, const PlanShape& shape, Device& device, Communicator& comm, bool all_gather,
     Timeline* timeline);
 
-// kSharded / kGathered (stage 3): "values shard" (shape.shard elements) and
-// a ParameterGather on `coll` ("gather: ..." in the plan) that binds every
+// kSharded / kGathered (stage 3): the shard's store (`store`'s, or a
+// resident "values shard" of shape.shard elements when it is unset) and a
+// ParameterGather on `coll` ("gather: ..." in the plan) that binds every
 // parameter (persistent ones now, the others deferred). Call Publish once
 // the shard holds the initial values.
-MemoryPlan ShardedParametersPlan(const PlanShape& shape);
+MemoryPlan ShardedParametersPlan(const PlanShape& shape, const ParameterStoreProvider& store = {});
 absl::StatusOr<std::unique_ptr<ParameterPlacement>> CreateShardedParameters(
     const FlatLayout& layout, const PlanShape& shape, models::Module& root, Device& device, Communicator& comm,
-    Stream& coll);
+    Stream& coll, const ParameterStoreProvider& store = {}, Timeline* timeline = nullptr);
 
 }  // namespace memwall::zero
 

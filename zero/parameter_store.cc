@@ -9,26 +9,30 @@
 namespace memwall::zero {
 namespace {
 
+// The whole shard in memory: every range is a view.
 class ResidentParameterStore : public ParameterStore {
  public:
-  ResidentParameterStore(Device& device, Buffer values, DType dtype)
-      : values_(std::move(values)), shard_(Tensor::OfBuffer(values_, dtype, &device)) {}
+  ResidentParameterStore(Buffer values, Tensor shard) : values_(std::move(values)), shard_(std::move(shard)) {}
 
   int64_t elements() const override { return shard_.numel(); }
   DType dtype() const override { return shard_.dtype(); }
+  std::optional<Tensor> resident() const override { return shard_; }
 
-  absl::StatusOr<Tensor> Fetch(int64_t begin, int64_t n, Stream&) override {
+  absl::StatusOr<Tensor> Fetch(int64_t begin, int64_t n, Stream&) override { return View(begin, n); }
+  absl::Status Release(const Tensor&, Stream&) override { return absl::OkStatus(); }
+  absl::StatusOr<Tensor> BeginUpdate(int64_t begin, int64_t n, Stream&) override { return View(begin, n); }
+  absl::Status EndUpdate(const Tensor&, Stream&) override { return absl::OkStatus(); }
+
+ private:
+  absl::StatusOr<Tensor> View(int64_t begin, int64_t n) const {
     if (begin < 0 || n < 0 || begin + n > shard_.numel()) {
       return absl::OutOfRangeError(absl::StrCat("parameter shard elements [", begin, ", ", begin + n,
                                                 ") outside the shard's ", shard_.numel()));
     }
     return shard_.Slice(begin, n);
   }
-  absl::Status Release(const Tensor&, Stream&) override { return absl::OkStatus(); }
-  Tensor updates() const override { return shard_; }
 
- private:
-  Buffer values_;
+  Buffer values_;  // empty for a view of someone else's memory
   Tensor shard_;
 };
 
@@ -52,7 +56,12 @@ absl::StatusOr<std::unique_ptr<ParameterStore>> CreateResidentParameterStore(Dev
     MEMWALL_RETURN_IF_ERROR(s.Memset(values.data(), 0, values.bytes()));
     MEMWALL_RETURN_IF_ERROR(s.Synchronize());
   }
-  return std::unique_ptr<ParameterStore>(std::make_unique<ResidentParameterStore>(device, std::move(values), shape.dtype));
+  Tensor shard = Tensor::OfBuffer(values, shape.dtype, &device);
+  return std::unique_ptr<ParameterStore>(std::make_unique<ResidentParameterStore>(std::move(values), shard));
+}
+
+std::unique_ptr<ParameterStore> ParameterStoreView(Tensor shard) {
+  return std::make_unique<ResidentParameterStore>(Buffer(), std::move(shard));
 }
 
 }  // namespace memwall::zero

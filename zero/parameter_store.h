@@ -1,25 +1,32 @@
-// Where a stage-3 rank keeps its shard of the 16-bit parameters between
-// uses, and how a range of it reaches the device for a gather (ZeRO-Infinity
-// §5.1: a shard in pinned host memory or on NVMe is fetched before its
-// all-gather and released after; ZeRO §5.3 keeps it on the device).
+// Where a rank's shard of the 16-bit parameters lives between uses, how a
+// range of it reaches a gather, and how the optimizer's updated values get
+// back into it (ZeRO §5.3 keeps it on the device; ZeRO-Infinity §5.1.1 puts
+// it in pinned host memory or on NVMe, fetched before its all-gather and
+// written by the CPU Adam without a round trip through the device).
 //
 // [Note: parameter shard states]
-//   kStored    in the store's memory
-//   kFetched   elements [begin, begin + n) in device memory between Fetch
-//              and Release, readable in the fetching stream's order
-// A resident store keeps the whole shard in one buffer: Fetch is a view of
-// the range and Release does nothing. In device memory (ZeRO §5.3) the
-// gather copies the view device to device; in pinned host memory
-// (ZeRO-Infinity's offload_param { device: CPU }) that same copy is the
-// host-to-device hop, and the optimizer writes its 16-bit output straight
-// into the host shard (the CPU Adam's tiles land there, never on the
-// device). An NVMe store would copy in on Fetch through staging buffers of
-// its plan and free them on Release.
+//   kStored    in the store (device memory, pinned host memory, a file)
+//   kFetched   elements [begin, begin + n) in memory a copy on the fetching
+//              stream may read (device or pinned host), between Fetch and
+//              Release
+//   kUpdating  elements [begin, begin + n) in memory a copy on the updating
+//              stream may write, between BeginUpdate and EndUpdate; the
+//              writer sets every element
+// A resident store keeps the whole shard in one buffer: Fetch and
+// BeginUpdate are views, Release and EndUpdate do nothing. In device memory
+// the gather copies the view device to device; in pinned host memory
+// (offload_param { device: CPU }) that copy is the host-to-device hop. An
+// NVMe store (infinity/nvme_parameter_store.h) reads a fetched range into
+// one of its pinned swap-in buffers, and writes an updated range back from
+// one of its swap-out buffers, at most fetch_limit() elements at a time.
 #ifndef MEMWALL_ZERO_PARAMETER_STORE_H_
 #define MEMWALL_ZERO_PARAMETER_STORE_H_
 
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <memory>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -35,14 +42,40 @@ class ParameterStore {
   virtual ~ParameterStore() = default;
   virtual int64_t elements() const = 0;
   virtual DType dtype() const = 0;
-  // kStored -> kFetched: elements [begin, begin + n) on the device, in
-  // `stream`'s order.
+  // The whole shard, when it is in memory (device or pinned host): what an
+  // optimizer that updates in place writes (the device's). nullopt on NVMe.
+  virtual std::optional<Tensor> resident() const = 0;
+  // The most elements one Fetch or BeginUpdate may ask for.
+  virtual int64_t fetch_limit() const { return std::numeric_limits<int64_t>::max(); }
+
+  // kStored -> kFetched, in `stream`'s order.
   virtual absl::StatusOr<Tensor> Fetch(int64_t begin, int64_t n, Stream& stream) = 0;
   // kFetched -> kStored, once `stream` has passed every use of `fetched`.
   virtual absl::Status Release(const Tensor& fetched, Stream& stream) = 0;
-  // Where the optimizer writes the updated shard (device or pinned host
-  // memory: the store's).
-  virtual Tensor updates() const = 0;
+  // kStored -> kUpdating: memory for new values of [begin, begin + n).
+  virtual absl::StatusOr<Tensor> BeginUpdate(int64_t begin, int64_t n, Stream& stream) = 0;
+  // kUpdating -> kStored: what `stream` wrote there (up to now) is the
+  // store's; a later Fetch sees it.
+  virtual absl::Status EndUpdate(const Tensor& updated, Stream& stream) = 0;
+  // Every update has landed (an NVMe store's write-backs); the first failure.
+  virtual absl::Status Sync() { return absl::OkStatus(); }
+
+  // Whether a Fetch, an update or Sync can fail on this rank alone (file
+  // I/O). Such a store reports a failed read in health() instead of failing
+  // the fetching stream, so the gather can agree on it before its
+  // broadcasts (zero/parameter_gather.h, [Note: I/O check]).
+  virtual bool fails_alone() const { return false; }
+  // OK, or the first failed transfer; safe from any thread.
+  virtual absl::Status health() const { return absl::OkStatus(); }
+};
+
+// Who makes the stage-3 shard's store, when it is not resident (the NVMe
+// store, infinity::CreateTrainer): its buffers, stated before anything is
+// allocated (the estimator sums them), and the store. Unset: resident.
+struct ParameterStoreProvider {
+  std::function<MemoryPlan(const PlanShape&)> plan;
+  std::function<absl::StatusOr<std::unique_ptr<ParameterStore>>(Device&, const PlanShape&)> create;
+  explicit operator bool() const { return create != nullptr; }
 };
 
 // "values shard": shape.shard elements of shape.dtype with the values'
@@ -51,6 +84,9 @@ class ParameterStore {
 MemoryPlan ResidentParameterStorePlan(const PlanShape& shape);
 // That buffer, allocated and zeroed.
 absl::StatusOr<std::unique_ptr<ParameterStore>> CreateResidentParameterStore(Device& device, const PlanShape& shape);
+// A resident store over memory someone else owns (stages 0-2: the rank's
+// shard of the replicated values); `shard` must outlive it.
+std::unique_ptr<ParameterStore> ParameterStoreView(Tensor shard);
 
 }  // namespace memwall::zero
 

@@ -27,8 +27,9 @@ class DeviceShardOptimizer : public ShardOptimizer {
     return ops::SquaredNorm(grads_, norm, false, stream);
   }
 
-  absl::StatusOr<bool> Step(const StepOutcome& outcome, const Tensor& values, Stream& stream) override {
+  absl::StatusOr<bool> Step(const StepOutcome& outcome, ParameterStore& store, Stream& stream) override {
     if (!outcome.update.has_value()) return false;
+    MEMWALL_ASSIGN_OR_RETURN(const Tensor values, Resident(store));
     const StepUpdate& update = *outcome.update;
     StreamZone zone(timeline_, stream, ZoneKind::kAdam);
     ops::AdamOptions adam = adam_;
@@ -43,15 +44,17 @@ class DeviceShardOptimizer : public ShardOptimizer {
     return true;
   }
 
-  absl::Status WriteValues(const Tensor& values, Stream& stream) override {
+  absl::Status WriteValues(ParameterStore& store, Stream& stream) override {
     if (master_is_values_) return absl::OkStatus();  // fp32 stage 0: the same memory
+    MEMWALL_ASSIGN_OR_RETURN(const Tensor values, Resident(store));
     return EachSubGroup(values, stream, false, [&](const StateSubGroup& g, const Tensor& v) {
       return ops::Cast(g.master, v, stream);
     });
   }
 
-  absl::Status SetMasterFromValues(const Tensor& values, Stream& stream) override {
+  absl::Status SetMasterFromValues(ParameterStore& store, Stream& stream) override {
     if (master_is_values_) return absl::OkStatus();
+    MEMWALL_ASSIGN_OR_RETURN(const Tensor values, Resident(store));
     return EachSubGroup(values, stream, true, [&](const StateSubGroup& g, const Tensor& v) {
       return ops::Cast(v, g.master, stream);
     });
@@ -66,6 +69,18 @@ class DeviceShardOptimizer : public ShardOptimizer {
   }
 
  private:
+  // The device's Adam writes the values in place: they must be in memory.
+  absl::StatusOr<Tensor> Resident(const ParameterStore& store) const {
+    std::optional<Tensor> values = store.resident();
+    if (!values.has_value() || values->numel() != states_->elements()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the device optimizer updates the parameter shard in place, but it is ",
+          values.has_value() ? absl::StrCat(values->numel(), " elements, not ", states_->elements())
+                             : "not in memory (offload_param NVME needs offload_optimizer CPU or NVME)"));
+    }
+    return *values;
+  }
+
   // `fn(sub-group, its slice of values)` for every sub-group in order.
   template <typename Fn>
   absl::Status EachSubGroup(const Tensor& values, Stream& stream, bool written, Fn fn) {

@@ -22,6 +22,7 @@
 #include "runtime/timeline.h"
 #include "zero/gradient_buckets.h"
 #include "zero/optimizer_state_store.h"
+#include "zero/parameter_store.h"
 #include "zero/zero_config.pb.h"
 
 namespace memwall::zero {
@@ -70,6 +71,10 @@ class ShardOptimizer {
   // [sum of squares, inf/NaN flag] of this rank's gradient shard into
   // `norm` (2 fp32 on the device), in `stream`'s order.
   virtual absl::Status GradientNorm(const Tensor& norm, Stream& stream) = 0;
+  // `values` below is the rank's shard of the parameters, wherever it lives
+  // (zero/parameter_store.h): the device's optimizer needs it resident; an
+  // offloaded one writes it through BeginUpdate/EndUpdate, tile by tile.
+  //
   // The step's outcome over the shard: with an update, one Adam/AdamW step
   // (see StepUpdate) whose updated master weights, rounded, land in
   // `values` as WriteValues would put them, in `stream`'s order. The
@@ -78,18 +83,18 @@ class ShardOptimizer {
   // optimizer may defer an update to a later step (ZeRO-Offload's delayed
   // parameter update, offload/delayed_update.h), and lands it in `values`
   // then.
-  virtual absl::StatusOr<bool> Step(const StepOutcome& outcome, const Tensor& values, Stream& stream) = 0;
+  virtual absl::StatusOr<bool> Step(const StepOutcome& outcome, ParameterStore& values, Stream& stream) = 0;
   // Every deferred update applied to the states and to `values` (before the
   // states are read, saved or replaced). Returns whether `values` changed.
-  virtual absl::StatusOr<bool> Flush(const Tensor& values, Stream& stream) { return false; }
+  virtual absl::StatusOr<bool> Flush(ParameterStore& values, Stream& stream) { return false; }
 
   // The master weights rounded into `values` (`elements` of the parameter
-  // type, device memory): the compute copy of this rank's part.
-  virtual absl::Status WriteValues(const Tensor& values, Stream& stream) = 0;
+  // type): the compute copy of this rank's part.
+  virtual absl::Status WriteValues(ParameterStore& values, Stream& stream) = 0;
 
   // The master weights from `values` (the parameter type, widened exactly):
   // at initialization, so the master starts from the values the model has.
-  virtual absl::Status SetMasterFromValues(const Tensor& values, Stream& stream) = 0;
+  virtual absl::Status SetMasterFromValues(ParameterStore& values, Stream& stream) = 0;
 
   // Host copies of a state, elements [begin, begin + n) (checkpoints,
   // export, initialization). Synchronous; call Flush first.

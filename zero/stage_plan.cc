@@ -39,7 +39,8 @@ MemoryPlan TrainerScalarsPlan() {
   return plan;
 }
 
-MemoryPlan StagePlan(const PlanShape& shape, const StageParts& parts, const MemoryPlan& optimizer) {
+MemoryPlan StagePlan(const PlanShape& shape, const StageParts& parts, const MemoryPlan& optimizer,
+                     const ParameterStoreProvider& parameters) {
   MemoryPlan plan;
   switch (parts.parameters) {
     case StageParts::Parameters::kReplicated:
@@ -48,7 +49,7 @@ MemoryPlan StagePlan(const PlanShape& shape, const StageParts& parts, const Memo
                   "parameters: ");
       break;
     case StageParts::Parameters::kSharded:
-      plan.Append(ShardedParametersPlan(shape), "parameters: ");
+      plan.Append(ShardedParametersPlan(shape, parameters), "parameters: ");
       break;
   }
   switch (parts.gradients) {

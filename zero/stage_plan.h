@@ -9,6 +9,7 @@
 #include "ops/adam_options.h"
 #include "runtime/memory_plan.h"
 #include "runtime/timeline.h"
+#include "zero/parameter_store.h"
 #include "zero/plan_shape.h"
 #include "zero/shard_optimizer.h"
 #include "zero/zero_config.pb.h"
@@ -53,8 +54,10 @@ MemoryPlan TrainerScalarsPlan();
 
 // Everything the engine of one rank allocates for the model's states and
 // their traffic: "parameters: ...", "gradients: ...", "optimizer: ..."
-// (`optimizer` is the device's or a provider's plan) and "trainer: ...".
-MemoryPlan StagePlan(const PlanShape& shape, const StageParts& parts, const MemoryPlan& optimizer);
+// (`optimizer` is the device's or a provider's plan; `parameters`, when
+// set, makes stage 3's shard store) and "trainer: ...".
+MemoryPlan StagePlan(const PlanShape& shape, const StageParts& parts, const MemoryPlan& optimizer,
+                     const ParameterStoreProvider& parameters = {});
 
 }  // namespace memwall::zero
 

@@ -103,15 +103,21 @@ TEST(ParameterStore, ResidentStoreFetchesViewsOfItsShard) {
     EXPECT_EQ(ResidentParameterStorePlan(shape).Total(other), 0);
     EXPECT_EQ(account(other).current(shape.values_tag()), 0u);
     EXPECT_EQ((*store)->elements(), 50);
-    const Tensor all = (*store)->updates();
+    ASSERT_TRUE((*store)->resident().has_value());
+    const Tensor all = *(*store)->resident();
     auto piece = (*store)->Fetch(10, 20, device->compute_stream());
     ASSERT_TRUE(piece.ok()) << piece.status();
     EXPECT_EQ(piece->data_as<char>(), all.data_as<char>() + 10 * 2);
     EXPECT_EQ(piece->numel(), 20);
     EXPECT_TRUE((*store)->Release(*piece, device->compute_stream()).ok());
+    auto update = (*store)->BeginUpdate(30, 5, device->compute_stream());
+    ASSERT_TRUE(update.ok()) << update.status();
+    EXPECT_EQ(update->data_as<char>(), all.data_as<char>() + 30 * 2) << "an update of a resident store is in place";
+    EXPECT_TRUE((*store)->EndUpdate(*update, device->compute_stream()).ok());
     const auto bad = (*store)->Fetch(40, 11, device->compute_stream());
     EXPECT_EQ(bad.status().code(), absl::StatusCode::kOutOfRange);
     EXPECT_NE(bad.status().message().find("[40, 51) outside the shard's 50"), std::string::npos) << bad.status();
+    EXPECT_EQ((*store)->BeginUpdate(-1, 2, device->compute_stream()).status().code(), absl::StatusCode::kOutOfRange);
   }
 }
 

@@ -60,6 +60,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Dev
         ": create the trainer with ", nvme ? "infinity::CreateTrainer (//infinity)" : "offload::CreateTrainer (//offload)",
         ", which supplies the host optimizer"));
   }
+  if (zero.offload_param().device() == OffloadParamConfig::NVME && !options.parameter_store) {
+    return absl::FailedPreconditionError(
+        "TrainingConfig zero.offload_param.device = NVME: create the trainer with infinity::CreateTrainer "
+        "(//infinity), which supplies the NVMe parameter store");
+  }
   if (options.shard_optimizer && zero.stage() == 0) {
     return absl::InvalidArgumentError(absl::StrCat("an offloaded optimizer needs ZeRO stage 1, 2 or 3, not ",
                                                    zero.stage()));
@@ -97,7 +102,8 @@ absl::Status Trainer::Compose() {
       break;
     }
     case StageParts::Parameters::kSharded: {
-      MEMWALL_ASSIGN_OR_RETURN(params_, CreateShardedParameters(layout_, shape, model_, device_, comm_, coll()));
+      MEMWALL_ASSIGN_OR_RETURN(params_, CreateShardedParameters(layout_, shape, model_, device_, comm_, coll(),
+                                                                options_.parameter_store, options_.timeline));
       break;
     }
   }
@@ -124,10 +130,10 @@ absl::Status Trainer::Compose() {
   }
   if (!optimizer_) {  // the device's, over the device gradient shard
     std::optional<Tensor> master;
-    if (parts.master_is_values) master = params_->shard();
+    if (parts.master_is_values) master = params_->shard().resident();
     MEMWALL_ASSIGN_OR_RETURN(optimizer_, CreateDeviceShardOptimizer(request, gradients_->shard(), master));
   }
-  agree_on_optimizer_ = optimizer_->fails_alone() && comm_.world_size() > 1;
+  agree_on_optimizer_ = (optimizer_->fails_alone() || params_->shard().fails_alone()) && comm_.world_size() > 1;
   const MemoryPlan scalars = TrainerScalarsPlan();
   MEMWALL_ASSIGN_OR_RETURN(norm_, AllocatePlanned(device_, scalars, "norm"));
   MEMWALL_ASSIGN_OR_RETURN(loss_, AllocatePlanned(device_, scalars, "loss"));

@@ -69,6 +69,7 @@
 #include "zero/config.h"
 #include "zero/gradient_reduction.h"
 #include "zero/parameter_placement.h"
+#include "zero/parameter_store.h"
 #include "zero/partition.h"
 #include "zero/shard_optimizer.h"
 #include "zero/zero_config.pb.h"
@@ -90,6 +91,10 @@ struct TrainerOptions {
   // offload::CreateTrainer sets it for ZeroConfig.offload_optimizer. Unset:
   // the device's.
   ShardOptimizerProvider shard_optimizer;
+  // Makes stage 3's parameter shard store when it is not resident
+  // (zero/parameter_store.h): infinity::CreateTrainer sets it for
+  // offload_param { device: NVME }. Unset: device or pinned host memory.
+  ParameterStoreProvider parameter_store;
   // When set, each step records zones on it (runtime/timeline.h): per
   // micro-batch kForwardBackward on the compute stream, kAdam (device
   // optimizer) and kAllGather; an offloaded optimizer adds its own. The
@@ -179,8 +184,8 @@ class Trainer {
   // All ranks agree on a local status: each gets the first failing rank's
   // story (its own message when it failed).
   absl::Status Agree(const absl::Status& local, absl::string_view what);
-  // Agree when the optimizer can fail alone (ShardOptimizer::fails_alone)
-  // and there is more than one rank; else `local`.
+  // Agree when the optimizer or the parameter store it writes can fail
+  // alone (fails_alone()) and there is more than one rank; else `local`.
   absl::Status AgreeOnOptimizer(const absl::Status& local, absl::string_view what);
   // Verifies a checkpoint against this run: its metadata, tensor table,
   // batch, and the size and CRC-32 of every shard that holds this rank's

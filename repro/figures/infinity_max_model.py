@@ -1,13 +1,15 @@
 """Figure for results/infinity_max_model: the largest GPT each ZeRO-3 mode trains.
 
 Left: per mode (ZeRO-3, + CPU offload of the optimizer states, + NVMe
-offload of them, each offload also with the 16-bit parameters on the CPU),
+offload of them, each offload also with the 16-bit parameters on the CPU,
+and NVMe offload with the parameters on NVMe too),
 the largest ladder model whose steps all completed (bars, millions of
 parameters; on top the ratio to CPU offload, to CPU offload with the
 parameters, and the paper's ratio over ZeRO-Inf-CPU).
 Right: every attempt's pinned host peak against its parameters: CPU
 offload's grows 14 bytes per parameter (bf16), NVMe offload's 2 (the
-gradient shard) plus its swap buffers.
+gradient shard) plus its swap buffers; with the parameters on the CPU
+each gains 2 more, with them on NVMe only a few swap buffers.
 
 usage: infinity_max_model.py DATA.csv OUT.png  (reads summary.csv beside DATA.csv)
 """
@@ -21,7 +23,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 COLORS = {"stage3": "#1f77b4", "stage3+offload": "#2ca02c", "stage3+nvme": "#9467bd",
-          "stage3+offload+params": "#8c564b", "stage3+nvme+params": "#e377c2"}
+          "stage3+offload+params": "#8c564b", "stage3+nvme+params": "#e377c2",
+          "stage3+nvme+nvme-params": "#ff7f0e"}
 
 
 def main(data_path, out_path):
