@@ -29,12 +29,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "infinity/nvme_parameter_store.h"
 #include "infinity/trainer.h"
 #include "offload/host_optimizer.h"
 #include "runtime/cpu_device.h"
 #include "runtime/status.h"
+#include "runtime/timeline.h"
 #include "zero/estimator.h"
 #include "zero/testing.h"
 
@@ -305,6 +308,123 @@ TEST_F(ParamOffload, NvmeFaultsAreEveryRanksStatusAndTheRunResumes) {
     zero::test::RunSteps(**t, *device, 3, resumed);
     EXPECT_EQ(resumed.losses, std::vector<double>(whole.losses.begin() + 3, whole.losses.end()));
     EXPECT_EQ(zero::test::CountBitDifferences(resumed.weights, whole.weights), 0u);
+  }
+}
+
+// Overlap-centric prefetch (ZeRO-Infinity §6.2), shown from recorded
+// events rather than timings. Module A = h.0.mlp.c_fc and module B =
+// h.0.mlp.c_proj, next in the recorded order. In step 2, A's compute (a
+// host function on the compute stream at A's before-forward) blocks until
+// the timeline holds B's "param gather" zone, giving up after a time limit
+// (which fails the step). It can end only if B's NVMe read (seen completing
+// by the engine's injector), its copy to the device ("param fetch") and its
+// broadcasts ("param gather") run while A's compute is under way, not after
+// it. The control: with prefetch_bucket_bytes = 0, B is gathered only at its
+// own Acquire, behind A's release on the collective stream, which waits for
+// A's compute: the wait times out and the step fails.
+TEST_F(ParamOffload, TheNextModulesTransfersOverlapThisModulesCompute) {
+  struct Gate {
+    std::atomic<bool> armed{false}, once{false};
+    // B's read on this rank: the blocks around its piece ([0, 0): no piece).
+    int64_t b_first = 0, b_last = 0;
+    std::atomic<int64_t> a_begin{0}, a_end{0}, b_read_end{0};
+  };
+  for (const bool prefetch : {true, false}) {
+    SCOPED_TRACE(prefetch ? "prefetch" : "no prefetch (the control)");
+    const absl::Duration limit = prefetch ? absl::Seconds(30) : absl::Seconds(3);
+    auto gate = std::make_shared<Gate>();
+    AioFaultInjector see_b_read = [gate](const AioBlockOp& op) -> std::optional<int64_t> {
+      // The first read of exactly B's blocks after arming (the forward's).
+      int64_t none = 0;
+      if (gate->armed && !op.write && op.offset == gate->b_first && op.offset + op.bytes == gate->b_last) {
+        gate->b_read_end.compare_exchange_strong(none, TimelineNowNs());
+      }
+      return std::nullopt;
+    };
+    Timeline timeline;
+    auto device = *CreateCpuDevice();
+    auto model = *models::Gpt::Create(zero::test::SmallGpt());
+    zero::TrainerOptions o = Options(Case{OffloadParamConfig::NVME, OffloadOptimizerConfig::CPU}, W());
+    o.training.mutable_zero()->set_prefetch_bucket_bytes(prefetch ? 1 << 20 : 0);
+    o.training.mutable_zero()->mutable_offload_optimizer()->set_tile_elements(8192);  // B's piece: one read
+    o.timeline = &timeline;
+    o.parameter_store = NvmeParameterStoreProvider(comm_->rank(), &timeline, see_b_read);
+    auto t = CreateTrainer(*model, *device, *comm_, o);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_TRUE((*t)->Step(zero::test::SyntheticData()).ok());  // records the module order
+    const zero::FlatLayout& layout = (*t)->layout();
+    models::Module* a = nullptr;
+    models::Module* b = nullptr;
+    std::vector<models::Module*> todo = {model.get()};
+    while (!todo.empty()) {
+      models::Module* m = todo.back();
+      todo.pop_back();
+      if (m->path() == "h.0.mlp.c_fc") a = m;
+      if (m->path() == "h.0.mlp.c_proj") b = m;
+      for (models::Module* child : m->children()) todo.push_back(child);
+    }
+    ASSERT_TRUE(a != nullptr && b != nullptr);
+    for (const zero::Piece& piece : layout.Pieces(layout.OwnRange(*b))) {
+      if (piece.rank != comm_->rank()) continue;
+      gate->b_first = piece.shard_offset * 2 / kAioAlignment * kAioAlignment;
+      gate->b_last = ((piece.shard_offset + piece.size) * 2 + kAioAlignment - 1) / kAioAlignment * kAioAlignment;
+    }
+    const std::string b_path = b->path();
+    Stream& compute = device->compute_stream();
+    const int hook = model->AddHookRecursive([&, gate, limit](models::Module& m, models::HookPoint point) {
+      if (&m != a || point != models::HookPoint::kBeforeForward || gate->once.exchange(true)) {
+        return absl::OkStatus();
+      }
+      return compute.EnqueueHost([&timeline, gate, limit, b_path]() -> absl::Status {
+        gate->a_begin = TimelineNowNs();
+        const absl::Time give_up = absl::Now() + limit;
+        auto gathered = [&] {
+          for (const Zone& z : timeline.Zones()) {
+            if (z.kind == ZoneKind::kParamGather && z.label == b_path && z.complete()) return true;
+          }
+          return false;
+        };
+        while (!gathered()) {
+          if (absl::Now() > give_up) {
+            return absl::DeadlineExceededError(absl::StrCat("'", b_path, "' was not gathered while the module "
+                                                            "before it computed"));
+          }
+          absl::SleepFor(absl::Milliseconds(1));
+        }
+        gate->a_end = TimelineNowNs();
+        return absl::OkStatus();
+      });
+    });
+    timeline.Clear();
+    gate->armed = true;
+    auto step = (*t)->Step(zero::test::SyntheticData());
+    gate->armed = false;
+    model->RemoveHookRecursive(hook);
+    if (!prefetch) {
+      ASSERT_FALSE(step.ok()) << "without prefetch the next module's gather cannot overlap this one's compute";
+      EXPECT_NE(step.status().message().find("was not gathered while the module before it computed"),
+                std::string::npos)
+          << step.status();
+      continue;
+    }
+    ASSERT_TRUE(step.ok()) << step.status();
+    const std::vector<Zone> zones = timeline.Zones();
+    auto zone_of = [&](ZoneKind kind) -> std::optional<Zone> {
+      for (const Zone& z : zones) {
+        if (z.kind == kind && z.label == b_path && z.complete()) return z;
+      }
+      return std::nullopt;
+    };
+    const std::optional<Zone> gather = zone_of(ZoneKind::kParamGather), fetch = zone_of(ZoneKind::kParamFetch);
+    ASSERT_TRUE(gather.has_value() && fetch.has_value());
+    EXPECT_LE(gather->end_ns, gate->a_end);
+    EXPECT_LE(fetch->end_ns, gate->a_end);
+    EXPECT_LT(gate->a_begin, gate->a_end);
+    if (gate->b_last > gate->b_first) {  // this rank holds a piece of B: read, then copied, then broadcast
+      ASSERT_GT(gate->b_read_end, 0) << "B's read was not seen";
+      EXPECT_LE(gate->b_read_end, fetch->end_ns);
+      EXPECT_LE(fetch->end_ns, gather->end_ns);
+    }
   }
 }
 

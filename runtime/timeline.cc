@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "runtime/files.h"
 
@@ -61,9 +62,9 @@ int64_t TimelineNowNs() {
       .count();
 }
 
-Timeline::ZoneId Timeline::Add(absl::string_view track, ZoneKind kind) {
+Timeline::ZoneId Timeline::Add(absl::string_view track, ZoneKind kind, absl::string_view label) {
   absl::MutexLock lock(&mu_);
-  zones_.push_back(Zone{std::string(track), kind});
+  zones_.push_back(Zone{std::string(track), kind, -1, -1, 0, std::string(label)});
   return first_id_ + static_cast<ZoneId>(zones_.size()) - 1;
 }
 
@@ -81,9 +82,9 @@ void Timeline::Stamp(ZoneId id, bool end) {
   (end ? zones_[index].end_ns : zones_[index].begin_ns) = now;
 }
 
-absl::StatusOr<Timeline::ZoneId> Timeline::Begin(Stream& stream, ZoneKind kind) {
+absl::StatusOr<Timeline::ZoneId> Timeline::Begin(Stream& stream, ZoneKind kind, absl::string_view label) {
   if (!enabled_) return ZoneId{-1};
-  const ZoneId id = Add(stream.name(), kind);
+  const ZoneId id = Add(stream.name(), kind, label);
   absl::Status st = stream.EnqueueHost([this, id] {
     Stamp(id, false);
     return absl::OkStatus();
@@ -100,10 +101,10 @@ absl::Status Timeline::End(Stream& stream, ZoneId zone) {
   });
 }
 
-StreamZone::StreamZone(Timeline* timeline, Stream& stream, ZoneKind kind)
+StreamZone::StreamZone(Timeline* timeline, Stream& stream, ZoneKind kind, absl::string_view label)
     : timeline_(timeline), stream_(stream) {
   if (timeline_ == nullptr || !timeline_->enabled()) return;
-  absl::StatusOr<Timeline::ZoneId> id = timeline_->Begin(stream_, kind);
+  absl::StatusOr<Timeline::ZoneId> id = timeline_->Begin(stream_, kind, label);
   if (id.ok()) {
     id_ = *id;
   } else {
@@ -159,10 +160,13 @@ std::string ChromeTraceJson(const std::vector<Zone>& zones, int pid) {
           R"({"name": "thread_name", "ph": "M", "pid": %d, "tid": %d, "args": {"name": %s}})", pid,
           it->second, JsonString(z.track)));
     }
+    std::vector<std::string> args;
+    if (z.bytes > 0) args.push_back(absl::StrFormat(R"("bytes": %d)", z.bytes));
+    if (!z.label.empty()) args.push_back(absl::StrCat(R"("label": )", JsonString(z.label)));
     append(absl::StrFormat(R"({"name": %s, "ph": "X", "pid": %d, "tid": %d, "ts": %.3f, "dur": %.3f%s})",
                            JsonString(z.name()), pid, it->second, (z.begin_ns - origin) / 1e3,
                            z.duration_ns() / 1e3,
-                           z.bytes > 0 ? absl::StrFormat(R"(, "args": {"bytes": %d})", z.bytes) : ""));
+                           args.empty() ? "" : absl::StrCat(R"(, "args": {)", absl::StrJoin(args, ", "), "}")));
   }
   json += "\n]}\n";
   return json;

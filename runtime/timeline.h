@@ -66,6 +66,7 @@ struct Zone {
   ZoneKind kind = ZoneKind::kForwardBackward;
   int64_t begin_ns = -1, end_ns = -1;  // steady clock; -1: not reached yet
   int64_t bytes = 0;                   // a transfer's bytes (swap-in, swap-out); 0 otherwise
+  std::string label;                   // what it worked on (a gather's module path), or empty
   absl::string_view name() const { return ZoneName(kind); }
   bool complete() const { return begin_ns >= 0 && end_ns >= begin_ns; }
   int64_t duration_ns() const { return complete() ? end_ns - begin_ns : 0; }
@@ -79,7 +80,7 @@ class Timeline {
 
   bool enabled() const { return enabled_; }
   // Enqueues the zone's begin (end) stamp on `stream` (StreamZone does both).
-  absl::StatusOr<ZoneId> Begin(Stream& stream, ZoneKind kind);
+  absl::StatusOr<ZoneId> Begin(Stream& stream, ZoneKind kind, absl::string_view label = "");
   absl::Status End(Stream& stream, ZoneId zone);
   // A zone whose times were taken elsewhere, on TimelineNowNs's clock (an
   // I/O request's submission and completion), moving `bytes`.
@@ -92,13 +93,13 @@ class Timeline {
 
   // Chrome's trace-event format: one complete ("X") event per zone, times in
   // microseconds from the first zone, process = `pid` (the rank), one
-  // thread per track.
+  // thread per track; a zone's bytes and label are its args.
   std::string ChromeTraceJson(int pid = 0) const;
   absl::Status WriteChromeTrace(const std::string& path, int pid = 0) const;
 
  private:
   friend class HostZone;
-  ZoneId Add(absl::string_view track, ZoneKind kind);
+  ZoneId Add(absl::string_view track, ZoneKind kind, absl::string_view label = "");
   void Stamp(ZoneId id, bool end);
 
   const bool enabled_;
@@ -115,7 +116,7 @@ class Timeline {
 // Synchronize. A null or disabled timeline records nothing.
 class StreamZone {
  public:
-  StreamZone(Timeline* timeline, Stream& stream, ZoneKind kind);
+  StreamZone(Timeline* timeline, Stream& stream, ZoneKind kind, absl::string_view label = "");
   ~StreamZone();
   StreamZone(const StreamZone&) = delete;
   StreamZone& operator=(const StreamZone&) = delete;

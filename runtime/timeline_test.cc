@@ -122,19 +122,23 @@ TEST_F(TimelineOnStreams, ChromeTraceHasOneEventPerZoneAndOneThreadPerTrack) {
   Timeline t;
   auto quoted = *device_->CreateStream("copy \"tiles\"");
   for (int i = 0; i < 3; ++i) {
-    StreamZone z(&t, *quoted, ZoneKind::kParamH2D);
+    StreamZone z(&t, *quoted, ZoneKind::kParamH2D, i == 0 ? "h.0.mlp" : "");
   }
   { HostZone z(&t, ZoneKind::kCpuAdam); }
   ASSERT_TRUE(quoted->Synchronize().ok());
+  t.AddSpan("disk", ZoneKind::kParamSwapIn, 10, 20, 4096);
+  ASSERT_EQ(Select(t.Zones(), "copy \"tiles\"").front().label, "h.0.mlp");
   const std::string json = t.ChromeTraceJson(/*pid=*/3);
   auto count = [&](const std::string& what) {
     int n = 0;
     for (size_t at = json.find(what); at != std::string::npos; at = json.find(what, at + 1)) ++n;
     return n;
   };
-  EXPECT_EQ(count("\"ph\": \"X\""), 4) << json;
-  EXPECT_EQ(count("\"thread_name\""), 2) << json;  // the copy stream and host
-  EXPECT_EQ(count("\"pid\": 3"), 6) << json;
+  EXPECT_EQ(count("\"ph\": \"X\""), 5) << json;
+  EXPECT_EQ(count("\"thread_name\""), 3) << json;  // the copy stream, host and disk
+  EXPECT_EQ(count("\"pid\": 3"), 8) << json;
+  EXPECT_EQ(count("\"args\": {\"label\": \"h.0.mlp\"}"), 1) << json;  // a zone's label
+  EXPECT_EQ(count("\"args\": {\"bytes\": 4096}"), 1) << json;         // a transfer's bytes
   EXPECT_NE(json.find("copy \\\"tiles\\\""), std::string::npos) << json;  // escaped
   EXPECT_NE(json.find("\"name\": \"param H2D\""), std::string::npos) << json;  // ZoneName
   EXPECT_EQ(json.rfind("]}\n"), json.size() - 3);

@@ -101,14 +101,14 @@ ParameterGather::ParameterGather(const FlatLayout& layout, Device& device, Commu
 
 ParameterGather::~ParameterGather() { (void)coll_.Synchronize(); }
 
-absl::Status ParameterGather::GatherRange(FlatRange range, void* dst) {
+absl::Status ParameterGather::GatherRange(FlatRange range, void* dst, absl::string_view label) {
   const size_t elem = SizeOf(dtype_);
   const std::vector<Piece> pieces = layout_.Pieces(range);
   auto part = [&](const Piece& piece) {
     return Tensor::Flat(static_cast<char*>(dst) + (piece.begin - range.begin) * elem, dtype_, piece.size, &device_);
   };
   {  // This rank's pieces from the store, at most fetch_limit() elements at a time.
-    StreamZone fetch(timeline_, coll_, ZoneKind::kParamFetch);
+    StreamZone fetch(timeline_, coll_, ZoneKind::kParamFetch, label);
     for (const Piece& piece : pieces) {
       if (piece.rank != layout_.rank()) continue;
       const Tensor to = part(piece);
@@ -122,7 +122,7 @@ absl::Status ParameterGather::GatherRange(FlatRange range, void* dst) {
     }
   }
   if (shard_->fails_alone()) MEMWALL_RETURN_IF_ERROR(CheckIo());
-  StreamZone gather(timeline_, coll_, ZoneKind::kParamGather);
+  StreamZone gather(timeline_, coll_, ZoneKind::kParamGather, label);
   for (const Piece& piece : pieces) MEMWALL_RETURN_IF_ERROR(comm_.Broadcast(part(piece), piece.rank, coll_));
   return absl::OkStatus();
 }
@@ -204,7 +204,7 @@ absl::Status ParameterGather::Gather(int module, Live& live) {
   MEMWALL_ASSIGN_OR_RETURN(live.memory,
                            device_.Allocate(range.size() * SizeOf(dtype_), MemoryTag::kCommBuffers,
                                             &coll_));
-  MEMWALL_RETURN_IF_ERROR(GatherRange(range, live.memory.data()));
+  MEMWALL_RETURN_IF_ERROR(GatherRange(range, live.memory.data(), modules_[module]->path()));
   if (spare_events_.empty()) {
     MEMWALL_ASSIGN_OR_RETURN(live.ready, device_.CreateEvent());
   } else {
@@ -326,8 +326,8 @@ absl::Status ParameterGather::RefreshPersistent() {
     const size_t first = i;
     int64_t end = layout_.offset(params[i]) + params[i]->numel();
     for (++i; i < params.size() && persistent_[i]; ++i) end += params[i]->numel();
-    MEMWALL_RETURN_IF_ERROR(GatherRange({layout_.offset(params[first]), end},
-                                        params[first]->value.data()));
+    MEMWALL_RETURN_IF_ERROR(GatherRange({layout_.offset(params[first]), end}, params[first]->value.data(),
+                                        "persistent parameters"));
   }
   MEMWALL_RETURN_IF_ERROR(coll_.Record(*done_));
   return device_.compute_stream().Wait(*done_);

@@ -91,7 +91,8 @@ class ParameterGather {
   ParameterGather(const FlatLayout& layout, Device& device, Communicator& comm, Stream& coll,
                   DType dtype);
   absl::Status Gather(int module, Live& live);
-  absl::Status GatherRange(FlatRange range, void* dst);
+  // `label`: the zones' (kParamFetch, kParamGather), what is gathered.
+  absl::Status GatherRange(FlatRange range, void* dst, absl::string_view label);
   absl::Status Check(int module, int expected);
   absl::Status CheckIo();
   absl::Status Prefetch();
