@@ -58,7 +58,8 @@ class NvmeParameterStore : public zero::ParameterStore {
       if (s.used) (void)s.copied->Synchronize();
     }
     for (SwapOut& s : out_) (void)Settle(s);
-    if (aio_ != nullptr && file_ >= 0) (void)aio_->Close(file_);
+    // The engine first: it finishes every read still in flight (one whose
+    // wait a failed stream skipped) before it closes the file under them.
     aio_.reset();
     ::unlink(path_.c_str());
   }

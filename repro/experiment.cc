@@ -7,7 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "models/gpt.h"
+#include "runtime/cpu_device.h"
 #include "runtime/files.h"
+#include "runtime/status.h"
 #include "zero/config.h"
 
 namespace memwall::repro {
@@ -18,7 +20,9 @@ absl::Status Bad(absl::string_view field, const T& value, absl::string_view need
   return absl::InvalidArgumentError(absl::StrCat("Experiment ", field, " = ", value, " ", need));
 }
 
-absl::Status ValidateZeroMemory(const Experiment& e) {
+// A multi-rank sweep's model and world sizes (ZERO_MEMORY, INFINITY_PARTITION).
+absl::Status ValidateSweep(const Experiment& e) {
+  const std::string kind = Experiment::Kind_Name(e.kind());
   if (absl::Status st = models::ValidateConfig(e.model()); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("Experiment model: ", st.message()));
   }
@@ -26,11 +30,16 @@ absl::Status ValidateZeroMemory(const Experiment& e) {
     return Bad("training.seq", e.training().seq(),
                absl::StrCat("must be in [1, model.positions = ", e.model().positions(), "]"));
   }
-  if (e.has_offload()) return Bad("offload", "{...}", "must be unset for ZERO_MEMORY");
+  if (e.has_offload()) return Bad("offload", "{...}", absl::StrCat("must be unset for ", kind));
   if (e.world_sizes().empty()) return Bad("world_sizes", "[]", "must list at least one world size");
   for (int w : e.world_sizes()) {
     if (w < 1 || w > 64) return Bad("world_sizes", w, "must be in [1, 64] (ranks on this machine)");
   }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateZeroMemory(const Experiment& e) {
+  if (absl::Status st = ValidateSweep(e); !st.ok()) return st;
   if (e.stages().empty()) return Bad("stages", "[]", "must list at least one ZeRO stage");
   for (int s : e.stages()) {
     if (s < 0 || s > 3) return Bad("stages", s, "must be 0, 1, 2 or 3");
@@ -41,6 +50,17 @@ absl::Status ValidateZeroMemory(const Experiment& e) {
     if (m.paper_bytes_size() != 0 && m.paper_bytes_size() != 4) {
       return Bad("modeled.paper_bytes", m.paper_bytes_size(), "values given; must be none or 4 (stages 0-3)");
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePartition(const Experiment& e) {
+  if (absl::Status st = ValidateSweep(e); !st.ok()) return st;
+  if (!e.stages().empty()) return Bad("stages", "[...]", "must be unset for INFINITY_PARTITION (it runs stage 3)");
+  if (!e.modeled().empty()) return Bad("modeled", "{...}", "must be unset for INFINITY_PARTITION");
+  const zero::ZeroConfig& z = e.training().zero();
+  if (z.has_offload_param() || z.partitioning() != zero::ZeroConfig::CONTIGUOUS) {
+    return Bad("training.zero.offload_param/partitioning", "{...}", "must be unset: the sweep sets them");
   }
   return absl::OkStatus();
 }
@@ -123,7 +143,8 @@ absl::Status ValidateExperiment(const Experiment& e) {
   }
   if (e.kind() == Experiment::KIND_UNSPECIFIED) {
     return Bad("kind", "KIND_UNSPECIFIED",
-               "must name what to run (ZERO_MEMORY, OFFLOAD_MAX_MODEL, OFFLOAD_THROUGHPUT, INFINITY_MAX_MODEL)");
+               "must name what to run (ZERO_MEMORY, OFFLOAD_MAX_MODEL, OFFLOAD_THROUGHPUT, INFINITY_MAX_MODEL, "
+               "INFINITY_PARTITION)");
   }
   if (e.device() != "cpu") {
     return Bad("device", absl::StrCat("\"", e.device(), "\""), "must be cpu (the only device these experiments measure so far)");
@@ -138,7 +159,9 @@ absl::Status ValidateExperiment(const Experiment& e) {
   }
   // The trainer's own checks, each naming its field under `training.`.
   if (absl::Status st = zero::ValidateTrainingConfig(e.training(), "Experiment training."); !st.ok()) return st;
-  return e.kind() == Experiment::ZERO_MEMORY ? ValidateZeroMemory(e) : ValidateOffload(e);
+  if (e.kind() == Experiment::ZERO_MEMORY) return ValidateZeroMemory(e);
+  if (e.kind() == Experiment::INFINITY_PARTITION) return ValidatePartition(e);
+  return ValidateOffload(e);
 }
 
 absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::string& origin) {
@@ -146,7 +169,8 @@ absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::s
   if (absl::Status st = ParseTextProto(text, origin, &e); !st.ok()) return st;
   if (e.steps() == 0) e.set_steps(2);
   if (e.device().empty()) e.set_device("cpu");
-  if (e.kind() != Experiment::ZERO_MEMORY && e.kind() != Experiment::KIND_UNSPECIFIED) {
+  if (e.kind() != Experiment::ZERO_MEMORY && e.kind() != Experiment::KIND_UNSPECIFIED &&
+      e.kind() != Experiment::INFINITY_PARTITION) {
     OffloadSweep& o = *e.mutable_offload();
     if (o.modes().empty() && e.kind() == Experiment::INFINITY_MAX_MODEL) {
       for (auto mode : {OffloadSweep::STAGE3, OffloadSweep::STAGE3_OFFLOAD, OffloadSweep::STAGE3_NVME}) o.add_modes(mode);
@@ -180,6 +204,18 @@ zero::TrainerOptions TrainerOptionsFor(const Experiment& e, int stage, int world
   o.training = e.training();
   o.training.mutable_zero()->set_stage(stage);
   return o;
+}
+
+absl::StatusOr<SweepRank> JoinSweep(int world_size) {
+  SweepRank rank;
+  MEMWALL_ASSIGN_OR_RETURN(rank.device, CreateCpuDevice());
+  if (world_size == 1) {
+    rank.comm = CreateSingleProcessCommunicator();
+  } else {
+    MEMWALL_ASSIGN_OR_RETURN(rank.comm, CreateCommunicator(*rank.device));
+  }
+  MEMWALL_RETURN_IF_ERROR(zero::CheckWorldSize(world_size, rank.comm->world_size()));
+  return rank;
 }
 
 }  // namespace memwall::repro

@@ -6,6 +6,7 @@
 //   ./bazelw run //repro:offload_max_model    (ZeRO-Offload Figure 7)
 //   ./bazelw run //repro:offload_throughput   (ZeRO-Offload Figure 8)
 //   ./bazelw run //repro:infinity_max_model   (ZeRO-Infinity Figure 6a)
+//   ./bazelw run //repro:infinity_partition   (ZeRO-Infinity Figure 6c)
 //
 // Flags: --results_dir=DIR (default: <workspace>/results). World sizes > 1
 // are launched as `mpirun -np N` of this binary with --worker, each
@@ -28,6 +29,7 @@
 #include "repro/experiment.h"
 #include "repro/harness.h"
 #include "repro/offload.h"
+#include "repro/partition.h"
 #include "repro/zero_memory.h"
 #include "runtime/files.h"
 #include "runtime/launch.h"
@@ -42,16 +44,23 @@ ABSL_FLAG(std::string, rows_out, "", "internal: where a --worker's rank 0 writes
 namespace memwall::repro {
 namespace {
 
-absl::Status WriteRows(const std::string& path, const std::vector<MemoryRow>& rows) {
+// One world size of a multi-rank sweep (ZERO_MEMORY, INFINITY_PARTITION)
+// on this process's communicator: rank 0's CSV rows, other ranks' none.
+absl::StatusOr<std::string> MeasureRows(const Experiment& e, int world) {
   std::string csv;
-  for (const MemoryRow& r : rows) absl::StrAppend(&csv, ToCsv(r), "\n");
-  return WriteFileAtomically(path, csv);
+  if (e.kind() == Experiment::INFINITY_PARTITION) {
+    MEMWALL_ASSIGN_OR_RETURN(const std::vector<PartitionRow> rows, MeasurePartitioning(e, world));
+    for (const PartitionRow& r : rows) absl::StrAppend(&csv, PartitionCsv(r), "\n");
+  } else {
+    MEMWALL_ASSIGN_OR_RETURN(const std::vector<MemoryRow> rows, MeasureZeroMemory(e, world));
+    for (const MemoryRow& r : rows) absl::StrAppend(&csv, ToCsv(r), "\n");
+  }
+  return csv;
 }
 
 absl::Status Worker(const Experiment& e) {
-  const int world = absl::GetFlag(FLAGS_world_size);
-  MEMWALL_ASSIGN_OR_RETURN(std::vector<MemoryRow> rows, MeasureZeroMemory(e, world));
-  if (!rows.empty()) MEMWALL_RETURN_IF_ERROR(WriteRows(absl::GetFlag(FLAGS_rows_out), rows));
+  MEMWALL_ASSIGN_OR_RETURN(const std::string csv, MeasureRows(e, absl::GetFlag(FLAGS_world_size)));
+  if (!csv.empty()) MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(absl::GetFlag(FLAGS_rows_out), csv));
   return absl::OkStatus();
 }
 
@@ -87,34 +96,42 @@ Provenance ProvenanceOf(const Experiment& e, const std::string& experiment_path,
   return p;
 }
 
-absl::Status DriveZeroMemory(const Experiment& e, const std::string& experiment_path, const std::string& command) {
-  MEMWALL_ASSIGN_OR_RETURN(const std::string dir, ResultsDir(e));
-  std::error_code ec;
-
-  std::string csv = absl::StrCat(kMemoryCsvHeader, "\n");
+// Every world size of the sweep, in order: world size 1 in this process,
+// the others as `mpirun -np N` of this binary with --worker, rank 0 writing
+// its rows to a file in `dir` that is read back. Their CSV rows.
+absl::StatusOr<std::string> SweepWorldSizes(const Experiment& e, const std::string& experiment_path,
+                                            const std::string& dir) {
+  std::string csv;
   for (size_t i = 0; i < static_cast<size_t>(e.world_sizes_size()); ++i) {
     const int world = e.world_sizes(i);
-    std::printf("[%zu/%d] %d rank%s, stages %s\n", i + 1, e.world_sizes_size(), world, world == 1 ? "" : "s",
-                absl::StrJoin(e.stages(), ", ").c_str());
+    std::printf("[%zu/%d] %d rank%s%s\n", i + 1, e.world_sizes_size(), world, world == 1 ? "" : "s",
+                e.stages().empty() ? "" : absl::StrCat(", stages ", absl::StrJoin(e.stages(), ", ")).c_str());
     std::fflush(stdout);
-    std::vector<MemoryRow> rows;
     if (world == 1) {
-      MEMWALL_ASSIGN_OR_RETURN(rows, MeasureZeroMemory(e, 1));
-    } else {
-      const std::string rows_file = absl::StrCat(dir, "/.rows_np", world, ".csv");
-      MEMWALL_ASSIGN_OR_RETURN(const std::string self, SelfPath());
-      MEMWALL_RETURN_IF_ERROR(LaunchRanks(
-          world, {self, std::filesystem::absolute(experiment_path).string(), "--worker",
-                  absl::StrCat("--world_size=", world), absl::StrCat("--rows_out=", rows_file)}));
-      std::ifstream in(rows_file);
-      if (!in) return absl::InternalError(absl::StrCat("the ", world, "-rank run wrote no rows to ", rows_file));
-      std::stringstream text;
-      text << in.rdbuf();
-      csv += text.str();
-      std::filesystem::remove(rows_file, ec);
+      MEMWALL_ASSIGN_OR_RETURN(const std::string rows, MeasureRows(e, 1));
+      csv += rows;
+      continue;
     }
-    for (const MemoryRow& r : rows) absl::StrAppend(&csv, ToCsv(r), "\n");
+    const std::string rows_file = absl::StrCat(dir, "/.rows_np", world, ".csv");
+    MEMWALL_ASSIGN_OR_RETURN(const std::string self, SelfPath());
+    MEMWALL_RETURN_IF_ERROR(LaunchRanks(
+        world, {self, std::filesystem::absolute(experiment_path).string(), "--worker",
+                absl::StrCat("--world_size=", world), absl::StrCat("--rows_out=", rows_file)}));
+    std::ifstream in(rows_file);
+    if (!in) return absl::InternalError(absl::StrCat("the ", world, "-rank run wrote no rows to ", rows_file));
+    std::stringstream text;
+    text << in.rdbuf();
+    csv += text.str();
+    std::error_code ec;
+    std::filesystem::remove(rows_file, ec);
   }
+  return csv;
+}
+
+absl::Status DriveZeroMemory(const Experiment& e, const std::string& experiment_path, const std::string& command) {
+  MEMWALL_ASSIGN_OR_RETURN(const std::string dir, ResultsDir(e));
+  MEMWALL_ASSIGN_OR_RETURN(const std::string rows, SweepWorldSizes(e, experiment_path, dir));
+  std::string csv = absl::StrCat(kMemoryCsvHeader, "\n", rows);
   MEMWALL_ASSIGN_OR_RETURN(std::vector<MemoryRow> modeled, ModelZeroMemory(e));
   for (const MemoryRow& r : modeled) absl::StrAppend(&csv, ToCsv(r), "\n");
   MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/data.csv", csv));
@@ -188,8 +205,28 @@ absl::Status DriveOffload(const Experiment& e, const std::string& experiment_pat
   return absl::OkStatus();
 }
 
+absl::Status DrivePartition(const Experiment& e, const std::string& experiment_path, const std::string& command) {
+  MEMWALL_ASSIGN_OR_RETURN(const std::string dir, ResultsDir(e));
+  MEMWALL_ASSIGN_OR_RETURN(const std::string rows, SweepWorldSizes(e, experiment_path, dir));
+  MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/data.csv", absl::StrCat(kPartitionCsvHeader, "\n", rows)));
+  MEMWALL_RETURN_IF_ERROR(RunFigureScript(FigureScript(e), {dir + "/data.csv", dir + "/figure.png"}));
+  Provenance p = ProvenanceOf(e, experiment_path, command);
+  p.measured_or_modeled = absl::StrCat(
+      "measured: each world size's ranks are processes on this machine (mpirun above one), each with its own "
+      "CpuDevice; ZeRO-3 with offload_param and offload_optimizer on the CPU; one warm-up step, then ",
+      e.steps(), " timed steps averaged; rank 0's timeline: gathered bytes and the time of its \"param fetch\" "
+      "and \"param gather\" zones on the collective stream. The paper's Figure 6c (DGX-2 V100s, PCIe and "
+      "NVMe) has no rows here: its gain is each GPU's own host link serving every gather, which a CpuDevice "
+      "in one memory does not have");
+  p.files["data.csv"] = "one row per (world size, partitioning)";
+  MEMWALL_RETURN_IF_ERROR(WriteProvenance(dir + "/provenance.json", p));
+  std::printf("wrote %s/{data.csv, figure.png, provenance.json}\n", dir.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status Drive(const Experiment& e, const std::string& experiment_path, const std::string& command) {
   if (e.kind() == Experiment::ZERO_MEMORY) return DriveZeroMemory(e, experiment_path, command);
+  if (e.kind() == Experiment::INFINITY_PARTITION) return DrivePartition(e, experiment_path, command);
   return DriveOffload(e, experiment_path, command);
 }
 
@@ -209,8 +246,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "run: %s\n", std::string(experiment.status().message()).c_str());
     return 2;
   }
-  if (absl::GetFlag(FLAGS_worker) && experiment->kind() != Experiment::ZERO_MEMORY) {
-    std::fprintf(stderr, "run: --worker is for ZERO_MEMORY's multi-rank sweep; %s runs one rank\n",
+  if (absl::GetFlag(FLAGS_worker) && experiment->kind() != Experiment::ZERO_MEMORY &&
+      experiment->kind() != Experiment::INFINITY_PARTITION) {
+    std::fprintf(stderr, "run: --worker is for the multi-rank sweeps (ZERO_MEMORY, INFINITY_PARTITION); %s runs one rank\n",
                  Experiment::Kind_Name(experiment->kind()).c_str());
     return 2;
   }

@@ -62,15 +62,9 @@ double PaperModelStateBytes(int stage, double psi, double n) {
 }
 
 absl::StatusOr<std::vector<MemoryRow>> MeasureZeroMemory(const Experiment& e, int world_size) {
-  MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<Device> comm_device, CreateCpuDevice());
-  std::unique_ptr<Communicator> comm;
-  if (world_size == 1) {
-    comm = CreateSingleProcessCommunicator();
-  } else {
-    MEMWALL_ASSIGN_OR_RETURN(comm, CreateCommunicator(*comm_device));
-  }
-  MEMWALL_RETURN_IF_ERROR(zero::CheckWorldSize(world_size, comm->world_size()));
-  const bool root = comm->rank() == 0;
+  MEMWALL_ASSIGN_OR_RETURN(SweepRank rank, JoinSweep(world_size));
+  Communicator* comm = rank.comm.get();
+  const bool root = rank.root();
   const int64_t psi = models::CountParameters(e.model());
   auto data = models::SyntheticSource(1 << 16, e.model().vocab(), 7);
   std::vector<MemoryRow> rows;

@@ -62,9 +62,9 @@ int64_t TimelineNowNs() {
       .count();
 }
 
-Timeline::ZoneId Timeline::Add(absl::string_view track, ZoneKind kind, absl::string_view label) {
+Timeline::ZoneId Timeline::Add(absl::string_view track, ZoneKind kind, absl::string_view label, int64_t bytes) {
   absl::MutexLock lock(&mu_);
-  zones_.push_back(Zone{std::string(track), kind, -1, -1, 0, std::string(label)});
+  zones_.push_back(Zone{std::string(track), kind, -1, -1, bytes, std::string(label)});
   return first_id_ + static_cast<ZoneId>(zones_.size()) - 1;
 }
 
@@ -82,9 +82,10 @@ void Timeline::Stamp(ZoneId id, bool end) {
   (end ? zones_[index].end_ns : zones_[index].begin_ns) = now;
 }
 
-absl::StatusOr<Timeline::ZoneId> Timeline::Begin(Stream& stream, ZoneKind kind, absl::string_view label) {
+absl::StatusOr<Timeline::ZoneId> Timeline::Begin(Stream& stream, ZoneKind kind, absl::string_view label,
+                                                 int64_t bytes) {
   if (!enabled_) return ZoneId{-1};
-  const ZoneId id = Add(stream.name(), kind, label);
+  const ZoneId id = Add(stream.name(), kind, label, bytes);
   absl::Status st = stream.EnqueueHost([this, id] {
     Stamp(id, false);
     return absl::OkStatus();
@@ -101,10 +102,10 @@ absl::Status Timeline::End(Stream& stream, ZoneId zone) {
   });
 }
 
-StreamZone::StreamZone(Timeline* timeline, Stream& stream, ZoneKind kind, absl::string_view label)
+StreamZone::StreamZone(Timeline* timeline, Stream& stream, ZoneKind kind, absl::string_view label, int64_t bytes)
     : timeline_(timeline), stream_(stream) {
   if (timeline_ == nullptr || !timeline_->enabled()) return;
-  absl::StatusOr<Timeline::ZoneId> id = timeline_->Begin(stream_, kind, label);
+  absl::StatusOr<Timeline::ZoneId> id = timeline_->Begin(stream_, kind, label, bytes);
   if (id.ok()) {
     id_ = *id;
   } else {

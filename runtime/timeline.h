@@ -50,8 +50,8 @@ enum class ZoneKind : uint8_t {
   kSwapWait,         // "swap wait": the host waiting on a swap-in or swap-out of optimizer states (NVMe)
   kSwapIn,           // "swap-in": a sub-group's states read from NVMe, submission to completion (bytes)
   kSwapOut,          // "swap-out": ... written back to NVMe (bytes)
-  kParamFetch,       // "param fetch": a stage-3 gather's own pieces from the shard's store (the H2D hop when offloaded)
-  kParamGather,      // "param gather": its broadcasts (every rank's pieces to all)
+  kParamFetch,       // "param fetch": a stage-3 gather's own pieces from the shard's store (the H2D hop when offloaded; bytes)
+  kParamGather,      // "param gather": its collectives, every rank's pieces to all (bytes gathered)
   kParamSwapIn,      // "param swap-in": 16-bit parameters read from NVMe, submission to completion (bytes)
   kParamSwapOut,     // "param swap-out": ... written to NVMe (bytes)
 };
@@ -80,7 +80,7 @@ class Timeline {
 
   bool enabled() const { return enabled_; }
   // Enqueues the zone's begin (end) stamp on `stream` (StreamZone does both).
-  absl::StatusOr<ZoneId> Begin(Stream& stream, ZoneKind kind, absl::string_view label = "");
+  absl::StatusOr<ZoneId> Begin(Stream& stream, ZoneKind kind, absl::string_view label = "", int64_t bytes = 0);
   absl::Status End(Stream& stream, ZoneId zone);
   // A zone whose times were taken elsewhere, on TimelineNowNs's clock (an
   // I/O request's submission and completion), moving `bytes`.
@@ -99,7 +99,7 @@ class Timeline {
 
  private:
   friend class HostZone;
-  ZoneId Add(absl::string_view track, ZoneKind kind, absl::string_view label = "");
+  ZoneId Add(absl::string_view track, ZoneKind kind, absl::string_view label = "", int64_t bytes = 0);
   void Stamp(ZoneId id, bool end);
 
   const bool enabled_;
@@ -116,7 +116,8 @@ class Timeline {
 // Synchronize. A null or disabled timeline records nothing.
 class StreamZone {
  public:
-  StreamZone(Timeline* timeline, Stream& stream, ZoneKind kind, absl::string_view label = "");
+  // `label` and `bytes`: what the zone works on and moves (Zone).
+  StreamZone(Timeline* timeline, Stream& stream, ZoneKind kind, absl::string_view label = "", int64_t bytes = 0);
   ~StreamZone();
   StreamZone(const StreamZone&) = delete;
   StreamZone& operator=(const StreamZone&) = delete;

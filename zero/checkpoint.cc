@@ -275,7 +275,8 @@ absl::StatusOr<FlatRange> ShardRange(const FlatLayout& layout, int rank) {
     if (owned[i].shard_offset != want_offset || (i > 0 && owned[i].begin != owned[i - 1].begin + owned[i - 1].size)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "checkpoints store one contiguous flat range per rank, but this partition gives rank ", rank, " ",
-          owned.size(), " pieces"));
+          owned.size(), " pieces (partitioning = BANDWIDTH_CENTRIC has no checkpoint format yet: train with "
+          "CONTIGUOUS to save or load)"));
     }
   }
   return FlatRange{owned.front().begin, owned.back().begin + owned.back().size};
@@ -283,6 +284,8 @@ absl::StatusOr<FlatRange> ShardRange(const FlatLayout& layout, int rank) {
 
 absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
                                           const std::function<void(int)>& after_shard_written) {
+  // Before anything is written: every rank fails alike where the format cannot hold its states.
+  MEMWALL_ASSIGN_OR_RETURN(const FlatRange range, ShardRange(layout_, layout_.rank()));
   MEMWALL_RETURN_IF_ERROR(Flush());  // a checkpoint holds every update so far
   MEMWALL_RETURN_IF_ERROR(device_.Synchronize());
   const std::string path = CheckpointPath(dir, step_);
@@ -305,7 +308,6 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
   // This rank's shard file: master, m, v of its real range, staged to the host.
   // With one owner (stage 0) every rank holds the same states: rank 0 writes.
   const bool writes = layout_.world() > 1 || rank == 0;
-  MEMWALL_ASSIGN_OR_RETURN(const FlatRange range, ShardRange(layout_, layout_.rank()));
   uint32_t crc = 0;
   uint64_t bytes = 0;
   absl::Status written;

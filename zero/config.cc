@@ -133,6 +133,13 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c, absl::string_view what) {
                  "needs stage 3 (only stage 3 partitions the 16-bit parameters)");
     }
   }
+  if (!ZeroConfig::Partitioning_IsValid(c.partitioning())) {
+    return Bad("partitioning", c.partitioning(), "must be CONTIGUOUS or BANDWIDTH_CENTRIC");
+  }
+  if (c.partitioning() == ZeroConfig::BANDWIDTH_CENTRIC && c.stage() != 3) {
+    return Bad("partitioning = BANDWIDTH_CENTRIC with stage", c.stage(),
+               "needs stage 3 (below it every rank holds every parameter)");
+  }
   const OffloadParamConfig& param = c.offload_param();
   if (!OffloadParamConfig::Device_IsValid(param.device())) {
     return Bad("offload_param.device", param.device(), "must be NONE, CPU or NVME");

@@ -85,6 +85,7 @@ TEST(ZeroConfig, EachBadValueNamesItsField) {
               "offload_param.nvme_path = \"/p\" needs offload_param.device = NVME");
   ExpectError("stage: 3 offload_param { device: CPU buffer_count: 4 }",
               "offload_param.buffer_count = 4 needs offload_param.device = NVME");
+  ExpectError("stage: 2 partitioning: BANDWIDTH_CENTRIC", "partitioning = BANDWIDTH_CENTRIC with stage = 2 needs stage 3");
 }
 
 TEST(ZeroConfig, ParameterSwapBuffersDefault) {

@@ -60,8 +60,15 @@ absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
   shape.dtype = ParamDType(training->precision());
   if (in.model.has_value()) {
     MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<models::Gpt> gpt, models::Gpt::Create(*in.model));
-    shape.largest_module = LargestModuleParameters(*gpt);
-    if (shape.zero.stage() == 3) shape.persistent = PersistentElements(*gpt, shape.zero.param_persistence_threshold());
+    const bool bandwidth = shape.zero.partitioning() == ZeroConfig::BANDWIDTH_CENTRIC;
+    const int bandwidth_owners = bandwidth ? shape.owners : 0;
+    shape.largest_module = LargestModuleParameters(*gpt, bandwidth_owners);
+    if (shape.zero.stage() == 3) {
+      shape.persistent = PersistentElements(*gpt, shape.zero.param_persistence_threshold(), bandwidth_owners);
+    }
+    if (bandwidth) shape.shard = FlatLayout(*gpt, shape.owners, 0, true).shard();
+  } else if (shape.zero.partitioning() == ZeroConfig::BANDWIDTH_CENTRIC) {
+    return Bad("partitioning = BANDWIDTH_CENTRIC: the shard depends on every parameter's size: give a model");
   }
   const StageParts parts = ChooseStageParts(shape.zero, shape.dtype, offload);
   const ShardOptimizerRequest request = OptimizerRequest(shape, training.adam(), nullptr);

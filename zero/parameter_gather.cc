@@ -22,10 +22,11 @@ void CollectModules(models::Module& m, std::vector<models::Module*>& out) {
 
 }  // namespace
 
-int64_t PersistentElements(models::Module& root, int64_t threshold) {
+int64_t PersistentElements(models::Module& root, int64_t threshold, int bandwidth_owners) {
   int64_t n = 0;
   for (models::Parameter* p : root.Parameters()) {
-    if (p->numel() <= threshold) n += p->numel();
+    if (p->numel() > threshold) continue;
+    n += bandwidth_owners > 0 ? bandwidth_owners * BandwidthChunk(p->numel(), bandwidth_owners) : p->numel();
   }
   return n;
 }
@@ -60,7 +61,7 @@ absl::StatusOr<std::unique_ptr<ParameterGather>> ParameterGather::Create(
   for (models::Parameter* p : layout.params()) {
     const bool persistent = p->numel() <= config.param_persistence_threshold();
     g->persistent_.push_back(persistent);
-    if (persistent) g->persistent_elements_ += p->numel();
+    if (persistent) g->persistent_elements_ += g->GatheredElements(*p);
   }
   if (g->persistent_elements_ != shape.persistent) {
     return absl::InternalError(absl::StrCat("stage 3: ", g->persistent_elements_,
@@ -72,7 +73,7 @@ absl::StatusOr<std::unique_ptr<ParameterGather>> ParameterGather::Create(
     models::Parameter* p = layout.params()[i];
     if (g->persistent_[i]) {
       p->value = Tensor(g->persistent_memory_.as<char>() + at * elem, dtype, p->shape, &device);
-      at += p->numel();
+      at += g->GatheredElements(*p);
     } else {
       p->value = g->Deferred(*p);
     }
@@ -107,8 +108,10 @@ absl::Status ParameterGather::GatherRange(FlatRange range, void* dst, absl::stri
   auto part = [&](const Piece& piece) {
     return Tensor::Flat(static_cast<char*>(dst) + (piece.begin - range.begin) * elem, dtype_, piece.size, &device_);
   };
+  int64_t mine = 0;  // elements this rank fetches
+  for (const Piece& piece : pieces) mine += piece.rank == layout_.rank() ? piece.size : 0;
   {  // This rank's pieces from the store, at most fetch_limit() elements at a time.
-    StreamZone fetch(timeline_, coll_, ZoneKind::kParamFetch, label);
+    StreamZone fetch(timeline_, coll_, ZoneKind::kParamFetch, label, mine * int64_t(elem));
     for (const Piece& piece : pieces) {
       if (piece.rank != layout_.rank()) continue;
       const Tensor to = part(piece);
@@ -122,7 +125,7 @@ absl::Status ParameterGather::GatherRange(FlatRange range, void* dst, absl::stri
     }
   }
   if (shard_->fails_alone()) MEMWALL_RETURN_IF_ERROR(CheckIo());
-  StreamZone gather(timeline_, coll_, ZoneKind::kParamGather, label);
+  StreamZone gather(timeline_, coll_, ZoneKind::kParamGather, label, range.size() * int64_t(elem));
   for (const Piece& piece : pieces) MEMWALL_RETURN_IF_ERROR(comm_.Broadcast(part(piece), piece.rank, coll_));
   return absl::OkStatus();
 }
@@ -199,12 +202,11 @@ absl::Status ParameterGather::Check(int module, int expected) {
 }
 
 absl::Status ParameterGather::Gather(int module, Live& live) {
-  const FlatRange range = layout_.OwnRange(*modules_[module]);
-  live.elements = range.size();
+  const std::vector<models::Parameter*> params = Own(*modules_[module]);
+  live.elements = GatheredElements(params);
   MEMWALL_ASSIGN_OR_RETURN(live.memory,
-                           device_.Allocate(range.size() * SizeOf(dtype_), MemoryTag::kCommBuffers,
-                                            &coll_));
-  MEMWALL_RETURN_IF_ERROR(GatherRange(range, live.memory.data(), modules_[module]->path()));
+                           device_.Allocate(live.elements * SizeOf(dtype_), MemoryTag::kCommBuffers, &coll_));
+  MEMWALL_RETURN_IF_ERROR(GatherParameters(params, live.memory.data(), modules_[module]->path()));
   if (spare_events_.empty()) {
     MEMWALL_ASSIGN_OR_RETURN(live.ready, device_.CreateEvent());
   } else {
@@ -230,12 +232,13 @@ absl::Status ParameterGather::Acquire(models::Module& m) {
   if (inserted) MEMWALL_RETURN_IF_ERROR(Gather(id, live));
   ++live.refs;
   MEMWALL_RETURN_IF_ERROR(device_.compute_stream().Wait(*live.ready));
-  const FlatRange range = layout_.OwnRange(m);
   const size_t elem = SizeOf(dtype_);
+  int64_t at = 0;  // the parameter's position in the gathered layout
   for (const auto& p : m.own_parameters()) {
-    if (p->numel() <= 0 || p->value.data() != nullptr) continue;  // persistent, or bound
-    p->value = Tensor(live.memory.as<char>() + (layout_.offset(p.get()) - range.begin) * elem,
-                      dtype_, p->shape, &device_);
+    if (p->numel() > 0 && p->value.data() == nullptr) {  // not persistent, not bound
+      p->value = Tensor(live.memory.as<char>() + at * elem, dtype_, p->shape, &device_);
+    }
+    at += GatheredElements(*p);
   }
   return recording_ ? absl::OkStatus() : Prefetch();
 }
@@ -249,7 +252,7 @@ absl::Status ParameterGather::Prefetch() {
   for (size_t i = position_; i < trace_.size(); ++i) {
     const int id = trace_[i];
     if (live_.contains(id)) continue;
-    const int64_t size = layout_.OwnRange(*modules_[id]).size();
+    const int64_t size = GatheredElements(Own(*modules_[id]));
     if ((unused + size) * static_cast<int64_t>(elem) > prefetch_bytes_ ||
         live_elements_ + size > max_live_) {
       break;
@@ -281,9 +284,8 @@ absl::Status ParameterGather::Release(models::Module& m) {
     return absl::InternalError(absl::StrCat("ZeRO stage 3: '", m.path(), "' released but not acquired"));
   }
   if (--live->second.refs > 0) return absl::OkStatus();
-  const FlatRange range = layout_.OwnRange(m);
   const char* begin = live->second.memory.as<char>();
-  const char* end = begin + range.size() * SizeOf(dtype_);
+  const char* end = begin + live->second.elements * SizeOf(dtype_);
   for (const auto& p : m.own_parameters()) {
     const char* at = static_cast<const char*>(p->value.data());
     if (at >= begin && at < end) p->value = Deferred(*p);
@@ -322,15 +324,81 @@ absl::Status ParameterGather::RefreshPersistent() {
       ++i;
       continue;
     }
-    // A run of persistent parameters, adjacent in the flat order and in memory.
-    const size_t first = i;
-    int64_t end = layout_.offset(params[i]) + params[i]->numel();
-    for (++i; i < params.size() && persistent_[i]; ++i) end += params[i]->numel();
-    MEMWALL_RETURN_IF_ERROR(GatherRange({layout_.offset(params[first]), end}, params[first]->value.data(),
-                                        "persistent parameters"));
+    // A run of persistent parameters, adjacent in the flat order and, in
+    // the gathered layout, in memory.
+    std::vector<models::Parameter*> run;
+    for (; i < params.size() && persistent_[i]; ++i) run.push_back(params[i]);
+    MEMWALL_RETURN_IF_ERROR(GatherParameters(run, run.front()->value.data(), "persistent parameters"));
   }
   MEMWALL_RETURN_IF_ERROR(coll_.Record(*done_));
   return device_.compute_stream().Wait(*done_);
+}
+
+std::vector<models::Parameter*> ParameterGather::Own(const models::Module& m) {
+  std::vector<models::Parameter*> out;
+  for (const auto& p : m.own_parameters()) out.push_back(p.get());
+  return out;
+}
+
+int64_t ParameterGather::GatheredElements(const models::Parameter& p) const {
+  const int owners = layout_.world();
+  return layout_.partition().splits_each_parameter() ? owners * BandwidthChunk(p.numel(), owners) : p.numel();
+}
+
+int64_t ParameterGather::GatheredElements(const std::vector<models::Parameter*>& params) const {
+  int64_t n = 0;
+  for (const models::Parameter* p : params) n += GatheredElements(*p);
+  return n;
+}
+
+absl::Status ParameterGather::GatherParameters(const std::vector<models::Parameter*>& params, void* dst,
+                                               absl::string_view label) {
+  if (params.empty()) return absl::OkStatus();
+  if (!layout_.partition().splits_each_parameter()) {  // one flat range, broadcast by its owners
+    const FlatRange range{layout_.offset(params.front()), layout_.offset(params.back()) + params.back()->numel()};
+    return GatherRange(range, dst, label);
+  }
+  // Bandwidth-centric (ZeRO-Infinity §6.1): parameter p at its gathered
+  // position holds W chunks of c_p; this rank's chunk goes to slot `rank`,
+  // then one all-gather per parameter fills the others.
+  const size_t elem = SizeOf(dtype_);
+  const int owners = layout_.world();
+  const Tensor all = Tensor::Flat(dst, dtype_, GatheredElements(params), &device_);
+  int64_t mine = 0;  // elements this rank fetches
+  for (const models::Parameter* p : params) {
+    for (const Piece& piece : layout_.Pieces({layout_.offset(p), layout_.offset(p) + p->numel()})) {
+      mine += piece.rank == layout_.rank() ? piece.size : 0;
+    }
+  }
+  {
+    StreamZone fetch(timeline_, coll_, ZoneKind::kParamFetch, label, mine * int64_t(elem));
+    int64_t at = 0;
+    for (const models::Parameter* p : params) {
+      const int64_t begin = layout_.offset(p);
+      for (const Piece& piece : layout_.Pieces({begin, begin + p->numel()})) {
+        if (piece.rank != layout_.rank()) continue;
+        char* to = all.Slice(at + (piece.begin - begin), piece.size).data_as<char>();
+        for (int64_t done = 0; done < piece.size;) {
+          const int64_t n = std::min(piece.size - done, shard_->fetch_limit());
+          MEMWALL_ASSIGN_OR_RETURN(const Tensor mine, shard_->Fetch(piece.shard_offset + done, n, coll_));
+          MEMWALL_RETURN_IF_ERROR(coll_.Copy(to + done * elem, mine.data(), mine.bytes()));
+          MEMWALL_RETURN_IF_ERROR(shard_->Release(mine, coll_));
+          done += n;
+        }
+      }
+      at += GatheredElements(*p);
+    }
+  }
+  if (shard_->fails_alone()) MEMWALL_RETURN_IF_ERROR(CheckIo());
+  StreamZone gather(timeline_, coll_, ZoneKind::kParamGather, label, all.numel() * int64_t(elem));
+  int64_t at = 0;
+  for (const models::Parameter* p : params) {
+    const int64_t chunk = BandwidthChunk(p->numel(), owners);
+    const Tensor whole = all.Slice(at, owners * chunk);
+    MEMWALL_RETURN_IF_ERROR(comm_.AllGather(whole.Slice(layout_.rank() * chunk, chunk), whole, coll_));
+    at += owners * chunk;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace memwall::zero

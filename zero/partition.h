@@ -40,10 +40,13 @@ struct FlatRange {
 // collectives move equal blocks. Every real element has exactly one owner.
 // ZeRO §5's contiguous partition is one implementation; ZeRO-Infinity's
 // bandwidth-centric partitioning (every parameter split over all ranks) is
-// to be another, behind the same questions.
+// the other, behind the same questions.
 class Partition {
  public:
   virtual ~Partition() = default;
+  // Whether every parameter is split evenly over all owners (bandwidth-
+  // centric): each parameter p in BandwidthChunk(n_p, owners) chunks.
+  virtual bool splits_each_parameter() const { return false; }
   virtual int owners() const = 0;
   virtual int64_t numel() const = 0;  // Ψ
   virtual int64_t shard() const = 0;
@@ -57,11 +60,22 @@ class Partition {
 // [r shard, (r + 1) shard) ∩ [0, Ψ), at offset 0 of its shard.
 std::shared_ptr<const Partition> ContiguousPartition(int64_t numel, int owners);
 
+// ZeRO-Infinity §6.1: parameter p (of `parameters`, in flat order) is
+// split into `owners` chunks of c_p = BandwidthChunk(n_p, owners) elements
+// (the last one short, or empty, when owners does not divide n_p); rank r
+// owns chunk r of every parameter, laid end to end in its shard, so
+// shard = Σ c_p and rank r's chunk of p sits at Σ_{q < p} c_q.
+std::shared_ptr<const Partition> BandwidthCentricPartition(const std::vector<int64_t>& parameters, int owners);
+inline int64_t BandwidthChunk(int64_t parameter_elements, int owners) {
+  return (parameter_elements + owners - 1) / owners;
+}
+
 class FlatLayout {
  public:
   FlatLayout() = default;
-  // The tensor table of `root`, partitioned contiguously over `world` owners.
-  FlatLayout(models::Module& root, int world, int rank);
+  // The tensor table of `root`, partitioned over `world` owners,
+  // contiguously or bandwidth-centric.
+  FlatLayout(models::Module& root, int world, int rank, bool bandwidth_centric = false);
 
   const Partition& partition() const { return *partition_; }
   int world() const { return partition_->owners(); }
@@ -70,7 +84,8 @@ class FlatLayout {
   int64_t shard() const { return partition_->shard(); }     // ceil(Ψ / N)
   int64_t padded() const { return shard() * world(); }      // N · shard
   // The replicated flat buffer (stages 0-2, zero/parameter_placement.h)
-  // holds rank r's shard at r · shard: ZeRO's contiguous partition.
+  // holds rank r's shard at r · shard: ZeRO's contiguous partition (the
+  // only one below stage 3).
   int64_t shard_begin() const { return shard() * rank_; }
   // The real elements a rank owns (this rank's by default), in flat order.
   std::vector<Piece> Owned(int rank) const { return partition_->Owned(rank); }
@@ -93,8 +108,10 @@ class FlatLayout {
 
 // The largest number of elements any one module owns directly: a reduce
 // bucket must hold one module's gradients, and stage 3 gathers one
-// module's parameters at a time.
-int64_t LargestModuleParameters(models::Module& root);
+// module's parameters at a time. With `bandwidth_owners` > 0 each
+// parameter counts as owners · BandwidthChunk(n_p, owners): its gathered
+// size under the bandwidth-centric partition.
+int64_t LargestModuleParameters(models::Module& root, int bandwidth_owners = 0);
 
 }  // namespace memwall::zero
 

@@ -78,15 +78,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Dev
 absl::Status Trainer::Compose() {
   const int stage = training_->zero().stage();
   // Stage 0: every rank owns everything (one owner); stages 1-3: N shards.
-  layout_ = stage == 0 ? FlatLayout(model_, 1, 0) : FlatLayout(model_, comm_.world_size(), comm_.rank());
+  const bool bandwidth = training_->zero().partitioning() == ZeroConfig::BANDWIDTH_CENTRIC;
+  layout_ = stage == 0 ? FlatLayout(model_, 1, 0) : FlatLayout(model_, comm_.world_size(), comm_.rank(), bandwidth);
+  const int bandwidth_owners = bandwidth ? layout_.world() : 0;
   PlanShape shape;
   shape.numel = layout_.numel();
   shape.owners = layout_.world();
   shape.ranks = comm_.world_size();
   shape.shard = layout_.shard();
   shape.dtype = ParamDType(training_->precision());
-  shape.largest_module = LargestModuleParameters(model_);
-  shape.persistent = stage == 3 ? PersistentElements(model_, training_->zero().param_persistence_threshold()) : 0;
+  shape.largest_module = LargestModuleParameters(model_, bandwidth_owners);
+  shape.persistent =
+      stage == 3 ? PersistentElements(model_, training_->zero().param_persistence_threshold(), bandwidth_owners) : 0;
   shape.zero = training_->zero();
   const StageParts parts = ChooseStageParts(training_->zero(), shape.dtype, static_cast<bool>(options_.shard_optimizer));
   if (parts.comm_stream) {
@@ -215,13 +218,16 @@ absl::StatusOr<std::vector<float>> Trainer::MasterWeights() {
     return mine;
   }
   // Every rank's shard, all-gathered through 1 MiB of device memory (a
-  // chunk of each shard at a time, whatever the model's size); rank r's
-  // shard is flat elements [r · shard, (r + 1) · shard).
+  // chunk of each shard at a time, whatever the model's size); each of
+  // rank r's pieces (the partition's Owned(r)) goes to its flat place.
   constexpr int64_t kStagingBytes = int64_t{1} << 20;
   const int world = layout_.world();
   const int64_t chunk = std::min(shard, std::max<int64_t>(1024, kStagingBytes / (world * int64_t{sizeof(float)})));
   MEMWALL_ASSIGN_OR_RETURN(Buffer staging, device_.Allocate(world * chunk * sizeof(float), MemoryTag::kOther));
-  std::vector<float> out(layout_.padded()), part(world * chunk);
+  std::vector<std::vector<Piece>> owned(world);
+  for (int r = 0; r < world; ++r) owned[r] = layout_.Owned(r);
+  std::vector<size_t> next(world, 0);  // each rank's first piece not yet wholly placed
+  std::vector<float> out(layout_.numel()), part(world * chunk);
   for (int64_t at = 0; at < shard; at += chunk) {
     const int64_t n = std::min(chunk, shard - at);
     const Tensor gathered = FlatF32(staging, device_).Slice(0, world * n);
@@ -230,9 +236,18 @@ absl::StatusOr<std::vector<float>> Trainer::MasterWeights() {
     MEMWALL_RETURN_IF_ERROR(comm_.AllGather(slot, gathered, s));
     MEMWALL_RETURN_IF_ERROR(s.Copy(part.data(), gathered.data(), gathered.bytes()));
     MEMWALL_RETURN_IF_ERROR(s.Synchronize());
-    for (int r = 0; r < world; ++r) std::memcpy(out.data() + r * shard + at, part.data() + r * n, n * sizeof(float));
+    for (int r = 0; r < world; ++r) {  // pieces in shard order: those overlapping [at, at + n)
+      for (size_t i = next[r]; i < owned[r].size() && owned[r][i].shard_offset < at + n; ++i) {
+        const Piece& p = owned[r][i];
+        const int64_t lo = std::max(at, p.shard_offset), hi = std::min(at + n, p.shard_offset + p.size);
+        if (lo < hi) {
+          std::memcpy(out.data() + p.begin + (lo - p.shard_offset), part.data() + r * n + (lo - at),
+                      (hi - lo) * sizeof(float));
+        }
+        if (p.shard_offset + p.size <= at + n) next[r] = i + 1;
+      }
+    }
   }
-  out.resize(layout_.numel());
   return out;
 }
 
