@@ -1,6 +1,7 @@
 #include "zero/parameter_gather.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -108,25 +109,29 @@ absl::Status ParameterGather::GatherRange(FlatRange range, void* dst, absl::stri
   auto part = [&](const Piece& piece) {
     return Tensor::Flat(static_cast<char*>(dst) + (piece.begin - range.begin) * elem, dtype_, piece.size, &device_);
   };
-  int64_t mine = 0;  // elements this rank fetches
-  for (const Piece& piece : pieces) mine += piece.rank == layout_.rank() ? piece.size : 0;
-  {  // This rank's pieces from the store, at most fetch_limit() elements at a time.
-    StreamZone fetch(timeline_, coll_, ZoneKind::kParamFetch, label, mine * int64_t(elem));
+  int64_t fetched = 0;  // elements this rank fetches
+  for (const Piece& piece : pieces) fetched += piece.rank == layout_.rank() ? piece.size : 0;
+  {
+    StreamZone fetch(timeline_, coll_, ZoneKind::kParamFetch, label, fetched * int64_t(elem));
     for (const Piece& piece : pieces) {
-      if (piece.rank != layout_.rank()) continue;
-      const Tensor to = part(piece);
-      for (int64_t at = 0; at < piece.size;) {
-        const int64_t n = std::min(piece.size - at, shard_->fetch_limit());
-        MEMWALL_ASSIGN_OR_RETURN(const Tensor mine, shard_->Fetch(piece.shard_offset + at, n, coll_));
-        MEMWALL_RETURN_IF_ERROR(coll_.Copy(to.data_as<char>() + at * elem, mine.data(), mine.bytes()));
-        MEMWALL_RETURN_IF_ERROR(shard_->Release(mine, coll_));
-        at += n;
-      }
+      if (piece.rank == layout_.rank()) MEMWALL_RETURN_IF_ERROR(FetchPiece(piece, part(piece).data()));
     }
   }
   if (shard_->fails_alone()) MEMWALL_RETURN_IF_ERROR(CheckIo());
   StreamZone gather(timeline_, coll_, ZoneKind::kParamGather, label, range.size() * int64_t(elem));
   for (const Piece& piece : pieces) MEMWALL_RETURN_IF_ERROR(comm_.Broadcast(part(piece), piece.rank, coll_));
+  return absl::OkStatus();
+}
+
+absl::Status ParameterGather::FetchPiece(const Piece& piece, void* dst) {
+  const size_t elem = SizeOf(dtype_);
+  for (int64_t at = 0; at < piece.size;) {
+    const int64_t n = std::min(piece.size - at, shard_->fetch_limit());
+    MEMWALL_ASSIGN_OR_RETURN(const Tensor fetched, shard_->Fetch(piece.shard_offset + at, n, coll_));
+    MEMWALL_RETURN_IF_ERROR(coll_.Copy(static_cast<char*>(dst) + at * elem, fetched.data(), fetched.bytes()));
+    MEMWALL_RETURN_IF_ERROR(shard_->Release(fetched, coll_));
+    at += n;
+  }
   return absl::OkStatus();
 }
 
@@ -364,30 +369,20 @@ absl::Status ParameterGather::GatherParameters(const std::vector<models::Paramet
   const size_t elem = SizeOf(dtype_);
   const int owners = layout_.world();
   const Tensor all = Tensor::Flat(dst, dtype_, GatheredElements(params), &device_);
-  int64_t mine = 0;  // elements this rank fetches
-  for (const models::Parameter* p : params) {
-    for (const Piece& piece : layout_.Pieces({layout_.offset(p), layout_.offset(p) + p->numel()})) {
-      mine += piece.rank == layout_.rank() ? piece.size : 0;
+  // This rank's chunk of each parameter, at the parameter's position + rank · c_p.
+  std::vector<std::pair<Piece, int64_t>> mine;  // (piece, where it lands in `all`)
+  int64_t fetched = 0;
+  for (int64_t i = 0, at = 0; i < int64_t(params.size()); at += GatheredElements(*params[i]), ++i) {
+    const int64_t begin = layout_.offset(params[i]);
+    for (const Piece& piece : layout_.Pieces({begin, begin + params[i]->numel()})) {
+      if (piece.rank != layout_.rank()) continue;
+      mine.emplace_back(piece, at + (piece.begin - begin));
+      fetched += piece.size;
     }
   }
   {
-    StreamZone fetch(timeline_, coll_, ZoneKind::kParamFetch, label, mine * int64_t(elem));
-    int64_t at = 0;
-    for (const models::Parameter* p : params) {
-      const int64_t begin = layout_.offset(p);
-      for (const Piece& piece : layout_.Pieces({begin, begin + p->numel()})) {
-        if (piece.rank != layout_.rank()) continue;
-        char* to = all.Slice(at + (piece.begin - begin), piece.size).data_as<char>();
-        for (int64_t done = 0; done < piece.size;) {
-          const int64_t n = std::min(piece.size - done, shard_->fetch_limit());
-          MEMWALL_ASSIGN_OR_RETURN(const Tensor mine, shard_->Fetch(piece.shard_offset + done, n, coll_));
-          MEMWALL_RETURN_IF_ERROR(coll_.Copy(to + done * elem, mine.data(), mine.bytes()));
-          MEMWALL_RETURN_IF_ERROR(shard_->Release(mine, coll_));
-          done += n;
-        }
-      }
-      at += GatheredElements(*p);
-    }
+    StreamZone fetch(timeline_, coll_, ZoneKind::kParamFetch, label, fetched * int64_t(elem));
+    for (const auto& [piece, to] : mine) MEMWALL_RETURN_IF_ERROR(FetchPiece(piece, all.Slice(to, piece.size).data()));
   }
   if (shard_->fails_alone()) MEMWALL_RETURN_IF_ERROR(CheckIo());
   StreamZone gather(timeline_, coll_, ZoneKind::kParamGather, label, all.numel() * int64_t(elem));

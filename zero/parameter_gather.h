@@ -105,6 +105,9 @@ class ParameterGather {
   int64_t GatheredElements(const models::Parameter& p) const;
   int64_t GatheredElements(const std::vector<models::Parameter*>& params) const;
   absl::Status Check(int module, int expected);
+  // This rank's `piece` from the store into `dst` (device memory) on coll,
+  // at most fetch_limit() elements at a time.
+  absl::Status FetchPiece(const Piece& piece, void* dst);
   absl::Status CheckIo();
   absl::Status Prefetch();
   absl::Status Free(int module);
