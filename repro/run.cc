@@ -175,8 +175,8 @@ absl::Status DriveOffload(const Experiment& e, const std::string& experiment_pat
         infinity ? "; stage3+nvme's swap files on the machine's disk" : "",
         "): fits = every training step completed; peaks from the device's and the pinned host allocator's "
         "accounts. summary.csv: source=measured rows derived from data.csv; source=paper rows are ",
-        infinity ? "ZeRO-Infinity §8.1, Figure 6a (one DGX-2: ZeRO-3 20B, ZeRO-Inf-CPU 70B, ZeRO-Inf-NVMe 1T, whose "
-                   "parameters are offloaded as well; here only the optimizer states are)"
+        infinity ? "ZeRO-Infinity §8.1, Figure 6a (one DGX-2: ZeRO-3 20B, ZeRO-Inf-CPU 70B, ZeRO-Inf-NVMe 1T; here "
+                   "stage3+offload+params and stage3+nvme+nvme-params)"
                  : "ZeRO-Offload §6.2.1 (one 32 GB V100: PyTorch 1.4B, ZeRO-Offload 13B)");
     p.files["data.csv"] = "one row per (mode, ladder model) attempted; a mode stops at its first model that does not fit";
     p.files["summary.csv"] = absl::StrCat("per mode the largest model that trained and its size over ",
