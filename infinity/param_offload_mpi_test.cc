@@ -22,6 +22,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
+#include <iostream>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -34,6 +36,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "infinity/nvme_parameter_store.h"
+#include "models/gpt_io.h"
 #include "infinity/trainer.h"
 #include "offload/host_optimizer.h"
 #include "runtime/cpu_device.h"
@@ -457,6 +460,90 @@ TEST_F(ParamOffload, TheNextModulesTransfersOverlapThisModulesCompute) {
       EXPECT_LE(fetch->end_ns, gather->end_ns);
     }
   }
+}
+
+// Memory-centric tiling (§5.1.3) with the parameters and optimizer on the
+// host (ZeRO-Inf-CPU), against plain untiled stage 3 with everything on the
+// device:
+//   - equivalence, fp32, 20 steps: the same losses within 1e-5 relative and
+//     weights (the tiles joined back, models::JoinTiles) within 1e-5. Why
+//     not bit for bit: a tiled projection's dx sums its `out` products as
+//     `tiles` partial sums, each element within 2 gamma_out S of the
+//     untiled sum (S = sum |dy W|; models/layers_test.cc checks the bound
+//     per layer), out <= 4 hidden = 128 here: 2 gamma_128 = 1.5e-5 relative
+//     to S, and forward and dW may round differently too, as column blocks
+//     BLAS computes with other kernels. Those perturbations are of the same
+//     size as the cross-rank sums' reordering that
+//     zero/stages_mpi_test's EveryStageMatchesSingleRankStageZero bounds
+//     by the same 1e-5 over 20 steps of the same model and optimizer; a
+//     wrong tile (misplaced columns, a dropped accumulation) moves the loss
+//     by 1e-2 or more from the first step;
+//   - memory: tiling 4 cuts mlp.c_fc's gathered tile 4-fold (wte becomes
+//     the largest module, half c_fc's size), the device's gathered working
+//     set falls with it, and every device and pinned tag's peak is the
+//     estimator's, tiled and untiled.
+TEST_F(ParamOffload, TilingTrainsTheSameModelGatheringATileAtATime) {
+  const models::GptConfig plain = zero::test::SmallGpt();
+  models::GptConfig tiled = plain;
+  tiled.set_tiling(4);
+  const Case on_device{OffloadParamConfig::NONE, OffloadOptimizerConfig::NONE, 1, Precision::FP32};
+  const Case host{OffloadParamConfig::CPU, OffloadOptimizerConfig::CPU, 1, Precision::FP32};
+  const Outcome want = Train(*comm_, on_device, 20, {}, plain);
+  const Outcome got = Train(*comm_, host, 20, {}, tiled);
+  ASSERT_EQ(got.losses.size(), 20u);
+  auto model = *models::Gpt::Create(tiled);
+  auto joined = models::JoinTiles(*model, got.weights);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  std::vector<float> weights;
+  for (const models::LogicalParameter& p : *joined) weights.insert(weights.end(), p.values.begin(), p.values.end());
+  zero::test::ExpectSameTraining(got.losses, want.losses, weights, want.weights, "tiling 4, world " + std::to_string(W()));
+  double largest = 0;
+  for (size_t i = 0; i < weights.size(); ++i) largest = std::max(largest, std::fabs(double(weights[i]) - want.weights[i]));
+  if (Root()) std::cout << "tiling 4 vs untiled after 20 steps, world " << W() << ": largest weight difference " << largest << "\n";
+
+  // Memory, in bf16 (the 16-bit working set), with prefetch off so the
+  // working set is one module, on a wider model whose mlp.c_fc (128 x 512)
+  // outweighs wte (256 x 128): untiled against tiled, each against the
+  // estimator.
+  const models::GptConfig wide = zero::test::SmallGpt(2, 128);
+  models::GptConfig wide_tiled = wide;
+  wide_tiled.set_tiling(4);
+  auto wide_model = *models::Gpt::Create(wide);
+  auto wide_tiled_model = *models::Gpt::Create(wide_tiled);
+  EXPECT_EQ(zero::LargestModuleParameters(*wide_model), 128 * 512 + 512) << "mlp.c_fc";
+  EXPECT_EQ(zero::LargestModuleParameters(*wide_tiled_model), 256 * 128) << "wte, now larger than a tile";
+  std::array<int64_t, 2> working{};
+  for (const bool is_tiled : {false, true}) {
+    const models::GptConfig& config = is_tiled ? wide_tiled : wide;
+    const Case c{OffloadParamConfig::CPU, OffloadOptimizerConfig::CPU};
+    zero::TrainerOptions o = Options(c, W());
+    o.training.mutable_zero()->set_prefetch_bucket_bytes(0);
+    auto device = *CreateCpuDevice();
+    auto m = *models::Gpt::Create(config);
+    auto t = CreateTrainer(*m, *device, *comm_, o);
+    ASSERT_TRUE(t.ok()) << t.status();
+    Outcome run;
+    zero::test::RunSteps(**t, *device, 2, run, is_tiled ? "tiled" : "untiled");
+    zero::EstimateInput in;
+    in.model = config;
+    in.ranks = W();
+    in.training = o.training;
+    in.optimizer = offload::HostOptimizerProvider();
+    auto est = zero::EstimateMemory(in);
+    ASSERT_TRUE(est.ok()) << est.status();
+    for (int tag = 0; tag < kNumMemoryTags; ++tag) {
+      const MemoryTag mt = static_cast<MemoryTag>(tag);
+      EXPECT_EQ(est->host_of(mt), int64_t(run.pinned_peaks[tag])) << "pinned " << MemoryTagName(mt);
+      if (mt != MemoryTag::kActivations && mt != MemoryTag::kWorkspace) {
+        EXPECT_EQ(est->of(mt), int64_t(run.device_peaks[tag]))
+            << (is_tiled ? "tiled" : "untiled") << ": device " << MemoryTagName(mt) << "\n" << est->plan.ToText();
+      }
+    }
+    working[is_tiled] = int64_t(run.device_peaks[static_cast<int>(MemoryTag::kCommBuffers)]);
+  }
+  // Gathered modules and reduce buckets (kCommBuffers) are sized by the
+  // largest module: halved here (wte is now the largest).
+  EXPECT_LT(2 * working[1], working[0] + working[0] / 10) << "the tiled model's gathered working set";
 }
 
 TEST_F(ParamOffload, RefusesBelowStageThreeAndNvmeWithoutItsParts) {

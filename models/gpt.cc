@@ -66,6 +66,11 @@ absl::Status ValidateConfig(const GptConfig& c) {
   }
   if (c.positions() <= 0) return bad("positions", c.positions(), "must be > 0");
   if (c.paper_micro_batch() < 0) return bad("paper_micro_batch", c.paper_micro_batch(), "must be >= 0");
+  if (c.tiling() < 0 || (c.tiling() > 1 && c.hidden() % c.tiling() != 0)) {
+    return bad("tiling", c.tiling(),
+               absl::StrCat("must be 0 or 1 (untiled) or divide hidden = ", c.hidden(),
+                            " (each projection's output, d to 4d, splits into equal tiles)"));
+  }
   return absl::OkStatus();
 }
 
@@ -80,6 +85,7 @@ namespace {
 // their sum), grouped as ActivationPlan names them. Shapes: rows = batch t.
 struct RunBuffers {
   Tensor cast_in, cast_out;        // 16-bit modes: (rows 4d) each, a Linear's operands
+  Tensor tile;                     // tiling k > 1: (rows 4d / k) fp32, one tile's output
   Tensor ids, pos, targets;        // (rows) int32
   std::vector<Tensor> xs;          // L + 1 of (rows, d): the residual stream
   Tensor pos_rows;                 // (rows, d) position embeddings
@@ -108,6 +114,10 @@ absl::StatusOr<RunBuffers> AllocateRunBuffers(Scratch& scratch, const GptConfig&
     if (backward) {
       MEMWALL_ASSIGN_OR_RETURN(b.dlogits_storage, scratch.Make({chunk, v}, MemoryTag::kWorkspace, dtype));
     }
+  }
+  if (config.tiling() > 1) {
+    scratch.group = "tiled linear scratch";
+    MEMWALL_ASSIGN_OR_RETURN(b.tile, scratch.Make({rows * 4 * d / config.tiling()}, MemoryTag::kWorkspace));
   }
   scratch.group = "embeddings, ln_f, losses, ids";
   MEMWALL_ASSIGN_OR_RETURN(b.ids, scratch.Make({rows}, MemoryTag::kActivations, DType::kI32));
@@ -225,22 +235,23 @@ namespace {
 // The container "h" that owns the blocks h.0 ... h.{L-1}.
 class BlockList : public Module {
  public:
-  BlockList(int64_t layers, int64_t d, int64_t heads, const StorageCasts* casts,
+  BlockList(int64_t layers, int64_t d, int64_t heads, int64_t tiles, const LinearScratch* scratch,
             std::vector<Block*>& out)
       : Module("h") {
     for (int64_t i = 0; i < layers; ++i) {
-      out.push_back(&AddChild(std::make_unique<Block>(i, d, heads, casts)));
+      out.push_back(&AddChild(std::make_unique<Block>(i, d, heads, tiles, scratch)));
     }
   }
 };
 }  // namespace
 
 Gpt::Gpt(const GptConfig& config)
-    : Module(""), config_(config), casts_(std::make_unique<StorageCasts>()) {
+    : Module(""), config_(config), linear_scratch_(std::make_unique<LinearScratch>()) {
   const int64_t d = config.hidden();
   wte_ = &AddChild(std::make_unique<EmbeddingModule>("wte", config.vocab(), d));
   wpe_ = &AddChild(std::make_unique<EmbeddingModule>("wpe", config.positions(), d));
-  AddChild(std::make_unique<BlockList>(config.layers(), d, config.heads(), casts_.get(), blocks_));
+  AddChild(std::make_unique<BlockList>(config.layers(), d, config.heads(), config.tiling(),
+                                       linear_scratch_.get(), blocks_));
   ln_f_ = &AddChild(std::make_unique<LayerNormModule>("ln_f", d));
 }
 
@@ -253,7 +264,10 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& config) {
 
 void Gpt::InitialValues(uint64_t seed, const Parameter& p, int64_t begin, int64_t count,
                         float* out) const {
-  if (EndsWith(p.name, ".bias")) {
+  // A tile takes its logical parameter's values: element (r, c) of a tile
+  // of width w is element (r, slice.begin + c) of the logical parameter.
+  const std::string& name = p.slice.has_value() ? p.slice->name : p.name;
+  if (EndsWith(name, ".bias")) {
     std::fill(out, out + count, 0.0f);
     return;
   }
@@ -262,9 +276,17 @@ void Gpt::InitialValues(uint64_t seed, const Parameter& p, int64_t begin, int64_
     return;
   }
   const float residual_std = 0.02f / std::sqrt(2.0f * float(config_.layers()));
-  const float std = EndsWith(p.name, ".c_proj.weight") ? residual_std : 0.02f;
-  const uint64_t key = SplitMix64(seed ^ Fnv1a(p.name));
-  for (int64_t i = 0; i < count; ++i) out[i] = std * Normal(key, begin + i);
+  const float std = EndsWith(name, ".c_proj.weight") ? residual_std : 0.02f;
+  const uint64_t key = SplitMix64(seed ^ Fnv1a(name));
+  if (!p.slice.has_value()) {
+    for (int64_t i = 0; i < count; ++i) out[i] = std * Normal(key, begin + i);
+    return;
+  }
+  const int64_t w = p.shape.back();
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t e = begin + i;
+    out[i] = std * Normal(key, (e / w) * p.slice->width + p.slice->begin + e % w);
+  }
 }
 
 absl::Status Gpt::Initialize(uint64_t seed, Device& device) {
@@ -345,9 +367,10 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
   Scratch scratch{&device};
   MEMWALL_ASSIGN_OR_RETURN(RunBuffers b, AllocateRunBuffers(scratch, config_, batch, t, dtype, backward,
                                                             checkpoint, chunk));
-  casts_->dtype = dtype;
-  casts_->in = b.cast_in;
-  casts_->out = b.cast_out;
+  linear_scratch_->dtype = dtype;
+  linear_scratch_->in = b.cast_in;
+  linear_scratch_->out = b.cast_out;
+  linear_scratch_->tile = b.tile;
   std::vector<int32_t> positions(rows);
   for (int64_t r = 0; r < rows; ++r) positions[r] = static_cast<int32_t>(r % t);
   MEMWALL_RETURN_IF_ERROR(s.Copy(b.ids.data(), ids, rows * sizeof(int32_t)));

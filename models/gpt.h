@@ -42,7 +42,8 @@ inline constexpr int64_t kGpt2Vocab = 50257;
 // Every field is checked; the message names the config and the field.
 absl::Status ValidateConfig(const GptConfig& config);
 
-// Exact parameter count (tied head counted once):
+// Exact parameter count (tied head counted once; tiling splits parameters,
+// it does not add any):
 //   V d + P d + L (12 d^2 + 13 d) + 2 d
 // per block: ln_1, ln_2 4d; c_attn 3d^2 + 3d; attn.c_proj d^2 + d;
 // c_fc 4d^2 + 4d; mlp.c_proj 4d^2 + d.
@@ -69,6 +70,7 @@ int64_t LogitsChunkRows(const GptConfig& config, int64_t rows);
 //   "backward scratch"       kActivations  4 rows (12 d + H)
 //   "logits chunk"           kWorkspace    4 chunk V
 //   "16-bit operands"        kWorkspace    c (2 rows 4d + rows d + chunk V), 16-bit modes
+//   "tiled linear scratch"   kWorkspace    4 rows 4d / k, with tiling k > 1
 // One function sizes them for both: ForwardBackward allocates its buffers
 // through it, and this plan is that function run in planning mode (Scratch
 // with a plan: nothing allocated).
@@ -121,7 +123,7 @@ class Gpt : public Module {
                               std::vector<float>* logits_out);
 
   GptConfig config_;
-  std::unique_ptr<StorageCasts> casts_;  // mixed-precision scratch, set per pass
+  std::unique_ptr<LinearScratch> linear_scratch_;  // set per pass
   EmbeddingModule* wte_;
   EmbeddingModule* wpe_;
   std::vector<Block*> blocks_;

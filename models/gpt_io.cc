@@ -1,8 +1,10 @@
 #include "models/gpt_io.h"
 
+#include <algorithm>
 #include <set>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/status.h"
@@ -25,44 +27,90 @@ std::string Shape(const std::vector<int64_t>& s) { return absl::StrCat("[", absl
 
 }  // namespace
 
-absl::Status ExportGpt(Gpt& model, Device& device, const std::string& path) {
-  const std::vector<Parameter*> params = model.Parameters();
-  std::vector<std::vector<float>> host(params.size());
-  std::vector<SafetensorsTensor> tensors;
-  Stream& s = device.compute_stream();
-  for (size_t i = 0; i < params.size(); ++i) {
-    const Parameter& p = *params[i];
-    if (p.value.data() == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat("ExportGpt: ", p.name, " has no storage bound"));
-    }
-    host[i].resize(p.numel());
-    if (p.value.dtype() == DType::kF32) {
-      MEMWALL_RETURN_IF_ERROR(s.Copy(host[i].data(), p.value.data(), p.value.bytes()));
-    } else {
-      std::vector<uint16_t> half(p.numel());
-      MEMWALL_RETURN_IF_ERROR(s.Copy(half.data(), p.value.data(), p.value.bytes()));
-      MEMWALL_RETURN_IF_ERROR(s.Synchronize());
-      MEMWALL_RETURN_IF_ERROR(Convert(half.data(), p.value.dtype(), host[i].data(), DType::kF32, half.size()));
-    }
-    tensors.push_back({p.name, DType::kF32, p.shape, host[i].data()});
+namespace {
+
+// Where a parameter's values sit in its logical (untiled) parameter.
+struct Placement {
+  std::string name;             // the logical parameter
+  std::vector<int64_t> shape;   // its shape
+  int64_t begin = 0, width = 0; // columns [begin, begin + width) of its last dimension
+};
+
+Placement PlacementOf(const Parameter& p) {
+  Placement at{p.name, p.shape, 0, p.shape.back()};
+  if (p.slice.has_value()) {
+    at.name = p.slice->name;
+    at.shape.back() = p.slice->width;
+    at.begin = p.slice->begin;
   }
-  MEMWALL_RETURN_IF_ERROR(s.Synchronize());
-  return WriteSafetensors(path, tensors, {{"format", "pt"}});
+  return at;
+}
+
+int64_t Numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<LogicalParameter>> JoinTiles(Gpt& model, const std::vector<float>& values) {
+  const std::vector<Parameter*> params = model.Parameters();
+  int64_t total = 0;
+  for (const Parameter* p : params) total += p->numel();
+  if (static_cast<int64_t>(values.size()) != total) {
+    return absl::InvalidArgumentError(absl::StrCat("JoinTiles: ", values.size(), " values given; the model has ",
+                                                   total, " parameters"));
+  }
+  std::vector<LogicalParameter> out;  // in order of first appearance: the untiled order
+  absl::flat_hash_map<std::string, size_t> index;
+  size_t offset = 0;
+  for (const Parameter* p : params) {
+    const Placement at = PlacementOf(*p);
+    auto [it, added] = index.try_emplace(at.name, out.size());
+    if (added) out.push_back({at.name, at.shape, std::vector<float>(Numel(at.shape))});
+    // Row r of the parameter (width w) is columns [begin, begin + w) of
+    // row r of the logical one (width W).
+    const int64_t w = at.width, W = at.shape.back(), rows = p->numel() / w;
+    float* dst = out[it->second].values.data();
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(values.data() + offset + r * w, w, dst + r * W + at.begin);
+    }
+    offset += p->numel();
+  }
+  return out;
+}
+
+absl::Status ExportGpt(Gpt& model, Device& device, const std::string& path) {
+  std::vector<float> values;
+  Stream& s = device.compute_stream();
+  for (const Parameter* p : model.Parameters()) {
+    if (p->value.data() == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat("ExportGpt: ", p->name, " has no storage bound"));
+    }
+    const size_t offset = values.size();
+    values.resize(offset + p->numel());
+    if (p->value.dtype() == DType::kF32) {
+      MEMWALL_RETURN_IF_ERROR(s.Copy(values.data() + offset, p->value.data(), p->value.bytes()));
+      MEMWALL_RETURN_IF_ERROR(s.Synchronize());  // `values` may grow
+    } else {
+      std::vector<uint16_t> half(p->numel());
+      MEMWALL_RETURN_IF_ERROR(s.Copy(half.data(), p->value.data(), p->value.bytes()));
+      MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+      MEMWALL_RETURN_IF_ERROR(Convert(half.data(), p->value.dtype(), values.data() + offset, DType::kF32, half.size()));
+    }
+  }
+  return ExportGpt(model, values, path);
 }
 
 absl::Status ExportGpt(Gpt& model, const std::vector<float>& values, const std::string& path) {
-  std::vector<SafetensorsTensor> tensors;
-  size_t offset = 0;
-  for (const Parameter* p : model.Parameters()) {
-    if (offset + p->numel() > values.size()) break;
-    tensors.push_back({p->name, DType::kF32, p->shape, values.data() + offset});
-    offset += p->numel();
-  }
-  if (offset != values.size() || tensors.size() != model.Parameters().size()) {
-    return absl::InvalidArgumentError(absl::StrCat("ExportGpt: ", values.size(),
-                                                   " values given; the model has ",
+  auto logical = JoinTiles(model, values);
+  if (!logical.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("ExportGpt: ", values.size(), " values given; the model has ",
                                                    CountParameters(model.config()), " parameters"));
   }
+  std::vector<SafetensorsTensor> tensors;
+  for (const LogicalParameter& p : *logical) tensors.push_back({p.name, DType::kF32, p.shape, p.values.data()});
   return WriteSafetensors(path, tensors, {{"format", "pt"}});
 }
 
@@ -72,8 +120,12 @@ absl::Status ImportGpt(const SafetensorsFile& file, Gpt& model, Device& device) 
   };
   const std::vector<Parameter*> params = model.Parameters();
   std::vector<const SafetensorsEntry*> source(params.size(), nullptr);
+  std::vector<Placement> placement(params.size());
   std::set<std::string> wanted;
-  for (Parameter* p : params) wanted.insert(p->name);
+  for (size_t i = 0; i < params.size(); ++i) {
+    placement[i] = PlacementOf(*params[i]);
+    wanted.insert(placement[i].name);
+  }
   for (const SafetensorsEntry& e : file.entries()) {
     const std::string name = Unprefixed(e.name);
     if (Ignored(name)) continue;
@@ -83,31 +135,43 @@ absl::Status ImportGpt(const SafetensorsFile& file, Gpt& model, Device& device) 
     }
   }
   for (size_t i = 0; i < params.size(); ++i) {
-    const Parameter& p = *params[i];
-    const SafetensorsEntry* e = file.Find(p.name);
-    if (e == nullptr) e = file.Find(absl::StrCat(kPrefix, p.name));
-    if (e == nullptr) return bad(absl::StrCat("tensor '", p.name, "' is missing"));
-    if (e->shape != p.shape) {
+    const Placement& at = placement[i];
+    const SafetensorsEntry* e = file.Find(at.name);
+    if (e == nullptr) e = file.Find(absl::StrCat(kPrefix, at.name));
+    if (e == nullptr) return bad(absl::StrCat("tensor '", at.name, "' is missing"));
+    if (e->shape != at.shape) {
       return bad(absl::StrCat("tensor '", e->name, "' has shape ", Shape(e->shape), "; the model needs ",
-                              Shape(p.shape)));
+                              Shape(at.shape)));
     }
     if (!IsFloating(e->dtype)) {
       return bad(absl::StrCat("tensor '", e->name, "' is ", DTypeName(e->dtype),
                               "; weights must be F32, F16 or BF16"));
     }
-    if (p.value.data() == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat("ImportGpt: ", p.name, " has no storage bound"));
+    if (params[i]->value.data() == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat("ImportGpt: ", params[i]->name, " has no storage bound"));
     }
     source[i] = e;
   }
+  // A file tensor in fp32 lives from its first tile to its last.
+  absl::flat_hash_map<const SafetensorsEntry*, size_t> last_use;
+  for (size_t i = 0; i < params.size(); ++i) last_use[source[i]] = i;
+  absl::flat_hash_map<const SafetensorsEntry*, std::vector<float>> converted;
   Stream& s = device.compute_stream();
-  std::vector<float> host;
+  std::vector<float> host;  // one parameter's part
   std::vector<uint16_t> half;
   for (size_t i = 0; i < params.size(); ++i) {
     const SafetensorsEntry& e = *source[i];
+    const Placement& at = placement[i];
     const Tensor& value = params[i]->value;
-    host.resize(e.numel());
-    MEMWALL_RETURN_IF_ERROR(Convert(file.data(e), e.dtype, host.data(), DType::kF32, e.numel()));
+    auto [it, added] = converted.try_emplace(&e);
+    std::vector<float>& whole = it->second;
+    if (added) {
+      whole.resize(e.numel());
+      MEMWALL_RETURN_IF_ERROR(Convert(file.data(e), e.dtype, whole.data(), DType::kF32, e.numel()));
+    }
+    const int64_t w = at.width, W = at.shape.back(), rows = params[i]->numel() / w;
+    host.resize(params[i]->numel());
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(whole.data() + r * W + at.begin, w, host.data() + r * w);
     const void* src = host.data();
     if (value.dtype() != DType::kF32) {
       half.resize(host.size());
@@ -116,6 +180,7 @@ absl::Status ImportGpt(const SafetensorsFile& file, Gpt& model, Device& device) 
     }
     MEMWALL_RETURN_IF_ERROR(s.Copy(value.data(), src, value.bytes()));
     MEMWALL_RETURN_IF_ERROR(s.Synchronize());  // `host` is reused
+    if (last_use[&e] == i) converted.erase(&e);
   }
   return absl::OkStatus();
 }

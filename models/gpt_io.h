@@ -16,9 +16,23 @@
 
 namespace memwall::models {
 
+// A parameter of the untiled model: memory-centric tiling (GptConfig.tiling)
+// stores a projection's weight and bias as tiles (Parameter::slice); files
+// and comparisons use the whole.
+struct LogicalParameter {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+// `values` (every parameter of `model`, back to back in Module::Parameters()
+// order) as the untiled model's parameters, in its order: each tiled
+// projection's tiles joined into one weight and one bias. An untiled model's
+// parameters pass through.
+absl::StatusOr<std::vector<LogicalParameter>> JoinTiles(Gpt& model, const std::vector<float>& values);
+
 // Writes every parameter of `model` to `path` as fp32 (bound values,
 // widened exactly when bound as 16-bit), with metadata {"format": "pt"} as
-// transformers expects.
+// transformers expects. A tiled model writes its projections whole.
 absl::Status ExportGpt(Gpt& model, Device& device, const std::string& path);
 // The same layout from flat fp32 host values in Module::Parameters() order
 // (a trainer's master weights, say): `values` holds every parameter, back to
@@ -31,6 +45,7 @@ absl::Status ExportGpt(Gpt& model, const std::vector<float>& values, const std::
 // "attn.masked_bias" mask buffers and "lm_head.weight" (tied to wte). Any
 // missing name, other extra name, wrong shape or integer dtype is an
 // InvalidArgument naming the tensor, reported before any value is written.
+// A tiled model takes each projection's tiles from the whole tensor.
 absl::Status ImportGpt(const SafetensorsFile& file, Gpt& model, Device& device);
 
 // The config a file holds: layers from the h.N blocks, hidden and vocabulary

@@ -70,6 +70,50 @@ TEST(Safetensors, ExportThenImportGivesIdenticalLogits) {
   EXPECT_EQ(inferred->positions(), 10);
 }
 
+std::string ReadAll(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  std::string bytes;
+  if (f == nullptr) return bytes;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) bytes.append(buf, n);
+  std::fclose(f);
+  return bytes;
+}
+
+// Memory-centric tiling changes how a projection is stored, not the model:
+// a tiled model initializes to, exports and imports the untiled model's
+// values, byte for byte in the file.
+TEST(Safetensors, ATiledModelReadsAndWritesTheUntiledFile) {
+  GptConfig tiled_config = Tiny();
+  tiled_config.set_tiling(4);
+  Bound plain(Tiny(), 3), tiled(tiled_config, 3);
+  EXPECT_GT(tiled.model->Parameters().size(), plain.model->Parameters().size());
+  const std::string plain_path = TempPath("plain.safetensors"), tiled_path = TempPath("tiled.safetensors");
+  ASSERT_TRUE(ExportGpt(*plain.model, *plain.device, plain_path).ok());
+  ASSERT_TRUE(ExportGpt(*tiled.model, *tiled.device, tiled_path).ok());
+  EXPECT_EQ(ReadAll(tiled_path), ReadAll(plain_path)) << "the same initial values, written whole";
+  // Another seed's values, imported into the tiled model, come back out whole.
+  Bound other(Tiny(), 8);
+  const std::string other_path = TempPath("other.safetensors"), again_path = TempPath("again.safetensors");
+  ASSERT_TRUE(ExportGpt(*other.model, *other.device, other_path).ok());
+  auto file = *SafetensorsFile::Read(other_path);
+  ASSERT_TRUE(ImportGpt(file, *tiled.model, *tiled.device).ok());
+  ASSERT_TRUE(ExportGpt(*tiled.model, *tiled.device, again_path).ok());
+  EXPECT_EQ(ReadAll(again_path), ReadAll(other_path));
+  // JoinTiles is what the export writes: the untiled model's parameters in order.
+  const std::vector<float> flat(tiled.storage.values.as<float>(),
+                                tiled.storage.values.as<float>() + tiled.storage.numel);
+  auto joined = JoinTiles(*tiled.model, flat);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  ASSERT_EQ(joined->size(), plain.model->Parameters().size());
+  for (size_t i = 0; i < joined->size(); ++i) {
+    EXPECT_EQ((*joined)[i].name, plain.model->Parameters()[i]->name);
+    EXPECT_EQ((*joined)[i].shape, plain.model->Parameters()[i]->shape);
+  }
+  EXPECT_EQ(JoinTiles(*tiled.model, std::vector<float>(5)).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // The file as GPT2LMHeadModel.save_pretrained writes it: "transformer."
 // prefix, attention mask buffers, bf16.
 TEST(Safetensors, ImportsHuggingFaceSpellingsAndHalfPrecision) {
@@ -110,17 +154,6 @@ std::string ParseError(const std::string& bytes) {
   EXPECT_FALSE(f.ok());
   EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
   return std::string(f.status().message());
-}
-
-std::string ReadAll(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  std::string bytes;
-  if (f == nullptr) return bytes;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) bytes.append(buf, n);
-  std::fclose(f);
-  return bytes;
 }
 
 std::string Exported() {

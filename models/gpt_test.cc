@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "models/flat_storage.h"
+#include "models/gpt_io.h"
 #include "runtime/cpu_device.h"
 
 namespace memwall::models {
@@ -81,6 +82,12 @@ TEST(Gpt, ConfigErrorsNameTheField) {
   c = Tiny();
   c.set_vocab(0);
   EXPECT_NE(ValidateConfig(c).message().find("'test': vocab = 0"), std::string::npos);
+  c = Tiny();
+  c.set_tiling(3);
+  EXPECT_NE(ValidateConfig(c).message().find("tiling = 3 must be 0 or 1 (untiled) or divide hidden = 16"),
+            std::string::npos);
+  c.set_tiling(-1);
+  EXPECT_FALSE(ValidateConfig(c).ok());
   EXPECT_EQ(LoadConfigs("models/configs/missing.textproto").status().code(),
             absl::StatusCode::kNotFound);
   auto list = *LoadConfigs(ConfigPath("gpt.textproto"));
@@ -211,6 +218,39 @@ TEST(Gpt, CheckpointingGivesBitwiseTheSameGradientsAndAccumulates) {
   float largest = 0;
   for (float g : once) largest = std::max(largest, std::fabs(g));
   for (size_t i = 0; i < once.size(); ++i) ASSERT_NEAR(twice[i], 2 * once[i], 1e-6 * largest) << i;
+}
+
+// Memory-centric tiling: the same model stored as tiles. Initial values
+// are the untiled model's (JoinTiles); one pass gives the same loss and
+// gradients up to the rounding of dx's split sums (models/layers_test.cc
+// bounds one layer; here, through the whole model: loss within 1e-6
+// relative, each gradient within 1e-4 of the largest).
+TEST(Gpt, TilingStoresTheSameModelInTiles) {
+  for (bool checkpointing : {false, true}) {
+    GptConfig tiled_config = Tiny(checkpointing);
+    tiled_config.set_tiling(4);
+    Bound plain = Make(Tiny(checkpointing)), tiled = Make(tiled_config);
+    EXPECT_EQ(tiled.model->Parameters().size(), plain.model->Parameters().size() + 2 * 4 * (4 - 1) * 2)
+        << "each of 2 blocks' 4 projections: 4 tiles of (weight, bias) for one (weight, bias)";
+    EXPECT_EQ(tiled.storage.numel, plain.storage.numel);
+    EXPECT_EQ(tiled.model->Parameters()[4]->name, "h.0.attn.c_attn.tile0.weight");
+    auto joined = [&](const std::vector<float>& flat) {
+      std::vector<float> out;
+      const std::vector<LogicalParameter> logical = *JoinTiles(*tiled.model, flat);
+      for (const LogicalParameter& p : logical) out.insert(out.end(), p.values.begin(), p.values.end());
+      return out;
+    };
+    EXPECT_EQ(joined(Values(tiled.storage)), Values(plain.storage)) << "initialized as the untiled model";
+    const auto ids = RandomTokens(24, 23, 8), targets = RandomTokens(24, 23, 9);
+    auto want = *plain.model->ForwardBackward(*plain.device, ids.data(), targets.data(), 2, 12, 0.1f, true);
+    auto got = *tiled.model->ForwardBackward(*tiled.device, ids.data(), targets.data(), 2, 12, 0.1f, true);
+    EXPECT_NEAR(got.sum, want.sum, 1e-6 * std::fabs(want.sum));
+    const std::vector<float> g = joined(Grads(tiled.storage)), g_want = Grads(plain.storage);
+    float largest = 0;
+    for (float x : g_want) largest = std::max(largest, std::fabs(x));
+    ASSERT_EQ(g.size(), g_want.size());
+    for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], g_want[i], 1e-4 * largest) << i;
+  }
 }
 
 TEST(Gpt, LogitsAgreeWithTheLoss) {

@@ -41,8 +41,8 @@ absl::StatusOr<Tensor> ToStorage(const Tensor& x, DType dtype, const Tensor& scr
 
 // ---- Leaf modules ---------------------------------------------------------
 
-Linear::Linear(std::string name, int64_t in, int64_t out, const StorageCasts* casts)
-    : Module(std::move(name)), in_(in), out_(out), casts_(casts) {
+Linear::Linear(std::string name, int64_t in, int64_t out, const LinearScratch* scratch)
+    : LinearLayer(std::move(name)), in_(in), out_(out), scratch_(scratch) {
   weight_ = &AddParameter("weight", {in, out});
   bias_ = &AddParameter("bias", {out});
 }
@@ -51,7 +51,7 @@ Linear::Linear(std::string name, int64_t in, int64_t out, const StorageCasts* ca
 // (fp32 accumulation); y and dx stay fp32.
 absl::Status Linear::Forward(const Tensor& x, const Tensor& y, int64_t rows, Stream& s) {
   MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Forward(*this));
-  MEMWALL_ASSIGN_OR_RETURN(const Tensor x_in, ToStorage(x, casts_->dtype, casts_->in, rows, in_, s));
+  MEMWALL_ASSIGN_OR_RETURN(const Tensor x_in, ToStorage(x, scratch_->dtype, scratch_->in, rows, in_, s));
   MEMWALL_RETURN_IF_ERROR(ops::Matmul(x_in, false, W(), false, As2D(y, rows, out_), 1.0f, 0.0f, s));
   MEMWALL_RETURN_IF_ERROR(ops::AddBias(As2D(y, rows, out_), bias_->value, s));
   return scope.Finish();
@@ -59,9 +59,9 @@ absl::Status Linear::Forward(const Tensor& x, const Tensor& y, int64_t rows, Str
 
 absl::Status Linear::Backward(const Tensor& x, const Tensor& dy, const Tensor& dx, int64_t rows, Stream& s) {
   MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Backward(*this));
-  const DType dtype = casts_->dtype;
-  MEMWALL_ASSIGN_OR_RETURN(const Tensor x_in, ToStorage(x, dtype, casts_->in, rows, in_, s));
-  MEMWALL_ASSIGN_OR_RETURN(const Tensor dy_in, ToStorage(dy, dtype, casts_->out, rows, out_, s));
+  const DType dtype = scratch_->dtype;
+  MEMWALL_ASSIGN_OR_RETURN(const Tensor x_in, ToStorage(x, dtype, scratch_->in, rows, in_, s));
+  MEMWALL_ASSIGN_OR_RETURN(const Tensor dy_in, ToStorage(dy, dtype, scratch_->out, rows, out_, s));
   MEMWALL_RETURN_IF_ERROR(ops::Matmul(x_in, true, dy_in, false, As2D(weight_->grad, in_, out_),
                                       1.0f, 1.0f, s));
   MEMWALL_RETURN_IF_ERROR(ops::BiasBackward(As2D(dy, rows, out_), bias_->grad, s));
@@ -69,6 +69,71 @@ absl::Status Linear::Backward(const Tensor& x, const Tensor& dy, const Tensor& d
     MEMWALL_RETURN_IF_ERROR(ops::Matmul(dy_in, false, W(), true, As2D(dx, rows, in_), 1.0f, 0.0f, s));
   }
   return scope.Finish();
+}
+
+namespace {
+// A tile's parameters, owned by its own module so hooks see it alone.
+class LinearTile : public Module {
+ public:
+  LinearTile(int64_t index, int64_t in, int64_t width, int64_t out) : Module(absl::StrCat("tile", index)) {
+    weight = &AddTileParameter("weight", {in, width}, "weight", out, index * width);
+    bias = &AddTileParameter("bias", {width}, "bias", out, index * width);
+  }
+  Parameter* weight;
+  Parameter* bias;
+};
+}  // namespace
+
+TiledLinear::TiledLinear(std::string name, int64_t in, int64_t out, int64_t tiles, const LinearScratch* scratch)
+    : LinearLayer(std::move(name)), in_(in), out_(out), width_(out / tiles), scratch_(scratch) {
+  for (int64_t t = 0; t < tiles; ++t) {
+    LinearTile& tile = AddChild(std::make_unique<LinearTile>(t, in, width_, out));
+    tiles_.push_back({&tile, tile.weight, tile.bias});
+  }
+}
+
+absl::Status TiledLinear::Forward(const Tensor& x, const Tensor& y, int64_t rows, Stream& s) {
+  MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Forward(*this));
+  MEMWALL_ASSIGN_OR_RETURN(const Tensor x_in, ToStorage(x, scratch_->dtype, scratch_->in, rows, in_, s));
+  const Tensor y_t = As2D(scratch_->tile, rows, width_);
+  for (int64_t t = 0; t < tiles(); ++t) {
+    const Tile& tile = tiles_[t];
+    MEMWALL_ASSIGN_OR_RETURN(HookScope tile_scope, HookScope::Forward(*tile.module));
+    MEMWALL_RETURN_IF_ERROR(
+        ops::Matmul(x_in, false, As2D(tile.weight->value, in_, width_), false, y_t, 1.0f, 0.0f, s));
+    MEMWALL_RETURN_IF_ERROR(ops::AddBias(y_t, tile.bias->value, s));
+    MEMWALL_RETURN_IF_ERROR(ops::CopyColumns(y_t, 0, As2D(y, rows, out_), t * width_, width_, s));
+    MEMWALL_RETURN_IF_ERROR(tile_scope.Finish());
+  }
+  return scope.Finish();
+}
+
+absl::Status TiledLinear::Backward(const Tensor& x, const Tensor& dy, const Tensor& dx, int64_t rows, Stream& s) {
+  MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Backward(*this));
+  const DType dtype = scratch_->dtype;
+  MEMWALL_ASSIGN_OR_RETURN(const Tensor x_in, ToStorage(x, dtype, scratch_->in, rows, in_, s));
+  const Tensor dy_t = As2D(scratch_->tile, rows, width_);
+  for (int64_t t = 0; t < tiles(); ++t) {
+    const Tile& tile = tiles_[t];
+    MEMWALL_ASSIGN_OR_RETURN(HookScope tile_scope, HookScope::Backward(*tile.module));
+    MEMWALL_RETURN_IF_ERROR(ops::CopyColumns(As2D(dy, rows, out_), t * width_, dy_t, 0, width_, s));
+    MEMWALL_ASSIGN_OR_RETURN(const Tensor dy_in, ToStorage(dy_t, dtype, scratch_->out, rows, width_, s));
+    MEMWALL_RETURN_IF_ERROR(ops::Matmul(x_in, true, dy_in, false, As2D(tile.weight->grad, in_, width_), 1.0f,
+                                        1.0f, s));
+    MEMWALL_RETURN_IF_ERROR(ops::BiasBackward(dy_t, tile.bias->grad, s));
+    if (dx.data() != nullptr) {
+      MEMWALL_RETURN_IF_ERROR(ops::Matmul(dy_in, false, As2D(tile.weight->value, in_, width_), true,
+                                          As2D(dx, rows, in_), 1.0f, t == 0 ? 0.0f : 1.0f, s));
+    }
+    MEMWALL_RETURN_IF_ERROR(tile_scope.Finish());
+  }
+  return scope.Finish();
+}
+
+std::unique_ptr<LinearLayer> MakeLinear(std::string name, int64_t in, int64_t out, int64_t tiles,
+                                        const LinearScratch* scratch) {
+  if (tiles <= 1) return std::make_unique<Linear>(std::move(name), in, out, scratch);
+  return std::make_unique<TiledLinear>(std::move(name), in, out, tiles, scratch);
 }
 
 LayerNormModule::LayerNormModule(std::string name, int64_t d) : Module(std::move(name)) {
@@ -114,10 +179,10 @@ absl::StatusOr<BlockActivations> BlockActivations::Allocate(Scratch& s, int64_t 
   return a;
 }
 
-AttentionModule::AttentionModule(int64_t d, int64_t heads, const StorageCasts* casts)
+AttentionModule::AttentionModule(int64_t d, int64_t heads, int64_t tiles, const LinearScratch* scratch)
     : Module("attn"), heads_(heads) {
-  c_attn_ = &AddChild(std::make_unique<Linear>("c_attn", d, 3 * d, casts));
-  c_proj_ = &AddChild(std::make_unique<Linear>("c_proj", d, d, casts));
+  c_attn_ = &AddChild(MakeLinear("c_attn", d, 3 * d, tiles, scratch));
+  c_proj_ = &AddChild(MakeLinear("c_proj", d, d, tiles, scratch));
 }
 
 absl::Status AttentionModule::Forward(const Tensor& x, BlockActivations& a, const Tensor& proj, int64_t batch,
@@ -140,9 +205,9 @@ absl::Status AttentionModule::Backward(const Tensor& x, BlockActivations& a, con
   return scope.Finish();
 }
 
-MlpModule::MlpModule(int64_t d, const StorageCasts* casts) : Module("mlp") {
-  c_fc_ = &AddChild(std::make_unique<Linear>("c_fc", d, 4 * d, casts));
-  c_proj_ = &AddChild(std::make_unique<Linear>("c_proj", 4 * d, d, casts));
+MlpModule::MlpModule(int64_t d, int64_t tiles, const LinearScratch* scratch) : Module("mlp") {
+  c_fc_ = &AddChild(MakeLinear("c_fc", d, 4 * d, tiles, scratch));
+  c_proj_ = &AddChild(MakeLinear("c_proj", 4 * d, d, tiles, scratch));
 }
 
 absl::Status MlpModule::Forward(const Tensor& x, BlockActivations& a, const Tensor& y, int64_t rows, Stream& s) {
@@ -162,11 +227,12 @@ absl::Status MlpModule::Backward(const Tensor& x, BlockActivations& a, const Ten
   return scope.Finish();
 }
 
-Block::Block(int64_t index, int64_t d, int64_t heads, const StorageCasts* casts) : Module(absl::StrCat(index)) {
+Block::Block(int64_t index, int64_t d, int64_t heads, int64_t tiles, const LinearScratch* scratch)
+    : Module(absl::StrCat(index)) {
   ln_1_ = &AddChild(std::make_unique<LayerNormModule>("ln_1", d));
-  attn_ = &AddChild(std::make_unique<AttentionModule>(d, heads, casts));
+  attn_ = &AddChild(std::make_unique<AttentionModule>(d, heads, tiles, scratch));
   ln_2_ = &AddChild(std::make_unique<LayerNormModule>("ln_2", d));
-  mlp_ = &AddChild(std::make_unique<MlpModule>(d, casts));
+  mlp_ = &AddChild(std::make_unique<MlpModule>(d, tiles, scratch));
 }
 
 absl::Status Block::Forward(const Tensor& x, BlockActivations& a, const Tensor& x_out, int64_t batch, int64_t t,

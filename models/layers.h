@@ -6,7 +6,7 @@
 // Conventions: activations are fp32, (rows, width) with rows = batch * t;
 // parameters may be bound as fp32 or as 16-bit values (mixed precision),
 // in which case each Linear rounds its input and output gradient into the
-// StorageCasts scratch so every matmul has 16-bit operands (fp32
+// LinearScratch so every matmul has 16-bit operands (fp32
 // accumulation). Each Forward / Backward runs its module's hooks (HookScope,
 // models/module.h), so an engine can gather or bucket parameters around it.
 // Backward accumulates (+=) into the bound gradients.
@@ -46,12 +46,16 @@ struct Scratch {
 Tensor As2D(const Tensor& t, int64_t rows, int64_t cols);
 Tensor Rows(const Tensor& t, int64_t first, int64_t count, int64_t cols);
 
-// Mixed precision: the 16-bit type of the bound parameters and two scratch
+// The scratch every linear layer of a pass shares, set by the model per
+// pass. Mixed precision: the 16-bit type of the bound parameters and two
 // buffers (rows x 4 hidden each) that hold a Linear's input and output
-// gradient rounded to it. dtype kF32: no rounding.
-struct StorageCasts {
+// gradient rounded to it (dtype kF32: no rounding). Memory-centric tiling:
+// `tile`, fp32 (rows x the widest tile), one tile's output or output
+// gradient.
+struct LinearScratch {
   DType dtype = DType::kF32;
   Tensor in, out;
+  Tensor tile;
 };
 
 // x (rows, cols) fp32 in the parameters' storage type: x itself for fp32,
@@ -59,24 +63,74 @@ struct StorageCasts {
 absl::StatusOr<Tensor> ToStorage(const Tensor& x, DType dtype, const Tensor& scratch, int64_t rows,
                                  int64_t cols, Stream& s);
 
-// y = x W + b, W (in, out) "weight", b (out) "bias". x (rows, in), y (rows,
-// out), fp32.
-class Linear : public Module {
+// y = x W + b with W (in, out) and b (out): x (rows, in), y (rows, out),
+// fp32. Backward: dW += x^T dy, db += sum dy, dx = dy W^T (skipped when dx
+// is empty). Attention and MLP call their projections through this
+// interface; MakeLinear picks the layer once, from the model's tiling.
+class LinearLayer : public Module {
  public:
-  Linear(std::string name, int64_t in, int64_t out, const StorageCasts* casts);
+  using Module::Module;
+  virtual absl::Status Forward(const Tensor& x, const Tensor& y, int64_t rows, Stream& s) = 0;
+  virtual absl::Status Backward(const Tensor& x, const Tensor& dy, const Tensor& dx, int64_t rows,
+                                Stream& s) = 0;
+};
+
+// One module owning W "weight" and b "bias".
+class Linear : public LinearLayer {
+ public:
+  Linear(std::string name, int64_t in, int64_t out, const LinearScratch* scratch);
   Parameter& weight() { return *weight_; }
   Parameter& bias() { return *bias_; }
-  absl::Status Forward(const Tensor& x, const Tensor& y, int64_t rows, Stream& s);
-  // dW += x^T dy, db += sum dy, dx = dy W^T (skipped when dx is empty).
-  absl::Status Backward(const Tensor& x, const Tensor& dy, const Tensor& dx, int64_t rows, Stream& s);
+  absl::Status Forward(const Tensor& x, const Tensor& y, int64_t rows, Stream& s) override;
+  absl::Status Backward(const Tensor& x, const Tensor& dy, const Tensor& dx, int64_t rows, Stream& s) override;
 
  private:
   Tensor W() const { return As2D(weight_->value, in_, out_); }
   int64_t in_, out_;
-  const StorageCasts* casts_;
+  const LinearScratch* scratch_;
   Parameter* weight_;
   Parameter* bias_;
 };
+
+// ZeRO-Infinity §5.1.3, memory-centric tiling: the same layer as `tiles`
+// narrower Linears side by side. Tile t owns columns [t w, (t + 1) w) of W
+// and b (w = out / tiles) as parameters "tile<t>.weight" (in, w) and
+// "tile<t>.bias" (w) of a child module "tile<t>", so ZeRO-3 gathers,
+// uses and releases one tile at a time: the layer's parameter working
+// memory drops `tiles`-fold. Each tile parameter records its place in the
+// untiled W and b (Parameter::slice), which initialization and the
+// safetensors files read, so a tiled model starts from, and saves, the
+// untiled model's values.
+//   forward   y_t = x W_t + b_t into scratch.tile, copied to y's columns
+//   backward  dy_t = dy's columns; dW_t += x^T dy_t; db_t += sum dy_t;
+//             dx = dy_0 W_0^T, then dx += dy_t W_t^T for t = 1 ...
+// Forward, dW and db are column blocks of Linear's products, elementwise
+// the same sums; dx sums its `out` products as `tiles` partial sums added
+// in tile order, so it differs from Linear's only by rounding: by at most
+// 2 gamma_out sum_o |dy_o W_jo| per element (gamma_n = n u / (1 - n u),
+// u = 2^-24), the bound models/layers_test.cc checks.
+class TiledLinear : public LinearLayer {
+ public:
+  // `tiles` > 1 divides `out`; `scratch->tile` holds rows x out / tiles.
+  TiledLinear(std::string name, int64_t in, int64_t out, int64_t tiles, const LinearScratch* scratch);
+  int64_t tiles() const { return static_cast<int64_t>(tiles_.size()); }
+  absl::Status Forward(const Tensor& x, const Tensor& y, int64_t rows, Stream& s) override;
+  absl::Status Backward(const Tensor& x, const Tensor& dy, const Tensor& dx, int64_t rows, Stream& s) override;
+
+ private:
+  struct Tile {
+    Module* module;
+    Parameter* weight;  // (in, width)
+    Parameter* bias;    // (width)
+  };
+  int64_t in_, out_, width_;
+  const LinearScratch* scratch_;
+  std::vector<Tile> tiles_;
+};
+
+// A Linear, or with tiles > 1 a TiledLinear.
+std::unique_ptr<LinearLayer> MakeLinear(std::string name, int64_t in, int64_t out, int64_t tiles,
+                                        const LinearScratch* scratch);
 
 // y = (x - mean) rstd gamma + beta over the last dimension d ("weight" =
 // gamma, "bias" = beta); mean and rstd (rows) are kept for backward.
@@ -122,7 +176,7 @@ struct BlockGradScratch {
 // Causal multi-head self-attention "attn": proj = c_proj(attention(c_attn(x))).
 class AttentionModule : public Module {
  public:
-  AttentionModule(int64_t d, int64_t heads, const StorageCasts* casts);
+  AttentionModule(int64_t d, int64_t heads, int64_t tiles, const LinearScratch* scratch);
   absl::Status Forward(const Tensor& x, BlockActivations& a, const Tensor& proj, int64_t batch, int64_t t,
                        Stream& s);
   // dproj -> dx (both (rows, d)); uses g.qkv, g.delta and g.c1.
@@ -131,29 +185,30 @@ class AttentionModule : public Module {
 
  private:
   int64_t heads_;
-  Linear* c_attn_;
-  Linear* c_proj_;
+  LinearLayer* c_attn_;
+  LinearLayer* c_proj_;
 };
 
 // "mlp": y = c_proj(gelu(c_fc(x))), 4d wide inside.
 class MlpModule : public Module {
  public:
-  MlpModule(int64_t d, const StorageCasts* casts);
+  MlpModule(int64_t d, int64_t tiles, const LinearScratch* scratch);
   absl::Status Forward(const Tensor& x, BlockActivations& a, const Tensor& y, int64_t rows, Stream& s);
   // dy -> dx; uses g.big.
   absl::Status Backward(const Tensor& x, BlockActivations& a, const Tensor& dy, const Tensor& dx,
                         BlockGradScratch& g, int64_t rows, Stream& s);
 
  private:
-  Linear* c_fc_;
-  Linear* c_proj_;
+  LinearLayer* c_fc_;
+  LinearLayer* c_proj_;
 };
 
 // A pre-norm transformer block "<index>": mid = x + attn(ln_1(x)),
-// x_out = mid + mlp(ln_2(mid)).
+// x_out = mid + mlp(ln_2(mid)). Its four projections are tiled `tiles`
+// ways (1: plain Linears).
 class Block : public Module {
  public:
-  Block(int64_t index, int64_t d, int64_t heads, const StorageCasts* casts);
+  Block(int64_t index, int64_t d, int64_t heads, int64_t tiles, const LinearScratch* scratch);
   // x_out must not alias x.
   absl::Status Forward(const Tensor& x, BlockActivations& a, const Tensor& x_out, int64_t batch, int64_t t,
                        Stream& s);

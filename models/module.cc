@@ -63,6 +63,24 @@ Parameter& Module::AddParameter(absl::string_view local, std::vector<int64_t> sh
   return *params_.back();
 }
 
+namespace {
+// "a.b.c" -> "a.b"; "a" -> "".
+std::string ParentPath(const std::string& path) {
+  const size_t dot = path.rfind('.');
+  return dot == std::string::npos ? "" : path.substr(0, dot);
+}
+std::string Join(const std::string& path, absl::string_view local) {
+  return path.empty() ? std::string(local) : absl::StrCat(path, ".", local);
+}
+}  // namespace
+
+Parameter& Module::AddTileParameter(absl::string_view local, std::vector<int64_t> shape,
+                                    absl::string_view logical, int64_t width, int64_t begin) {
+  Parameter& p = AddParameter(local, std::move(shape));
+  p.slice = ColumnSlice{Join(ParentPath(path_), logical), width, begin};
+  return p;
+}
+
 void Module::AdoptChild(std::unique_ptr<Module> child) {
   child->SetPath(path_.empty() ? child->local_name_ : absl::StrCat(path_, ".", child->local_name_));
   children_.push_back(child.get());
@@ -74,6 +92,10 @@ void Module::SetPath(std::string path) {
   for (auto& p : params_) {
     const std::string local = p->name.substr(p->name.rfind('.') + 1);
     p->name = path_.empty() ? local : absl::StrCat(path_, ".", local);
+    if (p->slice.has_value()) {  // the logical parameter belongs to this module's parent
+      const std::string logical = p->slice->name.substr(p->slice->name.rfind('.') + 1);
+      p->slice->name = Join(ParentPath(path_), logical);
+    }
   }
   for (Module* child : children_) {
     child->SetPath(path_.empty() ? child->local_name_ : absl::StrCat(path_, ".", child->local_name_));

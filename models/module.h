@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,10 +45,23 @@ namespace memwall::models {
 
 class Module;
 
+// Where a tile of a larger, logical parameter sits in it (memory-centric
+// tiling, models/layers.h TiledLinear): this parameter's last dimension is
+// columns [begin, begin + shape.back()) of the logical parameter `name`,
+// whose last dimension is `width` and whose other dimensions are this one's.
+struct ColumnSlice {
+  std::string name;  // the logical parameter's full dotted name
+  int64_t width = 0;
+  int64_t begin = 0;
+};
+
 struct Parameter {
   std::string name;            // full dotted name
   std::vector<int64_t> shape;  // HF GPT-2 layout (linear weights are (in, out))
   Module* owner = nullptr;
+  // Set for a tile: the logical parameter it is part of. Its local part is
+  // fixed at registration; Module re-derives the full name with the path.
+  std::optional<ColumnSlice> slice;
   // Bound by the engine; every parameter of a model shares one dtype (fp32,
   // or fp16/bf16 for mixed precision), its gradient too.
   Tensor value;                // the values compute reads
@@ -94,6 +108,10 @@ class Module {
  protected:
   // Registration, called from constructors: names are local ("weight").
   Parameter& AddParameter(absl::string_view local, std::vector<int64_t> shape);
+  // A tile of this module's logical parameter `logical` (a local name, e.g.
+  // "weight"): its full name follows this module's path.
+  Parameter& AddTileParameter(absl::string_view local, std::vector<int64_t> shape, absl::string_view logical,
+                              int64_t width, int64_t begin);
   // Takes ownership; `child` is named by its local name under this module.
   template <typename M>
   M& AddChild(std::unique_ptr<M> child) {

@@ -740,6 +740,13 @@ int EmbeddingBackward(const int32_t* ids, const float* dy, void* dtable, Elem p,
   return err;
 }
 
+int CopyColumns(const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch, int64_t row_bytes,
+                int64_t rows, void* stream) {
+  return static_cast<int>(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_pitch), src, static_cast<size_t>(src_pitch),
+                                            static_cast<size_t>(row_bytes), static_cast<size_t>(rows),
+                                            cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)));
+}
+
 int AddBias(float* y, const void* bias, Elem p, int64_t rows, int64_t n, void* stream) {
   if (rows * n == 0) return 0;
   return WithElem(p, [&](auto policy) {

@@ -49,6 +49,10 @@ int EmbeddingForward(const int32_t* ids, const void* table, Elem p, float* y, in
 // to the stored gradient once: dtable[id] = round(dtable[id] + sum).
 int EmbeddingBackward(const int32_t* ids, const float* dy, void* dtable, Elem p, int64_t rows,
                       int64_t v, int64_t d, void* stream);
+// rows of row_bytes each, from src (pitch src_pitch bytes) to dst (dst_pitch):
+// cudaMemcpy2DAsync, device to device.
+int CopyColumns(const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch, int64_t row_bytes,
+                int64_t rows, void* stream);
 int AddBias(float* y, const void* bias, Elem p, int64_t rows, int64_t n, void* stream);
 int BiasBackward(const float* dy, void* dbias, Elem p, int64_t rows, int64_t n, void* stream);
 

@@ -30,6 +30,7 @@ int EmbeddingForward(const int32_t*, const void*, Elem, float*, int64_t, int64_t
 int EmbeddingBackward(const int32_t*, const float*, void*, Elem, int64_t, int64_t, int64_t, void*) {
   return kNotBuiltWithCuda;
 }
+int CopyColumns(const void*, int64_t, void*, int64_t, int64_t, int64_t, void*) { return kNotBuiltWithCuda; }
 int AddBias(float*, const void*, Elem, int64_t, int64_t, void*) { return kNotBuiltWithCuda; }
 int BiasBackward(const float*, void*, Elem, int64_t, int64_t, void*) { return kNotBuiltWithCuda; }
 int AttentionForward(const float*, float*, float*, int64_t, int64_t, int64_t, int64_t, void*) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -536,6 +537,36 @@ absl::Status EmbeddingBackward(const Tensor& ids, const Tensor& dy, const Tensor
         return absl::OkStatus();
       },
       [=](void* s) { return cuda::EmbeddingBackward(pi, pdy, pdt, ElemOf(pt), rows, v, d, s); });
+}
+
+absl::Status CopyColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col,
+                         int64_t width, Stream& stream) {
+  constexpr absl::string_view op = "CopyColumns";
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"src", &src, src.dtype()}, {"dst", &dst, src.dtype()}}));
+  if (src.shape().size() != 2 || dst.shape().size() != 2 || src.shape()[0] != dst.shape()[0]) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": src ", ShapeString(src), " and dst ",
+                                                   ShapeString(dst), " must be 2-D with one row count"));
+  }
+  const int64_t rows = src.shape()[0], src_width = src.shape()[1], dst_width = dst.shape()[1];
+  if (width < 0 || src_col < 0 || dst_col < 0 || src_col + width > src_width || dst_col + width > dst_width) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": columns [", src_col, ", ", src_col + width,
+                                                   ") of src ", ShapeString(src), " to [", dst_col, ", ",
+                                                   dst_col + width, ") of dst ", ShapeString(dst),
+                                                   " are out of range"));
+  }
+  if (rows == 0 || width == 0) return absl::OkStatus();
+  const int64_t elem = static_cast<int64_t>(SizeOf(src.dtype()));
+  const char* ps = static_cast<const char*>(src.data()) + src_col * elem;
+  char* pd = static_cast<char*>(dst.data()) + dst_col * elem;
+  const int64_t src_pitch = src_width * elem, dst_pitch = dst_width * elem, row_bytes = width * elem;
+  return Dispatch(
+      stream, op,
+      [=] {
+        CpuChunks(rows, [&](int64_t r, int64_t k) {
+          for (int64_t i = r; i < r + k; ++i) std::memcpy(pd + i * dst_pitch, ps + i * src_pitch, row_bytes);
+        });
+      },
+      [=](void* s) { return cuda::CopyColumns(ps, src_pitch, pd, dst_pitch, row_bytes, rows, s); });
 }
 
 absl::Status AddBias(const Tensor& y, const Tensor& bias, Stream& stream) {

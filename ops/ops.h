@@ -68,6 +68,14 @@ absl::Status LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& 
 // a copy (or nothing when dst is src).
 absl::Status Cast(const Tensor& src, const Tensor& dst, Stream& stream);
 
+// dst[:, dst_col : dst_col + width] = src[:, src_col : src_col + width]:
+// a block of columns between two 2-D tensors of one dtype and one row
+// count (a tiled linear's output tile into the full output, and the full
+// output gradient's columns into a tile: ZeRO-Infinity's memory-centric
+// tiling). src and dst must not overlap. CUDA: cudaMemcpy2DAsync.
+absl::Status CopyColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col,
+                         int64_t width, Stream& stream);
+
 // Fused softmax cross-entropy over the vocabulary (formula in ops/kernels.h).
 //   logits (rows, v) fp32: overwritten by d(sum of losses)/d(logits) *
 //     grad_scale, so no second vocab-sized buffer exists;

@@ -499,6 +499,66 @@ TEST(CudaOps, CastMatchesTheCpuDeviceBitForBit) {
   }
 }
 
+// Columns [3, 8) of a (5, 11) matrix into columns [1, 6) of a (5, 7) one,
+// elements of `elem` bytes: the device's result (dst starts as 0xAB bytes).
+std::vector<uint8_t> RunCopyColumns(Device& device, DType dtype, const std::vector<uint8_t>& in) {
+  const size_t elem = SizeOf(dtype);
+  Buffer src = *device.Allocate(5 * 11 * elem, MemoryTag::kActivations);
+  Buffer dst = *device.Allocate(5 * 7 * elem, MemoryTag::kActivations);
+  Stream& s = device.compute_stream();
+  EXPECT_TRUE(s.Copy(src.data(), in.data(), in.size()).ok());
+  EXPECT_TRUE(s.Memset(dst.data(), 0xAB, 5 * 7 * elem).ok());
+  const absl::Status st = CopyColumns(Tensor(src.data(), dtype, {5, 11}, &device), 3,
+                                      Tensor(dst.data(), dtype, {5, 7}, &device), 1, 5, s);
+  EXPECT_TRUE(st.ok()) << st;
+  std::vector<uint8_t> out(5 * 7 * elem);
+  EXPECT_TRUE(s.Copy(out.data(), dst.data(), out.size()).ok());
+  EXPECT_TRUE(s.Synchronize().ok());
+  return out;
+}
+
+std::vector<uint8_t> CopyColumnsInput(size_t elem) {
+  std::vector<uint8_t> in(5 * 11 * elem);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 7 + 1);
+  return in;
+}
+
+TEST(CopyColumns, MovesExactlyTheBlockAndLeavesTheRest) {
+  auto device = *CreateCpuDevice();
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const size_t elem = SizeOf(dtype);
+    const std::vector<uint8_t> in = CopyColumnsInput(elem);
+    std::vector<uint8_t> want(5 * 7 * elem, 0xAB);
+    for (size_t r = 0; r < 5; ++r) {
+      for (size_t c = 0; c < 5; ++c) {
+        for (size_t b = 0; b < elem; ++b) want[(r * 7 + 1 + c) * elem + b] = in[(r * 11 + 3 + c) * elem + b];
+      }
+    }
+    EXPECT_EQ(RunCopyColumns(*device, dtype, in), want) << DTypeName(dtype);
+  }
+  std::vector<float> a(12), b(12);
+  Stream& s = device->compute_stream();
+  absl::Status st = CopyColumns(Tensor(a.data(), DType::kF32, {3, 4}), 2, Tensor(b.data(), DType::kF32, {3, 4}), 0,
+                                3, s);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("columns [2, 5) of src [3, 4] to [0, 3) of dst [3, 4] are out of range"),
+            std::string::npos) << st;
+  st = CopyColumns(Tensor(a.data(), DType::kF32, {3, 4}), 0, Tensor(b.data(), DType::kF32, {4, 3}), 0, 1, s);
+  EXPECT_NE(st.message().find("must be 2-D with one row count"), std::string::npos) << st;
+  ASSERT_TRUE(s.Synchronize().ok());
+}
+
+TEST(CudaOps, CopyColumnsMatchesTheCpuDevice) {
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto gpu = *CreateCudaDevice();
+  auto cpu = *CreateCpuDevice();
+  for (DType dtype : {DType::kF32, DType::kF16}) {
+    const std::vector<uint8_t> in = CopyColumnsInput(SizeOf(dtype));
+    EXPECT_EQ(RunCopyColumns(*gpu, dtype, in), RunCopyColumns(*cpu, dtype, in)) << DTypeName(dtype);
+  }
+}
+
 TEST(OpsErrors, NameTheOpTheTensorAndTheShapes) {
   auto device = *CreateCpuDevice();
   auto other = *CreateCpuDevice({.name = "cpu:1"});
