@@ -123,6 +123,24 @@ absl::Status ValidateOffload(const Experiment& e) {
     return Bad("offload.host_pinned_memory_bytes", o.host_pinned_memory_bytes(), "must be >= 0 (0: unlimited)");
   }
   if (o.tile_elements() < 0) return Bad("offload.tile_elements", o.tile_elements(), "must be >= 0 (0: 4 Mi)");
+  if (e.kind() == Experiment::INFINITY_TILING) {
+    if (o.modes_size() != 1) return Bad("offload.modes", o.modes_size(), "must name exactly one mode for INFINITY_TILING");
+    if (o.modes(0) < OffloadSweep::STAGE3) {
+      return Bad("offload.modes", OffloadSweep::Mode_Name(o.modes(0)), "must be a ZeRO-3 mode: tiles are gathered one at a time");
+    }
+    if (o.tiling_factors().empty()) return Bad("offload.tiling_factors", "[]", "must list at least one factor (1: untiled)");
+    for (int64_t factor : o.tiling_factors()) {
+      if (factor < 1) return Bad("offload.tiling_factors", factor, "must be >= 1");
+    }
+    for (int i = 0; i < o.ladder_size(); ++i) {
+      if (o.ladder(i).tiling() > 1) {
+        return Bad(absl::StrCat("offload.ladder[", i, "].tiling"), o.ladder(i).tiling(),
+                   "must be unset: offload.tiling_factors set it");
+      }
+    }
+  } else if (!o.tiling_factors().empty()) {
+    return Bad("offload.tiling_factors", "[...]", "is for INFINITY_TILING");
+  }
   if (o.swap_buffer_bytes() < 0) {
     return Bad("offload.swap_buffer_bytes", o.swap_buffer_bytes(), "must be >= 0 (0: three swap buffers)");
   }
@@ -144,7 +162,7 @@ absl::Status ValidateExperiment(const Experiment& e) {
   if (e.kind() == Experiment::KIND_UNSPECIFIED) {
     return Bad("kind", "KIND_UNSPECIFIED",
                "must name what to run (ZERO_MEMORY, OFFLOAD_MAX_MODEL, OFFLOAD_THROUGHPUT, INFINITY_MAX_MODEL, "
-               "INFINITY_PARTITION)");
+               "INFINITY_PARTITION, INFINITY_TILING)");
   }
   if (e.device() != "cpu") {
     return Bad("device", absl::StrCat("\"", e.device(), "\""), "must be cpu (the only device these experiments measure so far)");
@@ -172,6 +190,7 @@ absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::s
   if (e.kind() != Experiment::ZERO_MEMORY && e.kind() != Experiment::KIND_UNSPECIFIED &&
       e.kind() != Experiment::INFINITY_PARTITION) {
     OffloadSweep& o = *e.mutable_offload();
+    if (o.modes().empty() && e.kind() == Experiment::INFINITY_TILING) o.add_modes(OffloadSweep::STAGE3_OFFLOAD_CPU_PARAMS);
     if (o.modes().empty() && e.kind() == Experiment::INFINITY_MAX_MODEL) {
       for (auto mode : {OffloadSweep::STAGE3, OffloadSweep::STAGE3_OFFLOAD, OffloadSweep::STAGE3_NVME}) o.add_modes(mode);
     }

@@ -176,6 +176,34 @@ TEST(Experiment, EachBadOffloadValueNamesItsField) {
   expect(ParseExperiment(no_ladder, "offload.textproto").status(), "offload.ladder = [] must list at least one model");
 }
 
+// INFINITY_TILING: one ZeRO-3 mode (ZeRO-Inf-CPU unless given) and the
+// tiling factors; each bad value named.
+TEST(Experiment, TilingSweepDefaultsAndRefusals) {
+  std::string text = kGoodOffload;
+  text.replace(text.find("OFFLOAD_MAX_MODEL"), 17, "INFINITY_TILING");
+  text.replace(text.find("offload {"), 9, "offload { tiling_factors: [1, 4]");
+  auto e = ParseExperiment(text, "tiling");
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_EQ(e->offload().modes_size(), 1);
+  EXPECT_EQ(e->offload().modes(0), OffloadSweep::STAGE3_OFFLOAD_CPU_PARAMS);
+  auto refused = [&](const std::string& from, const std::string& to, const std::string& want) {
+    std::string bad = text;
+    bad.replace(bad.find(from), from.size(), to);
+    const absl::Status st = ParseExperiment(bad, "tiling.textproto").status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
+  };
+  refused("tiling_factors: [1, 4]", "tiling_factors: [1, 0]", "offload.tiling_factors = 0 must be >= 1");
+  refused("tiling_factors: [1, 4]", "", "offload.tiling_factors = [] must list at least one factor");
+  refused("tiling_factors: [1, 4]", "tiling_factors: [1] modes: [STAGE3, STAGE3_OFFLOAD]",
+          "offload.modes = 2 must name exactly one mode for INFINITY_TILING");
+  refused("tiling_factors: [1, 4]", "tiling_factors: [1] modes: [OFFLOAD]", "must be a ZeRO-3 mode");
+  refused("positions: 8 }\n  }", "positions: 8 tiling: 2 }\n  }", "offload.ladder[1].tiling = 2 must be unset");
+  EXPECT_NE(ParseOffload("offload {", "offload { tiling_factors: [2]").message().find(
+                "offload.tiling_factors = [...] is for INFINITY_TILING"),
+            std::string::npos);
+}
+
 // INFINITY_MAX_MODEL's modes default to the ZeRO-3 three; each mode's
 // trainer options are its stage and offload placement.
 TEST(Experiment, InfinityModesAndTheirOptions) {

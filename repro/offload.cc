@@ -11,7 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "models/data.h"
 #include "models/gpt.h"
+#include "infinity/nvme_parameter_store.h"
 #include "infinity/trainer.h"
+#include "offload/host_optimizer.h"
 #include "ops/ops.h"
 #include "repro/experiment.h"
 #include "repro/harness.h"
@@ -19,6 +21,7 @@
 #include "runtime/cpu_device.h"
 #include "runtime/status.h"
 #include "runtime/timeline.h"
+#include "zero/estimator.h"
 
 namespace memwall::repro {
 namespace {
@@ -204,6 +207,100 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e) {
     }
   }
   return rows;
+}
+
+std::string TilingCsv(const TilingRow& row) {
+  const OffloadRow& r = row.attempt;
+  return absl::StrCat(row.tiling, ",", CsvField(r.model), ",", r.params, ",", r.hidden, ",", r.mode, ",", row.source,
+                      ",", r.fits ? "yes" : "no", ",", Cell(r.device_peak_bytes), ",", Cell(r.host_pinned_peak_bytes),
+                      ",", row.source == "measured" ? absl::StrFormat("%.2f", r.seconds) : "", ",", CsvField(r.reason));
+}
+
+absl::StatusOr<std::vector<TilingRow>> MeasureTiling(const Experiment& e) {
+  std::vector<TilingRow> rows;
+  const OffloadSweep& sweep = e.offload();
+  const Mode mode = sweep.modes(0);
+  const zero::TrainerOptions options = OffloadTrainerOptions(e, mode);
+  for (const int64_t factor : sweep.tiling_factors()) {
+    // The estimator's verdict on every model the factor divides.
+    for (const models::GptConfig& base : sweep.ladder()) {
+      if (base.hidden() % factor != 0) continue;
+      models::GptConfig config = base;
+      config.set_tiling(factor);
+      zero::EstimateInput in;
+      in.model = config;
+      in.training = options.training;
+      in.device_bytes = sweep.device_memory_bytes();
+      in.host_bytes = sweep.host_pinned_memory_bytes();
+      if (options.training.zero().offload_optimizer().device() == zero::OffloadOptimizerConfig::CPU) {
+        in.optimizer = offload::HostOptimizerProvider();
+      }
+      if (options.training.zero().offload_param().device() == zero::OffloadParamConfig::NVME) {
+        in.parameters = infinity::NvmeParameterStoreProvider(0);
+      }
+      MEMWALL_ASSIGN_OR_RETURN(const zero::Estimate est, zero::EstimateMemory(in));
+      TilingRow row{factor, "estimator", {}};
+      row.attempt.model = config.name();
+      row.attempt.params = models::CountParameters(config);
+      row.attempt.layers = config.layers();
+      row.attempt.hidden = config.hidden();
+      row.attempt.mode = ModeName(mode);
+      row.attempt.fits = est.fits;
+      row.attempt.device_peak_bytes = est.total_device_bytes;
+      row.attempt.host_pinned_peak_bytes = est.host_bytes;
+      if (!est.fits_device) row.attempt.reason = "estimate exceeds the device budget";
+      if (!est.fits_host) row.attempt.reason = "estimate exceeds the pinned host budget";
+      rows.push_back(row);
+    }
+    // The measured walk: up the ladder until a model does not fit.
+    for (const models::GptConfig& base : sweep.ladder()) {
+      if (base.hidden() % factor != 0) continue;
+      models::GptConfig config = base;
+      config.set_tiling(factor);
+      std::printf("[tiling %lld] %s: hidden %lld (%.1fM parameters)\n", static_cast<long long>(factor),
+                  config.name().c_str(), static_cast<long long>(config.hidden()),
+                  models::CountParameters(config) / 1e6);
+      std::fflush(stdout);
+      MEMWALL_ASSIGN_OR_RETURN(OffloadRow attempt, Attempt(e, config, mode, e.steps(), 0, ""));
+      std::printf("  %s (device peak %s, pinned host peak %s, %.1f s)\n",
+                  attempt.fits ? "trains" : absl::StrCat("does not fit: ", attempt.reason).c_str(),
+                  FormatBytes(attempt.device_peak_bytes).c_str(), FormatBytes(attempt.host_pinned_peak_bytes).c_str(),
+                  attempt.seconds);
+      std::fflush(stdout);
+      rows.push_back({factor, "measured", attempt});
+      if (!attempt.fits) break;
+    }
+  }
+  return rows;
+}
+
+std::string TilingSummaryCsv(const std::vector<TilingRow>& rows) {
+  // (factor, source) -> the largest fitting row, in first-seen order.
+  std::vector<std::pair<int64_t, std::string>> keys;
+  std::map<std::pair<int64_t, std::string>, const OffloadRow*> largest;
+  for (const TilingRow& r : rows) {
+    const auto key = std::make_pair(r.tiling, r.source);
+    if (!largest.count(key)) keys.push_back(key);
+    const OffloadRow*& best = largest[key];
+    // The estimator's walk stops at its first refusal, as the measured one does.
+    if (r.attempt.fits && (best == nullptr || r.attempt.hidden > best->hidden)) {
+      bool refused_below = false;
+      for (const TilingRow& o : rows) {
+        refused_below |= o.tiling == r.tiling && o.source == r.source && !o.attempt.fits && o.attempt.hidden < r.attempt.hidden;
+      }
+      if (!refused_below) best = &r.attempt;
+    }
+  }
+  std::string csv = "tiling,source,largest_model,largest_hidden,ratio_to_untiled\n";
+  for (const auto& key : keys) {
+    const OffloadRow* r = largest[key];
+    const auto base_it = largest.find(std::make_pair(int64_t{1}, key.second));
+    const OffloadRow* base = base_it != largest.end() ? base_it->second : nullptr;
+    absl::StrAppend(&csv, key.first, ",", key.second, ",", r ? CsvField(r->model) : "", ",", r ? r->hidden : 0, ",",
+                    r && base ? absl::StrFormat("%.3f", double(r->hidden) / double(base->hidden)) : "", "\n");
+  }
+  // ZeRO-Infinity §8.1 (Figure 6b): one 32 GB V100.
+  return absl::StrCat(csv, "1,paper,,8192,1.000\n16,paper,,65536,8.000\n");
 }
 
 namespace {

@@ -95,6 +95,27 @@ std::string MaxModelSummaryCsv(const std::vector<OffloadRow>& rows);
 // ratios over ZeRO-Inf-CPU in the second column).
 std::string InfinityMaxModelSummaryCsv(const std::vector<OffloadRow>& rows);
 
+// INFINITY_TILING (ZeRO-Infinity §5.1.3, Figure 6b): per tiling factor,
+// OFFLOAD_MAX_MODEL's walk over the ladder's models whose hidden size the
+// factor divides, in the one mode, each with GptConfig.tiling = factor
+// (source "measured"); and per (factor, ladder model) the estimator's
+// verdict under the same budgets (source "estimator"; device and pinned
+// bytes are its totals).
+struct TilingRow {
+  int64_t tiling = 1;
+  std::string source;  // "measured" or "estimator"
+  OffloadRow attempt;
+};
+inline constexpr char kTilingCsvHeader[] =
+    "tiling,model,params,hidden,mode,source,fits,device_peak_bytes,host_pinned_peak_bytes,seconds,reason";
+std::string TilingCsv(const TilingRow& row);
+absl::StatusOr<std::vector<TilingRow>> MeasureTiling(const Experiment& e);
+// Per (factor, source) the largest hidden size that fit and its ratio to
+// the untiled (factor 1) one of the same source: "tiling,source,
+// largest_model,largest_hidden,ratio_to_untiled", then the paper's points
+// (one V100: 8K untiled, 64K at factor 16).
+std::string TilingSummaryCsv(const std::vector<TilingRow>& rows);
+
 // `trace_root`, when not empty: each (model, mode)'s steps (warm-up and
 // timed) write
 // trace_root/<model>_<mode>/step_<k>.json.
