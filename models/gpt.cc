@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -66,6 +67,9 @@ absl::Status ValidateConfig(const GptConfig& c) {
   }
   if (c.positions() <= 0) return bad("positions", c.positions(), "must be > 0");
   if (c.paper_micro_batch() < 0) return bad("paper_micro_batch", c.paper_micro_batch(), "must be >= 0");
+  if (c.offload_activations() && !c.activation_checkpointing()) {
+    return bad("offload_activations", "true", "needs activation_checkpointing (the checkpoints are what moves to the host)");
+  }
   if (c.tiling() < 0 || (c.tiling() > 1 && c.hidden() % c.tiling() != 0)) {
     return bad("tiling", c.tiling(),
                absl::StrCat("must be 0 or 1 (untiled) or divide hidden = ", c.hidden(),
@@ -83,11 +87,15 @@ namespace {
 
 // Every buffer one pass allocates, held until it returns (so the peak is
 // their sum), grouped as ActivationPlan names them. Shapes: rows = batch t.
+// Offloaded activation checkpoints: device slots for x_l (l mod 3).
+constexpr int64_t kOffloadSlots = 3;
+
 struct RunBuffers {
   Tensor cast_in, cast_out;        // 16-bit modes: (rows 4d) each, a Linear's operands
   Tensor tile;                     // tiling k > 1: (rows 4d / k) fp32, one tile's output
   Tensor ids, pos, targets;        // (rows) int32
-  std::vector<Tensor> xs;          // L + 1 of (rows, d): the residual stream
+  std::vector<Tensor> xs;          // L + 1 of (rows, d): the residual stream (3 slots when offloaded)
+  Tensor host_xs;                  // offloaded, with backward: (L + 1, rows, d) in pinned host memory
   Tensor pos_rows;                 // (rows, d) position embeddings
   std::vector<BlockActivations> acts;  // one block when checkpointing, else L
   Tensor f, f_mean, f_rstd;        // ln_f: (rows, d), (rows), (rows)
@@ -101,7 +109,7 @@ struct RunBuffers {
 
 absl::StatusOr<RunBuffers> AllocateRunBuffers(Scratch& scratch, const GptConfig& config, int64_t batch,
                                               int64_t t, DType dtype, bool backward, bool checkpoint,
-                                              int64_t chunk) {
+                                              bool offload, int64_t chunk) {
   const int64_t d = config.hidden(), v = config.vocab(), rows = batch * t;
   const int64_t layers = config.layers(), heads = config.heads();
   const bool half = dtype != DType::kF32;
@@ -129,9 +137,13 @@ absl::StatusOr<RunBuffers> AllocateRunBuffers(Scratch& scratch, const GptConfig&
   MEMWALL_ASSIGN_OR_RETURN(b.f_rstd, scratch.Make({rows}));
   MEMWALL_ASSIGN_OR_RETURN(b.losses, scratch.Make({rows}));
   scratch.group = "residual stream";
-  b.xs.resize(layers + 1);
+  b.xs.resize(offload ? std::min<int64_t>(layers + 1, kOffloadSlots) : layers + 1);
   for (Tensor& x : b.xs) {
     MEMWALL_ASSIGN_OR_RETURN(x, scratch.Make({rows, d}));
+  }
+  if (offload && backward && layers + 1 > kOffloadSlots) {
+    scratch.group = "activation checkpoints (host)";
+    MEMWALL_ASSIGN_OR_RETURN(b.host_xs, scratch.MakePinned({layers + 1, rows, d}));
   }
   scratch.group = "block activations";
   b.acts.resize(checkpoint ? 1 : layers);
@@ -152,6 +164,112 @@ absl::StatusOr<RunBuffers> AllocateRunBuffers(Scratch& scratch, const GptConfig&
   return b;
 }
 
+// Where the block inputs x_0 ... x_L (the residual stream, the activation
+// checkpoints when checkpointing) live during a pass: a policy chosen once
+// per pass. Forward brackets each write of x_l with BeforeWrite / Written;
+// backward brackets block l's recompute and backward with BeforeBlock /
+// AfterBlock, from l = L - 1 down.
+class ResidualStream {
+ public:
+  virtual ~ResidualStream() = default;
+  virtual const Tensor& x(int64_t l) const = 0;
+  virtual absl::Status BeforeWrite(int64_t l) = 0;
+  virtual absl::Status Written(int64_t l) = 0;
+  virtual absl::Status BeforeBlock(int64_t l) = 0;
+  virtual absl::Status AfterBlock(int64_t l) = 0;
+  // Every copy the policy started has completed.
+  virtual absl::Status Finish() = 0;
+};
+
+// Every x_l in its own device buffer.
+class ResidentStream : public ResidualStream {
+ public:
+  explicit ResidentStream(const std::vector<Tensor>& xs) : xs_(xs) {}
+  const Tensor& x(int64_t l) const override { return xs_[l]; }
+  absl::Status BeforeWrite(int64_t) override { return absl::OkStatus(); }
+  absl::Status Written(int64_t) override { return absl::OkStatus(); }
+  absl::Status BeforeBlock(int64_t) override { return absl::OkStatus(); }
+  absl::Status AfterBlock(int64_t) override { return absl::OkStatus(); }
+  absl::Status Finish() override { return absl::OkStatus(); }
+
+ private:
+  const std::vector<Tensor>& xs_;
+};
+
+// [Note: activation checkpoint offload] (ZeRO-Infinity §5.1.2)
+// x_l lives in device slot l mod 3 and, once written, in host row l, copied
+// there on a copy stream while the next block computes. Backward, at block
+// l (from L - 1 down): x_l is in its slot (L - 1 and L - 2 never left it;
+// the others were fetched one block ahead), the recompute writes x_{l+1}
+// into slot (l + 1) mod 3, and x_{l-1} is fetched into slot (l - 1) mod 3
+// = (l + 2) mod 3, which block l + 1 finished with. Events order the two
+// streams per slot:
+//   ready[s]     compute has written the slot (the swap-out may start)
+//   copied[s]    the slot's last copy (out or in) is done
+//   released[s]  compute is done reading or writing the slot
+// Without backward (evaluation) no checkpoint is needed again: the slots
+// are a ring and nothing is copied.
+class OffloadedStream : public ResidualStream {
+ public:
+  static absl::StatusOr<std::unique_ptr<OffloadedStream>> Create(Device& device, const std::vector<Tensor>& slots,
+                                                                 const Tensor& host, int64_t layers) {
+    auto out = std::unique_ptr<OffloadedStream>(new OffloadedStream(device, slots, host, layers));
+    if (!out->copies()) return out;
+    MEMWALL_ASSIGN_OR_RETURN(out->copy_, device.CreateStream("activation offload"));
+    for (auto* events : {&out->ready_, &out->copied_, &out->released_}) {
+      for (auto& e : *events) {
+        MEMWALL_ASSIGN_OR_RETURN(e, device.CreateEvent());
+      }
+    }
+    return out;
+  }
+  const Tensor& x(int64_t l) const override { return slots_[l % slots_.size()]; }
+  absl::Status BeforeWrite(int64_t l) override {
+    return copies() ? compute_.Wait(*copied_[l % kOffloadSlots]) : absl::OkStatus();
+  }
+  absl::Status Written(int64_t l) override {
+    if (!copies()) return absl::OkStatus();
+    const int64_t s = l % kOffloadSlots;
+    MEMWALL_RETURN_IF_ERROR(compute_.Record(*ready_[s]));
+    MEMWALL_RETURN_IF_ERROR(copy_->Wait(*ready_[s]));
+    MEMWALL_RETURN_IF_ERROR(copy_->Copy(Host(l), slots_[s].data(), slots_[s].bytes()));
+    return copy_->Record(*copied_[s]);
+  }
+  absl::Status BeforeBlock(int64_t l) override {
+    if (!copies()) return absl::OkStatus();
+    if (l == layers_ - 1) {  // forward is done with every slot
+      for (auto& e : released_) MEMWALL_RETURN_IF_ERROR(compute_.Record(*e));
+    }
+    if (l - 1 >= 0 && l - 1 < layers_ - 2) {  // fetch x_{l-1} one block ahead
+      const int64_t s = (l - 1) % kOffloadSlots;
+      MEMWALL_RETURN_IF_ERROR(copy_->Wait(*released_[s]));
+      MEMWALL_RETURN_IF_ERROR(copy_->Copy(slots_[s].data(), Host(l - 1), slots_[s].bytes()));
+      MEMWALL_RETURN_IF_ERROR(copy_->Record(*copied_[s]));
+    }
+    MEMWALL_RETURN_IF_ERROR(compute_.Wait(*copied_[l % kOffloadSlots]));
+    return compute_.Wait(*copied_[(l + 1) % kOffloadSlots]);
+  }
+  absl::Status AfterBlock(int64_t l) override {
+    if (!copies()) return absl::OkStatus();
+    MEMWALL_RETURN_IF_ERROR(compute_.Record(*released_[l % kOffloadSlots]));
+    return compute_.Record(*released_[(l + 1) % kOffloadSlots]);
+  }
+  absl::Status Finish() override { return copies() ? copy_->Synchronize() : absl::OkStatus(); }
+
+ private:
+  OffloadedStream(Device& device, const std::vector<Tensor>& slots, const Tensor& host, int64_t layers)
+      : compute_(device.compute_stream()), slots_(slots), host_(host), layers_(layers) {}
+  bool copies() const { return host_.data() != nullptr; }
+  void* Host(int64_t l) const { return static_cast<char*>(host_.data()) + l * slots_[0].bytes(); }
+
+  Stream& compute_;
+  const std::vector<Tensor>& slots_;
+  Tensor host_;
+  int64_t layers_;
+  std::unique_ptr<Stream> copy_;
+  std::array<std::unique_ptr<Event>, kOffloadSlots> ready_, copied_, released_;
+};
+
 }  // namespace
 
 int64_t LogitsChunkRows(const GptConfig& config, int64_t rows) {
@@ -165,7 +283,7 @@ MemoryPlan ActivationPlan(const GptConfig& config, int64_t micro_batch, int64_t 
   planning.plan = &plan;
   // Planning allocates nothing and cannot fail.
   (void)AllocateRunBuffers(planning, config, micro_batch, seq, compute, /*backward=*/true, checkpointing,
-                           LogitsChunkRows(config, micro_batch * seq));
+                           checkpointing && config.offload_activations(), LogitsChunkRows(config, micro_batch * seq));
   return plan;
 }
 
@@ -363,10 +481,17 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
   Stream& s = device.compute_stream();
   // Every buffer of the pass, first (ActivationPlan states the same ones).
   const bool checkpoint = config_.activation_checkpointing();
+  const bool offload = checkpoint && config_.offload_activations();
   const int64_t chunk = logits_out != nullptr ? rows : LogitsChunkRows(config_, rows);
   Scratch scratch{&device};
   MEMWALL_ASSIGN_OR_RETURN(RunBuffers b, AllocateRunBuffers(scratch, config_, batch, t, dtype, backward,
-                                                            checkpoint, chunk));
+                                                            checkpoint, offload, chunk));
+  std::unique_ptr<ResidualStream> xs;
+  if (offload) {
+    MEMWALL_ASSIGN_OR_RETURN(xs, OffloadedStream::Create(device, b.xs, b.host_xs, layers));
+  } else {
+    xs = std::make_unique<ResidentStream>(b.xs);
+  }
   linear_scratch_->dtype = dtype;
   linear_scratch_->in = b.cast_in;
   linear_scratch_->out = b.cast_out;
@@ -382,21 +507,24 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
   }
 
   // Residual stream x_0 ... x_L (the block inputs are what checkpointing keeps).
-  std::vector<Tensor>& xs = b.xs;
   {
+    MEMWALL_RETURN_IF_ERROR(xs->BeforeWrite(0));
     MEMWALL_ASSIGN_OR_RETURN(HookScope wte_scope, HookScope::Forward(*wte_));
-    MEMWALL_RETURN_IF_ERROR(ops::Embedding(b.ids, wte_->Table(), xs[0], s));
+    MEMWALL_RETURN_IF_ERROR(ops::Embedding(b.ids, wte_->Table(), xs->x(0), s));
     MEMWALL_RETURN_IF_ERROR(wte_scope.Finish());
     MEMWALL_ASSIGN_OR_RETURN(HookScope wpe_scope, HookScope::Forward(*wpe_));
     MEMWALL_RETURN_IF_ERROR(ops::Embedding(b.pos, wpe_->Table(), b.pos_rows, s));
     MEMWALL_RETURN_IF_ERROR(wpe_scope.Finish());
-    MEMWALL_RETURN_IF_ERROR(ops::Add(xs[0], b.pos_rows, xs[0], s));
+    MEMWALL_RETURN_IF_ERROR(ops::Add(xs->x(0), b.pos_rows, xs->x(0), s));
+    MEMWALL_RETURN_IF_ERROR(xs->Written(0));
   }
   for (int64_t l = 0; l < layers; ++l) {
+    MEMWALL_RETURN_IF_ERROR(xs->BeforeWrite(l + 1));
     MEMWALL_RETURN_IF_ERROR(
-        blocks_[l]->Forward(xs[l], b.acts[checkpoint ? 0 : l], xs[l + 1], batch, t, s));
+        blocks_[l]->Forward(xs->x(l), b.acts[checkpoint ? 0 : l], xs->x(l + 1), batch, t, s));
+    MEMWALL_RETURN_IF_ERROR(xs->Written(l + 1));
   }
-  MEMWALL_RETURN_IF_ERROR(ln_f_->Forward(xs[layers], b.f, b.f_mean, b.f_rstd, s));
+  MEMWALL_RETURN_IF_ERROR(ln_f_->Forward(xs->x(layers), b.f, b.f_mean, b.f_rstd, s));
 
   // The tied head, a chunk of rows at a time (<= 64 Mi logits per chunk).
   const Tensor& logits = b.logits;
@@ -440,13 +568,15 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
   if (backward) {
     const Tensor& dresid = b.dresid;
     BlockGradScratch& g = b.g;
-    MEMWALL_RETURN_IF_ERROR(ln_f_->Backward(df, xs[layers], b.f_mean, b.f_rstd, dresid, s));
+    MEMWALL_RETURN_IF_ERROR(ln_f_->Backward(df, xs->x(layers), b.f_mean, b.f_rstd, dresid, s));
     for (int64_t l = layers - 1; l >= 0; --l) {
       BlockActivations& a = b.acts[checkpoint ? 0 : l];
+      MEMWALL_RETURN_IF_ERROR(xs->BeforeBlock(l));
       if (checkpoint) {  // recompute block l from its saved input
-        MEMWALL_RETURN_IF_ERROR(blocks_[l]->Forward(xs[l], a, xs[l + 1], batch, t, s));
+        MEMWALL_RETURN_IF_ERROR(blocks_[l]->Forward(xs->x(l), a, xs->x(l + 1), batch, t, s));
       }
-      MEMWALL_RETURN_IF_ERROR(blocks_[l]->Backward(xs[l], a, dresid, g, batch, t, s));
+      MEMWALL_RETURN_IF_ERROR(blocks_[l]->Backward(xs->x(l), a, dresid, g, batch, t, s));
+      MEMWALL_RETURN_IF_ERROR(xs->AfterBlock(l));
     }
     MEMWALL_ASSIGN_OR_RETURN(HookScope wpe_scope, HookScope::Backward(*wpe_));
     MEMWALL_RETURN_IF_ERROR(ops::EmbeddingBackward(b.pos, dresid, wpe_->GradTable(), s));
@@ -461,6 +591,7 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
     MEMWALL_RETURN_IF_ERROR(s.Copy(host_losses.data(), losses.data(), rows * sizeof(float)));
   }
   MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+  MEMWALL_RETURN_IF_ERROR(xs->Finish());
   LossSum result;
   if (targets != nullptr) {
     for (int64_t r = 0; r < rows; ++r) {

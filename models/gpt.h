@@ -63,7 +63,10 @@ int64_t LogitsChunkRows(const GptConfig& config, int64_t rows);
 // seq tokens on the device, at its peak (rows = micro_batch seq, hidden d,
 // L layers, H heads, vocabulary V, chunk = LogitsChunkRows; fp32 = 4 bytes,
 // the compute type's c = 2 in 16-bit modes):
-//   "residual stream"        kActivations  4 (L + 1) rows d
+//   "residual stream"        kActivations  4 (L + 1) rows d; 4 min(L + 1, 3) rows d
+//                                          with offload_activations
+//   "activation checkpoints (host)"  pinned host kActivations  4 (L + 1) rows d,
+//                                          with offload_activations and L + 1 > 3
 //   "block activations"      kActivations  4 rows (15 d + H + 4) per block; one
 //                                          block when checkpointing, else L
 //   "embeddings, ln_f, losses, ids"  kActivations  4 rows (2 d + 6)

@@ -88,6 +88,10 @@ TEST(Gpt, ConfigErrorsNameTheField) {
             std::string::npos);
   c.set_tiling(-1);
   EXPECT_FALSE(ValidateConfig(c).ok());
+  c = Tiny(false);
+  c.set_offload_activations(true);
+  EXPECT_NE(ValidateConfig(c).message().find("offload_activations = true needs activation_checkpointing"),
+            std::string::npos);
   EXPECT_EQ(LoadConfigs("models/configs/missing.textproto").status().code(),
             absl::StatusCode::kNotFound);
   auto list = *LoadConfigs(ConfigPath("gpt.textproto"));
@@ -250,6 +254,44 @@ TEST(Gpt, TilingStoresTheSameModelInTiles) {
     for (float x : g_want) largest = std::max(largest, std::fabs(x));
     ASSERT_EQ(g.size(), g_want.size());
     for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], g_want[i], 1e-4 * largest) << i;
+  }
+}
+
+// Activation checkpoint offload moves the checkpoints, not the math: the
+// same loss and gradients bit for bit, with 5 layers (6 checkpoints: three
+// leave the device and come back) and with 2 (3 checkpoints: all stay in
+// the slots). The device holds 3 checkpoint slots instead of L + 1, pinned
+// host memory all L + 1, each what ActivationPlan states.
+TEST(Gpt, OffloadedCheckpointsGiveBitwiseTheSameTraining) {
+  for (int layers : {5, 2}) {
+    GptConfig c = Tiny(true);
+    c.set_layers(layers);
+    GptConfig offloaded = c;
+    offloaded.set_offload_activations(true);
+    Bound plain = Make(c), off = Make(offloaded);
+    const auto ids = RandomTokens(24, 23, 8), targets = RandomTokens(24, 23, 9);
+    for (int pass = 0; pass < 2; ++pass) {  // the second accumulates onto the first
+      auto want = *plain.model->ForwardBackward(*plain.device, ids.data(), targets.data(), 2, 12, 0.1f, true);
+      auto got = *off.model->ForwardBackward(*off.device, ids.data(), targets.data(), 2, 12, 0.1f, true);
+      EXPECT_EQ(got.sum, want.sum) << layers << " layers";
+    }
+    EXPECT_EQ(Grads(off.storage), Grads(plain.storage)) << layers << " layers";
+    auto logits = *off.model->Logits(*off.device, ids.data(), 2, 12);
+    EXPECT_EQ(logits, *plain.model->Logits(*plain.device, ids.data(), 2, 12)) << "evaluation: the slots are a ring";
+    const int act = static_cast<int>(MemoryTag::kActivations);
+    const int64_t checkpoint_bytes = 4 * 24 * 16;  // rows x hidden, fp32
+    for (const auto& [bound, config] : {std::pair{&plain, c}, std::pair{&off, offloaded}}) {
+      const MemoryPlan plan = ActivationPlan(config, 2, 12, DType::kF32, true);
+      EXPECT_EQ(int64_t(bound->device->memory().account().peak(MemoryTag::kActivations)),
+                plan.ByTag(MemorySpace::kDevice)[act]) << config.offload_activations();
+      EXPECT_EQ(int64_t(bound->device->pinned_host().account().peak(MemoryTag::kActivations)),
+                plan.ByTag(MemorySpace::kPinnedHost)[act]) << config.offload_activations();
+    }
+    const int64_t saved = plain.device->memory().account().peak(MemoryTag::kActivations) -
+                          off.device->memory().account().peak(MemoryTag::kActivations);
+    EXPECT_EQ(saved, layers + 1 > 3 ? (layers + 1 - 3) * checkpoint_bytes : 0) << layers << " layers";
+    EXPECT_EQ(int64_t(off.device->pinned_host().account().peak(MemoryTag::kActivations)),
+              layers + 1 > 3 ? (layers + 1) * checkpoint_bytes : 0);
   }
 }
 

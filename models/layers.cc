@@ -22,6 +22,19 @@ absl::StatusOr<Tensor> Scratch::Make(std::vector<int64_t> shape, MemoryTag tag, 
   return Tensor(buffers.back().data(), dtype, std::move(shape), device);
 }
 
+absl::StatusOr<Tensor> Scratch::MakePinned(std::vector<int64_t> shape, MemoryTag tag) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
+  if (plan != nullptr) {
+    plan->Grow(group, MemorySpace::kPinnedHost, tag, bytes);
+    return Tensor(nullptr, DType::kF32, std::move(shape), nullptr);
+  }
+  MEMWALL_ASSIGN_OR_RETURN(Buffer b, device->AllocatePinnedHost(static_cast<size_t>(bytes), tag));
+  buffers.push_back(std::move(b));
+  return Tensor(buffers.back().data(), DType::kF32, std::move(shape), nullptr);
+}
+
 Tensor As2D(const Tensor& t, int64_t rows, int64_t cols) {
   return Tensor(t.data(), t.dtype(), {rows, cols}, t.device());
 }

@@ -40,6 +40,8 @@ struct Scratch {
   std::string group;  // planning: the plan buffer Make adds to
   absl::StatusOr<Tensor> Make(std::vector<int64_t> shape, MemoryTag tag = MemoryTag::kActivations,
                               DType dtype = DType::kF32);
+  // The same in the device's pinned host memory (fp32).
+  absl::StatusOr<Tensor> MakePinned(std::vector<int64_t> shape, MemoryTag tag = MemoryTag::kActivations);
 };
 
 // (rows, cols) view of a tensor's memory; rows [first, first + count) of it.
