@@ -123,11 +123,28 @@ absl::Status ValidateOffload(const Experiment& e) {
     return Bad("offload.host_pinned_memory_bytes", o.host_pinned_memory_bytes(), "must be >= 0 (0: unlimited)");
   }
   if (o.tile_elements() < 0) return Bad("offload.tile_elements", o.tile_elements(), "must be >= 0 (0: 4 Mi)");
-  if (e.kind() == Experiment::INFINITY_TILING) {
-    if (o.modes_size() != 1) return Bad("offload.modes", o.modes_size(), "must name exactly one mode for INFINITY_TILING");
+  const bool paired = e.kind() == Experiment::INFINITY_PREFETCH || e.kind() == Experiment::INFINITY_ACTIVATION_OFFLOAD;
+  if (e.kind() == Experiment::INFINITY_TILING || paired) {
+    if (o.modes_size() != 1) return Bad("offload.modes", o.modes_size(), absl::StrCat("must name exactly one mode for ", kind));
     if (o.modes(0) < OffloadSweep::STAGE3) {
-      return Bad("offload.modes", OffloadSweep::Mode_Name(o.modes(0)), "must be a ZeRO-3 mode: tiles are gathered one at a time");
+      return Bad("offload.modes", OffloadSweep::Mode_Name(o.modes(0)),
+                 "must be a ZeRO-3 mode (tiles, prefetch and offloaded activations are ZeRO-Infinity's)");
     }
+  }
+  if (e.kind() == Experiment::INFINITY_PREFETCH && e.training().zero().has_prefetch_bucket_bytes() &&
+      e.training().zero().prefetch_bucket_bytes() <= 0) {
+    return Bad("training.zero.prefetch_bucket_bytes", e.training().zero().prefetch_bucket_bytes(),
+               "must be > 0 (unset: the default): INFINITY_PREFETCH compares it with no prefetch");
+  }
+  if (e.kind() == Experiment::INFINITY_ACTIVATION_OFFLOAD) {
+    for (int i = 0; i < o.ladder_size(); ++i) {
+      if (!o.ladder(i).activation_checkpointing() || o.ladder(i).offload_activations()) {
+        return Bad(absl::StrCat("offload.ladder[", i, "]"), absl::StrCat("\"", o.ladder(i).name(), "\""),
+                   "needs activation_checkpointing and offload_activations unset (the sweep sets it)");
+      }
+    }
+  }
+  if (e.kind() == Experiment::INFINITY_TILING) {
     if (o.tiling_factors().empty()) return Bad("offload.tiling_factors", "[]", "must list at least one factor (1: untiled)");
     for (int64_t factor : o.tiling_factors()) {
       if (factor < 1) return Bad("offload.tiling_factors", factor, "must be >= 1");
@@ -162,7 +179,7 @@ absl::Status ValidateExperiment(const Experiment& e) {
   if (e.kind() == Experiment::KIND_UNSPECIFIED) {
     return Bad("kind", "KIND_UNSPECIFIED",
                "must name what to run (ZERO_MEMORY, OFFLOAD_MAX_MODEL, OFFLOAD_THROUGHPUT, INFINITY_MAX_MODEL, "
-               "INFINITY_PARTITION, INFINITY_TILING)");
+               "INFINITY_PARTITION, INFINITY_TILING, INFINITY_PREFETCH, INFINITY_ACTIVATION_OFFLOAD)");
   }
   if (e.device() != "cpu") {
     return Bad("device", absl::StrCat("\"", e.device(), "\""), "must be cpu (the only device these experiments measure so far)");
@@ -190,7 +207,10 @@ absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::s
   if (e.kind() != Experiment::ZERO_MEMORY && e.kind() != Experiment::KIND_UNSPECIFIED &&
       e.kind() != Experiment::INFINITY_PARTITION) {
     OffloadSweep& o = *e.mutable_offload();
-    if (o.modes().empty() && e.kind() == Experiment::INFINITY_TILING) o.add_modes(OffloadSweep::STAGE3_OFFLOAD_CPU_PARAMS);
+    if (o.modes().empty() && (e.kind() == Experiment::INFINITY_TILING || e.kind() == Experiment::INFINITY_PREFETCH ||
+                              e.kind() == Experiment::INFINITY_ACTIVATION_OFFLOAD)) {
+      o.add_modes(OffloadSweep::STAGE3_OFFLOAD_CPU_PARAMS);
+    }
     if (o.modes().empty() && e.kind() == Experiment::INFINITY_MAX_MODEL) {
       for (auto mode : {OffloadSweep::STAGE3, OffloadSweep::STAGE3_OFFLOAD, OffloadSweep::STAGE3_NVME}) o.add_modes(mode);
     }

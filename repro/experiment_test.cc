@@ -204,6 +204,36 @@ TEST(Experiment, TilingSweepDefaultsAndRefusals) {
             std::string::npos);
 }
 
+// INFINITY_PREFETCH and INFINITY_ACTIVATION_OFFLOAD: one ZeRO-3 mode
+// (ZeRO-Inf-CPU unless given); prefetch needs a prefetch to compare with,
+// activation offload needs checkpointing models it can set it on.
+TEST(Experiment, PairedSweepsDefaultsAndRefusals) {
+  auto with_kind = [](const std::string& kind, const std::string& from, const std::string& to) {
+    std::string text = kGoodOffload;
+    text.replace(text.find("OFFLOAD_MAX_MODEL"), 17, kind);
+    for (size_t at = text.find("positions: 8 }"); at != std::string::npos; at = text.find("positions: 8 }", at + 1)) {
+      text.replace(at, 14, "positions: 8 activation_checkpointing: true }");
+    }
+    if (!from.empty()) text.replace(text.find(from), from.size(), to);
+    return ParseExperiment(text, "paired.textproto");
+  };
+  for (const char* kind : {"INFINITY_PREFETCH", "INFINITY_ACTIVATION_OFFLOAD"}) {
+    auto e = with_kind(kind, "", "");
+    ASSERT_TRUE(e.ok()) << kind << ": " << e.status();
+    ASSERT_EQ(e->offload().modes_size(), 1);
+    EXPECT_EQ(e->offload().modes(0), OffloadSweep::STAGE3_OFFLOAD_CPU_PARAMS);
+    EXPECT_NE(with_kind(kind, "offload {", "offload { modes: [STAGE2]").status().message().find("must be a ZeRO-3 mode"),
+              std::string::npos);
+  }
+  EXPECT_NE(with_kind("INFINITY_PREFETCH", "training {", "training { zero { prefetch_bucket_bytes: 0 }")
+                .status().message().find("training.zero.prefetch_bucket_bytes = 0 must be > 0"),
+            std::string::npos);
+  EXPECT_NE(with_kind("INFINITY_ACTIVATION_OFFLOAD", "vocab: 32 positions: 8 activation_checkpointing: true }",
+                      "vocab: 32 positions: 8 }")
+                .status().message().find("offload.ladder[0] = \"a\" needs activation_checkpointing"),
+            std::string::npos);
+}
+
 // INFINITY_MAX_MODEL's modes default to the ZeRO-3 three; each mode's
 // trainer options are its stage and offload placement.
 TEST(Experiment, InfinityModesAndTheirOptions) {

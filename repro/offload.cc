@@ -45,7 +45,8 @@ std::string FirstLine(const absl::Status& st) {
 // this attempt's alone), the model, the trainer, `warmup + timed` steps.
 // Returns the row; a ResourceExhausted anywhere is "does not fit".
 absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig& config, Mode mode,
-                                   int64_t warmup, int64_t timed, const std::string& trace_dir) {
+                                   int64_t warmup, int64_t timed, const std::string& trace_dir,
+                                   const zero::TrainerOptions* given = nullptr) {
   OffloadRow row;
   row.model = config.name();
   row.params = models::CountParameters(config);
@@ -61,7 +62,7 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
   std::unique_ptr<Communicator> comm = CreateSingleProcessCommunicator();
   auto data = models::SyntheticSource(1 << 20, config.vocab(), 11);
   Timeline timeline;
-  zero::TrainerOptions options = OffloadTrainerOptions(e, mode);
+  zero::TrainerOptions options = given != nullptr ? *given : OffloadTrainerOptions(e, mode);
   options.timeline = &timeline;
   options.trace_dir = trace_dir;
 
@@ -411,6 +412,59 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, c
     }
   }
   return rows;
+}
+
+absl::StatusOr<std::vector<OffloadRow>> MeasurePaired(const Experiment& e) {
+  std::vector<OffloadRow> rows;
+  const OffloadSweep& sweep = e.offload();
+  const Mode mode = sweep.modes(0);
+  const bool prefetch = e.kind() == Experiment::INFINITY_PREFETCH;
+  const std::string feature = prefetch ? "+prefetch" : "+activation-offload";
+  for (int i = 0; i < sweep.ladder_size(); ++i) {
+    for (const bool on : {false, true}) {
+      models::GptConfig config = sweep.ladder(i);
+      zero::TrainerOptions options = OffloadTrainerOptions(e, mode);
+      if (prefetch && !on) options.training.mutable_zero()->set_prefetch_bucket_bytes(0);
+      if (!prefetch) config.set_offload_activations(on);
+      std::printf("[%d/%d] %s (%.1fM parameters), %s%s\n", 2 * i + on + 1, 2 * sweep.ladder_size(),
+                  config.name().c_str(), models::CountParameters(config) / 1e6, ModeName(mode).c_str(),
+                  on ? feature.c_str() : "");
+      std::fflush(stdout);
+      MEMWALL_ASSIGN_OR_RETURN(OffloadRow row, Attempt(e, config, mode, sweep.warmup_steps(), e.steps(), "", &options));
+      if (on) row.mode += feature;
+      if (row.fits) {
+        std::printf("  %.1f tokens/s, device peak %s, pinned host peak %s, device idle %.0f%%\n", row.tokens_per_second,
+                    FormatBytes(row.device_peak_bytes).c_str(), FormatBytes(row.host_pinned_peak_bytes).c_str(),
+                    100 * row.device_idle_fraction);
+      } else {
+        std::printf("  does not fit: %s\n", row.reason.c_str());
+      }
+      std::fflush(stdout);
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+std::string PairedSummaryCsv(const std::vector<OffloadRow>& rows) {
+  std::string csv =
+      "model,hidden,params,tokens_per_second_off,tokens_per_second_on,throughput_ratio,device_peak_off,"
+      "device_peak_on,device_peak_ratio\n";
+  for (size_t i = 0; i + 1 < rows.size(); i += 2) {
+    const OffloadRow& off = rows[i];
+    const OffloadRow& on = rows[i + 1];
+    const bool both = off.fits && on.fits;
+    absl::StrAppend(&csv, CsvField(off.model), ",", off.hidden, ",", off.params, ",",
+                    Cell(off.fits ? off.tokens_per_second : -1, "%.1f"), ",", Cell(on.fits ? on.tokens_per_second : -1, "%.1f"),
+                    ",", Cell(both ? on.tokens_per_second / off.tokens_per_second : -1, "%.3f"), ",",
+                    Cell(off.device_peak_bytes), ",", Cell(on.device_peak_bytes), ",",
+                    Cell(off.device_peak_bytes > 0 && on.device_peak_bytes >= 0
+                             ? double(on.device_peak_bytes) / double(off.device_peak_bytes)
+                             : -1.0,
+                         "%.3f"),
+                    "\n");
+  }
+  return csv;
 }
 
 absl::StatusOr<double> MeasureGemmFlops(Device& device, DType dtype, int64_t m, int64_t k, int64_t n,

@@ -116,6 +116,17 @@ absl::StatusOr<std::vector<TilingRow>> MeasureTiling(const Experiment& e);
 // (one V100: 8K untiled, 64K at factor 16).
 std::string TilingSummaryCsv(const std::vector<TilingRow>& rows);
 
+// INFINITY_PREFETCH (Figure 6d) and INFINITY_ACTIVATION_OFFLOAD (Figure 6e):
+// per ladder model, OFFLOAD_THROUGHPUT's measurement of the one mode
+// without the feature, then with it (prefetch_bucket_bytes 0 against the
+// experiment's; offload_activations off against on); each row's mode is
+// the mode's name plus "+prefetch" / "+activation-offload" when on.
+absl::StatusOr<std::vector<OffloadRow>> MeasurePaired(const Experiment& e);
+// Per model: tokens/s and device peak with the feature over without
+// ("model,hidden,params,tokens_per_second_off,tokens_per_second_on,
+// throughput_ratio,device_peak_off,device_peak_on,device_peak_ratio").
+std::string PairedSummaryCsv(const std::vector<OffloadRow>& rows);
+
 // `trace_root`, when not empty: each (model, mode)'s steps (warm-up and
 // timed) write
 // trace_root/<model>_<mode>/step_<k>.json.
