@@ -65,6 +65,22 @@ absl::Status ValidatePartition(const Experiment& e) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateMemoryTable(const Experiment& e) {
+  if (e.has_model() || e.has_offload() || !e.world_sizes().empty() || !e.stages().empty() || !e.modeled().empty()) {
+    return Bad("model/offload/world_sizes/stages/modeled", "{...}",
+               "must be unset for INFINITY_MEMORY (memory_table names the models, ranks and placements)");
+  }
+  const MemoryTable& t = e.memory_table();
+  if (t.models().empty()) return Bad("memory_table.models", "[]", "must name at least one model of models/configs/papers.textproto");
+  if (t.ranks() < 1) return Bad("memory_table.ranks", t.ranks(), "must be >= 1");
+  for (int mode : t.placements()) {
+    if (mode < OffloadSweep::STAGE3) {
+      return Bad("memory_table.placements", OffloadSweep::Mode_Name(OffloadSweep::Mode(mode)), "must be a ZeRO-3 mode");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateOffload(const Experiment& e) {
   const std::string kind = Experiment::Kind_Name(e.kind());
   if (e.has_model()) return Bad("model", "{...}", absl::StrCat("must be unset for ", kind, " (it runs offload.ladder)"));
@@ -179,7 +195,7 @@ absl::Status ValidateExperiment(const Experiment& e) {
   if (e.kind() == Experiment::KIND_UNSPECIFIED) {
     return Bad("kind", "KIND_UNSPECIFIED",
                "must name what to run (ZERO_MEMORY, OFFLOAD_MAX_MODEL, OFFLOAD_THROUGHPUT, INFINITY_MAX_MODEL, "
-               "INFINITY_PARTITION, INFINITY_TILING, INFINITY_PREFETCH, INFINITY_ACTIVATION_OFFLOAD)");
+               "INFINITY_PARTITION, INFINITY_TILING, INFINITY_PREFETCH, INFINITY_ACTIVATION_OFFLOAD, INFINITY_MEMORY)");
   }
   if (e.device() != "cpu") {
     return Bad("device", absl::StrCat("\"", e.device(), "\""), "must be cpu (the only device these experiments measure so far)");
@@ -194,8 +210,12 @@ absl::Status ValidateExperiment(const Experiment& e) {
   }
   // The trainer's own checks, each naming its field under `training.`.
   if (absl::Status st = zero::ValidateTrainingConfig(e.training(), "Experiment training."); !st.ok()) return st;
+  if (e.kind() != Experiment::INFINITY_MEMORY && e.has_memory_table()) {
+    return Bad("memory_table", "{...}", "is for INFINITY_MEMORY");
+  }
   if (e.kind() == Experiment::ZERO_MEMORY) return ValidateZeroMemory(e);
   if (e.kind() == Experiment::INFINITY_PARTITION) return ValidatePartition(e);
+  if (e.kind() == Experiment::INFINITY_MEMORY) return ValidateMemoryTable(e);
   return ValidateOffload(e);
 }
 
@@ -204,8 +224,13 @@ absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::s
   if (absl::Status st = ParseTextProto(text, origin, &e); !st.ok()) return st;
   if (e.steps() == 0) e.set_steps(2);
   if (e.device().empty()) e.set_device("cpu");
+  if (e.kind() == Experiment::INFINITY_MEMORY && e.memory_table().placements().empty()) {
+    for (auto mode : {OffloadSweep::STAGE3, OffloadSweep::STAGE3_OFFLOAD_CPU_PARAMS, OffloadSweep::STAGE3_NVME_NVME_PARAMS}) {
+      e.mutable_memory_table()->add_placements(mode);
+    }
+  }
   if (e.kind() != Experiment::ZERO_MEMORY && e.kind() != Experiment::KIND_UNSPECIFIED &&
-      e.kind() != Experiment::INFINITY_PARTITION) {
+      e.kind() != Experiment::INFINITY_PARTITION && e.kind() != Experiment::INFINITY_MEMORY) {
     OffloadSweep& o = *e.mutable_offload();
     if (o.modes().empty() && (e.kind() == Experiment::INFINITY_TILING || e.kind() == Experiment::INFINITY_PREFETCH ||
                               e.kind() == Experiment::INFINITY_ACTIVATION_OFFLOAD)) {

@@ -234,6 +234,35 @@ TEST(Experiment, PairedSweepsDefaultsAndRefusals) {
             std::string::npos);
 }
 
+// INFINITY_MEMORY: models by name, ranks, ZeRO-3 placements (the three of
+// Figure 2a unless given); nothing else of a sweep.
+TEST(Experiment, MemoryTableDefaultsAndRefusals) {
+  const std::string good = R"pb(
+    name: "m"
+    kind: INFINITY_MEMORY
+    training { seq: 1024 micro_batch: 1 }
+    memory_table { models: ["infinity_10b"] ranks: 16 }
+  )pb";
+  auto e = ParseExperiment(good, "memory");
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_EQ(e->memory_table().placements_size(), 3);
+  EXPECT_EQ(e->memory_table().placements(2), OffloadSweep::STAGE3_NVME_NVME_PARAMS);
+  auto refused = [&](const std::string& from, const std::string& to, const std::string& want) {
+    std::string bad = good;
+    bad.replace(bad.find(from), from.size(), to);
+    const absl::Status st = ParseExperiment(bad, "memory.textproto").status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
+  };
+  refused("ranks: 16", "ranks: 0", "memory_table.ranks = 0 must be >= 1");
+  refused("models: [\"infinity_10b\"] ", "", "memory_table.models = [] must name at least one model");
+  refused("ranks: 16", "ranks: 16 placements: [OFFLOAD]", "memory_table.placements = OFFLOAD must be a ZeRO-3 mode");
+  refused("memory_table {", "stages: 3 memory_table {", "must be unset for INFINITY_MEMORY");
+  EXPECT_NE(ParseOffload("offload {", "memory_table { ranks: 1 } offload {").message().find(
+                "memory_table = {...} is for INFINITY_MEMORY"),
+            std::string::npos);
+}
+
 // INFINITY_MAX_MODEL's modes default to the ZeRO-3 three; each mode's
 // trainer options are its stage and offload placement.
 TEST(Experiment, InfinityModesAndTheirOptions) {

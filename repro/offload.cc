@@ -210,6 +210,23 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e) {
   return rows;
 }
 
+zero::EstimateInput EstimateInputFor(const zero::TrainerOptions& options, const models::GptConfig& config,
+                                     int64_t ranks) {
+  zero::EstimateInput in;
+  in.model = config;
+  in.ranks = ranks;
+  in.training = options.training;
+  switch (options.training.zero().offload_optimizer().device()) {
+    case zero::OffloadOptimizerConfig::CPU: in.optimizer = offload::HostOptimizerProvider(); break;
+    case zero::OffloadOptimizerConfig::NVME: in.optimizer = infinity::NvmeOptimizerProvider(/*rank=*/0); break;
+    default: break;
+  }
+  if (options.training.zero().offload_param().device() == zero::OffloadParamConfig::NVME) {
+    in.parameters = infinity::NvmeParameterStoreProvider(/*rank=*/0);
+  }
+  return in;
+}
+
 std::string TilingCsv(const TilingRow& row) {
   const OffloadRow& r = row.attempt;
   return absl::StrCat(row.tiling, ",", CsvField(r.model), ",", r.params, ",", r.hidden, ",", r.mode, ",", row.source,
@@ -228,17 +245,9 @@ absl::StatusOr<std::vector<TilingRow>> MeasureTiling(const Experiment& e) {
       if (base.hidden() % factor != 0) continue;
       models::GptConfig config = base;
       config.set_tiling(factor);
-      zero::EstimateInput in;
-      in.model = config;
-      in.training = options.training;
+      zero::EstimateInput in = EstimateInputFor(options, config, 1);
       in.device_bytes = sweep.device_memory_bytes();
       in.host_bytes = sweep.host_pinned_memory_bytes();
-      if (options.training.zero().offload_optimizer().device() == zero::OffloadOptimizerConfig::CPU) {
-        in.optimizer = offload::HostOptimizerProvider();
-      }
-      if (options.training.zero().offload_param().device() == zero::OffloadParamConfig::NVME) {
-        in.parameters = infinity::NvmeParameterStoreProvider(0);
-      }
       MEMWALL_ASSIGN_OR_RETURN(const zero::Estimate est, zero::EstimateMemory(in));
       TilingRow row{factor, "estimator", {}};
       row.attempt.model = config.name();

@@ -38,6 +38,7 @@
 
 #include "absl/status/statusor.h"
 #include "repro/experiment.pb.h"
+#include "zero/estimator.h"
 #include "zero/trainer.h"
 
 namespace memwall::repro {
@@ -49,6 +50,12 @@ std::string ModeName(OffloadSweep::Mode mode);
 // The trainer options of (experiment, mode): the training block, the
 // experiment's ZeroConfig with the mode's stage and offload settings.
 zero::TrainerOptions OffloadTrainerOptions(const Experiment& e, OffloadSweep::Mode mode);
+
+// The estimator's input for a run of `config` with `options` over `ranks`
+// ranks: the offloaded optimizer's and NVMe parameter store's plans picked
+// from options' offload settings (rank 0's).
+zero::EstimateInput EstimateInputFor(const zero::TrainerOptions& options, const models::GptConfig& config,
+                                     int64_t ranks);
 
 // One (model, mode) attempt.
 struct OffloadRow {

@@ -28,6 +28,7 @@
 #include "absl/strings/str_join.h"
 #include "repro/experiment.h"
 #include "repro/harness.h"
+#include "repro/memory_table.h"
 #include "repro/offload.h"
 #include "repro/partition.h"
 #include "repro/zero_memory.h"
@@ -279,7 +280,37 @@ absl::Status DrivePaired(const Experiment& e, const std::string& experiment_path
   return absl::OkStatus();
 }
 
+// INFINITY_MEMORY: modeled only, in this process.
+absl::Status DriveMemoryTable(const Experiment& e, const std::string& experiment_path, const std::string& command) {
+  MEMWALL_ASSIGN_OR_RETURN(const std::string dir, ResultsDir(e));
+  MEMWALL_ASSIGN_OR_RETURN(const std::vector<MemoryTableRow> rows,
+                           ModelMemoryTable(e, WorkspaceDir() + "/models/configs/papers.textproto"));
+  std::string csv = absl::StrCat(kMemoryTableCsvHeader, "\n");
+  for (const MemoryTableRow& r : rows) {
+    absl::StrAppend(&csv, MemoryTableCsv(r), "\n");
+    std::printf("%-16s %-26s %-14s model states %s, device/rank %s, host/rank %s, NVMe/rank %s\n", r.model.c_str(),
+                r.placement.c_str(), r.source.c_str(), FormatBytes(size_t(r.model_states_total)).c_str(),
+                r.device_per_rank < 0 ? "-" : FormatBytes(size_t(r.device_per_rank)).c_str(),
+                r.host_per_rank < 0 ? "-" : FormatBytes(size_t(r.host_per_rank)).c_str(),
+                r.nvme_per_rank < 0 ? "-" : FormatBytes(size_t(r.nvme_per_rank)).c_str());
+  }
+  MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/data.csv", csv));
+  MEMWALL_RETURN_IF_ERROR(RunFigureScript(FigureScript(e), {dir + "/data.csv", dir + "/figure.png"}));
+  Provenance p = ProvenanceOf(e, experiment_path, command);
+  p.measured_or_modeled = absl::StrCat(
+      "modeled, nothing run: source=estimator rows are zero/estimator.h over ", e.memory_table().ranks(),
+      " ranks at micro_batch ", e.training().micro_batch(), " x seq ", e.training().seq(),
+      " (the plans the engine allocates from); source=paper formula rows are ZeRO-Infinity §3's formulas "
+      "(shared/papers/FACTS.md) on the same shapes. The figure's printed values are not in this repository, so "
+      "no row copies them");
+  p.files["data.csv"] = "per model: the formula row, then one estimator row per placement; bytes";
+  MEMWALL_RETURN_IF_ERROR(WriteProvenance(dir + "/provenance.json", p));
+  std::printf("wrote %s/{data.csv, figure.png, provenance.json}\n", dir.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status Drive(const Experiment& e, const std::string& experiment_path, const std::string& command) {
+  if (e.kind() == Experiment::INFINITY_MEMORY) return DriveMemoryTable(e, experiment_path, command);
   if (e.kind() == Experiment::INFINITY_TILING) return DriveTiling(e, experiment_path, command);
   if (e.kind() == Experiment::INFINITY_PREFETCH || e.kind() == Experiment::INFINITY_ACTIVATION_OFFLOAD) {
     return DrivePaired(e, experiment_path, command);

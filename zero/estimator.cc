@@ -39,8 +39,10 @@ absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
   const bool offload = training->zero().offload_optimizer().device() != OffloadOptimizerConfig::NONE;
   if (offload != static_cast<bool>(in.optimizer)) {
     return absl::FailedPreconditionError(
-        offload ? "memory estimate: zero.offload_optimizer.device = CPU needs the offloaded optimizer's plan "
-                  "(offload::HostOptimizerProvider() as EstimateInput.optimizer)"
+        offload ? absl::StrCat("memory estimate: zero.offload_optimizer.device = ",
+                               OffloadOptimizerConfig::Device_Name(training->zero().offload_optimizer().device()),
+                               " needs the offloaded optimizer's plan (offload::HostOptimizerProvider() or "
+                               "infinity::NvmeOptimizerProvider(rank) as EstimateInput.optimizer)")
                 : "memory estimate: an optimizer provider is given but zero.offload_optimizer.device is NONE");
   }
   const bool nvme_params = training->zero().offload_param().device() == OffloadParamConfig::NVME;
