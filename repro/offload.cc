@@ -59,6 +59,7 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
   device_options.memory_budget_bytes = static_cast<size_t>(e.offload().device_memory_bytes());
   device_options.pinned_budget_bytes = static_cast<size_t>(e.offload().host_pinned_memory_bytes());
   MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateCpuDevice(device_options));
+  row.device = device->name();
   std::unique_ptr<Communicator> comm = CreateSingleProcessCommunicator();
   auto data = models::SyntheticSource(1 << 20, config.vocab(), 11);
   Timeline timeline;
@@ -173,7 +174,7 @@ std::string MaxModelCsv(const OffloadRow& r) {
   return absl::StrCat(CsvField(r.model), ",", r.params, ",", r.layers, ",", r.hidden, ",", r.mode, ",",
                       r.fits ? "yes" : "no", ",", r.steps, ",", Cell(r.device_peak_bytes), ",",
                       Cell(r.host_pinned_peak_bytes), ",", absl::StrFormat("%.2f", r.seconds), ",",
-                      CsvField(r.reason));
+                      CsvField(r.reason), ",", CsvField(r.device));
 }
 
 std::string ThroughputCsv(const OffloadRow& r) {
@@ -183,7 +184,8 @@ std::string ThroughputCsv(const OffloadRow& r) {
                       Cell(r.fits ? r.tokens_per_second : -1, "%.1f"), ",", Cell(r.fits ? r.tflops : -1, "%.5f"),
                       ",", Cell(r.fits ? r.gemm_tflops : -1, "%.5f"), ",", Cell(fraction, "%.4f"), ",",
                       Cell(r.device_idle_fraction, "%.4f"), ",", Cell(r.device_peak_bytes), ",",
-                      Cell(r.host_pinned_peak_bytes), ",", CsvField(r.breakdown), ",", CsvField(r.reason));
+                      Cell(r.host_pinned_peak_bytes), ",", CsvField(r.breakdown), ",", CsvField(r.reason), ",",
+                      CsvField(r.device));
 }
 
 absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e) {
@@ -231,7 +233,8 @@ std::string TilingCsv(const TilingRow& row) {
   const OffloadRow& r = row.attempt;
   return absl::StrCat(row.tiling, ",", CsvField(r.model), ",", r.params, ",", r.hidden, ",", r.mode, ",", row.source,
                       ",", r.fits ? "yes" : "no", ",", Cell(r.device_peak_bytes), ",", Cell(r.host_pinned_peak_bytes),
-                      ",", row.source == "measured" ? absl::StrFormat("%.2f", r.seconds) : "", ",", CsvField(r.reason));
+                      ",", row.source == "measured" ? absl::StrFormat("%.2f", r.seconds) : "", ",", CsvField(r.reason), ",",
+                      CsvField(r.device));
 }
 
 absl::StatusOr<std::vector<TilingRow>> MeasureTiling(const Experiment& e) {

@@ -75,15 +75,16 @@ struct OffloadRow {
   double gemm_tflops = 0;           // the device's rate on the model's largest matmul
   double device_idle_fraction = -1;
   std::string breakdown;            // zone name -> seconds, the last timed step
+  std::string device;               // where it was measured ("cpu:0"); empty for a modeled row
 };
 
 inline constexpr char kMaxModelCsvHeader[] =
-    "model,params,layers,hidden,mode,fits,steps,device_peak_bytes,host_pinned_peak_bytes,seconds,reason";
+    "model,params,layers,hidden,mode,fits,steps,device_peak_bytes,host_pinned_peak_bytes,seconds,reason,device";
 std::string MaxModelCsv(const OffloadRow& row);
 
 inline constexpr char kThroughputCsvHeader[] =
     "model,params,layers,hidden,mode,fits,timed_steps,step_seconds,tokens_per_second,tflops,gemm_tflops,"
-    "fraction_of_gemm,device_idle_fraction,device_peak_bytes,host_pinned_peak_bytes,breakdown,reason";
+    "fraction_of_gemm,device_idle_fraction,device_peak_bytes,host_pinned_peak_bytes,breakdown,reason,device";
 std::string ThroughputCsv(const OffloadRow& row);
 
 // Every (mode, ladder model) attempted, in order: per mode the models that
@@ -114,7 +115,7 @@ struct TilingRow {
   OffloadRow attempt;
 };
 inline constexpr char kTilingCsvHeader[] =
-    "tiling,model,params,hidden,mode,source,fits,device_peak_bytes,host_pinned_peak_bytes,seconds,reason";
+    "tiling,model,params,hidden,mode,source,fits,device_peak_bytes,host_pinned_peak_bytes,seconds,reason,device";
 std::string TilingCsv(const TilingRow& row);
 absl::StatusOr<std::vector<TilingRow>> MeasureTiling(const Experiment& e);
 // Per (factor, source) the largest hidden size that fit and its ratio to
