@@ -36,6 +36,14 @@ class NvmeParameterStore : public zero::ParameterStore {
     Buffer buffer;
     std::unique_ptr<Event> copied;  // recorded by Release: the stream is done with it
     bool used = false;
+    bool reserved = false;          // holds a read-ahead not fetched yet
+  };
+  // A read-ahead: elements [begin, begin + n) read into in_[slot].
+  struct Ahead {
+    int64_t begin = 0, n = 0;
+    size_t slot = 0;
+    Span span;
+    AioRequest request;
   };
   struct SwapOut {
     Buffer buffer;
@@ -51,9 +59,11 @@ class NvmeParameterStore : public zero::ParameterStore {
         dtype_(o.dtype),
         elem_(static_cast<int64_t>(SizeOf(o.dtype))),
         limit_(std::max<int64_t>(1, o.buffer_elements)),
+        read_ahead_buffers_(o.read_ahead_buffers),
         timeline_(o.timeline) {}
 
   ~NvmeParameterStore() override {
+    (void)CancelReadAhead();
     for (SwapIn& s : in_) {
       if (s.used) (void)s.copied->Synchronize();
     }
@@ -102,8 +112,19 @@ class NvmeParameterStore : public zero::ParameterStore {
   // hands out the buffer as it is; health() says so.
   absl::StatusOr<Tensor> Fetch(int64_t begin, int64_t n, Stream& stream) override {
     MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
+    for (auto it = ahead_.begin(); it != ahead_.end(); ++it) {  // read ahead: already in flight
+      if (it->begin != begin || it->n != n) continue;
+      Ahead hit = std::move(*it);
+      ahead_.erase(it);
+      SwapIn& slot = in_[hit.slot];
+      slot.reserved = false;
+      MEMWALL_RETURN_IF_ERROR(AwaitOn(stream, std::move(hit.request), hit.span));
+      return Tensor::Flat(slot.buffer.as<char>() + (begin * elem_ - hit.span.first), dtype_, n);
+    }
     (void)SettleWrites();  // a read sees every update; a failure breaks the store
-    SwapIn& slot = in_[next_in_++ % in_.size()];
+    size_t index = next_in_++ % in_.size();
+    while (in_[index].reserved) index = next_in_++ % in_.size();  // read_ahead_buffers < buffer_count
+    SwapIn& slot = in_[index];
     if (slot.used) MEMWALL_RETURN_IF_ERROR(slot.copied->Synchronize());
     slot.used = false;
     const Span span = SpanOf(begin, n);
@@ -112,20 +133,57 @@ class NvmeParameterStore : public zero::ParameterStore {
       if (!read.ok()) {
         (void)Break(read.status());
       } else {
-        MEMWALL_RETURN_IF_ERROR(stream.EnqueueHost([this, request = *std::move(read), span]() mutable {
-          const absl::Status st = aio_->Wait(request);
-          if (!st.ok()) {
-            (void)Break(absl::Status(st.code(), absl::StrCat("swap-in of bytes [", span.first, ", ", span.last,
-                                                       "): ", st.message())));
-          } else if (timeline_ != nullptr) {
-            timeline_->AddSpan(kParamSwapInTrack, ZoneKind::kParamSwapIn, request.submitted_ns(),
-                               request.completed_ns(), span.bytes());
-          }
-          return absl::OkStatus();
-        }));
+        MEMWALL_RETURN_IF_ERROR(AwaitOn(stream, *std::move(read), span));
       }
     }
     return Tensor::Flat(slot.buffer.as<char>() + (begin * elem_ - span.first), dtype_, n);
+  }
+
+  // [Note: parameter read-ahead] A free swap-in buffer (not reserved, its
+  // last copy out done) takes the read now; Fetch of the same range finds it
+  // in flight. At most read_ahead_buffers are reserved, so a gather's own
+  // Fetch always has a buffer. None starts while a write is in flight (it
+  // could read the old values), and an update cancels them all.
+  bool ReadAhead(int64_t begin, int64_t n) override {
+    for (const Ahead& a : ahead_) {
+      if (a.begin == begin && a.n == n) return true;
+    }
+    if (static_cast<int64_t>(ahead_.size()) >= read_ahead_buffers_ || !CheckRange(begin, n).ok() || !health().ok()) {
+      return false;
+    }
+    for (const SwapOut& s : out_) {
+      if (s.writing) return false;
+    }
+    for (size_t i = 0; i < in_.size(); ++i) {
+      SwapIn& slot = in_[i];
+      if (slot.reserved) continue;
+      if (slot.used) {
+        absl::StatusOr<bool> done = slot.copied->Query();
+        if (!done.ok() || !*done) continue;
+      }
+      const Span span = SpanOf(begin, n);
+      absl::StatusOr<AioRequest> read = aio_->Read(file_, span.first, slot.buffer.data(), span.bytes());
+      if (!read.ok()) {
+        (void)Break(read.status());
+        return false;
+      }
+      slot.used = false;
+      slot.reserved = true;
+      ahead_.push_back({begin, n, i, span, *std::move(read)});
+      return true;
+    }
+    return false;
+  }
+
+  absl::Status CancelReadAhead() override {
+    absl::Status first;
+    for (Ahead& a : ahead_) {
+      in_[a.slot].reserved = false;
+      const absl::Status st = aio_->Wait(a.request);
+      if (!st.ok() && first.ok()) first = Break(SwapInError(st, a.span));
+    }
+    ahead_.clear();
+    return first;
   }
 
   absl::Status Release(const Tensor& fetched, Stream& stream) override {
@@ -140,6 +198,7 @@ class NvmeParameterStore : public zero::ParameterStore {
 
   absl::StatusOr<Tensor> BeginUpdate(int64_t begin, int64_t n, Stream&) override {
     MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
+    MEMWALL_RETURN_IF_ERROR(CancelReadAhead());  // they would hold the old values
     MEMWALL_RETURN_IF_ERROR(health());
     for (SwapIn& s : in_) {  // no read of the old values is still in flight
       if (s.used) MEMWALL_RETURN_IF_ERROR(s.copied->Synchronize());
@@ -202,6 +261,25 @@ class NvmeParameterStore : public zero::ParameterStore {
     return p >= b.as<char>() && p < b.as<char>() + b.bytes();
   }
 
+  static absl::Status SwapInError(const absl::Status& st, Span span) {
+    return absl::Status(st.code(), absl::StrCat("swap-in of bytes [", span.first, ", ", span.last, "): ", st.message()));
+  }
+
+  // Queues on `stream` the wait for a read into a swap-in buffer; a failure
+  // breaks the store (health()), it does not fail the stream.
+  absl::Status AwaitOn(Stream& stream, AioRequest request, Span span) {
+    return stream.EnqueueHost([this, request = std::move(request), span]() mutable {
+      const absl::Status st = aio_->Wait(request);
+      if (!st.ok()) {
+        (void)Break(SwapInError(st, span));
+      } else if (timeline_ != nullptr) {
+        timeline_->AddSpan(kParamSwapInTrack, ZoneKind::kParamSwapIn, request.submitted_ns(), request.completed_ns(),
+                           span.bytes());
+      }
+      return absl::OkStatus();
+    });
+  }
+
   // Keeps the first failure (see health()) and returns `st`.
   absl::Status Break(absl::Status st) {
     absl::MutexLock lock(&mu_);
@@ -239,8 +317,10 @@ class NvmeParameterStore : public zero::ParameterStore {
   const DType dtype_;
   const int64_t elem_;
   const int64_t limit_;
+  const int64_t read_ahead_buffers_;
   Timeline* const timeline_;
   std::vector<SwapIn> in_;
+  std::vector<Ahead> ahead_;  // read-aheads in flight, oldest first
   std::vector<SwapOut> out_;
   size_t next_in_ = 0, next_out_ = 0;
   std::unique_ptr<AioEngine> aio_;
@@ -260,6 +340,7 @@ NvmeParameterStoreOptions ParameterStoreOptions(const zero::PlanShape& shape, in
   o.tag = shape.values_tag();
   o.buffer_elements = std::min(shape.zero.offload_optimizer().tile_elements(), std::max<int64_t>(1, shape.shard));
   o.buffer_count = shape.zero.offload_param().buffer_count();
+  o.read_ahead_buffers = shape.zero.offload_param().read_ahead_buffers();
   return o;
 }
 
@@ -289,6 +370,11 @@ absl::StatusOr<std::unique_ptr<zero::ParameterStore>> CreateNvmeParameterStore(D
   if (o.buffer_count < 2) {
     return absl::InvalidArgumentError(absl::StrCat("NVMe parameters: offload_param.buffer_count = ", o.buffer_count,
                                                    " must be >= 2"));
+  }
+  if (o.read_ahead_buffers < 0 || o.read_ahead_buffers > o.buffer_count - 1) {
+    return absl::InvalidArgumentError(absl::StrCat("NVMe parameters: offload_param.read_ahead_buffers = ",
+                                                   o.read_ahead_buffers, " must be in [0, buffer_count - 1 = ",
+                                                   o.buffer_count - 1, "]"));
   }
   if (o.dir.empty()) return absl::InvalidArgumentError("NVMe parameters: offload_param.nvme_path is empty");
   auto store = std::make_unique<NvmeParameterStore>(device, o);

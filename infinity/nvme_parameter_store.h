@@ -10,8 +10,12 @@
 //             use), submits the read of the range's aligned blocks at once,
 //             and queues on `stream` a wait for it; Release records, on the
 //             stream, that the copy out is done. The buffers bound the NVMe
-//             reads in flight: a gather's prefetch reads ahead by at most
-//             buffer_count of them (the first hop's window).
+//             reads in flight (the first hop's window).
+//   read-ahead  ReadAhead(begin, n), from stage 3's prefetch for modules
+//             past its gather window, starts a range's read into a free
+//             buffer at once (at most read_ahead_buffers of them); the Fetch
+//             of that range takes it in flight. See [Note: parameter
+//             read-ahead] in the .cc.
 //   swap-out  BeginUpdate takes the next of two buffers (its last write
 //             waited for); EndUpdate waits for the stream's copy into it and
 //             submits its write, so the write of tile k overlaps the CPU
@@ -62,6 +66,7 @@ struct NvmeParameterStoreOptions {
   MemoryTag tag = MemoryTag::kParams16;
   int64_t buffer_elements = 0;  // the most one Fetch or update moves (offload_optimizer.tile_elements)
   int64_t buffer_count = 4;     // swap-in buffers (offload_param.buffer_count)
+  int64_t read_ahead_buffers = 0;  // of them, how many may hold read-aheads (offload_param.read_ahead_buffers)
   AioOptions aio;
   Timeline* timeline = nullptr;  // kParamSwapIn / kParamSwapOut spans (may be null)
   AioFaultInjector fault_injector;  // tests

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -567,6 +568,135 @@ TEST_F(ParamOffload, OffloadedActivationCheckpointsGiveStageThreeBitForBit) {
   const int64_t rows = zero::test::SmallTraining(W(), 1, Precision::BF16).micro_batch() * 16;
   EXPECT_EQ(int64_t(host_only.device_peaks[act]) - int64_t(got.device_peaks[act]), 2 * rows * 32 * 4);
   EXPECT_EQ(int64_t(got.pinned_peaks[act]) - int64_t(host_only.pinned_peaks[act]), 5 * rows * 32 * 4);
+}
+
+// The NVMe hop's own window (offload_param.read_ahead_buffers): with the
+// gather window shut (prefetch_bucket_bytes 0), the store is still asked,
+// during module A's (h.0.mlp.c_fc) acquire, to read the next module B's
+// (h.0.mlp.c_proj) piece, so that read is on its way before A's forward is
+// even queued; B's gather then takes it in flight: B's blocks are read once
+// per gather, as without read-ahead. Shown from the host's order of calls
+// and the engine's block operations (recorded events, not timings), against
+// read_ahead_buffers 0, where B's piece is first asked for in B's own
+// acquire, after A's forward. The two runs train bit for bit alike.
+TEST_F(ParamOffload, NvmeReadsRunAheadOfTheGatherWindow) {
+  // Every call a gather makes of the store, and the test's hook points, in
+  // the host's order.
+  struct Log {
+    absl::Mutex mu;
+    std::vector<std::string> events;
+    void Add(std::string e) {
+      absl::MutexLock lock(&mu);
+      events.push_back(std::move(e));
+    }
+  };
+  class LoggingStore : public zero::ParameterStore {
+   public:
+    LoggingStore(std::unique_ptr<zero::ParameterStore> inner, Log* log) : inner_(std::move(inner)), log_(log) {}
+    int64_t elements() const override { return inner_->elements(); }
+    DType dtype() const override { return inner_->dtype(); }
+    std::optional<Tensor> resident() const override { return inner_->resident(); }
+    int64_t fetch_limit() const override { return inner_->fetch_limit(); }
+    absl::StatusOr<Tensor> Fetch(int64_t begin, int64_t n, Stream& s) override {
+      log_->Add(absl::StrCat("fetch ", begin, " ", n));
+      return inner_->Fetch(begin, n, s);
+    }
+    absl::Status Release(const Tensor& t, Stream& s) override { return inner_->Release(t, s); }
+    absl::StatusOr<Tensor> BeginUpdate(int64_t b, int64_t n, Stream& s) override { return inner_->BeginUpdate(b, n, s); }
+    absl::Status EndUpdate(const Tensor& t, Stream& s) override { return inner_->EndUpdate(t, s); }
+    absl::Status Sync() override { return inner_->Sync(); }
+    bool fails_alone() const override { return inner_->fails_alone(); }
+    absl::Status health() const override { return inner_->health(); }
+    bool ReadAhead(int64_t begin, int64_t n) override {
+      const bool started = inner_->ReadAhead(begin, n);
+      if (started) log_->Add(absl::StrCat("ahead ", begin, " ", n));
+      return started;
+    }
+    absl::Status CancelReadAhead() override { return inner_->CancelReadAhead(); }
+
+   private:
+    std::unique_ptr<zero::ParameterStore> inner_;
+    Log* log_;
+  };
+
+  std::vector<Outcome> outcomes;
+  for (const int64_t ahead : {int64_t{3}, int64_t{0}}) {
+    SCOPED_TRACE(absl::StrCat("read_ahead_buffers ", ahead));
+    auto log = std::make_shared<Log>();
+    auto b_reads = std::make_shared<std::atomic<int>>(0);
+    auto b_span = std::make_shared<std::pair<std::atomic<int64_t>, std::atomic<int64_t>>>(0, 0);
+    AioFaultInjector count_b = [b_reads, b_span](const AioBlockOp& op) -> std::optional<int64_t> {
+      if (!op.write && op.offset == b_span->first && op.offset + op.bytes == b_span->second) ++*b_reads;
+      return std::nullopt;
+    };
+    auto device = *CreateCpuDevice();
+    auto model = *models::Gpt::Create(zero::test::SmallGpt());
+    zero::TrainerOptions o = Options(Case{OffloadParamConfig::NVME, OffloadOptimizerConfig::CPU}, W());
+    o.training.mutable_zero()->set_prefetch_bucket_bytes(0);  // no gather runs ahead
+    o.training.mutable_zero()->mutable_offload_param()->set_read_ahead_buffers(ahead);
+    o.training.mutable_zero()->mutable_offload_optimizer()->set_tile_elements(8192);  // B's piece: one read
+    zero::ParameterStoreProvider nvme = NvmeParameterStoreProvider(comm_->rank(), nullptr, count_b);
+    o.parameter_store = nvme;
+    o.parameter_store.create = [nvme, log](Device& d, const zero::PlanShape& shape)
+        -> absl::StatusOr<std::unique_ptr<zero::ParameterStore>> {
+      MEMWALL_ASSIGN_OR_RETURN(auto inner, nvme.create(d, shape));
+      return std::unique_ptr<zero::ParameterStore>(new LoggingStore(std::move(inner), log.get()));
+    };
+    auto t = CreateTrainer(*model, *device, *comm_, o);
+    ASSERT_TRUE(t.ok()) << t.status();
+    Outcome run;
+    zero::test::RunSteps(**t, *device, 1, run);  // records the module order
+    models::Module* a = nullptr;
+    models::Module* b = nullptr;
+    std::vector<models::Module*> todo = {model.get()};
+    while (!todo.empty()) {
+      models::Module* m = todo.back();
+      todo.pop_back();
+      if (m->path() == "h.0.mlp.c_fc") a = m;
+      if (m->path() == "h.0.mlp.c_proj") b = m;
+      for (models::Module* child : m->children()) todo.push_back(child);
+    }
+    ASSERT_TRUE(a != nullptr && b != nullptr);
+    std::string b_chunk;  // this rank's piece of B, as the gather asks for it
+    const zero::FlatLayout& layout = (*t)->layout();
+    for (const zero::Piece& piece : layout.Pieces(layout.OwnRange(*b))) {
+      if (piece.rank != comm_->rank()) continue;
+      b_chunk = absl::StrCat(piece.shard_offset, " ", piece.size);
+      b_span->first = piece.shard_offset * 2 / kAioAlignment * kAioAlignment;
+      b_span->second = ((piece.shard_offset + piece.size) * 2 + kAioAlignment - 1) / kAioAlignment * kAioAlignment;
+    }
+    const int hook = model->AddHookRecursive([&, log](models::Module& m, models::HookPoint point) {
+      if (&m == a && point == models::HookPoint::kAfterForward) log->Add("A forward queued");
+      return absl::OkStatus();
+    });
+    log->events.clear();
+    *b_reads = 0;
+    zero::test::RunSteps(**t, *device, 19, run);
+    model->RemoveHookRecursive(hook);
+    outcomes.push_back(run);
+    if (b_chunk.empty()) continue;  // this rank holds no piece of B (4 ranks: c_proj's 4096 + 32 may sit on two)
+    // The first step after the hook: where B's piece was first asked for,
+    // against A's forward being queued.
+    auto at = [&](const std::string& e) {
+      auto it = std::find(log->events.begin(), log->events.end(), e);
+      return it == log->events.end() ? int64_t{-1} : int64_t(it - log->events.begin());
+    };
+    const int64_t queued = at("A forward queued"), ahead_at = at("ahead " + b_chunk), fetch_at = at("fetch " + b_chunk);
+    ASSERT_GE(queued, 0);
+    ASSERT_GE(fetch_at, 0) << "B's gather fetched its piece";
+    if (ahead > 0) {
+      ASSERT_GE(ahead_at, 0) << "B's piece was read ahead";
+      EXPECT_LT(ahead_at, queued) << "the read of B started before A's forward was queued";
+    } else {
+      EXPECT_EQ(ahead_at, -1);
+      EXPECT_GT(fetch_at, queued) << "without read-ahead B's piece is first asked for after A's forward";
+    }
+    // Each of B's gathers (forward, backward) reads its blocks once: the
+    // gather took the read-ahead in flight, it did not read again.
+    EXPECT_EQ(*b_reads, 2 * 19);
+  }
+  ASSERT_EQ(outcomes.size(), 2u);
+  zero::test::ExpectBitForBit(outcomes[0], outcomes[1], "read-ahead on against off");
 }
 
 TEST_F(ParamOffload, RefusesBelowStageThreeAndNvmeWithoutItsParts) {

@@ -71,6 +71,9 @@ ZeroConfig WithDefaults(const ZeroConfig& c) {
   if (out.offload_param().device() == OffloadParamConfig::NVME && !out.offload_param().has_buffer_count()) {
     out.mutable_offload_param()->set_buffer_count(kDefaultParamSwapBuffers);
   }
+  if (out.offload_param().device() == OffloadParamConfig::NVME && !out.offload_param().has_read_ahead_buffers()) {
+    out.mutable_offload_param()->set_read_ahead_buffers(out.offload_param().buffer_count() - 1);
+  }
   return out;
 }
 
@@ -152,6 +155,9 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c, absl::string_view what) {
     if (param.has_buffer_count()) {
       return Bad("offload_param.buffer_count", param.buffer_count(), "needs offload_param.device = NVME");
     }
+    if (param.has_read_ahead_buffers()) {
+      return Bad("offload_param.read_ahead_buffers", param.read_ahead_buffers(), "needs offload_param.device = NVME");
+    }
   } else {
     if (param.nvme_path().empty()) {
       return absl::InvalidArgumentError(absl::StrCat(what, "offload_param.nvme_path is empty: device = NVME "
@@ -160,6 +166,12 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c, absl::string_view what) {
     if (param.has_buffer_count() && param.buffer_count() < 2) {
       return Bad("offload_param.buffer_count", param.buffer_count(),
                  "must be >= 2 (one buffer read while the other is copied; unset: 4)");
+    }
+    const int64_t buffers = param.has_buffer_count() ? param.buffer_count() : kDefaultParamSwapBuffers;
+    if (param.has_read_ahead_buffers() && (param.read_ahead_buffers() < 0 || param.read_ahead_buffers() > buffers - 1)) {
+      return Bad("offload_param.read_ahead_buffers", param.read_ahead_buffers(),
+                 absl::StrCat("must be in [0, buffer_count - 1 = ", buffers - 1,
+                              "] (one swap-in buffer stays free for a gather's own reads; unset: buffer_count - 1)"));
     }
     if (o.device() == OffloadOptimizerConfig::NONE) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -85,6 +85,13 @@ TEST(ZeroConfig, EachBadValueNamesItsField) {
               "offload_param.nvme_path = \"/p\" needs offload_param.device = NVME");
   ExpectError("stage: 3 offload_param { device: CPU buffer_count: 4 }",
               "offload_param.buffer_count = 4 needs offload_param.device = NVME");
+  ExpectError("stage: 3 offload_param { device: CPU read_ahead_buffers: 1 }",
+              "offload_param.read_ahead_buffers = 1 needs offload_param.device = NVME");
+  ExpectError("stage: 3 offload_optimizer { device: CPU } offload_param { device: NVME nvme_path: \"/p\" buffer_count: 3 "
+              "read_ahead_buffers: 3 }",
+              "offload_param.read_ahead_buffers = 3 must be in [0, buffer_count - 1 = 2]");
+  ExpectError("stage: 3 offload_optimizer { device: CPU } offload_param { device: NVME nvme_path: \"/p\" read_ahead_buffers: -1 }",
+              "offload_param.read_ahead_buffers = -1 must be in [0, buffer_count - 1 = 3]");
   ExpectError("stage: 2 partitioning: BANDWIDTH_CENTRIC", "partitioning = BANDWIDTH_CENTRIC with stage = 2 needs stage 3");
 }
 
@@ -93,7 +100,9 @@ TEST(ZeroConfig, ParameterSwapBuffersDefault) {
                            "t");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(WithDefaults(*c).offload_param().buffer_count(), kDefaultParamSwapBuffers);
+  EXPECT_EQ(WithDefaults(*c).offload_param().read_ahead_buffers(), kDefaultParamSwapBuffers - 1);
   EXPECT_FALSE(WithDefaults(ZeroConfig()).offload_param().has_buffer_count()) << "no NVMe parameters: nothing filled";
+  EXPECT_FALSE(WithDefaults(ZeroConfig()).offload_param().has_read_ahead_buffers());
 }
 
 TEST(ZeroConfig, WorldSizeMustMatchTheLaunch) {

@@ -123,16 +123,40 @@ absl::Status ParameterGather::GatherRange(FlatRange range, void* dst, absl::stri
   return absl::OkStatus();
 }
 
-absl::Status ParameterGather::FetchPiece(const Piece& piece, void* dst) {
-  const size_t elem = SizeOf(dtype_);
+std::vector<ParameterGather::Chunk> ParameterGather::Chunks(const Piece& piece) const {
+  std::vector<Chunk> chunks;
   for (int64_t at = 0; at < piece.size;) {
     const int64_t n = std::min(piece.size - at, shard_->fetch_limit());
-    MEMWALL_ASSIGN_OR_RETURN(const Tensor fetched, shard_->Fetch(piece.shard_offset + at, n, coll_));
-    MEMWALL_RETURN_IF_ERROR(coll_.Copy(static_cast<char*>(dst) + at * elem, fetched.data(), fetched.bytes()));
-    MEMWALL_RETURN_IF_ERROR(shard_->Release(fetched, coll_));
+    chunks.push_back({piece.shard_offset + at, n, at});
     at += n;
   }
+  return chunks;
+}
+
+absl::Status ParameterGather::FetchPiece(const Piece& piece, void* dst) {
+  const size_t elem = SizeOf(dtype_);
+  for (const Chunk& c : Chunks(piece)) {
+    MEMWALL_ASSIGN_OR_RETURN(const Tensor fetched, shard_->Fetch(c.begin, c.n, coll_));
+    MEMWALL_RETURN_IF_ERROR(coll_.Copy(static_cast<char*>(dst) + c.at * elem, fetched.data(), fetched.bytes()));
+    MEMWALL_RETURN_IF_ERROR(shard_->Release(fetched, coll_));
+  }
   return absl::OkStatus();
+}
+
+std::vector<Piece> ParameterGather::OwnPieces(const std::vector<models::Parameter*>& params) const {
+  std::vector<Piece> mine;
+  auto keep = [&](FlatRange range) {
+    for (const Piece& piece : layout_.Pieces(range)) {
+      if (piece.rank == layout_.rank()) mine.push_back(piece);
+    }
+  };
+  if (params.empty()) return mine;
+  if (!layout_.partition().splits_each_parameter()) {
+    keep({layout_.offset(params.front()), layout_.offset(params.back()) + params.back()->numel()});
+  } else {
+    for (const models::Parameter* p : params) keep({layout_.offset(p), layout_.offset(p) + p->numel()});
+  }
+  return mine;
 }
 
 absl::Status ParameterGather::CheckIo() {
@@ -254,7 +278,8 @@ absl::Status ParameterGather::Prefetch() {
   for (const auto& [id, live] : live_) {
     if (live.refs == 0) unused += live.elements;
   }
-  for (size_t i = position_; i < trace_.size(); ++i) {
+  size_t i = position_;
+  for (; i < trace_.size(); ++i) {
     const int id = trace_[i];
     if (live_.contains(id)) continue;
     const int64_t size = GatheredElements(Own(*modules_[id]));
@@ -264,6 +289,17 @@ absl::Status ParameterGather::Prefetch() {
     }
     MEMWALL_RETURN_IF_ERROR(Gather(id, live_[id]));
     unused += size;
+  }
+  // The first hop's own window: past the gathers, the store may start the
+  // next modules' reads (its read-ahead buffers; a resident store declines
+  // at once), in the order their gathers will fetch them.
+  for (; i < trace_.size(); ++i) {
+    if (live_.contains(trace_[i])) continue;
+    for (const Piece& piece : OwnPieces(Own(*modules_[trace_[i]]))) {
+      for (const Chunk& c : Chunks(piece)) {
+        if (!shard_->ReadAhead(c.begin, c.n)) return absl::OkStatus();
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -319,6 +355,9 @@ absl::Status ParameterGather::EndPass() {
     unused.push_back(id);
   }
   for (int id : unused) MEMWALL_RETURN_IF_ERROR(Free(id));
+  // A failed read breaks the store; the next gather's I/O check (or the
+  // optimizer's agreement) makes it every rank's Status, not this one's.
+  (void)shard_->CancelReadAhead();
   return absl::OkStatus();
 }
 

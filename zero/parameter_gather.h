@@ -11,6 +11,10 @@
 // modules that come next in the trace, as long as the gathered-but-unused
 // bytes stay within prefetch_bucket_bytes and all gathered elements within
 // max_live_params. A module the trace did not predict is gathered on demand.
+// Past that window the store is hinted with the next modules' pieces
+// (ParameterStore::ReadAhead): an NVMe store starts their reads in its
+// read-ahead buffers (offload_param.read_ahead_buffers), so the first hop
+// runs further ahead than the copy and the all-gather.
 //
 // Persistent parameters: a parameter of at most param_persistence_threshold
 // elements stays whole on every rank (a bias or a norm is not worth a
@@ -105,9 +109,17 @@ class ParameterGather {
   int64_t GatheredElements(const models::Parameter& p) const;
   int64_t GatheredElements(const std::vector<models::Parameter*>& params) const;
   absl::Status Check(int module, int expected);
+  // The store's Fetch calls for `piece`: [begin, begin + n), n at most
+  // fetch_limit(), `at` elements into the piece.
+  struct Chunk {
+    int64_t begin = 0, n = 0, at = 0;
+  };
+  std::vector<Chunk> Chunks(const Piece& piece) const;
   // This rank's `piece` from the store into `dst` (device memory) on coll,
-  // at most fetch_limit() elements at a time.
+  // chunk by chunk.
   absl::Status FetchPiece(const Piece& piece, void* dst);
+  // The pieces of `params`' gather this rank fetches, in fetch order.
+  std::vector<Piece> OwnPieces(const std::vector<models::Parameter*>& params) const;
   absl::Status CheckIo();
   absl::Status Prefetch();
   absl::Status Free(int module);

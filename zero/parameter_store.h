@@ -60,6 +60,17 @@ class ParameterStore {
   // Every update has landed (an NVMe store's write-backs); the first failure.
   virtual absl::Status Sync() { return absl::OkStatus(); }
 
+  // Read-ahead (the NVMe hop's own prefetch window): a hint that
+  // Fetch(begin, n) will come, so a store with a slow first hop can start
+  // it now. True when the store has that read in flight; false when it has
+  // no room for it now (a resident store never reads ahead), and the caller
+  // stops hinting until its next prefetch. A read-ahead is never stale: an
+  // update cancels every one first.
+  virtual bool ReadAhead(int64_t begin, int64_t n) { return false; }
+  // Drops every read-ahead not fetched (the end of a pass); the first
+  // failure of their reads, which also breaks the store.
+  virtual absl::Status CancelReadAhead() { return absl::OkStatus(); }
+
   // Whether a Fetch, an update or Sync can fail on this rank alone (file
   // I/O). Such a store reports a failed read in health() instead of failing
   // the fetching stream, so the gather can agree on it before its
