@@ -436,7 +436,12 @@ absl::StatusOr<std::vector<OffloadRow>> MeasurePaired(const Experiment& e) {
     for (const bool on : {false, true}) {
       models::GptConfig config = sweep.ladder(i);
       zero::TrainerOptions options = OffloadTrainerOptions(e, mode);
-      if (prefetch && !on) options.training.mutable_zero()->set_prefetch_bucket_bytes(0);
+      if (prefetch && !on) {  // no hop runs ahead: no gathers, and no NVMe read-ahead either
+        options.training.mutable_zero()->set_prefetch_bucket_bytes(0);
+        if (options.training.zero().offload_param().device() == zero::OffloadParamConfig::NVME) {
+          options.training.mutable_zero()->mutable_offload_param()->set_read_ahead_buffers(0);
+        }
+      }
       if (!prefetch) config.set_offload_activations(on);
       std::printf("[%d/%d] %s (%.1fM parameters), %s%s\n", 2 * i + on + 1, 2 * sweep.ladder_size(),
                   config.name().c_str(), models::CountParameters(config) / 1e6, ModeName(mode).c_str(),

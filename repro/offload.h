@@ -129,6 +129,8 @@ std::string TilingSummaryCsv(const std::vector<TilingRow>& rows);
 // without the feature, then with it (prefetch_bucket_bytes 0 against the
 // experiment's; offload_activations off against on); each row's mode is
 // the mode's name plus "+prefetch" / "+activation-offload" when on.
+// Prefetch off is every hop: no gathers ahead and, with the parameters on
+// NVMe, no read-ahead (offload_param.read_ahead_buffers 0).
 absl::StatusOr<std::vector<OffloadRow>> MeasurePaired(const Experiment& e);
 // Per model: tokens/s and device peak with the feature over without
 // ("model,hidden,params,tokens_per_second_off,tokens_per_second_on,
