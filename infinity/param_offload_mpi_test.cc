@@ -481,8 +481,9 @@ TEST_F(ParamOffload, TheNextModulesTransfersOverlapThisModulesCompute) {
 //     by 1e-2 or more from the first step;
 //   - memory: tiling 4 cuts mlp.c_fc's gathered tile 4-fold (wte becomes
 //     the largest module, half c_fc's size), the device's gathered working
-//     set falls with it, and every device and pinned tag's peak is the
-//     estimator's, tiled and untiled.
+//     set falls with it, and every device and pinned tag's peak, and the
+//     device's total peak over the steps, is the estimator's, tiled and
+//     untiled.
 TEST_F(ParamOffload, TilingTrainsTheSameModelGatheringATileAtATime) {
   const models::GptConfig plain = zero::test::SmallGpt();
   models::GptConfig tiled = plain;
@@ -540,6 +541,8 @@ TEST_F(ParamOffload, TilingTrainsTheSameModelGatheringATileAtATime) {
             << (is_tiled ? "tiled" : "untiled") << ": device " << MemoryTagName(mt) << "\n" << est->plan.ToText();
       }
     }
+    // The steps' whole peak too: every buffer the estimator plans, at once.
+    EXPECT_EQ(est->total_device_bytes, int64_t(run.device_total_peak)) << (is_tiled ? "tiled" : "untiled");
     working[is_tiled] = int64_t(run.device_peaks[static_cast<int>(MemoryTag::kCommBuffers)]);
   }
   // Gathered modules and reduce buckets (kCommBuffers) are sized by the

@@ -80,6 +80,7 @@ struct Outcome {
   std::vector<float> scales;
   std::vector<float> weights;
   std::array<size_t, kNumMemoryTags> device_peaks{}, pinned_peaks{};
+  size_t device_total_peak = 0;  // of the steps (MasterWeights may gather more after them)
 };
 
 // `steps` more steps of `trainer` on SyntheticData(), appended to `out`,
@@ -97,6 +98,7 @@ inline void RunSteps(Trainer& trainer, Device& device, int steps, Outcome& out, 
     out.device_peaks[t] = device.memory().account().peak(static_cast<MemoryTag>(t));
     out.pinned_peaks[t] = device.pinned_host().account().peak(static_cast<MemoryTag>(t));
   }
+  out.device_total_peak = device.memory().account().total_peak();
   auto w = trainer.MasterWeights();
   ASSERT_TRUE(w.ok()) << what << ": " << w.status();
   out.weights = *std::move(w);
