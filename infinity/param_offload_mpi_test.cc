@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <string>
 #include <vector>
@@ -103,6 +104,25 @@ Outcome Train(Communicator& comm, const Case& c, int steps, const CpuDeviceOptio
   EXPECT_TRUE(trainer.ok()) << c.Name() << ": " << trainer.status();
   if (trainer.ok()) zero::test::RunSteps(**trainer, *device, steps, out, c.Name());
   return out;
+}
+
+// The module at `path` below `root`, or nullptr.
+models::Module* FindModule(models::Module& root, absl::string_view path) {
+  std::vector<models::Module*> todo = {&root};
+  while (!todo.empty()) {
+    models::Module* m = todo.back();
+    todo.pop_back();
+    if (m->path() == path) return m;
+    for (models::Module* child : m->children()) todo.push_back(child);
+  }
+  return nullptr;
+}
+
+// Bytes [first, last) of the swap file a bf16 piece's read covers: its
+// aligned blocks (what the store reads as one request).
+std::pair<int64_t, int64_t> BlocksOf(const zero::Piece& piece) {
+  return {piece.shard_offset * 2 / kAioAlignment * kAioAlignment,
+          ((piece.shard_offset + piece.size) * 2 + kAioAlignment - 1) / kAioAlignment * kAioAlignment};
 }
 
 using ParamOffload = zero::test::MpiRanks;
@@ -388,21 +408,12 @@ TEST_F(ParamOffload, TheNextModulesTransfersOverlapThisModulesCompute) {
     ASSERT_TRUE(t.ok()) << t.status();
     ASSERT_TRUE((*t)->Step(zero::test::SyntheticData()).ok());  // records the module order
     const zero::FlatLayout& layout = (*t)->layout();
-    models::Module* a = nullptr;
-    models::Module* b = nullptr;
-    std::vector<models::Module*> todo = {model.get()};
-    while (!todo.empty()) {
-      models::Module* m = todo.back();
-      todo.pop_back();
-      if (m->path() == "h.0.mlp.c_fc") a = m;
-      if (m->path() == "h.0.mlp.c_proj") b = m;
-      for (models::Module* child : m->children()) todo.push_back(child);
-    }
+    models::Module* a = FindModule(*model, "h.0.mlp.c_fc");
+    models::Module* b = FindModule(*model, "h.0.mlp.c_proj");
     ASSERT_TRUE(a != nullptr && b != nullptr);
     for (const zero::Piece& piece : layout.Pieces(layout.OwnRange(*b))) {
       if (piece.rank != comm_->rank()) continue;
-      gate->b_first = piece.shard_offset * 2 / kAioAlignment * kAioAlignment;
-      gate->b_last = ((piece.shard_offset + piece.size) * 2 + kAioAlignment - 1) / kAioAlignment * kAioAlignment;
+      std::tie(gate->b_first, gate->b_last) = BlocksOf(piece);
     }
     const std::string b_path = b->path();
     Stream& compute = device->compute_stream();
@@ -649,24 +660,17 @@ TEST_F(ParamOffload, NvmeReadsRunAheadOfTheGatherWindow) {
     ASSERT_TRUE(t.ok()) << t.status();
     Outcome run;
     zero::test::RunSteps(**t, *device, 1, run);  // records the module order
-    models::Module* a = nullptr;
-    models::Module* b = nullptr;
-    std::vector<models::Module*> todo = {model.get()};
-    while (!todo.empty()) {
-      models::Module* m = todo.back();
-      todo.pop_back();
-      if (m->path() == "h.0.mlp.c_fc") a = m;
-      if (m->path() == "h.0.mlp.c_proj") b = m;
-      for (models::Module* child : m->children()) todo.push_back(child);
-    }
+    models::Module* a = FindModule(*model, "h.0.mlp.c_fc");
+    models::Module* b = FindModule(*model, "h.0.mlp.c_proj");
     ASSERT_TRUE(a != nullptr && b != nullptr);
     std::string b_chunk;  // this rank's piece of B, as the gather asks for it
     const zero::FlatLayout& layout = (*t)->layout();
     for (const zero::Piece& piece : layout.Pieces(layout.OwnRange(*b))) {
       if (piece.rank != comm_->rank()) continue;
       b_chunk = absl::StrCat(piece.shard_offset, " ", piece.size);
-      b_span->first = piece.shard_offset * 2 / kAioAlignment * kAioAlignment;
-      b_span->second = ((piece.shard_offset + piece.size) * 2 + kAioAlignment - 1) / kAioAlignment * kAioAlignment;
+      const auto [first, last] = BlocksOf(piece);
+      b_span->first = first;
+      b_span->second = last;
     }
     const int hook = model->AddHookRecursive([&, log](models::Module& m, models::HookPoint point) {
       if (&m == a && point == models::HookPoint::kAfterForward) log->Add("A forward queued");
