@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "models/layers.h"
 #include "ops/ops.h"
@@ -492,12 +493,20 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
   } else {
     xs = std::make_unique<ResidentStream>(b.xs);
   }
+  std::vector<int32_t> positions(rows);
+  for (int64_t r = 0; r < rows; ++r) positions[r] = static_cast<int32_t>(r % t);
+  // Every exit, an error's too (a failing hook), first waits for the work
+  // queued so far: it reads the caller's ids and targets and `positions`,
+  // and writes the pass's buffers, all freed when this call returns (so
+  // this is declared after them).
+  absl::Cleanup drain = [&] {
+    (void)s.Synchronize();
+    (void)xs->Finish();
+  };
   linear_scratch_->dtype = dtype;
   linear_scratch_->in = b.cast_in;
   linear_scratch_->out = b.cast_out;
   linear_scratch_->tile = b.tile;
-  std::vector<int32_t> positions(rows);
-  for (int64_t r = 0; r < rows; ++r) positions[r] = static_cast<int32_t>(r % t);
   MEMWALL_RETURN_IF_ERROR(s.Copy(b.ids.data(), ids, rows * sizeof(int32_t)));
   MEMWALL_RETURN_IF_ERROR(s.Copy(b.pos.data(), positions.data(), rows * sizeof(int32_t)));
   if (targets != nullptr) {

@@ -115,7 +115,7 @@ def memwall_mpi_test(name, srcs = [], deps = [], ranks = [1, 2, 4], tags = [], s
             name = test_name,
             srcs = ["//tools:mpi_test_runner.sh"],
             args = [str(n), "$(location :%s_bin)" % name],
-            data = [":" + name + "_bin"],
+            data = [":" + name + "_bin", "//tools:lsan_mpi.supp"],
             size = size,
             tags = tags + ["mpi"],
         )
