@@ -241,7 +241,9 @@ absl::Status Trainer::Agree(const absl::Status& local, absl::string_view what) {
   const int32_t code = local.ok() ? 0 : static_cast<int32_t>(local.code());
   std::memcpy(mine, &code, sizeof(code));
   const absl::string_view message = local.message();
-  std::memcpy(mine + 4, message.data(), std::min<size_t>(message.size(), kRecord - 5));
+  if (!message.empty()) {  // an OK status's message may have no data at all
+    std::memcpy(mine + 4, message.data(), std::min<size_t>(message.size(), kRecord - 5));
+  }
   const Tensor slot = all.Slice(int64_t{comm_.rank()} * (kRecord / 4), kRecord / 4);
   MEMWALL_RETURN_IF_ERROR(s.Copy(slot.data(), mine, kRecord));
   MEMWALL_RETURN_IF_ERROR(comm_.AllGather(slot, all, s));
