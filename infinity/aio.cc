@@ -315,12 +315,16 @@ absl::StatusOr<AioFileId> CreateSwapFile(AioEngine& aio, const std::string& path
     return absl::FailedPreconditionError(absl::StrCat(what, ": cannot create the swap file ", path, ": ",
                                                       std::strerror(errno), " (check ", dir_field, ")"));
   }
-  const bool sized = ::ftruncate(fd, bytes) == 0;
-  const int err = errno;
+  // Allocated now, not sparse: a disk too small fails here, before
+  // training, rather than in a swap-out hours in (posix_fallocate returns
+  // the error; file systems without fallocate get a sized sparse file).
+  int err = bytes > 0 ? ::posix_fallocate(fd, 0, bytes) : 0;
+  if (err == EOPNOTSUPP || err == EINVAL) err = ::ftruncate(fd, bytes) == 0 ? 0 : errno;
   ::close(fd);
-  if (!sized) {
-    return absl::ResourceExhaustedError(absl::StrCat(what, ": cannot size the swap file ", path, " to ", bytes,
-                                                     " bytes: ", std::strerror(err)));
+  if (err != 0) {
+    ::unlink(path.c_str());
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": cannot allocate the swap file ", path, " (", bytes,
+                                                     " bytes): ", std::strerror(err), " (check ", dir_field, ")"));
   }
   return aio.Open({path}, /*create=*/false);
 }

@@ -67,6 +67,17 @@ absl::Status ValidateConfig(const GptConfig& c) {
     return bad("vocab", c.vocab(), "must be in [1, 2^31) (token ids are int32)");
   }
   if (c.positions() <= 0) return bad("positions", c.positions(), "must be > 0");
+  // Sizes are int64 everywhere (element counts, byte offsets): bound the
+  // dimensions so that Ψ and every buffer the model plans fit, with room.
+  for (auto [field, value] : {std::pair<absl::string_view, int64_t>{"layers", c.layers()},
+                              {"hidden", c.hidden()}, {"heads", c.heads()}, {"positions", c.positions()}}) {
+    if (value > INT32_MAX) return bad(field, value, "must be < 2^31");
+  }
+  const double d = double(c.hidden());
+  if (double(c.vocab()) * d + double(c.positions()) * d + double(c.layers()) * (12 * d * d + 13 * d) > 0x1p53) {
+    return bad("hidden", c.hidden(), absl::StrCat("with layers = ", c.layers(), " and vocab = ", c.vocab(),
+                                                  " gives more than 2^53 parameters"));
+  }
   if (c.paper_micro_batch() < 0) return bad("paper_micro_batch", c.paper_micro_batch(), "must be >= 0");
   if (c.offload_activations() && !c.activation_checkpointing()) {
     return bad("offload_activations", "true", "needs activation_checkpointing (the checkpoints are what moves to the host)");
@@ -301,11 +312,15 @@ absl::StatusOr<GptConfigList> LoadConfigs(const std::string& path) {
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open model config file ", path));
   std::stringstream text;
   text << in.rdbuf();
+  return ParseConfigs(text.str(), path);
+}
+
+absl::StatusOr<GptConfigList> ParseConfigs(const std::string& text, const std::string& origin) {
   GptConfigList list;
-  if (absl::Status st = ParseTextProto(text.str(), path, &list); !st.ok()) return st;
+  if (absl::Status st = ParseTextProto(text, origin, &list); !st.ok()) return st;
   for (const GptConfig& c : list.configs()) {
     if (absl::Status st = ValidateConfig(c); !st.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": ", st.message()));
+      return absl::InvalidArgumentError(absl::StrCat(origin, ": ", st.message()));
     }
   }
   return list;

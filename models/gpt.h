@@ -82,6 +82,8 @@ MemoryPlan ActivationPlan(const GptConfig& config, int64_t micro_batch, int64_t 
 
 // Reads a GptConfigList text proto; every entry is validated.
 absl::StatusOr<GptConfigList> LoadConfigs(const std::string& path);
+// The same for text already read (`origin` names it in errors).
+absl::StatusOr<GptConfigList> ParseConfigs(const std::string& text, const std::string& origin);
 absl::StatusOr<GptConfig> FindConfig(const GptConfigList& list, absl::string_view name);
 
 

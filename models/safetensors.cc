@@ -22,7 +22,14 @@ struct Json {
   bool boolean = false;
   std::string text;      // kString; kNumber keeps its literal
   std::vector<Json> items;  // kArray
-  std::vector<std::pair<std::string, Json>> members;  // kObject, in file order
+  struct Member;
+  std::vector<Member> members;  // kObject, in file order
+};
+
+// (Not a std::pair: a pair needs Json complete where Json declares it.)
+struct Json::Member {
+  std::string name;
+  Json value;
 };
 
 class JsonParser {
@@ -62,7 +69,7 @@ class JsonParser {
         if (pos_ >= s_.size() || s_[pos_] != ':') return Error("expected ':'");
         ++pos_;
         MEMWALL_ASSIGN_OR_RETURN(Json item, Value(depth + 1));
-        v.members.emplace_back(std::move(key.text), std::move(item));
+        v.members.push_back({std::move(key.text), std::move(item)});
         SkipSpace();
         if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
         if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return v; }
@@ -187,7 +194,9 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes, const 
   auto parsed = JsonParser(absl::string_view(bytes).substr(8, header_len)).ParseDocument();
   if (!parsed.ok()) return bad(parsed.status().message());
   if (parsed->kind != Json::kObject) return bad("header is not a JSON object");
-  for (auto& [name, value] : parsed->members) {
+  for (Json::Member& member : parsed->members) {
+    const std::string& name = member.name;  // (captured below: not a structured binding)
+    const Json& value = member.value;
     if (name == "__metadata__") {
       if (value.kind != Json::kObject) return bad("__metadata__ is not an object");
       for (auto& [k, v] : value.members) {

@@ -314,7 +314,9 @@ absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                        {{"x", &x}, {"gamma", &gamma, pt}, {"beta", &beta, pt},
                                         {"y", &y}, {"mean", &mean}, {"rstd", &rstd}}));
   MEMWALL_ASSIGN_OR_RETURN(const auto rows_d, RowsAndWidth(op, x));
-  const auto [rows, d] = rows_d;
+  // Named copies, not a structured binding: lambdas below capture them
+  // (clang before 16 cannot capture bindings).
+  const int64_t rows = rows_d.first, d = rows_d.second;
   MEMWALL_RETURN_IF_ERROR(SameShape(op, {"x", &x}, {"y", &y}));
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"gamma", &gamma}, d, "x's last dimension"));
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"beta", &beta}, d, "x's last dimension"));
@@ -352,7 +354,9 @@ absl::Status LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& 
                                         {"mean", &mean}, {"rstd", &rstd}, {"dx", &dx},
                                         {"dgamma", &dgamma, pt}, {"dbeta", &dbeta, pt}}));
   MEMWALL_ASSIGN_OR_RETURN(const auto rows_d, RowsAndWidth(op, x));
-  const auto [rows, d] = rows_d;
+  // Named copies, not a structured binding: lambdas below capture them
+  // (clang before 16 cannot capture bindings).
+  const int64_t rows = rows_d.first, d = rows_d.second;
   MEMWALL_RETURN_IF_ERROR(SameShape(op, {"x", &x}, {"dy", &dy}));
   MEMWALL_RETURN_IF_ERROR(SameShape(op, {"x", &x}, {"dx", &dx}));
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"gamma", &gamma}, d, "x's last dimension"));
@@ -574,7 +578,7 @@ absl::Status AddBias(const Tensor& y, const Tensor& bias, Stream& stream) {
   MEMWALL_ASSIGN_OR_RETURN(const DType pt, StorageType(op, {{"bias", &bias}}));
   MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"y", &y}, {"bias", &bias, pt}}));
   MEMWALL_ASSIGN_OR_RETURN(const auto rows_n, RowsAndWidth(op, y));
-  const auto [rows, n] = rows_n;
+  const int64_t rows = rows_n.first, n = rows_n.second;  // captured below, as in LayerNorm
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"bias", &bias}, n, "y's last dimension"));
   float* py = y.data_as<float>();
   const void* pb = bias.data();
@@ -592,7 +596,7 @@ absl::Status BiasBackward(const Tensor& dy, const Tensor& dbias, Stream& stream)
   MEMWALL_ASSIGN_OR_RETURN(const DType pt, StorageType(op, {{"dbias", &dbias}}));
   MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"dy", &dy}, {"dbias", &dbias, pt}}));
   MEMWALL_ASSIGN_OR_RETURN(const auto rows_n, RowsAndWidth(op, dy));
-  const auto [rows, n] = rows_n;
+  const int64_t rows = rows_n.first, n = rows_n.second;  // captured below, as in LayerNorm
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"dbias", &dbias}, n, "dy's last dimension"));
   const float* pdy = dy.data_as<float>();
   void* pdb = dbias.data();

@@ -98,6 +98,11 @@ class Communicator {
   absl::Status CheckPair(const Tensor& send, const Tensor& recv, absl::string_view op) const;
 };
 
+// A dead or stuck rank: a collective of the MPI backend that waits longer
+// than MEMWALL_COLLECTIVE_TIMEOUT_S (default 600 s) ends its process with
+// exit code 75 and a line naming the collective (collective_watchdog.h), so
+// a job never hangs in one; mpirun then ends the others.
+//
 // kAuto: a single process when the launch has one rank; otherwise NCCL for a
 // CUDA device and MPI for the CpuDevice. Requesting a backend that was not
 // built in, or one that cannot reach `device`'s memory, is an error. The

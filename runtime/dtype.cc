@@ -1,5 +1,6 @@
 #include "runtime/dtype.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <unistd.h>
 
@@ -49,16 +50,22 @@ absl::string_view ConvertPathName(ConvertPath path) {
   return "unknown";
 }
 
+// CPUID leaf 1, ECX bit 29 (clang before 15 has no "f16c" for
+// __builtin_cpu_supports).
+bool HasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+
 bool ConvertPathSupported(ConvertPath path) {
   switch (path) {
     case ConvertPath::kBest:
     case ConvertPath::kScalar:
       return true;
     case ConvertPath::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && HasF16c();
     case ConvertPath::kAvx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && HasF16c();
   }
   return false;
 }

@@ -19,6 +19,17 @@ namespace {
 
 std::string Errno() { return std::strerror(errno); }
 
+// A failed write or fsync of `tmp` (the file being replaced is `path`): a
+// full disk is ResourceExhausted, anything else DataLoss; both name the
+// file and say that what was there before is untouched.
+absl::Status WriteError(absl::string_view what, const std::string& tmp, const std::string& path) {
+  const int err = errno;
+  const std::string message = absl::StrCat(what, " ", tmp, " failed: ", std::strerror(err), "; ", path,
+                                           " is left as it was");
+  if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(message);
+  return absl::DataLossError(message);
+}
+
 // Keeps protobuf's first parse error (line, column, message) instead of
 // letting it log them.
 class FirstError : public google::protobuf::io::ErrorCollector {
@@ -51,7 +62,8 @@ absl::Status AtomicFile::Write(const void* data, size_t bytes) {
   while (bytes > 0) {
     const ssize_t n = ::write(fd_, p, bytes);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return absl::DataLossError(absl::StrCat("write to ", tmp_, " failed: ", Errno(), " (disk full?)"));
+    if (n == 0) errno = EIO;  // no progress
+    if (n <= 0) return WriteError("write to", tmp_, path_);
     p += n;
     bytes -= static_cast<size_t>(n);
     bytes_ += static_cast<uint64_t>(n);
@@ -61,7 +73,7 @@ absl::Status AtomicFile::Write(const void* data, size_t bytes) {
 
 absl::Status AtomicFile::Commit() {
   if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": committed twice"));
-  if (::fsync(fd_) != 0) return absl::DataLossError(absl::StrCat("fsync ", tmp_, ": ", Errno()));
+  if (::fsync(fd_) != 0) return WriteError("fsync of", tmp_, path_);
   ::close(fd_);
   fd_ = -1;
   if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/collective_watchdog.h"
 #include "runtime/communicator.h"
 #include "runtime/communicator_internal.h"
 #include "runtime/launch.h"
@@ -65,6 +66,7 @@ class MpiCommunicator final : public Communicator {
   absl::Status DoAllReduce(const Tensor& send, const Tensor& recv, ReduceOp op,
                            Stream& stream) override {
     return stream.EnqueueHost([this, send, recv, op]() -> absl::Status {
+      const WatchedCollective watch("AllReduce", rank_);
       const size_t n = send.numel();
       if (HasNativeType(send.dtype())) {
         return AllReduceNative(send.data(), recv.data(), n, send.dtype(), op);
@@ -81,6 +83,7 @@ class MpiCommunicator final : public Communicator {
                                Stream& stream) override {
     MEMWALL_RETURN_IF_ERROR(CheckCount(send.numel(), "ReduceScatter"));
     return stream.EnqueueHost([this, send, recv, op]() -> absl::Status {
+      const WatchedCollective watch("ReduceScatter", rank_);
       const size_t n = send.numel();
       std::vector<int> counts(size_);
       for (int r = 0; r < size_; ++r) counts[r] = static_cast<int>(BlockShard(n, size_, r).size);
@@ -107,6 +110,7 @@ class MpiCommunicator final : public Communicator {
   absl::Status DoAllGather(const Tensor& send, const Tensor& recv, Stream& stream) override {
     MEMWALL_RETURN_IF_ERROR(CheckCount(recv.numel(), "AllGather"));
     return stream.EnqueueHost([this, send, recv]() -> absl::Status {
+      const WatchedCollective watch("AllGather", rank_);
       const size_t n = recv.numel();
       std::vector<int> counts(size_), displs(size_);
       for (int r = 0; r < size_; ++r) {
@@ -129,6 +133,7 @@ class MpiCommunicator final : public Communicator {
                         Stream& stream) override {
     MEMWALL_RETURN_IF_ERROR(CheckCount(send.numel(), "Reduce"));
     return stream.EnqueueHost([this, send, recv, op, root]() -> absl::Status {
+      const WatchedCollective watch("Reduce", rank_);
       const int n = static_cast<int>(send.numel());
       const bool is_root = rank_ == root;
       if (HasNativeType(send.dtype())) {
@@ -150,6 +155,7 @@ class MpiCommunicator final : public Communicator {
 
   absl::Status DoBroadcast(const Tensor& buffer, int root, Stream& stream) override {
     return stream.EnqueueHost([this, buffer, root]() -> absl::Status {
+      const WatchedCollective watch("Broadcast", rank_);
       char* data = static_cast<char*>(buffer.data());
       size_t remaining = buffer.bytes();
       while (remaining > 0) {
@@ -165,6 +171,7 @@ class MpiCommunicator final : public Communicator {
 
   absl::Status DoBarrier(Stream& stream) override {
     return stream.EnqueueHost([this]() -> absl::Status {
+      const WatchedCollective watch("Barrier", rank_);
       MEMWALL_MPI_RETURN_IF_ERROR(MPI_Barrier(comm_));
       return absl::OkStatus();
     });

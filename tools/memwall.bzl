@@ -7,6 +7,8 @@
   memwall_mpi_test      one gtest binary run under `mpirun -np N` for each N
   memwall_cc_benchmark  a Google Benchmark binary (tag `benchmark`)
   memwall_cc_binary     a tool or repro binary
+  memwall_fuzz_test     a fuzz target: its corpus replay (a test) and its
+                        libFuzzer binary (--config=fuzz, tools/fuzz.sh)
 
 CUDA archs: --define=MEMWALL_CUDA_ARCHS=80,90 (the default, set in .bazelrc).
 """
@@ -115,9 +117,50 @@ def memwall_mpi_test(name, srcs = [], deps = [], ranks = [1, 2, 4], tags = [], s
             name = test_name,
             srcs = ["//tools:mpi_test_runner.sh"],
             args = [str(n), "$(location :%s_bin)" % name],
-            data = [":" + name + "_bin", "//tools:lsan_mpi.supp"],
+            data = [":" + name + "_bin"],
             size = size,
             tags = tags + ["mpi"],
         )
         tests.append(":" + test_name)
     native.test_suite(name = name, tests = tests, tags = tags)
+
+def memwall_fuzz_test(name, srcs, deps = [], mutations = 20000, size = "small", **kwargs):
+    """A fuzz target: `srcs` define LLVMFuzzerTestOneInput (tools/fuzz.h).
+
+    Its corpus is the files under `<name>_corpus/` in this package (seeds,
+    and every past finding). Creates
+      <name>_test  replays the corpus and `mutations` deterministic mutations
+                   of it (tools/fuzz_replay.cc), built like any test: CI
+                   runs it on every build, and under --config=asan;
+      <name>       the libFuzzer binary (tag manual): only with --config=fuzz
+                   (clang, in an output base of its own: tools/fuzz.sh).
+    """
+    corpus = native.glob([name + "_corpus/*"])
+    native.cc_library(
+        name = name + "_target",
+        srcs = srcs,
+        copts = MEMWALL_COPTS,
+        deps = deps + ["//tools:fuzz"],
+        testonly = True,
+        alwayslink = True,
+    )
+    native.cc_test(
+        name = name + "_test",
+        copts = MEMWALL_COPTS,
+        deps = [":" + name + "_target", "//tools:fuzz_replay"],
+        data = corpus,
+        args = ["%s/%s_corpus" % (native.package_name(), name), str(mutations)],
+        linkstatic = True,
+        size = size,
+        **kwargs
+    )
+    native.cc_binary(
+        name = name,
+        deps = [":" + name + "_target"],
+        linkopts = select({
+            "//tools:fuzzing": ["-fsanitize=fuzzer"],
+            "//conditions:default": [],
+        }),
+        testonly = True,
+        tags = ["manual"],
+    )

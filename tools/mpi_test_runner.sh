@@ -13,16 +13,10 @@ unset XML_OUTPUT_FILE GTEST_OUTPUT TEST_PREMATURE_EXIT_FILE
 # session files and shared-memory segments in /tmp and /dev/shm. A private
 # directory for both keeps them apart.
 session_dir="$(mktemp -d "${TEST_TMPDIR:-/tmp}/ompi.XXXXXX")"
-# Under --config=asan: OpenMPI's own allocations that live until exit are not
-# leaks of ours (tools/lsan_mpi.supp says which, and why).
-# Full stacks (the libraries have no frame pointers), so the entries match.
-supp="${TEST_SRCDIR:-}/${TEST_WORKSPACE:-}/tools/lsan_mpi.supp"
-if [[ -f "$supp" ]]; then
-  export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$supp:print_suppressions=0:fast_unwind_on_malloc=0"
-fi
-# mpirun hands its ranks only the variables named with -x.
+# mpirun hands its ranks only the variables named with -x (the sanitizers'
+# OpenMPI suppressions are built in: tools/mpi_sanitizers.cc).
 forward=()
-for var in LSAN_OPTIONS ASAN_OPTIONS UBSAN_OPTIONS; do
+for var in LSAN_OPTIONS ASAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS MEMWALL_COLLECTIVE_TIMEOUT_S; do
   if [[ -n "${!var:-}" ]]; then forward+=(-x "$var"); fi
 done
 export TMPDIR="$session_dir"

@@ -9,12 +9,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -87,21 +89,10 @@ class ShardReader {
                                               " bytes but the metadata says ", shard.bytes(),
                                               ": the file is truncated or was replaced"));
     }
-    const uint64_t expected = uint64_t(kHeaderBytes) + 12 * uint64_t(shard.count());
-    if (shard.bytes() != expected) {
-      return absl::DataLossError(absl::StrCat("metadata gives shard ", path, " ", shard.bytes(),
-                                              " bytes for ", shard.count(), " elements (expected ",
-                                              expected, ")"));
-    }
     if (verify_crc) MEMWALL_RETURN_IF_ERROR(r->VerifyCrc());
     char header[kHeaderBytes];
     MEMWALL_RETURN_IF_ERROR(r->Read(0, header, kHeaderBytes));
-    int64_t begin = 0, count = 0;
-    std::memcpy(&begin, header + 8, 8);
-    std::memcpy(&count, header + 16, 8);
-    if (std::memcmp(header, kMagic, 8) != 0 || begin != shard.flat_begin() || count != shard.count()) {
-      return absl::DataLossError(absl::StrCat("shard ", path, " has a bad header"));
-    }
+    MEMWALL_RETURN_IF_ERROR(CheckShardHeader(absl::string_view(header, kHeaderBytes), shard, path));
     return r;
   }
   ~ShardReader() {
@@ -167,24 +158,93 @@ absl::Status ReadRange(const std::string& dir, const CheckpointMetadata& meta,
   return absl::OkStatus();
 }
 
-// Shards must tile [0, numel) in order.
-absl::Status CheckShardsCover(const std::string& dir, const CheckpointMetadata& meta) {
+}  // namespace
+
+std::string CheckpointMarker(const std::string& metadata) {
+  const uint32_t crc = uint32_t(crc32_z(0, reinterpret_cast<const Bytef*>(metadata.data()), metadata.size()));
+  return absl::StrFormat("crc32 %08x\n", crc);
+}
+
+absl::StatusOr<CheckpointMetadata> ParseCheckpointMetadata(const std::string& marker, const std::string& metadata,
+                                                           const std::string& step_dir) {
+  if (CheckpointMarker(metadata) != marker) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", step_dir, ": ", kMetadata,
+                                            " does not match the checksum in ", kMarker,
+                                            " (corrupt metadata)"));
+  }
+  CheckpointMetadata meta;
+  if (!meta.ParseFromString(metadata) || meta.format_version() != 1) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", step_dir, ": cannot parse ", kMetadata));
+  }
+  MEMWALL_RETURN_IF_ERROR(ValidateCheckpointMetadata(meta, step_dir));
+  return meta;
+}
+
+absl::Status ValidateCheckpointMetadata(const CheckpointMetadata& meta, const std::string& step_dir) {
+  auto bad = [&](auto&&... what) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", step_dir, ": ", kMetadata, " ", what...));
+  };
+  if (meta.world_size() < 1) return bad("has world_size ", meta.world_size());
+  if (meta.stage() < 0 || meta.stage() > 3) return bad("has stage ", meta.stage());
+  if (meta.precision() != "fp32" && meta.precision() != "bf16" && meta.precision() != "fp16") {
+    return bad("has precision \"", meta.precision(), "\"");
+  }
+  if (meta.numel() < 1) return bad("has numel ", meta.numel());
+  if (meta.step() < 0 || meta.adam_step() < 0 || meta.adam_step() > meta.step() || meta.clean_steps() < 0) {
+    return bad("has step ", meta.step(), ", adam_step ", meta.adam_step(), ", clean_steps ", meta.clean_steps());
+  }
+  if (meta.global_batch() < 1 || meta.seq() < 1) {
+    return bad("has global_batch ", meta.global_batch(), " and seq ", meta.seq());
+  }
+  if (!(meta.loss_scale() > 0) || !std::isfinite(meta.loss_scale())) return bad("has loss_scale ", meta.loss_scale());
+  // Shards tile [0, numel) in order, one file each, named inside the
+  // directory (a name is never a path: a checkpoint cannot point elsewhere).
   int64_t at = 0;
   for (const CheckpointShard& sh : meta.shards()) {
-    if (sh.flat_begin() != at || sh.count() < 0) {
-      return absl::DataLossError(absl::StrCat("checkpoint ", dir, ": shard ", sh.file(),
-                                              " starts at ", sh.flat_begin(), ", expected ", at));
+    const std::string& f = sh.file();
+    if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos || f.find('\0') != std::string::npos) {
+      return bad("names a shard file \"", f, "\" (a file name in the checkpoint directory is expected)");
+    }
+    if (sh.rank() < 0 || sh.rank() >= meta.world_size()) return bad("gives shard ", f, " rank ", sh.rank());
+    if (sh.flat_begin() != at || sh.count() < 0 || sh.count() > meta.numel() - at) {
+      return bad("gives shard ", f, " elements [", sh.flat_begin(), ", +", sh.count(), "), expected from ", at,
+                 " within ", meta.numel());
+    }
+    const uint64_t expected = uint64_t(kHeaderBytes) + 12 * uint64_t(sh.count());
+    if (sh.bytes() != expected) {
+      return bad("gives shard ", f, " ", sh.bytes(), " bytes for ", sh.count(), " elements (expected ", expected, ")");
     }
     at += sh.count();
   }
-  if (at != meta.numel()) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", dir, ": the shards hold ", at,
-                                            " elements of ", meta.numel()));
+  if (at != meta.numel()) return bad("has shards holding ", at, " elements of ", meta.numel());
+  // Tensors: each inside [0, numel).
+  for (const CheckpointTensor& t : meta.tensors()) {
+    int64_t numel = 1;
+    for (int64_t d : t.shape()) {
+      if (d < 1 || numel > meta.numel() / d) return bad("gives tensor ", t.name(), " a shape beyond its ", meta.numel(), " elements");
+      numel *= d;
+    }
+    if (t.name().empty() || t.offset() < 0 || t.offset() > meta.numel() - numel) {
+      return bad("places tensor \"", t.name(), "\" at ", t.offset(), " (", numel, " elements) outside [0, ",
+                 meta.numel(), ")");
+    }
   }
   return absl::OkStatus();
 }
 
-}  // namespace
+absl::Status CheckShardHeader(absl::string_view header, const CheckpointShard& shard, const std::string& path) {
+  int64_t begin = 0, count = 0;
+  if (header.size() >= size_t(kHeaderBytes)) {
+    std::memcpy(&begin, header.data() + 8, 8);
+    std::memcpy(&count, header.data() + 16, 8);
+  }
+  if (header.size() != size_t(kHeaderBytes) || std::memcmp(header.data(), kMagic, 8) != 0 ||
+      begin != shard.flat_begin() || count != shard.count()) {
+    return absl::DataLossError(absl::StrCat("shard ", path, " has a bad header (expected MWSHARD1, elements [",
+                                            shard.flat_begin(), ", +", shard.count(), "))"));
+  }
+  return absl::OkStatus();
+}
 
 std::string CheckpointPath(const std::string& dir, int64_t step) {
   return Join(dir, absl::StrFormat("step_%08d", step));
@@ -201,18 +261,7 @@ absl::StatusOr<CheckpointMetadata> ReadCheckpointMetadata(const std::string& ste
         " marker): its save was interrupted; use an earlier checkpoint"));
   }
   MEMWALL_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(Join(step_dir, kMetadata)));
-  const uint32_t crc = uint32_t(crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
-  if (absl::StrFormat("crc32 %08x\n", crc) != *marker) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", step_dir, ": ", kMetadata,
-                                            " does not match the checksum in ", kMarker,
-                                            " (corrupt metadata)"));
-  }
-  CheckpointMetadata meta;
-  if (!meta.ParseFromString(bytes) || meta.format_version() != 1) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", step_dir, ": cannot parse ", kMetadata));
-  }
-  MEMWALL_RETURN_IF_ERROR(CheckShardsCover(step_dir, meta));
-  return meta;
+  return ParseCheckpointMetadata(*marker, bytes, step_dir);
 }
 
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
@@ -244,10 +293,13 @@ absl::Status Trainer::Agree(const absl::Status& local, absl::string_view what) {
   if (!message.empty()) {  // an OK status's message may have no data at all
     std::memcpy(mine + 4, message.data(), std::min<size_t>(message.size(), kRecord - 5));
   }
+  std::vector<char> host(int64_t{world} * kRecord);
+  // An early return still waits for the queued copies: they read `mine` and
+  // write `records` and `host`, all freed on return (declared after them).
+  absl::Cleanup drain = [&s] { (void)s.Synchronize(); };
   const Tensor slot = all.Slice(int64_t{comm_.rank()} * (kRecord / 4), kRecord / 4);
   MEMWALL_RETURN_IF_ERROR(s.Copy(slot.data(), mine, kRecord));
   MEMWALL_RETURN_IF_ERROR(comm_.AllGather(slot, all, s));
-  std::vector<char> host(int64_t{world} * kRecord);
   MEMWALL_RETURN_IF_ERROR(s.Copy(host.data(), records.data(), host.size()));
   MEMWALL_RETURN_IF_ERROR(s.Synchronize());
   if (!local.ok()) return local;
@@ -346,9 +398,10 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
   const Tensor all = Tensor::OfBuffer(info, DType::kI32, &device_);
   const int32_t mine[4] = {static_cast<int32_t>(crc), static_cast<int32_t>(bytes & 0xffffffffu),
                            static_cast<int32_t>(bytes >> 32), writes ? 1 : 0};
+  std::vector<int32_t> infos(4 * world);
+  absl::Cleanup drain = [&s] { (void)s.Synchronize(); };  // as in Agree
   MEMWALL_RETURN_IF_ERROR(s.Copy(all.Slice(4 * rank, 4).data(), mine, sizeof(mine)));
   MEMWALL_RETURN_IF_ERROR(comm_.AllGather(all.Slice(4 * rank, 4), all, s));
-  std::vector<int32_t> infos(4 * world);
   MEMWALL_RETURN_IF_ERROR(s.Copy(infos.data(), info.data(), info.bytes()));
   MEMWALL_RETURN_IF_ERROR(s.Synchronize());
 
@@ -387,9 +440,7 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
     const std::string bytes_out = meta.SerializeAsString();
     finished = WriteFileAtomically(Join(path, kMetadata), bytes_out);
     if (finished.ok()) {
-      const uint32_t mcrc =
-          uint32_t(crc32_z(0, reinterpret_cast<const Bytef*>(bytes_out.data()), bytes_out.size()));
-      finished = WriteFileAtomically(Join(path, kMarker), absl::StrFormat("crc32 %08x\n", mcrc));
+      finished = WriteFileAtomically(Join(path, kMarker), CheckpointMarker(bytes_out));
     }
   }
   MEMWALL_RETURN_IF_ERROR(Agree(finished, "writing the checkpoint metadata"));

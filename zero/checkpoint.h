@@ -38,6 +38,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "zero/checkpoint.pb.h"
 
 namespace memwall::zero {
@@ -51,6 +52,26 @@ absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir);
 
 // Reads and verifies `step_dir`'s marker and metadata (not the shards).
 absl::StatusOr<CheckpointMetadata> ReadCheckpointMetadata(const std::string& step_dir);
+
+// What ReadCheckpointMetadata does once the marker's and metadata.pb's
+// bytes are read (`step_dir` only names them): the marker must hold
+// metadata's CRC-32 (CheckpointMarker), and the metadata must parse and
+// pass ValidateCheckpointMetadata. A violation is DataLoss naming the
+// directory (fuzzed: zero/checkpoint_fuzzer.cc).
+absl::StatusOr<CheckpointMetadata> ParseCheckpointMetadata(const std::string& marker, const std::string& metadata,
+                                                           const std::string& step_dir);
+// The COMPLETE marker's contents for `metadata`'s bytes: "crc32 %08x\n".
+std::string CheckpointMarker(const std::string& metadata);
+// What any reader may rely on once this passes: world_size >= 1, a known
+// stage and precision, non-negative counters, a finite positive loss
+// scale; shards named by plain file names (never paths), tiling [0, numel)
+// in order, each of 24 + 12 count bytes; every tensor's shape positive and
+// inside [0, numel) from its offset (so no size computed from them
+// overflows).
+absl::Status ValidateCheckpointMetadata(const CheckpointMetadata& meta, const std::string& step_dir);
+// A shard file's 24-byte header ("MWSHARD1", flat begin, count) against
+// its metadata entry; DataLoss naming `path` when they differ.
+absl::Status CheckShardHeader(absl::string_view header, const CheckpointShard& shard, const std::string& path);
 
 // Writes the full fp32 weights of a checkpoint (`path`: a step directory,
 // or a directory of them for the latest) as one safetensors file in the

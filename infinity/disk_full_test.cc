@@ -1,0 +1,156 @@
+// A full disk (issue 18): a checkpoint save, a results write and an NVMe
+// swap file meet ENOSPC on a small tmpfs of their own
+// (disk_full_test.sh mounts one in a private mount namespace and names it
+// in MEMWALL_SMALL_DISK). Each returns a Status naming its path; the
+// previous checkpoint and the previous results file are intact; nothing is
+// left that LatestCheckpoint would pick, and no temporary file remains.
+// (EIO and short writes in the NVMe swap path are injected under the
+// engine by nvme_offload_mpi_test's Faults test.)
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "infinity/trainer.h"
+#include "runtime/cpu_device.h"
+#include "runtime/files.h"
+#include "zero/checkpoint.h"
+#include "zero/testing.h"
+
+namespace memwall::infinity {
+namespace {
+
+class DiskFull : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* disk = std::getenv("MEMWALL_SMALL_DISK");
+    if (disk == nullptr) GTEST_SKIP() << "run by infinity/disk_full_test.sh, which mounts the small disk";
+    disk_ = disk;
+    for (const auto& e : std::filesystem::directory_iterator(disk_)) std::filesystem::remove_all(e.path());
+  }
+
+  int64_t FreeBytes() const {
+    struct statvfs st;
+    EXPECT_EQ(::statvfs(disk_.c_str(), &st), 0);
+    return int64_t(st.f_bavail) * int64_t(st.f_frsize);
+  }
+
+  // Fills the disk, then frees `leave` bytes: the next writes run out.
+  void FillLeaving(int64_t leave) {
+    const std::string filler = disk_ + "/filler";
+    const int fd = ::open(filler.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    std::vector<char> block(64 << 10, 'x');
+    while (::write(fd, block.data(), block.size()) > 0) {
+    }
+    while (::write(fd, block.data(), 1) > 0) {
+    }
+    struct stat st;
+    ASSERT_EQ(::fstat(fd, &st), 0);
+    ASSERT_EQ(::ftruncate(fd, std::max<int64_t>(0, st.st_size - leave)), 0);
+    ::close(fd);
+  }
+
+  std::vector<std::string> TemporaryFiles() const {
+    std::vector<std::string> found;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(disk_)) {
+      if (absl::EndsWith(e.path().string(), ".tmp")) found.push_back(e.path().string());
+    }
+    return found;
+  }
+
+  std::string disk_;
+};
+
+zero::TrainerOptions Training(const std::string& swap_dir = "") {
+  zero::TrainerOptions o;
+  o.training = zero::test::SmallTraining(1, 1, zero::Precision::FP32);
+  o.training.mutable_zero()->set_stage(2);
+  if (!swap_dir.empty()) {
+    auto& off = *o.training.mutable_zero()->mutable_offload_optimizer();
+    off.set_device(zero::OffloadOptimizerConfig::NVME);
+    off.set_tile_elements(4000);
+    off.set_nvme_path(swap_dir);
+  }
+  return o;
+}
+
+TEST_F(DiskFull, ASaveThatRunsOutOfSpaceLeavesThePreviousCheckpoint) {
+  auto device = *CreateCpuDevice();
+  auto comm = CreateSingleProcessCommunicator();
+  auto model = *models::Gpt::Create(zero::test::SmallGpt());
+  auto trainer = *CreateTrainer(*model, *device, *comm, Training());
+  const std::string dir = disk_ + "/ckpt";
+  ASSERT_TRUE(trainer->Step(zero::test::SyntheticData()).ok());
+  auto first = trainer->Save(dir);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::vector<float> saved = *trainer->MasterWeights();
+  ASSERT_TRUE(trainer->Step(zero::test::SyntheticData()).ok());
+  // Room for half of a shard: the save fails inside it.
+  FillLeaving(6 * trainer->layout().numel());
+  auto second = trainer->Save(dir);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted) << second.status();
+  EXPECT_TRUE(absl::StrContains(second.status().message(), zero::CheckpointPath(dir, 2))) << second.status();
+  EXPECT_TRUE(absl::StrContains(second.status().message(), "No space left")) << second.status();
+  EXPECT_EQ(*zero::LatestCheckpoint(dir), *first);
+  EXPECT_TRUE(TemporaryFiles().empty()) << TemporaryFiles().front();
+  // The previous checkpoint loads, to exactly what was saved.
+  std::filesystem::remove(disk_ + "/filler");
+  auto fresh_model = *models::Gpt::Create(zero::test::SmallGpt());
+  auto fresh = *CreateTrainer(*fresh_model, *device, *comm, Training());
+  ASSERT_TRUE(fresh->Load(*first).ok());
+  EXPECT_EQ(zero::test::CountBitDifferences(*fresh->MasterWeights(), saved), 0u);
+  // And with room again, the same step saves whole.
+  auto again = trainer->Save(dir);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*zero::LatestCheckpoint(dir), zero::CheckpointPath(dir, 2));
+}
+
+TEST_F(DiskFull, AResultsWriteThatRunsOutOfSpaceLeavesTheOldFile) {
+  const std::string path = disk_ + "/data.csv";
+  ASSERT_TRUE(WriteFileAtomically(path, "model,throughput\nsmall,1.0\n").ok());
+  FillLeaving(4096);
+  const absl::Status st = WriteFileAtomically(path, std::string(1 << 20, 'r'));
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), path)) << st;
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), "model,throughput\nsmall,1.0\n");
+  EXPECT_TRUE(TemporaryFiles().empty()) << TemporaryFiles().front();
+}
+
+TEST_F(DiskFull, AnNvmeSwapFileThatDoesNotFitIsRefusedBeforeTraining) {
+  auto device = *CreateCpuDevice();
+  auto comm = CreateSingleProcessCommunicator();
+  auto model = *models::Gpt::Create(zero::test::SmallGpt());
+  const std::string swap = disk_ + "/swap";
+  std::filesystem::create_directories(swap);
+  // Room for a third of the states (12 bytes per parameter).
+  FillLeaving(4 * models::CountParameters(zero::test::SmallGpt()));
+  auto trainer = CreateTrainer(*model, *device, *comm, Training(swap));
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_EQ(trainer.status().code(), absl::StatusCode::kResourceExhausted) << trainer.status();
+  EXPECT_TRUE(absl::StrContains(trainer.status().message(), swap)) << trainer.status();
+  EXPECT_TRUE(absl::StrContains(trainer.status().message(), "nvme_path")) << trainer.status();
+  for (const auto& e : std::filesystem::directory_iterator(swap)) ADD_FAILURE() << "left " << e.path();
+  // With the room, the same configuration trains.
+  std::filesystem::remove(disk_ + "/filler");
+  auto ok = CreateTrainer(*model, *device, *comm, Training(swap));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE((*ok)->Step(zero::test::SyntheticData()).ok());
+}
+
+}  // namespace
+}  // namespace memwall::infinity

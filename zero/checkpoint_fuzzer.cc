@@ -1,0 +1,92 @@
+// Fuzz target: what a checkpoint directory's small files say, before any
+// shard is read (zero/checkpoint.h): the COMPLETE marker and metadata.pb
+// (ParseCheckpointMetadata), and a shard's 24-byte header
+// (CheckShardHeader). A checkpoint may come from another run, another
+// version or a damaged disk.
+// The first input byte picks what the rest is:
+//   0    metadata.pb's bytes, with the marker that matches them (so the
+//        fuzzer gets past the CRC to the parse and the validation);
+//   1    marker and metadata as given (split at the second byte's value);
+//   else a shard header (24 bytes) and the metadata entry to check it
+//        against (flat begin and count, 8 bytes each).
+// Promises checked on every input:
+//   - a refusal is DataLoss naming the directory (or the shard's path);
+//   - accepted metadata lets a reader use its numbers directly: shards
+//     tile [0, numel) with plain file names, tensors lie inside, and the
+//     sizes computed from them do not overflow (UBSan reports one).
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "tools/fuzz.h"
+#include "zero/checkpoint.h"
+
+namespace memwall::zero {
+namespace {
+
+constexpr char kDir[] = "fuzz-ckpt/step_00000007";
+
+void CheckMetadata(const std::string& marker, const std::string& metadata) {
+  auto meta = ParseCheckpointMetadata(marker, metadata, kDir);
+  if (!meta.ok()) {
+    FUZZ_CHECK(meta.status().code() == absl::StatusCode::kDataLoss, meta.status().ToString());
+    FUZZ_CHECK(absl::StrContains(meta.status().message(), kDir), meta.status().ToString());
+    return;
+  }
+  int64_t at = 0;
+  for (const CheckpointShard& sh : meta->shards()) {
+    FUZZ_CHECK(sh.flat_begin() == at && sh.count() >= 0, "shard ", sh.file(), " out of order");
+    FUZZ_CHECK(sh.file().find('/') == std::string::npos && sh.file() != "..", "shard file ", sh.file());
+    at += sh.count();
+  }
+  FUZZ_CHECK(at == meta->numel(), "shards hold ", at, " of ", meta->numel());
+  for (const CheckpointTensor& t : meta->tensors()) {
+    int64_t numel = 1;
+    for (int64_t d : t.shape()) numel *= d;
+    FUZZ_CHECK(numel >= 1 && t.offset() >= 0 && t.offset() + numel <= meta->numel(), t.name());
+  }
+}
+
+void CheckHeader(const std::string& bytes) {
+  std::string header = bytes.substr(0, 24);
+  CheckpointShard shard;
+  int64_t begin = 0, count = 0;
+  if (bytes.size() >= 40) {
+    std::memcpy(&begin, bytes.data() + 24, 8);
+    std::memcpy(&count, bytes.data() + 32, 8);
+  }
+  shard.set_flat_begin(begin);
+  shard.set_count(count);
+  const absl::Status st = CheckShardHeader(header, shard, "fuzz-ckpt/rank_00003.shard");
+  if (!st.ok()) {
+    FUZZ_CHECK(st.code() == absl::StatusCode::kDataLoss && absl::StrContains(st.message(), "rank_00003.shard"),
+               st.ToString());
+    return;
+  }
+  FUZZ_CHECK(header.size() == 24 && header.compare(0, 8, "MWSHARD1") == 0, "a header without the magic passed");
+}
+
+void Check(const uint8_t* data, size_t size) {
+  if (size == 0) return;
+  const std::string rest = fuzz::AsString(data + 1, size - 1);
+  switch (data[0]) {
+    case 0:
+      CheckMetadata(CheckpointMarker(rest), rest);
+      break;
+    case 1: {
+      if (rest.empty()) break;
+      const size_t split = std::min<size_t>(uint8_t(rest[0]), rest.size() - 1);
+      CheckMetadata(rest.substr(1, split), rest.substr(1 + split));
+      break;
+    }
+    default:
+      CheckHeader(rest);
+  }
+}
+
+}  // namespace
+}  // namespace memwall::zero
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  memwall::zero::Check(data, size);
+  return 0;
+}
