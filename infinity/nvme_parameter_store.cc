@@ -2,13 +2,13 @@
 
 #include <unistd.h>
 
+#include <mutex>
 #include <algorithm>
 #include <cstring>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "runtime/status.h"
 
 namespace memwall::infinity {
@@ -101,7 +101,7 @@ class NvmeParameterStore : public zero::ParameterStore {
   bool fails_alone() const override { return true; }
 
   absl::Status health() const override {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (broken_.ok()) return broken_;
     return absl::Status(broken_.code(),
                         absl::StrCat("NVMe parameters: resume from the last checkpoint: the swap file ", path_,
@@ -282,7 +282,7 @@ class NvmeParameterStore : public zero::ParameterStore {
 
   // Keeps the first failure (see health()) and returns `st`.
   absl::Status Break(absl::Status st) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (broken_.ok()) broken_ = st;
     return st;
   }
@@ -325,7 +325,7 @@ class NvmeParameterStore : public zero::ParameterStore {
   size_t next_in_ = 0, next_out_ = 0;
   std::unique_ptr<AioEngine> aio_;
   AioFileId file_ = -1;
-  mutable absl::Mutex mu_;
+  mutable std::mutex mu_;
   absl::Status broken_;  // the first failed transfer (reads fail on the streams' threads)
 };
 

@@ -19,6 +19,7 @@
 //     its last checkpoint bit for bit;
 //   - refusals: offload_param below stage 3, NVMe without an offloaded
 //     optimizer or without infinity::CreateTrainer.
+#include <mutex>
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -33,7 +34,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -597,10 +597,10 @@ TEST_F(ParamOffload, NvmeReadsRunAheadOfTheGatherWindow) {
   // Every call a gather makes of the store, and the test's hook points, in
   // the host's order.
   struct Log {
-    absl::Mutex mu;
+    std::mutex mu;
     std::vector<std::string> events;
     void Add(std::string e) {
-      absl::MutexLock lock(&mu);
+      std::lock_guard<std::mutex> lock(mu);
       events.push_back(std::move(e));
     }
   };

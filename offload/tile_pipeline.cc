@@ -5,6 +5,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/status.h"
 
@@ -46,6 +47,11 @@ absl::Status TilePipeline::Send(zero::ParameterStore& values, Stream& stream, co
   const int64_t n = values.elements();
   const size_t size = SizeOf(dtype_);
   MEMWALL_RETURN_IF_ERROR(stream.Synchronize());
+  // An early return (a fill that failed: an NVMe swap-in error) leaves
+  // tiles queued that still write `values`: wait for them, so that later
+  // work on `stream` never reads values being written (found by
+  // ThreadSanitizer in nvme_offload_mpi_test's fault cases).
+  absl::Cleanup drain_on_error = [this] { (void)copy_->Synchronize(); };
   for (int64_t k = 0, begin = 0; begin < n; ++k, begin += tile_) {
     const int64_t len = std::min(tile_, n - begin);
     const int slot = static_cast<int>(k % 2);
@@ -64,6 +70,7 @@ absl::Status TilePipeline::Send(zero::ParameterStore& values, Stream& stream, co
     MEMWALL_RETURN_IF_ERROR(copy_->Record(*slot_free_[slot]));
     MEMWALL_RETURN_IF_ERROR(values.EndUpdate(to, *copy_));
   }
+  std::move(drain_on_error).Cancel();
   MEMWALL_RETURN_IF_ERROR(copy_->Record(*copied_));
   MEMWALL_RETURN_IF_ERROR(values.Sync());
   return stream.Wait(*copied_);

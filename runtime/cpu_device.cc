@@ -1,15 +1,15 @@
 #include "runtime/cpu_device.h"
 
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <mutex>
 #include <thread>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "runtime/status.h"
 
 namespace memwall {
@@ -23,23 +23,23 @@ class CpuDevice;
 class CpuEvent final : public Event {
  public:
   int64_t NextGeneration() {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return ++recorded_;
   }
   int64_t LastGeneration() {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return recorded_;
   }
   void Complete(int64_t generation) {
-    absl::MutexLock lock(&mu_);
+    // Notified under the lock: a waiter that returns may destroy the event
+    // (and its condition variable) as soon as it can take the lock.
+    std::lock_guard<std::mutex> lock(mu_);
     if (generation > completed_) completed_ = generation;
+    completed_changed_.notify_all();
   }
   void WaitFor(int64_t generation) {
-    absl::MutexLock lock(&mu_);
-    auto done = [this, generation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return completed_ >= generation;
-    };
-    mu_.Await(absl::Condition(&done));
+    std::unique_lock<std::mutex> lock(mu_);
+    completed_changed_.wait(lock, [&] { return completed_ >= generation; });
   }
 
   absl::Status Synchronize() override {
@@ -47,14 +47,15 @@ class CpuEvent final : public Event {
     return absl::OkStatus();
   }
   absl::StatusOr<bool> Query() override {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return completed_ >= recorded_;
   }
 
  private:
-  absl::Mutex mu_;
-  int64_t recorded_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
+  std::mutex mu_;  // guards the two counters
+  std::condition_variable completed_changed_;
+  int64_t recorded_ = 0;
+  int64_t completed_ = 0;
 };
 
 // One worker thread runs the stream's tasks in submission order.
@@ -86,12 +87,9 @@ class CpuStream final : public Stream {
   }
 
   absl::Status Synchronize() override {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     const int64_t target = submitted_;
-    auto done = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return finished_ >= target;
-    };
-    mu_.Await(absl::Condition(&done));
+    finished_changed_.wait(lock, [&] { return finished_ >= target; });
     return error_;
   }
 
@@ -125,16 +123,19 @@ class CpuStream final : public Stream {
 
   void Fail(absl::Status status) override {
     if (status.ok()) return;
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (error_.ok()) error_ = Annotate(status, absl::StrCat("stream '", name_, "'"));
   }
 
   // Control tasks (event record/wait, stream-ordered frees) run even after
   // the stream has failed, so that nothing waiting on them hangs.
   void Submit(std::function<absl::Status()> fn, bool control = false) {
-    absl::MutexLock lock(&mu_);
-    queue_.push_back({std::move(fn), control});
-    ++submitted_;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back({std::move(fn), control});
+      ++submitted_;
+    }
+    work_ready_.notify_one();
   }
 
  private:
@@ -147,36 +148,41 @@ class CpuStream final : public Stream {
     while (true) {
       Task task;
       {
-        absl::MutexLock lock(&mu_);
-        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return !queue_.empty() || stopping_;
-        };
-        mu_.Await(absl::Condition(&ready));
+        std::unique_lock<std::mutex> lock(mu_);
+        work_ready_.wait(lock, [this] { return !queue_.empty() || stopping_; });
         if (queue_.empty()) return;  // stopping, and drained
         task = std::move(queue_.front());
         queue_.pop_front();
         if (!task.control && !error_.ok()) {
           ++finished_;
+          lock.unlock();
+          finished_changed_.notify_all();
           continue;
         }
       }
       absl::Status status = task.fn();
-      absl::MutexLock lock(&mu_);
-      if (!status.ok() && error_.ok()) {
-        error_ = Annotate(status, absl::StrCat("stream '", name_, "'"));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!status.ok() && error_.ok()) {
+          error_ = Annotate(status, absl::StrCat("stream '", name_, "'"));
+        }
+        ++finished_;
       }
-      ++finished_;
+      finished_changed_.notify_all();
     }
   }
 
   CpuDevice* const device_;
   const std::string name_;
-  absl::Mutex mu_;
-  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
-  int64_t submitted_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t finished_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  // mu_ guards the queue, the counters, stopping_ and error_.
+  std::mutex mu_;
+  std::condition_variable work_ready_;       // the queue grew, or stopping_
+  std::condition_variable finished_changed_;  // finished_ grew
+  std::deque<Task> queue_;
+  int64_t submitted_ = 0;
+  int64_t finished_ = 0;
+  bool stopping_ = false;
+  absl::Status error_;
   std::thread worker_;  // last: starts after the fields it reads exist
 };
 
@@ -224,7 +230,7 @@ class CpuDevice final : public Device {
   }
   ~CpuDevice() override {
     compute_.reset();
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (!streams_.empty()) {
       std::fprintf(stderr, "memwall: %s destroyed while %zu of its streams are alive\n",
                    name_.c_str(), streams_.size());
@@ -248,7 +254,7 @@ class CpuDevice final : public Device {
   absl::Status Synchronize() override {
     std::vector<CpuStream*> streams;
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       streams.assign(streams_.begin(), streams_.end());
     }
     absl::Status first;
@@ -260,11 +266,11 @@ class CpuDevice final : public Device {
   }
 
   void Register(CpuStream* s) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     streams_.insert(s);
   }
   void Unregister(CpuStream* s) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     streams_.erase(s);
   }
 
@@ -272,8 +278,8 @@ class CpuDevice final : public Device {
   const std::string name_;
   CpuAllocator memory_;
   CpuAllocator pinned_;
-  absl::Mutex mu_;
-  absl::flat_hash_set<CpuStream*> streams_ ABSL_GUARDED_BY(mu_);
+  std::mutex mu_;  // guards streams_
+  absl::flat_hash_set<CpuStream*> streams_;
   std::unique_ptr<CpuStream> compute_;
 };
 
@@ -284,9 +290,10 @@ CpuStream::CpuStream(CpuDevice* device, std::string name)
 
 CpuStream::~CpuStream() {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
+  work_ready_.notify_one();
   worker_.join();  // runs what was queued first
   device_->Unregister(this);
 }

@@ -2,20 +2,46 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "runtime/tensor.h"
 
 namespace memwall {
 namespace {
+
+// A one-shot flag a thread can wait for (std::, so that ThreadSanitizer sees
+// the synchronization: Debian's absl is not built with it).
+class Notification {
+ public:
+  void Notify() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      notified_ = true;
+    }
+    cv_.notify_all();
+  }
+  void WaitForNotification() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return notified_; });
+  }
+  bool HasBeenNotified() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return notified_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool notified_ = false;
+};
 
 std::unique_ptr<Device> MakeDevice(size_t budget = 0) {
   CpuDeviceOptions options;
@@ -52,7 +78,7 @@ TEST(CpuDeviceTest, EventsOrderWorkAcrossStreams) {
   auto consumer = *device->CreateStream("consumer");
   auto event = *device->CreateEvent();
   for (int round = 0; round < 20; ++round) {
-    absl::Notification release;
+    Notification release;
     std::atomic<int> value{0};
     int seen = -1;
     // The producer is held until we release it, so without the event the
@@ -87,7 +113,7 @@ TEST(CpuDeviceTest, WaitUsesTheMostRecentRecord) {
   ASSERT_TRUE(b->Synchronize().ok());
   EXPECT_TRUE(*event->Query());
 
-  absl::Notification first, second;
+  Notification first, second;
   std::atomic<int> stage{0};
   ASSERT_TRUE(a->EnqueueHost([&] { first.WaitForNotification(); stage = 1; return absl::OkStatus(); }).ok());
   ASSERT_TRUE(a->Record(*event).ok());
@@ -166,7 +192,7 @@ TEST(CpuDeviceTest, StreamOrderedFreeWaitsForQueuedWork) {
   auto device = MakeDevice();
   auto stream = *device->CreateStream("s");
   MemoryAccount& account = device->memory().account();
-  absl::Notification release;
+  Notification release;
   auto buffer = *device->Allocate(8192, MemoryTag::kActivations, stream.get());
   float* data = buffer.as<float>();
   ASSERT_TRUE(stream->EnqueueHost([&] {

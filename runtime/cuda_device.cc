@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 
-#include "absl/synchronization/mutex.h"
 #include "runtime/cuda_check.h"
 #endif
 
@@ -97,7 +97,7 @@ class CudaStream final : public Stream {
   }
   absl::Status Synchronize() override {
     MEMWALL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return host_error_;
   }
   absl::Status Copy(void* dst, const void* src, size_t bytes) override {
@@ -121,11 +121,11 @@ class CudaStream final : public Stream {
         [](void* arg) {
           std::unique_ptr<Call> c(static_cast<Call*>(arg));
           {
-            absl::MutexLock lock(&c->stream->mu_);
+            std::lock_guard<std::mutex> lock(c->stream->mu_);
             if (!c->stream->host_error_.ok()) return;  // sticky: skip later work
           }
           absl::Status status = c->fn();
-          absl::MutexLock lock(&c->stream->mu_);
+          std::lock_guard<std::mutex> lock(c->stream->mu_);
           if (!status.ok() && c->stream->host_error_.ok()) {
             c->stream->host_error_ =
                 Annotate(status, absl::StrCat("stream '", c->stream->name_, "'"));
@@ -139,7 +139,7 @@ class CudaStream final : public Stream {
 
   void Fail(absl::Status status) override {
     if (status.ok()) return;
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (host_error_.ok()) host_error_ = Annotate(status, absl::StrCat("stream '", name_, "'"));
   }
 
@@ -147,8 +147,8 @@ class CudaStream final : public Stream {
   CudaDevice* const device_;
   const std::string name_;
   cudaStream_t stream_;
-  absl::Mutex mu_;
-  absl::Status host_error_ ABSL_GUARDED_BY(mu_);
+  std::mutex mu_;
+  absl::Status host_error_;
 };
 
 // Sets the calling thread's current device for the scope of a call.

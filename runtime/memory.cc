@@ -66,7 +66,7 @@ MemoryAccount::MemoryAccount(std::string name, size_t budget_bytes)
 }
 
 absl::Status MemoryAccount::Reserve(MemoryTag tag, size_t bytes) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   const int t = static_cast<int>(tag);
   if (budget_ != 0 && (bytes > budget_ || state_.total_current > budget_ - bytes)) {
     std::string in_use;
@@ -90,7 +90,7 @@ absl::Status MemoryAccount::Reserve(MemoryTag tag, size_t bytes) {
 }
 
 void MemoryAccount::Release(MemoryTag tag, size_t bytes) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   const int t = static_cast<int>(tag);
   if (bytes > state_.current[t]) {
     std::fprintf(stderr, "memwall: %s: releasing %zu bytes of %s but only %zu are held\n",
@@ -103,30 +103,30 @@ void MemoryAccount::Release(MemoryTag tag, size_t bytes) {
 }
 
 size_t MemoryAccount::current(MemoryTag tag) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return state_.current[static_cast<int>(tag)];
 }
 size_t MemoryAccount::peak(MemoryTag tag) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return state_.peak[static_cast<int>(tag)];
 }
 size_t MemoryAccount::total_current() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return state_.total_current;
 }
 size_t MemoryAccount::total_peak() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return state_.total_peak;
 }
 
 void MemoryAccount::ResetPeaks() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   state_.peak = state_.current;
   state_.total_peak = state_.total_current;
 }
 
 MemorySnapshot MemoryAccount::Snapshot() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return state_;
 }
 

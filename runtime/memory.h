@@ -12,6 +12,7 @@
 #ifndef MEMWALL_RUNTIME_MEMORY_H_
 #define MEMWALL_RUNTIME_MEMORY_H_
 
+#include <mutex>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -20,7 +21,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 
 namespace memwall {
 
@@ -86,8 +86,8 @@ class MemoryAccount {
  private:
   const std::string name_;
   const size_t budget_;
-  mutable absl::Mutex mu_;
-  MemorySnapshot state_ ABSL_GUARDED_BY(mu_);
+  mutable std::mutex mu_;
+  MemorySnapshot state_;
 };
 
 }  // namespace memwall

@@ -63,20 +63,20 @@ int64_t TimelineNowNs() {
 }
 
 Timeline::ZoneId Timeline::Add(absl::string_view track, ZoneKind kind, absl::string_view label, int64_t bytes) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   zones_.push_back(Zone{std::string(track), kind, -1, -1, bytes, std::string(label)});
   return first_id_ + static_cast<ZoneId>(zones_.size()) - 1;
 }
 
 void Timeline::AddSpan(absl::string_view track, ZoneKind kind, int64_t begin_ns, int64_t end_ns, int64_t bytes) {
   if (!enabled_) return;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   zones_.push_back(Zone{std::string(track), kind, begin_ns, end_ns, bytes});
 }
 
 void Timeline::Stamp(ZoneId id, bool end) {
   const int64_t now = TimelineNowNs();
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   const ZoneId index = id - first_id_;
   if (index < 0 || index >= static_cast<ZoneId>(zones_.size())) return;  // cleared meanwhile
   (end ? zones_[index].end_ns : zones_[index].begin_ns) = now;
@@ -129,12 +129,12 @@ HostZone::~HostZone() {
 }
 
 std::vector<Zone> Timeline::Zones() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return zones_;
 }
 
 void Timeline::Clear() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   first_id_ += static_cast<ZoneId>(zones_.size());
   zones_.clear();
 }

@@ -24,13 +24,13 @@
 #ifndef MEMWALL_RUNTIME_TIMELINE_H_
 #define MEMWALL_RUNTIME_TIMELINE_H_
 
+#include <mutex>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "runtime/device.h"
 
 namespace memwall {
@@ -103,11 +103,11 @@ class Timeline {
   void Stamp(ZoneId id, bool end);
 
   const bool enabled_;
-  mutable absl::Mutex mu_;
-  std::vector<Zone> zones_ ABSL_GUARDED_BY(mu_);
+  mutable std::mutex mu_;
+  std::vector<Zone> zones_;
   // The id of zones_[0]: ids stay unique across Clear(), so a stamp for a
   // zone cleared meanwhile is dropped instead of landing on a newer one.
-  ZoneId first_id_ ABSL_GUARDED_BY(mu_) = 0;
+  ZoneId first_id_ = 0;
 };
 
 // A zone of work on `stream`, from construction to destruction, each end

@@ -1,9 +1,10 @@
 #!/bin/bash
 # Checkpoints across launches (issue 5, "Done when"), each phase a gtest of
 # checkpoint_mpi_test run under mpirun by tools/mpi_test_runner.sh:
-#   1. re-partitioning: saved by 4 ranks at stage 3, resumed by 2 at stage 2;
-#      saved by 2 at stage 1, resumed by 4 at stage 3; the resumed losses and
-#      weights match a single-rank stage-0 run within 1e-5;
+#   1. re-partitioning: saved by 4 ranks at stage 3, resumed by 2 at stage 2
+#      and by 3 at stage 2 (shards that do not divide evenly); saved by
+#      2 at stage 1, resumed by 4 at stage 3; the resumed losses and weights
+#      match a single-rank stage-0 run within 1e-5;
 #   2. a rank killed (SIGKILL) after writing its shard of the step-4 save:
 #      the job fails, the directory holds the shard but no marker, and the
 #      next launch finds step 2 as the latest, refuses step 4 and saves it
@@ -22,6 +23,7 @@ phase() {  # N DIR STAGE TEST
 
 phase 4 "$tmp/r42" 3 SaveForRepartition || fail "save on 4 ranks"
 phase 2 "$tmp/r42" 2 ResumeAfterRepartition || fail "resume 4 -> 2"
+phase 3 "$tmp/r42" 2 ResumeAfterRepartition || fail "resume 4 -> 3"
 phase 2 "$tmp/r24" 1 SaveForRepartition || fail "save on 2 ranks"
 phase 4 "$tmp/r24" 3 ResumeAfterRepartition || fail "resume 2 -> 4"
 

@@ -22,6 +22,8 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
+#include "models/safetensors.h"
+#include "zero/checkpoint.h"
 #include "zero/estimator.h"
 #include "zero/testing.h"
 #include "zero/trainer.h"
@@ -47,6 +49,8 @@ struct Case {
   float clip = 1.0f;
   float initial_loss_scale = 65536.0f;
   bool bandwidth_centric = false;  // stage 3's partitioning (ZeRO-Infinity §6.1)
+  models::GptConfig model = Small();
+  int64_t seq = 16;
   std::string Name() const {
     return absl::StrCat("stage ", stage, overlap ? " overlap" : "", " micro ", micro_batch, " x ",
                         accumulation, " ", PrecisionName(precision), bandwidth_centric ? " bandwidth-centric" : "");
@@ -55,7 +59,7 @@ struct Case {
 
 TrainerOptions Options(const Case& s) {
   TrainerOptions o;
-  o.training.set_seq(16);
+  o.training.set_seq(s.seq);
   o.training.set_micro_batch(s.micro_batch);
   o.training.set_accumulation(s.accumulation);
   o.training.set_precision(s.precision);
@@ -87,8 +91,8 @@ TrainerOptions Options(const Case& s) {
 
 Outcome Train(Communicator& comm, const Case& s, int steps = 20) {
   auto device = *CreateCpuDevice();
-  auto model = *models::Gpt::Create(Small());
-  auto data = models::SyntheticSource(50000, 256, 3);
+  auto model = *models::Gpt::Create(s.model);
+  auto data = models::SyntheticSource(50000, s.model.vocab(), 3);
   auto trainer = Trainer::Create(*model, *device, comm, Options(s));
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   Outcome r;
@@ -131,6 +135,68 @@ TEST_F(Stages, EveryStageMatchesSingleRankStageZero) {
       }
     }
   }
+}
+
+// 53 parameters (hidden 1, one layer, 24 tokens, 2 positions): a flat
+// buffer that neither 2 nor 4 ranks divide (shards of 27 and 14 elements,
+// the last one padded). Every stage trains as stage 0 on one rank, and a
+// stage-3 checkpoint consolidates to exactly its 53 master weights, each
+// tensor from its own offset.
+TEST_F(Stages, AnOddParameterCountTrainsAndConsolidatesAtEveryStage) {
+  models::GptConfig odd = test::SmallGpt(1, 1);
+  odd.set_name("odd");
+  odd.set_heads(1);
+  odd.set_vocab(24);
+  odd.set_positions(2);
+  ASSERT_EQ(models::CountParameters(odd), 53);
+  auto single = CreateSingleProcessCommunicator();
+  Case ref;
+  ref.model = odd;
+  ref.seq = 2;
+  ref.micro_batch = 4;
+  const Outcome one = Train(*single, ref);
+  ASSERT_EQ(one.weights.size(), 53u);
+  for (int stage : {1, 2, 3}) {
+    Case s = ref;
+    s.stage = stage;
+    s.overlap = stage >= 2;
+    s.micro_batch = 4 / W();
+    const Outcome got = Train(*comm_, s);
+    test::ExpectSameTraining(got.losses, one.losses, got.weights, one.weights,
+                             absl::StrCat("53 parameters, ", s.Name(), ", world ", W()));
+  }
+  // Stage 3 saves, rank 0 consolidates.
+  Case s = ref;
+  s.stage = 3;
+  s.micro_batch = 4 / W();
+  auto device = *CreateCpuDevice();
+  auto model = *models::Gpt::Create(odd);
+  auto data = models::SyntheticSource(50000, odd.vocab(), 3);
+  auto trainer = *Trainer::Create(*model, *device, *comm_, Options(s));
+  for (int step = 0; step < 3; ++step) ASSERT_TRUE(trainer->Step(*data).ok());
+  const std::vector<float> weights = *trainer->MasterWeights();
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/odd53_w", W());
+  auto saved = trainer->Save(dir);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  if (comm_->rank() != 0) return;
+  const std::string out = dir + ".safetensors";
+  ASSERT_TRUE(ConsolidateCheckpoint(*saved, out).ok());
+  auto file = models::SafetensorsFile::Read(out);
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto meta = ReadCheckpointMetadata(*saved);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  int64_t total = 0;
+  for (const CheckpointTensor& t : meta->tensors()) {
+    const models::SafetensorsEntry* e = file->Find(t.name());
+    ASSERT_NE(e, nullptr) << t.name();
+    const auto* values = reinterpret_cast<const float*>(file->data(*e));
+    for (int64_t i = 0; i < e->numel(); ++i) {
+      ASSERT_EQ(values[i], weights[t.offset() + i]) << t.name() << "[" << i << "]";
+    }
+    total += e->numel();
+  }
+  EXPECT_EQ(total, 53);
 }
 
 TEST_F(Stages, ExactSumsGiveStageZerosWeightsBitForBit) {
