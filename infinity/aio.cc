@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <liburing.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -308,25 +309,53 @@ void AioEngine::SetFaultInjector(AioFaultInjector injector) {
   impl_->fault = std::move(injector);
 }
 
-absl::StatusOr<AioFileId> CreateSwapFile(AioEngine& aio, const std::string& path, int64_t bytes,
-                                         const std::string& what, const std::string& dir_field) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+SwapFile& SwapFile::operator=(SwapFile&& other) noexcept {
+  if (this != &other) {
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    id_ = std::exchange(other.id_, -1);
+    lock_fd_ = std::exchange(other.lock_fd_, -1);
+  }
+  return *this;
+}
+
+SwapFile::~SwapFile() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+absl::StatusOr<SwapFile> CreateSwapFile(AioEngine& aio, const std::string& path, int64_t bytes,
+                                        const std::string& what, const std::string& dir_field) {
+  // Locked before it is truncated: never touch a file another process holds.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
     return absl::FailedPreconditionError(absl::StrCat(what, ": cannot create the swap file ", path, ": ",
                                                       std::strerror(errno), " (check ", dir_field, ")"));
   }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": the swap file ", path, " is in use by another process (",
+        err == EWOULDBLOCK ? "another job with the same " : "cannot lock it; check ", dir_field,
+        err == EWOULDBLOCK ? "?): give each job its own directory" : absl::StrCat(": ", std::strerror(err), ")")));
+  }
   // Allocated now, not sparse: a disk too small fails here, before
   // training, rather than in a swap-out hours in (posix_fallocate returns
   // the error; file systems without fallocate get a sized sparse file).
-  int err = bytes > 0 ? ::posix_fallocate(fd, 0, bytes) : 0;
+  int err = ::ftruncate(fd, 0) == 0 ? 0 : errno;
+  if (err == 0 && bytes > 0) err = ::posix_fallocate(fd, 0, bytes);
   if (err == EOPNOTSUPP || err == EINVAL) err = ::ftruncate(fd, bytes) == 0 ? 0 : errno;
-  ::close(fd);
   if (err != 0) {
-    ::unlink(path.c_str());
+    ::unlink(path.c_str());  // while still locked: nobody else's file
+    ::close(fd);
     return absl::ResourceExhaustedError(absl::StrCat(what, ": cannot allocate the swap file ", path, " (", bytes,
                                                      " bytes): ", std::strerror(err), " (check ", dir_field, ")"));
   }
-  return aio.Open({path}, /*create=*/false);
+  absl::StatusOr<AioFileId> id = aio.Open({path}, /*create=*/false);
+  if (!id.ok()) {
+    ::close(fd);
+    return id.status();
+  }
+  return SwapFile(*id, fd);
 }
 
 absl::StatusOr<AioFileId> AioEngine::Open(const std::vector<std::string>& paths, bool create) {

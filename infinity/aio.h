@@ -29,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -113,11 +114,36 @@ class AioEngine {
   std::unique_ptr<Impl> impl_;
 };
 
-// A fresh swap file: `path` created (or truncated) to `bytes` zero bytes
-// (sparse), then opened on `aio`. Errors start with `what` ("NVMe
+// A swap file this process holds: its id on the engine, and an exclusive
+// flock on it, held until destruction, so that a second process given the
+// same directory (two jobs on one machine, one nvme_path) is refused
+// instead of truncating the first one's states. Move-only.
+class SwapFile {
+ public:
+  SwapFile() = default;
+  SwapFile(AioFileId id, int lock_fd) : id_(id), lock_fd_(lock_fd) {}
+  SwapFile(SwapFile&& other) noexcept { *this = std::move(other); }
+  SwapFile& operator=(SwapFile&& other) noexcept;
+  SwapFile(const SwapFile&) = delete;
+  SwapFile& operator=(const SwapFile&) = delete;
+  ~SwapFile();  // releases the lock
+
+  AioFileId id() const { return id_; }
+  // Whether this process holds the file (and so may unlink it).
+  bool held() const { return lock_fd_ >= 0; }
+
+ private:
+  AioFileId id_ = -1;
+  int lock_fd_ = -1;
+};
+
+// A fresh swap file: `path` locked (FailedPrecondition when another process
+// holds it), truncated and allocated to `bytes` zero bytes (not sparse: a
+// disk that is too small is refused here, ResourceExhausted, not in a
+// swap-out later), then opened on `aio`. Errors start with `what` ("NVMe
 // offload") and point at `dir_field`, the config field of its directory.
-absl::StatusOr<AioFileId> CreateSwapFile(AioEngine& aio, const std::string& path, int64_t bytes,
-                                         const std::string& what, const std::string& dir_field);
+absl::StatusOr<SwapFile> CreateSwapFile(AioEngine& aio, const std::string& path, int64_t bytes,
+                                        const std::string& what, const std::string& dir_field);
 
 // Memory aligned for O_DIRECT (kAioAlignment), freed with std::free.
 struct AlignedFree {

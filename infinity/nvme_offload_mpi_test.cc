@@ -14,7 +14,8 @@
 //   - a pinned-host budget that CPU offload does not fit ("does not fit")
 //     trains under NVMe offload, within the budget;
 //   - refusals: a budget below three swap buffers (with the numbers), a
-//     swap directory that does not exist.
+//     swap directory that does not exist, a second job on the same swap
+//     files.
 #include <unistd.h>
 
 #include <atomic>
@@ -415,6 +416,35 @@ TEST_F(NvmeOffload, RefusesABudgetBelowThreeSwapBuffersAndAMissingDirectory) {
   auto plain = zero::Trainer::Create(*model, *device, *comm_, Options(Case{2, OffloadOptimizerConfig::NVME}, W()));
   EXPECT_EQ(plain.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(plain.status().message().find("infinity::CreateTrainer"), std::string::npos) << plain.status();
+}
+
+// Two jobs given one nvme_path on one machine would write the same swap
+// files: the second is refused, naming the file, and the first trains on
+// with its file intact (a flock on each swap file, held while its store
+// lives; a store refused this way does not delete the holder's file).
+TEST_F(NvmeOffload, ASecondJobOnTheSameSwapFilesIsRefused) {
+  const Case c{2, OffloadOptimizerConfig::NVME};
+  auto device = *CreateCpuDevice();
+  auto model = *models::Gpt::Create(zero::test::SmallGpt());
+  auto first = CreateTrainer(*model, *device, *comm_, Options(c, W()));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE((*first)->Step(zero::test::SyntheticData()).ok());
+  auto other_device = *CreateCpuDevice();
+  auto other_model = *models::Gpt::Create(zero::test::SmallGpt());
+  auto second = CreateTrainer(*other_model, *other_device, *comm_, Options(c, W()));
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
+  EXPECT_NE(second.status().message().find(absl::StrCat("memwall_states_rank", comm_->rank(), ".swap")),
+            std::string::npos) << second.status();
+  EXPECT_NE(second.status().message().find("in use by another process"), std::string::npos) << second.status();
+  const std::string file = absl::StrCat(SwapDir(), "/memwall_states_rank", comm_->rank(), ".swap");
+  EXPECT_TRUE(std::filesystem::exists(file)) << "the refused store deleted the holder's file";
+  ASSERT_TRUE((*first)->Step(zero::test::SyntheticData()).ok());
+  first->reset();
+  EXPECT_FALSE(std::filesystem::exists(file)) << "the holder removes its file";
+  // Once the first is gone, the directory is free again.
+  auto third = CreateTrainer(*other_model, *other_device, *comm_, Options(c, W()));
+  EXPECT_TRUE(third.ok()) << third.status();
 }
 
 }  // namespace

@@ -71,7 +71,9 @@ class NvmeParameterStore : public zero::ParameterStore {
     // The engine first: it finishes every read still in flight (one whose
     // wait a failed stream skipped) before it closes the file under them.
     aio_.reset();
-    ::unlink(path_.c_str());
+    // Only a file this store holds (locked), and before the lock goes
+    // with file_: never another process's swap file.
+    if (file_.held()) ::unlink(path_.c_str());
   }
 
   absl::Status Init(const NvmeParameterStoreOptions& o) {
@@ -129,7 +131,7 @@ class NvmeParameterStore : public zero::ParameterStore {
     slot.used = false;
     const Span span = SpanOf(begin, n);
     if (health().ok()) {
-      absl::StatusOr<AioRequest> read = aio_->Read(file_, span.first, slot.buffer.data(), span.bytes());
+      absl::StatusOr<AioRequest> read = aio_->Read(file_.id(), span.first, slot.buffer.data(), span.bytes());
       if (!read.ok()) {
         (void)Break(read.status());
       } else {
@@ -162,7 +164,7 @@ class NvmeParameterStore : public zero::ParameterStore {
         if (!done.ok() || !*done) continue;
       }
       const Span span = SpanOf(begin, n);
-      absl::StatusOr<AioRequest> read = aio_->Read(file_, span.first, slot.buffer.data(), span.bytes());
+      absl::StatusOr<AioRequest> read = aio_->Read(file_.id(), span.first, slot.buffer.data(), span.bytes());
       if (!read.ok()) {
         (void)Break(read.status());
         return false;
@@ -212,7 +214,7 @@ class NvmeParameterStore : public zero::ParameterStore {
     if (head != 0 || (tail != 0 && !shard_end)) {
       // The edge blocks hold neighbours: read them once every write is in.
       MEMWALL_RETURN_IF_ERROR(SettleWrites());
-      absl::StatusOr<AioRequest> read = aio_->Read(file_, slot.span.first, slot.buffer.data(), slot.span.bytes());
+      absl::StatusOr<AioRequest> read = aio_->Read(file_.id(), slot.span.first, slot.buffer.data(), slot.span.bytes());
       if (!read.ok()) return Break(read.status());
       if (absl::Status st = aio_->Wait(*read); !st.ok()) return Break(st);
     } else if (tail != 0) {
@@ -225,7 +227,7 @@ class NvmeParameterStore : public zero::ParameterStore {
     for (SwapOut& s : out_) {
       if (!Holds(s.buffer, updated)) continue;
       MEMWALL_RETURN_IF_ERROR(stream.Synchronize());  // the copy into it is done
-      absl::StatusOr<AioRequest> write = aio_->Write(file_, s.span.first, s.buffer.data(), s.span.bytes());
+      absl::StatusOr<AioRequest> write = aio_->Write(file_.id(), s.span.first, s.buffer.data(), s.span.bytes());
       if (!write.ok()) return Break(write.status());
       s.request = *std::move(write);
       s.writing = true;
@@ -324,7 +326,7 @@ class NvmeParameterStore : public zero::ParameterStore {
   std::vector<SwapOut> out_;
   size_t next_in_ = 0, next_out_ = 0;
   std::unique_ptr<AioEngine> aio_;
-  AioFileId file_ = -1;
+  SwapFile file_;  // locked while this store lives
   mutable std::mutex mu_;
   absl::Status broken_;  // the first failed transfer (reads fail on the streams' threads)
 };

@@ -45,9 +45,11 @@ class NvmeStateStore : public zero::OptimizerStateStore {
 
   ~NvmeStateStore() override {
     for (Slot& s : slots_) (void)Settle(s);
-    if (aio_ != nullptr && file_ >= 0) (void)aio_->Close(file_);
+    if (aio_ != nullptr && file_.id() >= 0) (void)aio_->Close(file_.id());
     aio_.reset();
-    ::unlink(path_.c_str());
+    // Only a file this store holds (locked), and before the lock goes
+    // with file_: never another process's swap file.
+    if (file_.held()) ::unlink(path_.c_str());
   }
 
   absl::Status Init(Device& device, const NvmeStateStoreOptions& o, int64_t count) {
@@ -113,7 +115,7 @@ class NvmeStateStore : public zero::OptimizerStateStore {
       slot->state = SlotState::kIdle;  // a clean copy
       return absl::OkStatus();
     }
-    absl::StatusOr<AioRequest> write = aio_->Write(file_, g.index * group_bytes_, slot->buffer.data(), group_bytes_);
+    absl::StatusOr<AioRequest> write = aio_->Write(file_.id(), g.index * group_bytes_, slot->buffer.data(), group_bytes_);
     if (!write.ok()) return Break(write.status());
     slot->request = *std::move(write);
     slot->state = SlotState::kWriting;
@@ -169,7 +171,7 @@ class NvmeStateStore : public zero::OptimizerStateStore {
   }
 
   absl::Status StartRead(Slot& s, int64_t k) {
-    absl::StatusOr<AioRequest> read = aio_->Read(file_, k * group_bytes_, s.buffer.data(), group_bytes_);
+    absl::StatusOr<AioRequest> read = aio_->Read(file_.id(), k * group_bytes_, s.buffer.data(), group_bytes_);
     if (!read.ok()) return Break(read.status());
     s.request = *std::move(read);
     s.group = k;
@@ -208,7 +210,7 @@ class NvmeStateStore : public zero::OptimizerStateStore {
   const int64_t group_bytes_;
   std::vector<Slot> slots_;
   std::unique_ptr<AioEngine> aio_;
-  AioFileId file_ = -1;
+  SwapFile file_;  // locked while this store lives
   int64_t clock_ = 0;
   absl::Status broken_;  // the first failed transfer
 };

@@ -15,7 +15,10 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 #define FUZZ_CHECK(condition, ...)                                                        \
   do {                                                                                     \
@@ -30,6 +33,13 @@ namespace memwall::fuzz {
 
 inline std::string AsString(const uint8_t* data, size_t size) {
   return std::string(reinterpret_cast<const char*>(data), size);
+}
+
+// Every target's promise about a refusal: its code, and a message that
+// names the input (`origin`: the file name the target gave the parser).
+inline void CheckRefusal(const absl::Status& status, absl::StatusCode code, absl::string_view origin) {
+  FUZZ_CHECK(status.code() == code, status.ToString());
+  FUZZ_CHECK(absl::StrContains(status.message(), origin), status.ToString());
 }
 
 }  // namespace memwall::fuzz
