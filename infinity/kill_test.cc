@@ -27,8 +27,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -208,9 +208,9 @@ void KillRepeatedly(bool nvme, int kills) {
   std::printf("kill window: %.1f ms after \"save N\"\n", window * 1e3);
   Reference reference(nvme);
   uint64_t seed = nvme ? 0x6e766d65 : 0x6b696c6c;
-  std::map<std::string, bool> verified;  // step directory -> complete
+  std::set<std::string> verified;  // step directories loaded and checked
   int64_t latest_step = -1;
-  std::map<std::string, bool> refused_dirs;  // incomplete directories seen
+  std::set<std::string> refused_dirs;  // step directories seen incomplete
   for (int kill = 0; kill < kills; ++kill) {
     int out = -1;
     const pid_t pid = Spawn(dir, nvme, &out);
@@ -233,11 +233,11 @@ void KillRepeatedly(bool nvme, int kills) {
         ASSERT_EQ(meta.status().code(), absl::StatusCode::kFailedPrecondition)
             << "kill " << kill << " (after " << delay_us << " us): " << meta.status();
         ASSERT_TRUE(absl::StrContains(meta.status().message(), "incomplete")) << meta.status();
-        ASSERT_FALSE(verified[step_dir]) << step_dir << " was complete and is not any more";
-        refused_dirs[step_dir] = true;
+        ASSERT_FALSE(verified.contains(step_dir)) << step_dir << " was complete and is not any more";
+        refused_dirs.insert(step_dir);
         continue;
       }
-      if (verified[step_dir]) continue;  // a complete directory is never rewritten
+      if (verified.contains(step_dir)) continue;  // a complete directory is never rewritten
       auto run = Start(nvme, TmpDir("verify_swap"));
       ASSERT_TRUE(run.ok()) << run.status();
       const absl::Status loaded = run->trainer->Load(step_dir);
@@ -249,7 +249,7 @@ void KillRepeatedly(bool nvme, int kills) {
       ASSERT_TRUE(run->trainer->Step(zero::test::SyntheticData()).ok());
       ASSERT_EQ(zero::test::CountBitDifferences(*run->trainer->MasterWeights(), reference.At(step + 1)), 0u)
           << "the step after loading " << step_dir << " differs from the uninterrupted run's";
-      verified[step_dir] = true;
+      verified.insert(step_dir);
     }
     auto latest = zero::LatestCheckpoint(dir);
     if (!latest.ok() && latest_step < 0) {  // killed in the very first save
@@ -267,6 +267,7 @@ void KillRepeatedly(bool nvme, int kills) {
   std::printf("%d kills: %zu complete checkpoints verified, %zu incomplete directories refused\n", kills,
               verified.size(), refused_dirs.size());
   EXPECT_GT(refused_dirs.size(), 0u) << "no kill landed inside a save: the window is wrong";
+  EXPECT_GT(verified.size(), 0u) << "no save ever completed: nothing was checked to load exactly";
 }
 
 TEST(KillTest, FiftyKillsDuringSavesLoseNothing) { KillRepeatedly(/*nvme=*/false, 50); }
