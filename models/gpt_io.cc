@@ -1,6 +1,7 @@
 #include "models/gpt_io.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 #include <vector>
 
@@ -114,6 +115,41 @@ absl::Status ExportGpt(Gpt& model, const std::vector<float>& values, const std::
   return WriteSafetensors(path, tensors, {{"format", "pt"}});
 }
 
+namespace {
+
+// The LM head is wte (one tensor, gpt.h). A file may carry it again as
+// "lm_head.weight", as transformers writes a tied model; that copy must be
+// wte's values, or loading would drop a head that was trained apart from
+// the embedding.
+template <typename Bad>
+absl::Status CheckTiedHead(const SafetensorsFile& file, const Bad& bad) {
+  const SafetensorsEntry* head = file.Find("lm_head.weight");
+  if (head == nullptr) head = file.Find(kPrefix + "lm_head.weight");
+  if (head == nullptr) return absl::OkStatus();
+  const SafetensorsEntry* wte = file.Find("wte.weight");
+  if (wte == nullptr) wte = file.Find(kPrefix + "wte.weight");
+  if (wte == nullptr) return absl::OkStatus();  // reported as missing
+  if (head->shape != wte->shape || !IsFloating(head->dtype)) {
+    return bad(absl::StrCat("tensor '", head->name, "' (", DTypeName(head->dtype), " ", Shape(head->shape),
+                            ") is not a copy of '", wte->name, "' (", Shape(wte->shape),
+                            "); this GPT ties its LM head to the token embedding"));
+  }
+  if (!IsFloating(wte->dtype)) return absl::OkStatus();  // reported with wte
+  std::vector<float> a(wte->numel()), b(head->numel());
+  MEMWALL_RETURN_IF_ERROR(Convert(file.data(*wte), wte->dtype, a.data(), DType::kF32, a.size()));
+  MEMWALL_RETURN_IF_ERROR(Convert(file.data(*head), head->dtype, b.data(), DType::kF32, b.size()));
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      return bad(absl::StrCat("tensor '", head->name, "' differs from '", wte->name, "' at element ", i, " (",
+                              b[i], " against ", a[i], "); this GPT ties its LM head to the token embedding, ",
+                              "so an untied head cannot be loaded"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ImportGpt(const SafetensorsFile& file, Gpt& model, Device& device) {
   auto bad = [&](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat("GPT weights ", file.path(), ": ", what));
@@ -152,6 +188,7 @@ absl::Status ImportGpt(const SafetensorsFile& file, Gpt& model, Device& device) 
     }
     source[i] = e;
   }
+  MEMWALL_RETURN_IF_ERROR(CheckTiedHead(file, bad));
   // A file tensor in fp32 lives from its first tile to its last.
   absl::flat_hash_map<const SafetensorsEntry*, size_t> last_use;
   for (size_t i = 0; i < params.size(); ++i) last_use[source[i]] = i;

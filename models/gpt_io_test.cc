@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <random>
 #include <set>
@@ -285,6 +286,43 @@ TEST_F(ImportRefuses, IntegerDtypes) {
   t[0] = {"wte.weight", DType::kI32, {300, 16}, ints_.data()};
   const std::string msg = Import(t);
   EXPECT_NE(msg.find("tensor 'wte.weight' is int32; weights must be F32, F16 or BF16"), std::string::npos) << msg;
+}
+
+// The LM head is wte, one tensor. A file that repeats it as lm_head.weight
+// (transformers' tied GPT2LMHeadModel) loads when the copy is wte's values,
+// also in another dtype that holds the same values; a head trained apart
+// from the embedding is refused rather than silently dropped.
+TEST_F(ImportRefuses, AnLmHeadThatIsNotWte) {
+  auto t = Good();
+  const Parameter& wte = *source_.model->Parameters()[0];
+  ASSERT_EQ(wte.name, "wte.weight");
+  std::vector<uint16_t> wte16(wte.numel());
+  std::vector<float> rounded(wte.numel());
+  ASSERT_TRUE(Convert(wte.value.data(), DType::kF32, wte16.data(), DType::kBF16, wte16.size()).ok());
+  ASSERT_TRUE(Convert(wte16.data(), DType::kBF16, rounded.data(), DType::kF32, rounded.size()).ok());
+  // wte in fp32 holding bf16 values, its head copy in bf16: the same values.
+  t[0] = {"transformer.wte.weight", DType::kF32, wte.shape, rounded.data()};
+  t.push_back({"lm_head.weight", DType::kBF16, wte.shape, wte16.data()});
+  {
+    const std::string path = TempPath("tied.safetensors");
+    ASSERT_TRUE(WriteSafetensors(path, t, {}).ok());
+    auto file = *SafetensorsFile::Read(path);
+    ASSERT_TRUE(ImportGpt(file, *target_.model, *target_.device).ok());
+    // One tensor: the head's logits are the embedding's rows.
+    const Parameter& loaded = *target_.model->Parameters()[0];
+    EXPECT_EQ(std::memcmp(loaded.value.data(), rounded.data(), rounded.size() * sizeof(float)), 0);
+  }
+  std::vector<uint16_t> untied = wte16;
+  untied[17] ^= 1;  // one bit of one element
+  t.back().data = untied.data();
+  std::string msg = Import(t);
+  EXPECT_NE(msg.find("tensor 'lm_head.weight' differs from 'transformer.wte.weight' at element 17"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("ties its LM head"), std::string::npos) << msg;
+  t.back().shape = {16, 300};
+  msg = Import(t);
+  EXPECT_NE(msg.find("tensor 'lm_head.weight' (bf16 [16, 300]) is not a copy of 'transformer.wte.weight'"),
+            std::string::npos) << msg;
 }
 
 // ---- Data ---------------------------------------------------------------------

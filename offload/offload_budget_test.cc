@@ -3,16 +3,41 @@
 // ("does not fit": 16 bytes per parameter is 1.2 GB) trains under offload,
 // where the device holds its 16-bit parameters (2 bytes per parameter), the
 // activations and the buckets. One rank, no MPI.
+//
+// The same run holds its pinned host memory to the plan: what the C
+// library actually handed out (mallinfo2: bytes in use, allocator rounding
+// and headers included) is within 1% of the estimator's pinned-host bytes
+// plus the device bytes in use (the CpuDevice's device memory is host memory
+// too). An allocator that rounds to powers of two would use up to 1.9x.
+#include <malloc.h>
+#if defined(__SANITIZE_ADDRESS__)
+// <sanitizer/allocator_interface.h>, which gcc's packages do not install.
+extern "C" size_t __sanitizer_get_current_allocated_bytes();
+#endif
+
 #include <string>
 
 #include "gtest/gtest.h"
 #include "offload/host_optimizer.h"
 #include "runtime/cpu_device.h"
+#include "zero/estimator.h"
 
 namespace memwall::offload {
 namespace {
 
 constexpr size_t kBudget = size_t{1} << 30;
+
+// Bytes the C library has handed out and not taken back: glibc's count,
+// rounding and chunk headers included; under AddressSanitizer, which
+// replaces malloc, the bytes it holds for the program.
+int64_t HeapInUse() {
+#if defined(__SANITIZE_ADDRESS__)
+  return static_cast<int64_t>(__sanitizer_get_current_allocated_bytes());
+#else
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<int64_t>(m.uordblks + m.hblkhd);
+#endif
+}
 
 models::GptConfig Wide() {
   models::GptConfig c;
@@ -51,6 +76,8 @@ TEST(OffloadBudget, TrainsAModelStageZeroRefuses) {
     EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted) << t.status();
     EXPECT_NE(t.status().message().find("does not fit"), std::string::npos) << t.status();
   }
+  const auto heap = HeapInUse;
+  const int64_t heap_before = heap();
   CpuDeviceOptions opts;
   opts.memory_budget_bytes = kBudget;
   auto device = *CreateCpuDevice(opts);
@@ -67,6 +94,22 @@ TEST(OffloadBudget, TrainsAModelStageZeroRefuses) {
   EXPECT_EQ(dev.peak(MemoryTag::kMasterParams) + dev.peak(MemoryTag::kOptimizerStates) +
                 dev.peak(MemoryTag::kGrads),
             0u);
+  // Pinned host memory: the plan, and what the allocator really took.
+  zero::EstimateInput in;
+  in.model = Wide();
+  in.training = Options(2, true).training;
+  in.optimizer = HostOptimizerProvider();
+  auto plan = zero::EstimateMemory(in);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const MemoryAccount& host = device->pinned_host().account();
+  EXPECT_EQ(int64_t(host.total_peak()), plan->host_bytes);
+  ASSERT_EQ(host.total_current(), host.total_peak()) << "the pinned buffers live as long as the trainer";
+  const int64_t pinned_footprint = heap() - heap_before - int64_t(dev.total_current());
+  EXPECT_NEAR(double(pinned_footprint), double(plan->host_bytes), 0.01 * double(plan->host_bytes))
+      << "the allocator took " << pinned_footprint << " bytes of host memory for a plan of " << plan->host_bytes;
+  std::printf("pinned host: plan %.2f MiB, accounted %.2f MiB, allocator footprint %.2f MiB (%.4fx the plan)\n",
+              plan->host_bytes / 1048576.0, host.total_current() / 1048576.0, pinned_footprint / 1048576.0,
+              double(pinned_footprint) / double(plan->host_bytes));
   std::printf("Ψ = %lld: offload device peak %.1f MiB of the 1024 MiB budget (stage 0 would need %.1f MiB of "
               "model states)\n",
               (long long)psi, dev.total_peak() / 1048576.0, 16.0 * psi / 1048576.0);

@@ -337,6 +337,10 @@ TEST_F(Checkpoints, ConsolidatedFileHoldsTheMasterWeightsUnderHuggingFaceNames) 
     offset += p->numel();
   }
   EXPECT_EQ(offset, static_cast<int64_t>(weights.size()));
+  // The tied LM head stays one tensor: wte once, no lm_head.weight, Ψ
+  // counting it once.
+  EXPECT_EQ(file->Find("lm_head.weight"), nullptr);
+  EXPECT_EQ(offset, models::CountParameters(s->model->config()));
   // It loads into a fresh model (fp32 stage 0: the master is the model).
   auto single = CreateSingleProcessCommunicator();
   auto fresh = Start(*single, {0, Precision::FP32});

@@ -38,6 +38,7 @@ struct Outcome {
   std::vector<float> weights;
   std::vector<bool> skipped;
   std::vector<float> loss_scales;
+  std::vector<double> grad_norms;
 };
 
 struct Case {
@@ -104,6 +105,7 @@ Outcome Train(Communicator& comm, const Case& s, int steps = 20) {
     r.losses.push_back(st->loss);
     r.skipped.push_back(st->skipped);
     r.loss_scales.push_back(st->loss_scale);
+    r.grad_norms.push_back(st->grad_norm);
   }
   auto weights = (*trainer)->MasterWeights();
   EXPECT_TRUE(weights.ok()) << weights.status();
@@ -135,6 +137,53 @@ TEST_F(Stages, EveryStageMatchesSingleRankStageZero) {
       }
     }
   }
+}
+
+// The reported gradient norm (the one clipping uses) is the norm of the
+// whole step's gradient: every micro-batch of the accumulation on every
+// rank, and both uses of the tied wte (the LM head's gradient and the
+// embedding's, which 4 KiB buckets flush separately). The reference takes
+// the same global batch in one micro-batch on one rank, so it has no
+// accumulation and no buckets to miss; the norm of one micro-batch's share
+// alone is far from it.
+TEST_F(Stages, TheGradientNormCoversEveryMicroBatchAndBothUsesOfTheTiedWte) {
+  constexpr int64_t kGlobal = 8;
+  constexpr int kSteps = 3;
+  auto single = CreateSingleProcessCommunicator();
+  Case ref;
+  ref.micro_batch = kGlobal;
+  const Outcome one = Train(*single, ref, kSteps);
+  ASSERT_EQ(one.grad_norms.size(), size_t{kSteps});
+  for (int stage : {0, 1, 2, 3}) {
+    Case s;
+    s.stage = stage;
+    s.overlap = stage >= 2;
+    s.micro_batch = 1;
+    s.accumulation = kGlobal / W();
+    const Outcome got = Train(*comm_, s, kSteps);
+    ASSERT_EQ(got.grad_norms.size(), size_t{kSteps}) << s.Name();
+    for (int i = 0; i < kSteps; ++i) {
+      EXPECT_NEAR(got.grad_norms[i], one.grad_norms[i], 1e-5 * one.grad_norms[i])
+          << s.Name() << ", world " << W() << ", step " << i + 1;
+    }
+  }
+  // The comparison can fail: one micro-batch's share of the gradient has a
+  // norm far from the whole step's.
+  auto device = *CreateCpuDevice();
+  auto model = *models::Gpt::Create(Small());
+  TrainerOptions o = Options(ref);
+  o.training.set_micro_batch(1);
+  o.edit_micro_batch = [](int, int64_t micro, int64_t tokens, int32_t*, int32_t* targets) {
+    if (micro != 0) std::fill(targets, targets + tokens, -1);
+  };
+  o.training.set_accumulation(kGlobal);
+  auto trainer = Trainer::Create(*model, *device, *single, o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto data = models::SyntheticSource(50000, Small().vocab(), 3);
+  auto first = (*trainer)->Step(*data);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_GT(std::abs(first->grad_norm - one.grad_norms[0]), 0.1 * one.grad_norms[0])
+      << "one micro-batch's norm " << first->grad_norm << " against the step's " << one.grad_norms[0];
 }
 
 // 53 parameters (hidden 1, one layer, 24 tokens, 2 positions): a flat
