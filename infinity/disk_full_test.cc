@@ -144,6 +144,11 @@ TEST_F(DiskFull, AnNvmeSwapFileThatDoesNotFitIsRefusedBeforeTraining) {
   EXPECT_EQ(trainer.status().code(), absl::StatusCode::kResourceExhausted) << trainer.status();
   EXPECT_TRUE(absl::StrContains(trainer.status().message(), swap)) << trainer.status();
   EXPECT_TRUE(absl::StrContains(trainer.status().message(), "nvme_path")) << trainer.status();
+  // Refused from the plan, before any swap file is made.
+  EXPECT_TRUE(absl::StrContains(trainer.status().message(), "the plan needs")) << trainer.status();
+  EXPECT_TRUE(absl::StrContains(trainer.status().message(), "memwall_states_rank0.swap")) << trainer.status();
+  EXPECT_EQ(device->memory().account().total_peak(), 0u) << "nothing allocated for a refused plan";
+  EXPECT_EQ(device->pinned_host().account().total_peak(), 0u) << "nothing pinned for a refused plan";
   for (const auto& e : std::filesystem::directory_iterator(swap)) ADD_FAILURE() << "left " << e.path();
   // With the room, the same configuration trains.
   std::filesystem::remove(disk_ + "/filler");

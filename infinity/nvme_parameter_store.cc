@@ -359,7 +359,7 @@ MemoryPlan NvmeParameterStorePlan(const NvmeParameterStoreOptions& o) {
   for (int64_t i = 0; i < kParamSwapOutBuffers; ++i) {
     plan.Add(absl::StrCat("param swap-out buffer ", i), MemorySpace::kPinnedHost, o.tag, bytes);
   }
-  plan.Add("param swap file", MemorySpace::kNvme, o.tag, FileBytes(o));
+  plan.AddFile("param swap file", SwapPath(o), o.tag, FileBytes(o));
   return plan;
 }
 

@@ -247,8 +247,8 @@ MemoryPlan NvmeStateStorePlan(const NvmeStateStoreOptions& o) {
   }
   // The swap file: a third master weights, two thirds Adam moments.
   const int64_t state = SwapFileBytes(o) / 3;
-  plan.Add("swap file: master", MemorySpace::kNvme, MemoryTag::kMasterParams, state)
-      .Add("swap file: exp_avg, exp_avg_sq", MemorySpace::kNvme, MemoryTag::kOptimizerStates, 2 * state);
+  plan.AddFile("swap file: master", SwapPath(o), MemoryTag::kMasterParams, state)
+      .AddFile("swap file: exp_avg, exp_avg_sq", SwapPath(o), MemoryTag::kOptimizerStates, 2 * state);
   return plan;
 }
 

@@ -164,6 +164,9 @@ absl::Status ImportGpt(const SafetensorsFile& file, Gpt& model, Device& device) 
   }
   for (const SafetensorsEntry& e : file.entries()) {
     const std::string name = Unprefixed(e.name);
+    if (name != e.name && file.Find(name) != nullptr) {
+      return bad(absl::StrCat("tensors '", e.name, "' and '", name, "' are both present; which one is meant?"));
+    }
     if (Ignored(name)) continue;
     if (!wanted.count(name)) {
       return bad(absl::StrCat("tensor '", e.name, "' is not a parameter of this ",

@@ -44,9 +44,9 @@ absl::Status ExportGpt(Gpt& model, const std::vector<float>& values, const std::
 // F32, F16 or BF16 (converted to the bound dtype, rounding to nearest even). Ignored: "attn.bias" and
 // "attn.masked_bias" mask buffers, and "lm_head.weight" when it holds wte's
 // values (the head is tied to wte: one tensor here). Any missing name, other
-// extra name, wrong shape, integer dtype or an lm_head.weight that differs
-// from wte is an InvalidArgument naming the tensor, reported before any
-// value is written.
+// extra name, name present both with and without the prefix, wrong shape,
+// integer dtype or an lm_head.weight that differs from wte is an
+// InvalidArgument naming the tensor, reported before any value is written.
 // A tiled model takes each projection's tiles from the whole tensor.
 absl::Status ImportGpt(const SafetensorsFile& file, Gpt& model, Device& device);
 

@@ -271,6 +271,11 @@ TEST_F(ImportRefuses, WrongAndMissingNames) {
   t.pop_back();
   msg = Import(t);
   EXPECT_NE(msg.find("tensor 'ln_f.bias' is missing"), std::string::npos) << msg;
+  t = Good();
+  t.push_back(t[1]);
+  t.back().name = "transformer." + t[1].name;
+  msg = Import(t);
+  EXPECT_NE(msg.find("tensors 'transformer.wpe.weight' and 'wpe.weight' are both present"), std::string::npos) << msg;
 }
 
 TEST_F(ImportRefuses, WrongShapes) {

@@ -7,18 +7,58 @@
 //     numel * itemsize bytes, and writing them out again (the writer
 //     memwall exports with) reads back as the same tensors and metadata;
 //   - a GptConfig inferred from it passes the config validation, so its
-//     parameter count is a positive int64 (the validation bounds it).
+//     parameter count is a positive int64 (the validation bounds it);
+//   - importing it into that model (when small) either refuses with
+//     InvalidArgument naming the file, or loads every parameter with the
+//     file's values, and only when an lm_head.weight, if any, is wte's.
 #include <cstring>
+#include <vector>
 
+#include "models/flat_storage.h"
 #include "models/gpt.h"
 #include "models/gpt_io.h"
 #include "models/safetensors.h"
+#include "runtime/cpu_device.h"
 #include "tools/fuzz.h"
 
 namespace memwall::models {
 namespace {
 
 constexpr char kOrigin[] = "fuzz-input.safetensors";
+
+// The file's tensor `name` (or "transformer." + name) as fp32, or empty.
+std::vector<float> Values(const SafetensorsFile& file, const std::string& name) {
+  const SafetensorsEntry* e = file.Find(name);
+  if (e == nullptr) e = file.Find("transformer." + name);
+  if (e == nullptr || !IsFloating(e->dtype)) return {};
+  std::vector<float> out(e->numel());
+  if (!Convert(file.data(*e), e->dtype, out.data(), DType::kF32, out.size()).ok()) return {};
+  return out;
+}
+
+void CheckImport(const SafetensorsFile& file, const GptConfig& config) {
+  static Device* device = CreateCpuDevice()->release();
+  auto model = Gpt::Create(config);
+  if (!model.ok()) return;
+  auto storage = BindFlatStorage(**model, *device, false);
+  FUZZ_CHECK(storage.ok(), storage.status().ToString());
+  const absl::Status st = ImportGpt(file, **model, *device);
+  if (!st.ok()) {
+    fuzz::CheckRefusal(st, absl::StatusCode::kInvalidArgument, kOrigin);
+    return;
+  }
+  for (const Parameter* p : (*model)->Parameters()) {
+    const std::vector<float> want = Values(file, p->name);
+    FUZZ_CHECK(int64_t(want.size()) == p->numel(), p->name, " loaded from no tensor of its size");
+    FUZZ_CHECK(std::memcmp(p->value.data(), want.data(), want.size() * sizeof(float)) == 0, p->name,
+               " differs from the file");
+  }
+  if (file.Find("lm_head.weight") != nullptr || file.Find("transformer.lm_head.weight") != nullptr) {
+    const std::vector<float> head = Values(file, "lm_head.weight"), wte = Values(file, "wte.weight");
+    FUZZ_CHECK(head.size() == wte.size() && std::memcmp(head.data(), wte.data(), wte.size() * sizeof(float)) == 0,
+               "an lm_head.weight that is not wte was accepted");
+  }
+}
 
 void Check(const uint8_t* data, size_t size) {
   auto file = SafetensorsFile::Parse(fuzz::AsString(data, size), kOrigin);
@@ -48,6 +88,7 @@ void Check(const uint8_t* data, size_t size) {
     FUZZ_CHECK(ValidateConfig(*config).ok(), "an inferred config is invalid: ",
                ValidateConfig(*config).ToString());
     FUZZ_CHECK(CountParameters(*config) > 0, "no parameters");
+    if (heads == 1 && CountParameters(*config) <= (int64_t{1} << 16)) CheckImport(*file, *config);
   }
 }
 

@@ -589,6 +589,38 @@ TEST_F(Offload, RefusesWhatItCannotDo) {
   t = CreateTrainer(*model, *device, *comm_, o);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
   EXPECT_NE(t.status().message().find("needs stage 1, 2 or 3"), std::string::npos) << t.status();
+  // A pinned-host budget one byte short of the plan is refused before
+  // anything is allocated, with the plan's numbers; the plan's own bytes
+  // train (the plan is exact).
+  o = Options(c, W());
+  zero::EstimateInput in;
+  in.model = Small();
+  in.ranks = W();
+  in.training = o.training;
+  in.optimizer = HostOptimizerProvider();
+  auto plan = zero::EstimateMemory(in);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (int64_t budget : {plan->host_bytes - 1, plan->host_bytes}) {
+    CpuDeviceOptions d;
+    d.pinned_budget_bytes = budget;
+    auto limited = *CreateCpuDevice(d);
+    auto m = *models::Gpt::Create(Small());
+    auto fit = CreateTrainer(*m, *limited, *comm_, o);
+    if (budget == plan->host_bytes) {
+      ASSERT_TRUE(fit.ok()) << fit.status();
+      ASSERT_TRUE((*fit)->Step(Data()).ok());
+      EXPECT_EQ(int64_t(limited->pinned_host().account().total_peak()), budget);
+      continue;
+    }
+    EXPECT_EQ(fit.status().code(), absl::StatusCode::kResourceExhausted) << fit.status();
+    EXPECT_NE(fit.status().message().find(absl::StrCat("pinned host memory: the plan needs ",
+                                                       FormatBytes(plan->host_bytes), " (", plan->host_bytes,
+                                                       " bytes: ")),
+              std::string::npos)
+        << fit.status();
+    EXPECT_EQ(limited->pinned_host().account().total_peak(), 0u) << "nothing pinned for a refused plan";
+    EXPECT_EQ(limited->memory().account().total_peak(), 0u) << "nothing allocated for a refused plan";
+  }
 }
 
 }  // namespace

@@ -36,6 +36,7 @@ struct PlannedBuffer {
   MemoryTag tag = MemoryTag::kOther;
   int64_t bytes = 0;
   bool transient = false;  // a peak bound for buffers made and freed in use
+  std::string file;        // kNvme: the file that holds it ("" when not known)
 };
 
 class MemoryPlan {
@@ -44,6 +45,8 @@ class MemoryPlan {
   // error and aborts).
   MemoryPlan& Add(absl::string_view name, MemorySpace space, MemoryTag tag, int64_t bytes,
                   bool transient = false);
+  // Adds a kNvme buffer kept in `file` (several buffers may share a file).
+  MemoryPlan& AddFile(absl::string_view name, absl::string_view file, MemoryTag tag, int64_t bytes);
   // Adds `bytes` to the buffer `name` (made if absent; a different space or
   // tag for the same name is an internal error and aborts): for a group of
   // tensors planned one by one.
@@ -66,6 +69,19 @@ class MemoryPlan {
  private:
   std::vector<PlannedBuffer> buffers_;
 };
+
+// Whether `plan` fits what is left, checked before anything of it is
+// allocated or written: for device and pinned host memory, its total
+// against the account's budget less the bytes in use (no budget: nothing to
+// check); spaces without a budget that live in host memory (pinned host,
+// a CpuDevice's memory) together against the machine's MemAvailable; for
+// each directory of its kNvme files, their bytes against the
+// file system's available space plus what those files already occupy (they
+// are truncated and allocated again). A miss is ResourceExhausted with the
+// plan's numbers: the space, what it needs by tag and its largest buffers,
+// what is free. The files are only a lower bound on what a directory needs
+// when several ranks of a machine share it; allocating them checks the rest.
+absl::Status CheckPlanFits(const MemoryPlan& plan, Device& device);
 
 // Allocates the plan's buffer `name` from `device`'s memory of its space
 // (device memory or pinned host memory), with its tag and size.

@@ -74,18 +74,18 @@ absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
   }
   const StageParts parts = ChooseStageParts(shape.zero, shape.dtype, offload);
   const ShardOptimizerRequest request = OptimizerRequest(shape, training.adam(), nullptr);
-  const MemoryPlan optimizer =
-      offload ? in.optimizer.plan(request) : DeviceShardOptimizerPlan(request, parts.master_is_values);
+  RankPlanInput activations;
+  if (in.model.has_value()) {
+    activations.model = &*in.model;
+    activations.micro_batch = training->micro_batch();
+    activations.seq = training->seq();
+    activations.checkpointing = in.checkpointing.value_or(in.model->activation_checkpointing());
+  }
 
   Estimate e;
   e.params = shape.numel;
-  e.plan = StagePlan(shape, parts, optimizer, in.parameters);
-  if (in.model.has_value()) {
-    e.plan.Append(models::ActivationPlan(*in.model, training->micro_batch(), training->seq(), shape.dtype,
-                                         in.checkpointing.value_or(in.model->activation_checkpointing())),
-                  "model: ");
-    e.activations_counted = true;
-  }
+  e.plan = RankPlan(shape, parts, OptimizerPlan(request, parts, in.optimizer), in.parameters, activations);
+  e.activations_counted = in.model.has_value();
   e.device = e.plan.ByTag(MemorySpace::kDevice);
   e.host = e.plan.ByTag(MemorySpace::kPinnedHost);
   e.total_device_bytes = e.plan.Total(MemorySpace::kDevice);

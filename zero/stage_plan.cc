@@ -1,5 +1,6 @@
 #include "zero/stage_plan.h"
 
+#include "models/gpt.h"
 #include "zero/gradient_reduction.h"
 #include "zero/parameter_placement.h"
 
@@ -64,6 +65,22 @@ MemoryPlan StagePlan(const PlanShape& shape, const StageParts& parts, const Memo
   }
   plan.Append(optimizer, "optimizer: ");
   plan.Append(TrainerScalarsPlan(), "trainer: ");
+  return plan;
+}
+
+MemoryPlan OptimizerPlan(const ShardOptimizerRequest& request, const StageParts& parts,
+                         const ShardOptimizerProvider& provider) {
+  return provider ? provider.plan(request) : DeviceShardOptimizerPlan(request, parts.master_is_values);
+}
+
+MemoryPlan RankPlan(const PlanShape& shape, const StageParts& parts, const MemoryPlan& optimizer,
+                    const ParameterStoreProvider& parameters, const RankPlanInput& activations) {
+  MemoryPlan plan = StagePlan(shape, parts, optimizer, parameters);
+  if (activations.model != nullptr) {
+    plan.Append(models::ActivationPlan(*activations.model, activations.micro_batch, activations.seq, shape.dtype,
+                                       activations.checkpointing),
+                "model: ");
+  }
   return plan;
 }
 

@@ -6,6 +6,7 @@
 #ifndef MEMWALL_ZERO_STAGE_PLAN_H_
 #define MEMWALL_ZERO_STAGE_PLAN_H_
 
+#include "models/gpt_config.pb.h"
 #include "ops/adam_options.h"
 #include "runtime/memory_plan.h"
 #include "runtime/timeline.h"
@@ -58,6 +59,23 @@ MemoryPlan TrainerScalarsPlan();
 // set, makes stage 3's shard store) and "trainer: ...".
 MemoryPlan StagePlan(const PlanShape& shape, const StageParts& parts, const MemoryPlan& optimizer,
                      const ParameterStoreProvider& parameters = {});
+
+// The optimizer's plan: `provider`'s when set (an offloaded optimizer),
+// else the device's states.
+MemoryPlan OptimizerPlan(const ShardOptimizerRequest& request, const StageParts& parts,
+                         const ShardOptimizerProvider& provider);
+
+// Everything one rank allocates: StagePlan and, for a model, what its
+// forward and backward allocate for one micro-batch ("model: ...",
+// models::ActivationPlan). The trainer checks it against what is free
+// before it allocates anything; the estimator reports it.
+struct RankPlanInput {
+  const models::GptConfig* model = nullptr;  // none: model states and buckets only
+  int64_t micro_batch = 1, seq = 1;
+  bool checkpointing = false;
+};
+MemoryPlan RankPlan(const PlanShape& shape, const StageParts& parts, const MemoryPlan& optimizer,
+                    const ParameterStoreProvider& parameters, const RankPlanInput& activations);
 
 }  // namespace memwall::zero
 

@@ -92,6 +92,21 @@ absl::Status Trainer::Compose() {
       stage == 3 ? PersistentElements(model_, training_->zero().param_persistence_threshold(), bandwidth_owners) : 0;
   shape.zero = training_->zero();
   const StageParts parts = ChooseStageParts(training_->zero(), shape.dtype, static_cast<bool>(options_.shard_optimizer));
+  ShardOptimizerRequest request = OptimizerRequest(shape, training_.adam(), options_.timeline);
+  request.device = &device_;
+  // Refused before anything is allocated or written, with the plan's numbers.
+  RankPlanInput activations;
+  activations.model = &model_.config();
+  activations.micro_batch = training_->micro_batch();
+  activations.seq = training_->seq();
+  activations.checkpointing = model_.config().activation_checkpointing();
+  const MemoryPlan plan = RankPlan(shape, parts, OptimizerPlan(request, parts, options_.shard_optimizer),
+                                   options_.parameter_store, activations);
+  if (absl::Status st = CheckPlanFits(plan, device_); !st.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat("ZeRO stage ", stage, " on ", comm_.world_size(), " rank(s), ",
+                                                     models::CountParameters(model_.config()), " parameters: ",
+                                                     st.message()));
+  }
   if (parts.comm_stream) {
     MEMWALL_ASSIGN_OR_RETURN(comm_stream_, device_.CreateStream(kCommStreamName));
   }
@@ -110,8 +125,6 @@ absl::Status Trainer::Compose() {
       break;
     }
   }
-  ShardOptimizerRequest request = OptimizerRequest(shape, training_.adam(), options_.timeline);
-  request.device = &device_;
   if (parts.optimizer_keeps_gradients) {  // the optimizer first: the buckets feed its sink
     MEMWALL_ASSIGN_OR_RETURN(optimizer_, options_.shard_optimizer.create(request));
   }

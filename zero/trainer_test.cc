@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
 #include "runtime/cuda_device.h"
+#include "zero/estimator.h"
 
 namespace memwall::zero {
 namespace {
@@ -220,6 +221,46 @@ TEST(CudaTrainer, MatchesTheCpuDeviceInFp32AndBf16) {
       norm += double(wc[i]) * wc[i];
     }
     EXPECT_LT(std::sqrt(diff / norm), tol) << PrecisionName(p) << " weights after 20 steps";
+  }
+}
+
+// A model whose plan exceeds the device's budget is refused before
+// anything is allocated, with the plan's numbers; the plan is exact, so a
+// budget of exactly the estimate trains and one byte less is refused.
+TEST(Trainer, APlanThatDoesNotFitIsRefusedBeforeAnythingIsAllocated) {
+  for (Precision p : {Precision::FP32, Precision::BF16}) {
+    const TrainerOptions o = Options(p);
+    EstimateInput in;
+    in.model = Tiny();
+    in.training = o.training;
+    auto plan = EstimateMemory(in);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const int64_t need = plan->total_device_bytes;
+    CpuDeviceOptions exact;
+    exact.memory_budget_bytes = need;
+    {
+      TrainRun run(o, *CreateCpuDevice(exact));
+      ASSERT_NE(run.trainer, nullptr);
+      auto text = models::ByteStringSource(kText, "text");
+      for (int i = 0; i < 2; ++i) run.Step(*text);
+      EXPECT_EQ(int64_t(run.device->memory().account().total_peak()), need) << PrecisionName(p);
+    }
+    CpuDeviceOptions short_by_one;
+    short_by_one.memory_budget_bytes = need - 1;
+    auto device = *CreateCpuDevice(short_by_one);
+    auto comm = CreateSingleProcessCommunicator();
+    auto model = *models::Gpt::Create(Tiny());
+    auto t = Trainer::Create(*model, *device, *comm, o);
+    ASSERT_FALSE(t.ok()) << PrecisionName(p);
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted) << t.status();
+    for (const std::string& part : std::vector<std::string>{
+             std::string("ZeRO stage 0 on 1 rank(s), ") + std::to_string(models::CountParameters(Tiny())) + " parameters",
+          "the plan needs " + FormatBytes(need) + " (" + std::to_string(need) + " bytes: ",
+          "activations", "largest: ", "does not fit"}) {
+      EXPECT_NE(t.status().message().find(part), std::string::npos) << part << " in: " << t.status();
+    }
+    EXPECT_EQ(device->memory().account().total_peak(), 0u) << "nothing allocated for a refused plan";
+    EXPECT_EQ(model->Parameters()[0]->value.data(), nullptr) << "nothing bound";
   }
 }
 
