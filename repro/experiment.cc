@@ -81,6 +81,21 @@ absl::Status ValidateMemoryTable(const Experiment& e) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateMaxModelTable(const Experiment& e) {
+  if (e.has_model() || e.has_offload() || !e.world_sizes().empty() || !e.stages().empty() || !e.modeled().empty()) {
+    return Bad("model/offload/world_sizes/stages/modeled", "{...}",
+               "must be unset for ZERO_MAX_MODEL (max_model_table names the device, DP and MP degrees)");
+  }
+  const MaxModelTable& t = e.max_model_table();
+  if (t.device_bytes() <= 0) return Bad("max_model_table.device_bytes", t.device_bytes(), "must be > 0");
+  if (t.data_parallel() < 1) return Bad("max_model_table.data_parallel", t.data_parallel(), "must be >= 1");
+  if (t.model_parallel().empty()) return Bad("max_model_table.model_parallel", "[]", "must name at least one degree");
+  for (int64_t mp : t.model_parallel()) {
+    if (mp < 1) return Bad("max_model_table.model_parallel", mp, "must be >= 1");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateOffload(const Experiment& e) {
   const std::string kind = Experiment::Kind_Name(e.kind());
   if (e.has_model()) return Bad("model", "{...}", absl::StrCat("must be unset for ", kind, " (it runs offload.ladder)"));
@@ -195,7 +210,8 @@ absl::Status ValidateExperiment(const Experiment& e) {
   if (e.kind() == Experiment::KIND_UNSPECIFIED) {
     return Bad("kind", "KIND_UNSPECIFIED",
                "must name what to run (ZERO_MEMORY, OFFLOAD_MAX_MODEL, OFFLOAD_THROUGHPUT, INFINITY_MAX_MODEL, "
-               "INFINITY_PARTITION, INFINITY_TILING, INFINITY_PREFETCH, INFINITY_ACTIVATION_OFFLOAD, INFINITY_MEMORY)");
+               "INFINITY_PARTITION, INFINITY_TILING, INFINITY_PREFETCH, INFINITY_ACTIVATION_OFFLOAD, INFINITY_MEMORY, "
+               "ZERO_MAX_MODEL)");
   }
   if (e.device() != "cpu") {
     return Bad("device", absl::StrCat("\"", e.device(), "\""), "must be cpu (the only device these experiments measure so far)");
@@ -213,7 +229,11 @@ absl::Status ValidateExperiment(const Experiment& e) {
   if (e.kind() != Experiment::INFINITY_MEMORY && e.has_memory_table()) {
     return Bad("memory_table", "{...}", "is for INFINITY_MEMORY");
   }
+  if (e.kind() != Experiment::ZERO_MAX_MODEL && e.has_max_model_table()) {
+    return Bad("max_model_table", "{...}", "is for ZERO_MAX_MODEL");
+  }
   if (e.kind() == Experiment::ZERO_MEMORY) return ValidateZeroMemory(e);
+  if (e.kind() == Experiment::ZERO_MAX_MODEL) return ValidateMaxModelTable(e);
   if (e.kind() == Experiment::INFINITY_PARTITION) return ValidatePartition(e);
   if (e.kind() == Experiment::INFINITY_MEMORY) return ValidateMemoryTable(e);
   return ValidateOffload(e);
@@ -230,7 +250,8 @@ absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::s
     }
   }
   if (e.kind() != Experiment::ZERO_MEMORY && e.kind() != Experiment::KIND_UNSPECIFIED &&
-      e.kind() != Experiment::INFINITY_PARTITION && e.kind() != Experiment::INFINITY_MEMORY) {
+      e.kind() != Experiment::INFINITY_PARTITION && e.kind() != Experiment::INFINITY_MEMORY &&
+      e.kind() != Experiment::ZERO_MAX_MODEL) {
     OffloadSweep& o = *e.mutable_offload();
     if (o.modes().empty() && (e.kind() == Experiment::INFINITY_TILING || e.kind() == Experiment::INFINITY_PREFETCH ||
                               e.kind() == Experiment::INFINITY_ACTIVATION_OFFLOAD)) {

@@ -75,4 +75,60 @@ absl::StatusOr<std::vector<MemoryTableRow>> ModelMemoryTable(const Experiment& e
   return rows;
 }
 
+std::string MaxModelTableCsv(const MaxModelTableRow& r) {
+  return absl::StrCat(r.model_parallel, ",", r.gpus, ",", r.stage, ",", r.source, ",", r.max_params, ",",
+                      absl::StrFormat("%.6f", r.bytes_per_param));
+}
+
+absl::StatusOr<std::vector<MaxModelTableRow>> ZeroMaxModelTable(const Experiment& e) {
+  const MaxModelTable& t = e.max_model_table();
+  const int64_t budget = t.device_bytes(), nd = t.data_parallel();
+  std::vector<MaxModelTableRow> rows;
+  for (int64_t mp : t.model_parallel()) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      zero::EstimateInput in;
+      in.ranks = nd;
+      in.training = e.training();
+      in.training.mutable_zero()->set_stage(stage);
+      // Per device, for `part` parameters (one MP part): model states, and
+      // the whole plan.
+      const auto bytes = [&](int64_t part, bool whole) -> absl::StatusOr<int64_t> {
+        in.params = part;
+        MEMWALL_ASSIGN_OR_RETURN(const zero::Estimate est, zero::EstimateMemory(in));
+        return whole ? est.total_device_bytes : est.model_states_bytes;
+      };
+      MaxModelTableRow base;
+      base.model_parallel = mp;
+      base.gpus = mp * nd;
+      base.stage = stage;
+
+      MaxModelTableRow formula = base;
+      formula.source = "paper formula";
+      const double n = double(nd);
+      formula.bytes_per_param = stage == 0 ? 16.0 : stage == 1 ? 4.0 + 12.0 / n : stage == 2 ? 2.0 + 14.0 / n : 16.0 / n;
+      formula.max_params = mp * static_cast<int64_t>(double(budget) / formula.bytes_per_param);
+      rows.push_back(formula);
+
+      for (bool whole : {false, true}) {
+        // The largest part in [lo, hi) that fits: bytes grow with the part.
+        int64_t lo = 0, hi = budget * nd + 1;
+        while (hi - lo > 1) {
+          const int64_t mid = lo + (hi - lo) / 2;
+          MEMWALL_ASSIGN_OR_RETURN(const int64_t b, bytes(mid, whole));
+          (b <= budget ? lo : hi) = mid;
+        }
+        MaxModelTableRow row = base;
+        row.source = whole ? "estimator with buckets" : "estimator";
+        row.max_params = lo * mp;
+        if (lo > 0) {
+          MEMWALL_ASSIGN_OR_RETURN(const int64_t b, bytes(lo, false));
+          row.bytes_per_param = double(b) / double(lo);
+        }
+        rows.push_back(row);
+      }
+    }
+  }
+  return rows;
+}
+
 }  // namespace memwall::repro

@@ -1,3 +1,6 @@
+// The INFINITY_MEMORY and ZERO_MAX_MODEL experiments, modeled from the
+// memory estimator alone.
+//
 // The INFINITY_MEMORY experiment (ZeRO-Infinity §3, Figure 2a): what the
 // paper's models need, per placement of the model states, from the memory
 // estimator alone (zero/estimator.h: nothing is allocated or run), beside
@@ -46,6 +49,30 @@ std::string MemoryTableCsv(const MemoryTableRow& row);
 // then one estimator row per placement, at e.training()'s micro_batch and
 // seq over memory_table.ranks ranks.
 absl::StatusOr<std::vector<MemoryTableRow>> ModelMemoryTable(const Experiment& e, const std::string& configs_path);
+
+// The ZERO_MAX_MODEL experiment (ZeRO Table 2): per model-parallel degree
+// m and stage s, the largest Ψ whose model states fit one device of
+// max_model_table.device_bytes, the model split m ways and each part's
+// states partitioned over N_d = max_model_table.data_parallel ranks:
+//   paper formula   Ψ = m · device_bytes / K_s with K_s = 16, 4 + 12/N_d,
+//                   2 + 14/N_d, 16/N_d bytes per parameter (ZeRO §5.1)
+//   estimator       the largest Ψ/m (bisection over zero::EstimateMemory in
+//                   e.training()'s precision) whose model states fit, shards
+//                   padded to N_d; and the largest whose whole plan (the
+//                   reduce and all-gather buckets too) fits.
+struct MaxModelTableRow {
+  int64_t model_parallel = 1, gpus = 1;
+  int stage = 0;
+  std::string source;          // "paper formula", "estimator", "estimator with buckets"
+  int64_t max_params = 0;      // Ψ, all m parts
+  double bytes_per_param = 0;  // per device, per parameter of its part, at max_params
+};
+
+inline constexpr char kMaxModelTableCsvHeader[] = "model_parallel,gpus,stage,source,max_params,bytes_per_param";
+std::string MaxModelTableCsv(const MaxModelTableRow& row);
+
+// Per MP degree, per stage 0-3: the formula row, then the two estimator rows.
+absl::StatusOr<std::vector<MaxModelTableRow>> ZeroMaxModelTable(const Experiment& e);
 
 }  // namespace memwall::repro
 

@@ -309,8 +309,36 @@ absl::Status DriveMemoryTable(const Experiment& e, const std::string& experiment
   return absl::OkStatus();
 }
 
+// ZERO_MAX_MODEL: modeled only, in this process.
+absl::Status DriveMaxModelTable(const Experiment& e, const std::string& experiment_path, const std::string& command) {
+  MEMWALL_ASSIGN_OR_RETURN(const std::string dir, ResultsDir(e));
+  MEMWALL_ASSIGN_OR_RETURN(const std::vector<MaxModelTableRow> rows, ZeroMaxModelTable(e));
+  std::string csv = absl::StrCat(kMaxModelTableCsvHeader, "\n");
+  for (const MaxModelTableRow& r : rows) {
+    absl::StrAppend(&csv, MaxModelTableCsv(r), "\n");
+    std::printf("MP %-3lld %5lld GPUs  stage %d  %-24s %8.1fB parameters (%.4f bytes each per device)\n",
+                (long long)r.model_parallel, (long long)r.gpus, r.stage, r.source.c_str(), r.max_params / 1e9,
+                r.bytes_per_param);
+  }
+  MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/data.csv", csv));
+  MEMWALL_RETURN_IF_ERROR(RunFigureScript(FigureScript(e), {dir + "/data.csv", dir + "/figure.png"}));
+  Provenance p = ProvenanceOf(e, experiment_path, command);
+  p.measured_or_modeled = absl::StrCat(
+      "modeled, nothing run: source=estimator rows are the largest model whose per-device model states (source="
+      "estimator with buckets: whole plan, buckets included) from zero/estimator.h fit ",
+      e.max_model_table().device_bytes(), " bytes, the model split over MP ranks and partitioned over ",
+      e.max_model_table().data_parallel(), " data-parallel ranks, found by bisection; source=paper formula rows are "
+      "ZeRO §5.1's 16, 4+12/N_d, 2+14/N_d and 16/N_d bytes per parameter (shared/papers/FACTS.md), which give "
+      "ZeRO Table 2's theoretical columns");
+  p.files["data.csv"] = "per MP degree and stage: the formula row, then the estimator's without and with buckets";
+  MEMWALL_RETURN_IF_ERROR(WriteProvenance(dir + "/provenance.json", p));
+  std::printf("wrote %s/{data.csv, figure.png, provenance.json}\n", dir.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status Drive(const Experiment& e, const std::string& experiment_path, const std::string& command) {
   if (e.kind() == Experiment::INFINITY_MEMORY) return DriveMemoryTable(e, experiment_path, command);
+  if (e.kind() == Experiment::ZERO_MAX_MODEL) return DriveMaxModelTable(e, experiment_path, command);
   if (e.kind() == Experiment::INFINITY_TILING) return DriveTiling(e, experiment_path, command);
   if (e.kind() == Experiment::INFINITY_PREFETCH || e.kind() == Experiment::INFINITY_ACTIVATION_OFFLOAD) {
     return DrivePaired(e, experiment_path, command);
