@@ -24,6 +24,13 @@ bool Ignored(const std::string& name) {
   return name == "lm_head.weight" || ends(".attn.bias") || ends(".attn.masked_bias");
 }
 
+// `name` in `file`, spelled as memwall writes it or with the "transformer."
+// prefix of GPT2LMHeadModel; nullptr when neither is there.
+const SafetensorsEntry* FindEither(const SafetensorsFile& file, const std::string& name) {
+  const SafetensorsEntry* e = file.Find(name);
+  return e != nullptr ? e : file.Find(kPrefix + name);
+}
+
 std::string Shape(const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); }
 
 }  // namespace
@@ -123,11 +130,9 @@ namespace {
 // the embedding.
 template <typename Bad>
 absl::Status CheckTiedHead(const SafetensorsFile& file, const Bad& bad) {
-  const SafetensorsEntry* head = file.Find("lm_head.weight");
-  if (head == nullptr) head = file.Find(kPrefix + "lm_head.weight");
+  const SafetensorsEntry* head = FindEither(file, "lm_head.weight");
   if (head == nullptr) return absl::OkStatus();
-  const SafetensorsEntry* wte = file.Find("wte.weight");
-  if (wte == nullptr) wte = file.Find(kPrefix + "wte.weight");
+  const SafetensorsEntry* wte = FindEither(file, "wte.weight");
   if (wte == nullptr) return absl::OkStatus();  // reported as missing
   if (head->shape != wte->shape || !IsFloating(head->dtype)) {
     return bad(absl::StrCat("tensor '", head->name, "' (", DTypeName(head->dtype), " ", Shape(head->shape),
@@ -175,8 +180,7 @@ absl::Status ImportGpt(const SafetensorsFile& file, Gpt& model, Device& device) 
   }
   for (size_t i = 0; i < params.size(); ++i) {
     const Placement& at = placement[i];
-    const SafetensorsEntry* e = file.Find(at.name);
-    if (e == nullptr) e = file.Find(absl::StrCat(kPrefix, at.name));
+    const SafetensorsEntry* e = FindEither(file, at.name);
     if (e == nullptr) return bad(absl::StrCat("tensor '", at.name, "' is missing"));
     if (e->shape != at.shape) {
       return bad(absl::StrCat("tensor '", e->name, "' has shape ", Shape(e->shape), "; the model needs ",
@@ -226,18 +230,14 @@ absl::Status ImportGpt(const SafetensorsFile& file, Gpt& model, Device& device) 
 }
 
 absl::StatusOr<GptConfig> InferGptConfig(const SafetensorsFile& file, int64_t heads) {
-  auto find = [&](const std::string& name) {
-    const SafetensorsEntry* e = file.Find(name);
-    return e != nullptr ? e : file.Find(absl::StrCat(kPrefix, name));
-  };
-  const SafetensorsEntry* wte = find("wte.weight");
-  const SafetensorsEntry* wpe = find("wpe.weight");
+  const SafetensorsEntry* wte = FindEither(file, "wte.weight");
+  const SafetensorsEntry* wpe = FindEither(file, "wpe.weight");
   if (wte == nullptr || wpe == nullptr || wte->shape.size() != 2 || wpe->shape.size() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GPT weights ", file.path(), ": need 2-D 'wte.weight' and 'wpe.weight' to infer the shape"));
   }
   int64_t layers = 0;
-  while (find(absl::StrCat("h.", layers, ".ln_1.weight")) != nullptr) ++layers;
+  while (FindEither(file, absl::StrCat("h.", layers, ".ln_1.weight")) != nullptr) ++layers;
   GptConfig c;
   c.set_name(file.path());
   c.set_layers(layers);

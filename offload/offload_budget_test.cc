@@ -76,8 +76,7 @@ TEST(OffloadBudget, TrainsAModelStageZeroRefuses) {
     EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted) << t.status();
     EXPECT_NE(t.status().message().find("does not fit"), std::string::npos) << t.status();
   }
-  const auto heap = HeapInUse;
-  const int64_t heap_before = heap();
+  const int64_t heap_before = HeapInUse();
   CpuDeviceOptions opts;
   opts.memory_budget_bytes = kBudget;
   auto device = *CreateCpuDevice(opts);
@@ -104,7 +103,7 @@ TEST(OffloadBudget, TrainsAModelStageZeroRefuses) {
   const MemoryAccount& host = device->pinned_host().account();
   EXPECT_EQ(int64_t(host.total_peak()), plan->host_bytes);
   ASSERT_EQ(host.total_current(), host.total_peak()) << "the pinned buffers live as long as the trainer";
-  const int64_t pinned_footprint = heap() - heap_before - int64_t(dev.total_current());
+  const int64_t pinned_footprint = HeapInUse() - heap_before - int64_t(dev.total_current());
   EXPECT_NEAR(double(pinned_footprint), double(plan->host_bytes), 0.01 * double(plan->host_bytes))
       << "the allocator took " << pinned_footprint << " bytes of host memory for a plan of " << plan->host_bytes;
   std::printf("pinned host: plan %.2f MiB, accounted %.2f MiB, allocator footprint %.2f MiB (%.4fx the plan)\n",

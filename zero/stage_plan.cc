@@ -40,6 +40,10 @@ MemoryPlan TrainerScalarsPlan() {
   return plan;
 }
 
+namespace {
+
+// The model states' parts and the trainer's scalars (RankPlan, less the
+// activations).
 MemoryPlan StagePlan(const PlanShape& shape, const StageParts& parts, const MemoryPlan& optimizer,
                      const ParameterStoreProvider& parameters) {
   MemoryPlan plan;
@@ -67,6 +71,8 @@ MemoryPlan StagePlan(const PlanShape& shape, const StageParts& parts, const Memo
   plan.Append(TrainerScalarsPlan(), "trainer: ");
   return plan;
 }
+
+}  // namespace
 
 MemoryPlan OptimizerPlan(const ShardOptimizerRequest& request, const StageParts& parts,
                          const ShardOptimizerProvider& provider) {

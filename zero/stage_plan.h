@@ -53,20 +53,16 @@ ShardOptimizerRequest OptimizerRequest(const PlanShape& shape, const ops::AdamOp
 // kWorkspace) and "loss" ([loss sum, tokens], kCommBuffers), 8 bytes each.
 MemoryPlan TrainerScalarsPlan();
 
-// Everything the engine of one rank allocates for the model's states and
-// their traffic: "parameters: ...", "gradients: ...", "optimizer: ..."
-// (`optimizer` is the device's or a provider's plan; `parameters`, when
-// set, makes stage 3's shard store) and "trainer: ...".
-MemoryPlan StagePlan(const PlanShape& shape, const StageParts& parts, const MemoryPlan& optimizer,
-                     const ParameterStoreProvider& parameters = {});
-
 // The optimizer's plan: `provider`'s when set (an offloaded optimizer),
 // else the device's states.
 MemoryPlan OptimizerPlan(const ShardOptimizerRequest& request, const StageParts& parts,
                          const ShardOptimizerProvider& provider);
 
-// Everything one rank allocates: StagePlan and, for a model, what its
-// forward and backward allocate for one micro-batch ("model: ...",
+// Everything one rank allocates: for the model's states and their traffic
+// "parameters: ...", "gradients: ...", "optimizer: ..." (`optimizer` is the
+// device's or a provider's plan, OptimizerPlan; `parameters`, when set,
+// makes stage 3's shard store) and "trainer: ..."; and, for a model, what
+// its forward and backward allocate for one micro-batch ("model: ...",
 // models::ActivationPlan). The trainer checks it against what is free
 // before it allocates anything; the estimator reports it.
 struct RankPlanInput {
