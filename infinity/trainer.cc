@@ -50,4 +50,16 @@ absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model,
   return offload::CreateTrainer(model, device, comm, std::move(options), hooks);
 }
 
+zero::EstimateInput WithPlacements(zero::EstimateInput in, int rank) {
+  switch (in.training.zero().offload_optimizer().device()) {
+    case zero::OffloadOptimizerConfig::CPU: in.optimizer = offload::HostOptimizerProvider(); break;
+    case zero::OffloadOptimizerConfig::NVME: in.optimizer = NvmeOptimizerProvider(rank); break;
+    default: break;
+  }
+  if (in.training.zero().offload_param().device() == zero::OffloadParamConfig::NVME) {
+    in.parameters = NvmeParameterStoreProvider(rank);
+  }
+  return in;
+}
+
 }  // namespace memwall::infinity

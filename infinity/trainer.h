@@ -21,6 +21,7 @@
 #include "offload/host_optimizer.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
+#include "zero/estimator.h"
 #include "zero/trainer.h"
 
 namespace memwall::infinity {
@@ -37,6 +38,13 @@ zero::ShardOptimizerProvider NvmeOptimizerProvider(int rank, const offload::Host
 absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model, Device& device, Communicator& comm,
                                                              zero::TrainerOptions options,
                                                              const offload::HostOptimizerHooks* hooks = nullptr);
+
+// `in` with the plans of the placements in.training asks for, as
+// CreateTrainer wires them on rank `rank`: the host optimizer for
+// offload_optimizer { device: CPU }, over the NVMe store for NVME, and the
+// NVMe parameter store for offload_param { device: NVME }. Every estimate
+// of a trainer CreateTrainer builds goes through here.
+zero::EstimateInput WithPlacements(zero::EstimateInput in, int rank = 0);
 
 }  // namespace memwall::infinity
 

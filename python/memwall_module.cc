@@ -1,6 +1,8 @@
-// The `memwall` Python extension: thin pybind11 glue over plain cc_libraries.
-// A submodule per capability: memwall.dtype (runtime/dtype.h) and
-// memwall.cpu_adam (cpu_adam/cpu_adam.h), plus build_info().
+// The `memwall` Python extension (_memwall; the package memwall/__init__.py
+// re-exports it): thin pybind11 glue over plain
+// cc_libraries. memwall.dtype (runtime/dtype.h), memwall.cpu_adam
+// (cpu_adam/cpu_adam.h) and build_info() here; estimate, Trainer and
+// model_config in training.cc; load/save_safetensors in safetensors.cc.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "cpu_adam/cpu_adam.h"
+#include "python/bindings.h"
 #include "runtime/cuda_device.h"
 #include "runtime/dtype.h"
 
@@ -35,9 +38,7 @@ py::array_t<float> ToFloat32(
   return out;
 }
 
-void ThrowIfError(const absl::Status& s) {
-  if (!s.ok()) throw py::value_error(std::string(s.message()));
-}
+using python::ThrowIfError;
 
 // A C-contiguous buffer's data and element count, or a ValueError naming
 // `what` (e.g. "params[2]").
@@ -168,7 +169,7 @@ struct PyAdamW : PyAdam {
 }  // namespace
 }  // namespace memwall
 
-PYBIND11_MODULE(memwall, m) {
+PYBIND11_MODULE(_memwall, m) {
   using memwall::DType;
   m.doc() = "memwall: ZeRO, ZeRO-Offload and ZeRO-Infinity in C++";
   py::module_ dtype = m.def_submodule("dtype", "fp32 <-> fp16/bf16 conversions (runtime/dtype.h)");
@@ -234,4 +235,6 @@ PYBIND11_MODULE(memwall, m) {
     info["cuda"] = memwall::BuiltWithCuda();
     return info;
   });
+  memwall::python::BindTraining(m);
+  memwall::python::BindSafetensors(m);
 }

@@ -30,7 +30,6 @@
 #include "google/protobuf/text_format.h"
 #include "models/gpt.h"
 #include "infinity/trainer.h"
-#include "offload/host_optimizer.h"
 #include "runtime/files.h"
 #include "runtime/launch.h"
 #include "runtime/status.h"
@@ -106,14 +105,6 @@ absl::StatusOr<Estimate> Run() {
   in.params = absl::GetFlag(FLAGS_params);
   in.ranks = absl::GetFlag(FLAGS_ranks);
   MEMWALL_ASSIGN_OR_RETURN(in.training, LoadTraining());
-  switch (in.training.zero().offload_optimizer().device()) {
-    case OffloadOptimizerConfig::CPU: in.optimizer = offload::HostOptimizerProvider(); break;
-    case OffloadOptimizerConfig::NVME: in.optimizer = infinity::NvmeOptimizerProvider(/*rank=*/0); break;
-    default: break;
-  }
-  if (in.training.zero().offload_param().device() == zero::OffloadParamConfig::NVME) {
-    in.parameters = infinity::NvmeParameterStoreProvider(/*rank=*/0);
-  }
   const std::string ckpt = absl::GetFlag(FLAGS_checkpointing);
   if (ckpt == "true" || ckpt == "false") {
     in.checkpointing = ckpt == "true";
@@ -127,7 +118,7 @@ absl::StatusOr<Estimate> Run() {
   if (format != "text" && format != "json") {
     return absl::InvalidArgumentError(absl::StrCat("--format=", format, " is not text or json"));
   }
-  return EstimateMemory(in);
+  return EstimateMemory(infinity::WithPlacements(std::move(in)));
 }
 
 }  // namespace

@@ -218,15 +218,7 @@ zero::EstimateInput EstimateInputFor(const zero::TrainerOptions& options, const 
   in.model = config;
   in.ranks = ranks;
   in.training = options.training;
-  switch (options.training.zero().offload_optimizer().device()) {
-    case zero::OffloadOptimizerConfig::CPU: in.optimizer = offload::HostOptimizerProvider(); break;
-    case zero::OffloadOptimizerConfig::NVME: in.optimizer = infinity::NvmeOptimizerProvider(/*rank=*/0); break;
-    default: break;
-  }
-  if (options.training.zero().offload_param().device() == zero::OffloadParamConfig::NVME) {
-    in.parameters = infinity::NvmeParameterStoreProvider(/*rank=*/0);
-  }
-  return in;
+  return infinity::WithPlacements(std::move(in));
 }
 
 std::string TilingCsv(const TilingRow& row) {

@@ -1,0 +1,187 @@
+// memwall.estimate, memwall.Trainer and memwall.model_config: the memory
+// estimator and the ZeRO trainer over the trainer's own TrainingConfig text
+// proto (zero/training_config.proto), as //repro:estimate and
+// //repro:quickstart use them.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "infinity/trainer.h"
+#include "models/data.h"
+#include "models/gpt.h"
+#include "models/gpt_io.h"
+#include "python/bindings.h"
+#include "runtime/best_device.h"
+#include "runtime/communicator.h"
+#include "runtime/files.h"
+#include "zero/estimator.h"
+#include "zero/trainer.h"
+
+namespace py = pybind11;
+
+namespace memwall::python {
+namespace {
+
+template <typename T>
+T Unwrap(absl::StatusOr<T> v) {
+  ThrowIfError(v.status());
+  return std::move(*v);
+}
+
+zero::TrainingConfig ParseTraining(const std::string& text) {
+  zero::TrainingConfig config;
+  ThrowIfError(ParseTextProto(text, "config", &config));
+  return config;
+}
+
+models::GptConfig ParseModel(const std::string& text) {
+  models::GptConfig model;
+  ThrowIfError(ParseTextProto(text, "model", &model));
+  ThrowIfError(models::ValidateConfig(model));
+  return model;
+}
+
+py::object FromJson(const std::string& json) { return py::module_::import("json").attr("loads")(json); }
+
+py::dict Estimate(const std::string& config, const std::optional<std::string>& model, int64_t params, int64_t ranks,
+                  std::optional<bool> checkpointing, int64_t device_bytes, int64_t host_bytes,
+                  int64_t disk_bytes) {
+  zero::EstimateInput in;
+  if (model.has_value() == (params > 0)) throw py::value_error("give exactly one of model= and params= (> 0)");
+  if (model) in.model = ParseModel(*model);
+  in.params = params;
+  in.ranks = ranks;
+  in.training = ParseTraining(config);
+  in.checkpointing = checkpointing;
+  in.device_bytes = device_bytes;
+  in.host_bytes = host_bytes;
+  in.disk_bytes = disk_bytes;
+  const zero::Estimate e = Unwrap(zero::EstimateMemory(infinity::WithPlacements(std::move(in))));
+  return FromJson(e.ToJson());
+}
+
+std::string ModelConfig(const std::string& path, const std::string& name) {
+  const models::GptConfigList list = Unwrap(models::LoadConfigs(path));
+  return Unwrap(models::FindConfig(list, name)).DebugString();
+}
+
+// The trainer and everything it runs on, destroyed in reverse order.
+class PyTrainer {
+ public:
+  PyTrainer(const std::string& model, const std::string& config, const std::string& data,
+            const std::string& device) {
+    const models::GptConfig gpt = ParseModel(model);
+    zero::TrainerOptions options;
+    options.training = ParseTraining(config);
+    data_ = Unwrap(models::ByteTextSource(data));
+    device_ = Unwrap(CreateDeviceByName(device));
+    comm_ = Unwrap(CreateCommunicator(*device_));
+    model_ = Unwrap(models::Gpt::Create(gpt));
+    trainer_ = Unwrap(infinity::CreateTrainer(*model_, *device_, *comm_, std::move(options)));
+  }
+
+  py::dict Step() {
+    zero::StepStats s;
+    {
+      py::gil_scoped_release release;
+      s = Unwrap(trainer_->Step(*data_));
+    }
+    py::dict d;
+    d["step"] = s.step;
+    d["loss"] = s.loss;
+    d["lr"] = s.lr;
+    d["grad_norm"] = s.grad_norm;
+    d["skipped"] = s.skipped;
+    d["loss_scale"] = s.loss_scale;
+    d["seconds"] = s.seconds;
+    d["tokens"] = s.tokens;
+    d["tokens_per_second"] = s.tokens_per_second;
+    d["tflops"] = s.tflops;
+    d["log"] = trainer_->LogLine(s);
+    return d;
+  }
+
+  std::string Save(const std::string& dir) {
+    py::gil_scoped_release release;
+    return Unwrap(trainer_->Save(dir));
+  }
+
+  void Load(const std::string& step_dir) {
+    py::gil_scoped_release release;
+    ThrowIfError(trainer_->Load(step_dir));
+  }
+
+  void Export(const std::string& path) {
+    py::gil_scoped_release release;
+    const std::vector<float> master = Unwrap(trainer_->MasterWeights());  // every rank: a collective at stages 1-3
+    if (comm_->rank() == 0) ThrowIfError(models::ExportGpt(*model_, master, path));
+  }
+
+  int64_t steps() const { return trainer_->steps_done(); }
+  int rank() const { return comm_->rank(); }
+  int world_size() const { return comm_->world_size(); }
+  std::string device() const { return device_->name(); }
+
+ private:
+  std::unique_ptr<models::TokenSource> data_;
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<models::Gpt> model_;
+  std::unique_ptr<zero::Trainer> trainer_;
+};
+
+}  // namespace
+
+void BindTraining(py::module_& m) {
+  m.def("estimate", &Estimate, py::arg("config") = "", py::kw_only(), py::arg("model") = py::none(),
+        py::arg("params") = 0, py::arg("ranks") = 1, py::arg("checkpointing") = py::none(),
+        py::arg("device_bytes") = 0, py::arg("host_bytes") = 0, py::arg("disk_bytes") = 0,
+        R"(The memory one rank needs, before anything is launched (zero/estimator.h).
+
+config: the run's TrainingConfig as a text proto (zero/training_config.proto),
+  e.g. 'micro_batch: 4 zero { stage: 3 offload_optimizer { device: CPU } }';
+  unset fields take the trainer's defaults.
+model: a GptConfig text proto (models/gpt_config.proto; memwall.model_config
+  reads one from a list), or params=N for model states alone.
+ranks: data-parallel ranks. checkpointing: override the model's setting.
+device_bytes, host_bytes, disk_bytes: budgets per rank to check (0: none).
+
+Returns the estimate as a dict: params, model_states_bytes_per_rank,
+total_device_bytes_per_rank, host_bytes_per_rank, nvme_bytes_per_rank, bytes by
+tag for each space, and fits / fits_device / fits_host / fits_disk. The same
+numbers as `./bazelw run //repro:estimate -- --format=json`. Bad input raises
+ValueError naming the field.)");
+  m.def("model_config", &ModelConfig, py::arg("path"), py::arg("name"),
+        "The GptConfig text proto of entry `name` in a GptConfigList file (e.g. models/configs/gpt.textproto).");
+  py::class_<PyTrainer>(m, "Trainer", R"(The ZeRO trainer (zero/trainer.h) with every placement of the config.
+
+Trainer(model, config="", *, data, device="cpu")
+  model: a GptConfig text proto (see memwall.model_config).
+  config: the TrainingConfig text proto: seq, micro_batch, precision, adam,
+    schedule, zero { stage, offload_optimizer, offload_param, ... }.
+  data: a text file whose bytes are the tokens (the model's vocabulary must
+    cover 256).
+  device: "cpu" (the CpuDevice), "cuda" or "auto".
+Under `mpirun -np N python3 ...` every rank builds its own Trainer and the
+ranks train data-parallel, as the C++ tools do.)")
+      .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&>(),
+           py::arg("model"), py::arg("config") = "", py::kw_only(), py::arg("data"), py::arg("device") = "cpu")
+      .def("step", &PyTrainer::Step,
+           "One optimizer step over the next global batch. Returns a dict: step, loss, lr, grad_norm, skipped, "
+           "loss_scale, seconds, tokens, tokens_per_second, tflops, log (the trainer's log line).")
+      .def("save", &PyTrainer::Save, py::arg("dir"),
+           "Writes a sharded checkpoint to dir/step_<steps> (every rank must call it); returns that path.")
+      .def("load", &PyTrainer::Load, py::arg("step_dir"),
+           "Restores weights, Adam states, loss scale and step from a checkpoint of any stage and world size.")
+      .def("export", &PyTrainer::Export, py::arg("path"),
+           "Writes the fp32 master weights as a GPT-2 safetensors file (rank 0 writes; every rank must call it).")
+      .def_property_readonly("steps", &PyTrainer::steps)
+      .def_property_readonly("rank", &PyTrainer::rank)
+      .def_property_readonly("world_size", &PyTrainer::world_size)
+      .def_property_readonly("device", &PyTrainer::device);
+}
+
+}  // namespace memwall::python

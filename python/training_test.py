@@ -1,0 +1,174 @@
+"""memwall.estimate, memwall.Trainer and memwall.load/save_safetensors
+against the C++ tools: the estimate equals //repro:estimate's JSON; a Python
+trainer's losses and exported weights equal //repro:quickstart's on the same
+config (1 rank and 2 ranks under mpirun); a checkpoint saved and loaded in
+Python continues the run exactly."""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+import memwall
+
+PAPERS = "models/configs/papers.textproto"
+MODELS = "models/configs/gpt.textproto"
+TEXT = "data/quickstart.txt"
+STEPS = 3
+
+
+def quickstart_config(model_text, steps):
+    """//repro:quickstart's TrainingConfig (repro/quickstart.cc sets these)."""
+    positions = int(re.search(r"positions: (\d+)", model_text).group(1))
+    return (f"seq: {positions} micro_batch: 8 precision: BF16 adam {{ lr: 0.002 weight_decay: 0.01 }} "
+            f"schedule {{ warmup_steps: 20 decay_steps: {steps} }}")
+
+
+def run_quickstart(out, ranks=1):
+    cmd = ["repro/quickstart", f"--steps={STEPS}", "--device=cpu", f"--out={out}"]
+    if ranks > 1:
+        cmd = ["tools/mpi_test_runner.sh", str(ranks)] + cmd
+    text = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    first, last = re.search(r"first loss ([0-9.]+), last loss ([0-9.]+)", text).groups()
+    return float(first), float(last)
+
+
+class EstimateTest(unittest.TestCase):
+    def check_same_as_tool(self, name, config, ranks):
+        model = memwall.model_config(PAPERS, name)
+        got = memwall.estimate(config, model=model, ranks=ranks, device_bytes=32 << 30)
+        tool = subprocess.run(
+            ["repro/estimate", f"--model={PAPERS}", f"--model_name={name}", f"--ranks={ranks}", f"--set={config}",
+             "--device_bytes=34359738368", "--format=json"], capture_output=True, text=True)
+        self.assertIn(tool.returncode, (0, 1), tool.stderr)
+        self.assertEqual(got, json.loads(tool.stdout))
+        return got
+
+    def test_paper_models_equal_the_command_line_tool(self):
+        offload = self.check_same_as_tool("offload_10b", "zero { stage: 2 offload_optimizer { device: CPU } }", 1)
+        self.assertGreater(offload["host_bytes_per_rank"], 12 * offload["params"])  # fp32 master + m + v on the host
+        stage0 = self.check_same_as_tool("offload_10b", "zero { stage: 0 }", 1)
+        self.assertFalse(stage0["fits"])   # ZeRO-Offload §6.2.1: 10B does not fit one 32 GB GPU without offload
+        self.assertTrue(offload["fits"])
+        nvme = self.check_same_as_tool(
+            "offload_10b", "zero { stage: 3 offload_optimizer { device: NVME nvme_path: '/tmp' } }", 16)
+        self.assertGreater(nvme["nvme_bytes_per_rank"], 0)
+
+    def test_params_alone_follow_the_zero_formula(self):
+        psi = 1 << 30
+        for stage, per_rank in ((0, 16 * psi), (1, 4 * psi + 12 * psi // 64), (2, 2 * psi + 14 * psi // 64),
+                                (3, 16 * psi // 64)):
+            e = memwall.estimate(f"zero {{ stage: {stage} }}", params=psi, ranks=64)
+            self.assertEqual(e["model_states_bytes_per_rank"], per_rank, msg=f"stage {stage}")
+
+    def test_bad_input_names_what_is_wrong(self):
+        with self.assertRaisesRegex(ValueError, "stage"):
+            memwall.estimate("zero { stage: 7 }", params=10)
+        with self.assertRaisesRegex(ValueError, "config"):
+            memwall.estimate("zero { stag: 1 }", params=10)
+        with self.assertRaisesRegex(ValueError, "exactly one"):
+            memwall.estimate("", params=0)
+        with self.assertRaisesRegex(ValueError, "no_such_model"):
+            memwall.model_config(PAPERS, "no_such_model")
+
+
+class TrainerTest(unittest.TestCase):
+    def setUp(self):
+        self.model = memwall.model_config(MODELS, "quickstart")
+        self.config = quickstart_config(self.model, STEPS)
+        self.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+
+    def test_losses_and_weights_equal_the_quickstart_tool(self):
+        trainer = memwall.Trainer(self.model, self.config, data=TEXT)
+        losses = [trainer.step()["loss"] for _ in range(STEPS)]
+        self.assertEqual(trainer.steps, STEPS)
+        self.assertEqual(trainer.world_size, 1)
+        first, last = run_quickstart(os.path.join(self.tmp, "cc"))
+        self.assertAlmostEqual(losses[0], first, places=4)
+        self.assertAlmostEqual(losses[-1], last, places=4)
+        path = os.path.join(self.tmp, "py.safetensors")
+        trainer.export(path)
+        ours = memwall.load_safetensors(path)
+        theirs = memwall.load_safetensors(os.path.join(self.tmp, "cc", "model.safetensors"))
+        self.assertEqual(list(ours), list(theirs))
+        for name in ours:
+            np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
+        self.assertEqual(ours["wte.weight"].shape, (256, 128))
+
+    def test_a_checkpoint_continues_the_run_exactly(self):
+        config = self.config + " zero { stage: 2 }"
+        a = memwall.Trainer(self.model, config, data=TEXT)
+        a.step()
+        step_dir = a.save(os.path.join(self.tmp, "ckpt"))
+        self.assertRegex(step_dir, r"step_0*1$")
+        want = [a.step()["loss"] for _ in range(2)]
+        b = memwall.Trainer(self.model, config, data=TEXT)
+        b.load(step_dir)
+        self.assertEqual(b.steps, 1)
+        self.assertEqual([b.step()["loss"] for _ in range(2)], want)
+        with self.assertRaisesRegex(ValueError, "missing_dir"):
+            b.load(os.path.join(self.tmp, "missing_dir"))
+
+    def test_bad_input_names_what_is_wrong(self):
+        with self.assertRaisesRegex(ValueError, "no_such.txt"):
+            memwall.Trainer(self.model, self.config, data="no_such.txt")
+        with self.assertRaisesRegex(ValueError, "micro_batch"):
+            memwall.Trainer(self.model, "micro_batch: -1", data=TEXT)
+
+    def test_two_ranks_under_mpirun_equal_the_quickstart_tool(self):
+        script = os.path.join(self.tmp, "two_ranks.py")
+        with open(script, "w") as f:
+            f.write(f"""
+import memwall
+t = memwall.Trainer({self.model!r}, {self.config!r}, data={TEXT!r})
+losses = [t.step()["loss"] for _ in range({STEPS})]
+print("RESULT", t.rank, t.world_size, " ".join(f"{{l:.4f}}" for l in losses))
+""")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        out = subprocess.run(["tools/mpi_test_runner.sh", "2", sys.executable, script], env=env, check=True,
+                             capture_output=True, text=True).stdout
+        results = sorted(re.findall(r"RESULT (\d) (\d) (.*)", out))
+        self.assertEqual([r[:2] for r in results], [("0", "2"), ("1", "2")], out)
+        self.assertEqual(results[0][2], results[1][2])  # every rank reports the global loss
+        first, last = run_quickstart(os.path.join(self.tmp, "cc2"), ranks=2)
+        losses = [float(x) for x in results[0][2].split()]
+        self.assertAlmostEqual(losses[0], first, places=4)
+        self.assertAlmostEqual(losses[-1], last, places=4)
+
+
+class SafetensorsTest(unittest.TestCase):
+    def test_round_trip_and_errors(self):
+        tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        path = os.path.join(tmp, "t.safetensors")
+        rng = np.random.default_rng(0)
+        tensors = {"a": rng.standard_normal((3, 4)).astype(np.float32),
+                   "b": rng.standard_normal(5).astype(np.float16),
+                   "c": np.arange(6, dtype=np.int32).reshape(2, 3)}
+        memwall.save_safetensors(path, tensors)
+        back = memwall.load_safetensors(path)
+        self.assertEqual(list(back), ["a", "b", "c"])
+        for k, v in tensors.items():
+            self.assertEqual(back[k].dtype, v.dtype)
+            np.testing.assert_array_equal(back[k], v)
+        # The format by hand: 8-byte length, JSON header, data at the stated offsets.
+        with open(path, "rb") as f:
+            raw = f.read()
+        n = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8:8 + n])
+        lo, hi = header["a"]["data_offsets"]
+        np.testing.assert_array_equal(np.frombuffer(raw[8 + n + lo:8 + n + hi], np.float32).reshape(3, 4),
+                                      tensors["a"])
+        with self.assertRaisesRegex(ValueError, "float64"):
+            memwall.save_safetensors(path, {"x": np.zeros(2)})
+        with open(os.path.join(tmp, "bad.safetensors"), "wb") as f:
+            f.write(raw[:-4])  # truncated data
+        with self.assertRaisesRegex(ValueError, "bad.safetensors"):
+            memwall.load_safetensors(os.path.join(tmp, "bad.safetensors"))
+
+
+if __name__ == "__main__":
+    unittest.main()
