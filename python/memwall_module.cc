@@ -2,7 +2,8 @@
 // re-exports it): thin pybind11 glue over plain
 // cc_libraries. memwall.dtype (runtime/dtype.h), memwall.cpu_adam
 // (cpu_adam/cpu_adam.h) and build_info() here; estimate, Trainer and
-// model_config in training.cc; load/save_safetensors in safetensors.cc.
+// model_config in training.cc; load/save_safetensors in safetensors.cc;
+// write_provenance and workspace_dir in repro.cc.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -237,4 +238,5 @@ PYBIND11_MODULE(_memwall, m) {
   });
   memwall::python::BindTraining(m);
   memwall::python::BindSafetensors(m);
+  memwall::python::BindRepro(m);
 }

@@ -5,9 +5,10 @@
     trainer = memwall.Trainer(model, 'micro_batch: 8', data='data/quickstart.txt')
     trainer.step()                      # {'loss': ..., 'tokens_per_second': ..., ...}
     memwall.cpu_adam.Adam(params)       # the SIMD CPU Adam of ZeRO-Offload
+    memwall.perf_model.predict(run, memwall.perf_model.load_hardware("v100_dgx2"))
 
-Everything but perf_model is the C++ extension _memwall; perf_model
-is Python over memwall.estimate.
+Everything but perf_model is the C++ extension _memwall, re-exported here;
+perf_model is Python over memwall.estimate.
 """
 import os as _os
 import sys as _sys
@@ -24,7 +25,8 @@ else:
     import _memwall
 
 from _memwall import (Trainer, build_info, cpu_adam, dtype, estimate, load_safetensors, model_config,
-                              save_safetensors)
+                      save_safetensors, workspace_dir, write_provenance)
+from memwall import perf_model
 
 __all__ = ["Trainer", "build_info", "cpu_adam", "dtype", "estimate", "load_safetensors", "model_config",
-           "save_safetensors"]
+           "perf_model", "save_safetensors", "workspace_dir", "write_provenance"]

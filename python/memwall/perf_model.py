@@ -1,0 +1,385 @@
+"""memwall.perf_model: step time by phase, and memory, of a ZeRO training
+run on a described machine, for the runs no single machine can measure
+(ZeRO's 400 GPUs, ZeRO-Offload's 128, ZeRO-Infinity's 512).
+
+    hw = perf_model.load_hardware("v100_dgx2")
+    run = perf_model.Run(model=memwall.model_config(PAPERS, "zero_100b"), ranks=400, model_parallel=16, stage=2,
+                         micro_batch=8)
+    p = perf_model.predict(run, hw)     # p.step_seconds, p.phases, p.tflops_per_device, p.memory (memwall.estimate's dict)
+
+Memory is memwall.estimate's: the plans the engine allocates with, for
+1/model_parallel of the parameters (Megatron-style slicing of every matrix)
+and activation checkpoints 2·b·s·h·L bytes (replicated across the model
+parallel group, or split across it with ZeRO-R's P_a).
+
+Time per step and rank, Ψ parameters, P = Ψ/MP per model-parallel slice,
+N data-parallel ranks, b micro-batch, s sequence, h hidden, L layers,
+k = 1 with activation recomputation (checkpointing) else 0:
+
+  compute      (3 + k)·(2P + 4·L·s·h/MP)·b·s flops per micro-batch, times
+               the accumulation steps, at R·h/(h + h0), R the device's rate
+               (Hardware.device_tflops × compute_efficiency), h0 its
+               half-efficiency hidden size; forward 1/(3+k) of it,
+               backward (recompute included) the rest
+  DP comm      2P·(N-1)/N bytes per gradient reduction (reduce-scatter;
+               stage 0's all-reduce is two), one parameter all-gather
+               after the step (stages 1, 2) or one in forward and one in
+               backward (stage 3); at the intra-node bandwidth when the
+               group stays in a node, else at inter_node/gpus_per_node
+  MP comm      2·(2 + k) all-reduces of 2·b·s·h bytes per layer,
+               2·(MP-1)/MP of that over the link, not overlapped, per
+               micro-batch
+  optimizer    on the device: 16 bytes of state read and written per
+               parameter of the shard at device_memory_gbps; offloaded:
+               the CPU Adam pass, host_bytes_per_param per parameter at
+               the node's cpu_memory_gbps shared by its ranks, the
+               gradients (2 bytes) down and 16-bit parameters (2 bytes) up
+               over PCIe; NVMe: 24 bytes of fp32 states read and written
+               per parameter at nvme_gbps shared by the node's ranks,
+               pipelined with the CPU Adam
+  parameters   offloaded (ZeRO-Infinity): each pass (forward, recompute,
+               backward) reads the rank's 2P/N bytes over its own PCIe
+               (and from NVMe), then all-gathers (bandwidth-centric
+               partitioning)
+
+Overlap, as the engine schedules it: the gradient reduction and the
+gradients' copy down run under the backward pass, stage 3's gathers and the
+parameter fetches under the pass they feed (prefetch), the NVMe optimizer
+swap under the CPU Adam; the rest runs after the backward pass, unless
+delayed parameter update (ZeRO-Offload §5.2) runs the optimizer phase under
+the next step's forward and backward. A machine whose "device" shares the
+host's cores (the CpuDevice, Hardware.shares_cores) overlaps nothing.
+"""
+import dataclasses
+import json
+import math
+import os
+import re
+from typing import Dict, Optional
+
+import _memwall
+
+GB = 1e9
+_HARDWARE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hardware")
+
+# The CPU Adam's traffic per parameter: fp32 parameter, momentum and
+# variance read and written (24), a 16-bit gradient read (2) and the 16-bit
+# parameter written for the copy up (2).
+CPU_ADAM_BYTES_PER_PARAM = 28
+# Device Adam (no offload): the same pass in device memory, and the
+# 16-bit gradient and parameter.
+DEVICE_ADAM_BYTES_PER_PARAM = 28
+# NVMe optimizer swap: fp32 parameter, momentum and variance read and
+# written back (ZeRO-Infinity §5.2).
+NVME_OPTIMIZER_BYTES_PER_PARAM = 24
+
+
+@dataclasses.dataclass(frozen=True)
+class Hardware:
+    """One machine type. Bandwidths in GB/s (1e9 bytes), one direction."""
+    name: str
+    gpus_per_node: int
+    device_memory_bytes: int
+    device_tflops: float          # dense 16-bit GEMM peak per device (datasheet)
+    compute_efficiency: float     # share of device_tflops a training step's math reaches at large hidden
+    half_hidden: float            # h0: the hidden size (per model-parallel slice) at half that efficiency
+    device_memory_gbps: float     # per device
+    pcie_gbps: float              # host <-> device, per device
+    intra_node_gbps: float        # collective bus bandwidth per device inside a node
+    inter_node_gbps: float        # per node, all its NICs together
+    nvme_gbps: float              # per node, all its drives together
+    cpu_memory_gbps: float        # per node, what a streaming pass reaches
+    host_bytes_per_param: float = CPU_ADAM_BYTES_PER_PARAM  # host traffic of the offloaded optimizer step
+    cpu_cores: int = 0            # per node (documentation)
+    host_memory_bytes: int = 0    # per node
+    shares_cores: bool = False    # the "device" runs on the host's cores: nothing overlaps
+    source: str = ""              # where each number comes from
+
+    @property
+    def compute_flops(self) -> float:
+        return self.device_tflops * 1e12 * self.compute_efficiency
+
+
+def load_hardware(name_or_path: str) -> Hardware:
+    """A Hardware from python/memwall/hardware/<name>.json or a JSON file path;
+    a missing or unknown field is a ValueError naming it."""
+    path = name_or_path if name_or_path.endswith(".json") else os.path.join(_HARDWARE_DIR, name_or_path + ".json")
+    try:
+        with open(path) as f:
+            fields = json.load(f)
+    except OSError as e:
+        known = sorted(n[:-5] for n in os.listdir(_HARDWARE_DIR) if n.endswith(".json"))
+        raise ValueError(f"hardware '{name_or_path}': cannot read {path} ({e.strerror}); known: {', '.join(known)}")
+    except json.JSONDecodeError as e:
+        raise ValueError(f"hardware file {path}: not JSON: {e}")
+    names = {f.name for f in dataclasses.fields(Hardware)}
+    unknown = sorted(set(fields) - names)
+    if unknown:
+        raise ValueError(f"hardware file {path}: unknown field(s) {', '.join(unknown)}")
+    try:
+        hw = Hardware(**fields)
+    except TypeError as e:
+        raise ValueError(f"hardware file {path}: {e}")
+    for f in dataclasses.fields(Hardware):
+        v = getattr(hw, f.name)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and f.name not in ("cpu_cores", "host_memory_bytes"):
+            if not v > 0:
+                raise ValueError(f"hardware file {path}: {f.name} must be > 0, got {v}")
+    return hw
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A training run: the model (a GptConfig text proto, see memwall.model_config)
+    and its ZeRO settings. ranks = every device (data x model parallel)."""
+    model: str
+    ranks: int = 1
+    model_parallel: int = 1
+    stage: int = 0
+    offload_optimizer: str = "none"   # none, cpu, nvme
+    offload_param: str = "none"       # none, cpu, nvme (stage 3)
+    dpu: bool = False                 # delayed parameter update (offload_optimizer)
+    micro_batch: int = 1
+    accumulation: int = 1             # micro-batches per step per rank (one reduction and update per step)
+    seq: Optional[int] = None         # default: the model's positions
+    checkpointing: Optional[bool] = None  # default: the model's setting
+    prefetch: bool = True             # overlap-centric prefetch of offloaded parameters
+    partition_activations: bool = False  # ZeRO-R's P_a: activation checkpoints split across the MP group
+
+    @property
+    def data_parallel(self) -> int:
+        return self.ranks // self.model_parallel
+
+
+@dataclasses.dataclass
+class Prediction:
+    step_seconds: float
+    phases: Dict[str, float]            # seconds each phase takes alone
+    visible: Dict[str, float]           # seconds each phase adds to the step (after overlap)
+    flops_per_device: float
+    tflops_per_device: float            # model flops (recompute counted) / step time
+    memory: dict                        # memwall.estimate's dict for one rank
+    fits: bool
+    params: int
+
+
+def _field(model: str, name: str) -> int:
+    m = re.search(rf"\b{name}:\s*(\w+)", model)
+    if not m:
+        raise ValueError(f"model config has no '{name}'")
+    v = m.group(1)
+    return int(v == "true") if v in ("true", "false") else int(v)
+
+
+def _training_config(run: Run, seq: int) -> str:
+    devices = {"none": "", "cpu": "CPU", "nvme": "NVME"}
+    for what, v in (("offload_optimizer", run.offload_optimizer), ("offload_param", run.offload_param)):
+        if v not in devices:
+            raise ValueError(f"{what} '{v}' is not none, cpu or nvme")
+    zero = f"stage: {run.stage}"
+    for what, v in (("offload_optimizer", run.offload_optimizer), ("offload_param", run.offload_param)):
+        if v != "none":
+            path = " nvme_path: '/nvme'" if v == "nvme" else ""
+            zero += f" {what} {{ device: {devices[v]}{path} }}"
+    return (f"seq: {seq} micro_batch: {run.micro_batch} accumulation: {run.accumulation} precision: BF16 "
+            f"zero {{ {zero} }}")
+
+
+def memory(run: Run, hw: Optional[Hardware] = None) -> dict:
+    """memwall.estimate for one rank of `run` (model-parallel slice of the
+    parameters; checked against hw's device memory when given)."""
+    seq = run.seq or _field(run.model, "positions")
+    config = _training_config(run, seq)
+    budget = hw.device_memory_bytes if hw else 0
+    if run.model_parallel == 1:
+        return _memwall.estimate(config, model=run.model, ranks=run.data_parallel, checkpointing=run.checkpointing,
+                                 device_bytes=budget)
+    # Model states of the slice from the engine's plans; activation
+    # checkpoints (the layer inputs, whole on every slice) by their formula.
+    est = _memwall.estimate(config, params=_params(run.model) // run.model_parallel, ranks=run.data_parallel,
+                            device_bytes=budget)
+    if not _checkpointing(run):
+        raise ValueError("model_parallel > 1 is modeled with activation checkpointing only "
+                         "(a sliced layer's full activations are not planned)")
+    h, layers = _field(run.model, "hidden"), _field(run.model, "layers")
+    acts = 2 * run.micro_batch * seq * h * layers
+    if run.partition_activations:
+        acts //= run.model_parallel
+    est = dict(est)
+    est["activation_bytes_per_rank_formula"] = acts
+    est["total_device_bytes_per_rank"] += acts
+    est["activations_counted"] = True
+    if budget:
+        est["fits_device"] = est["total_device_bytes_per_rank"] <= budget
+        est["fits"] = est["fits_device"] and est["fits_host"] and est["fits_disk"]
+    return est
+
+
+def _checkpointing(run: Run) -> bool:
+    if run.checkpointing is not None:
+        return run.checkpointing
+    return bool(re.search(r"\bactivation_checkpointing:\s*true", run.model))
+
+
+def _params(model: str) -> int:
+    """Ψ of a GPT: 12·L·h² + 13·L·h + (V + positions)·h + 2h (the engine's count)."""
+    L, h, V, P = (_field(model, k) for k in ("layers", "hidden", "vocab", "positions"))
+    return 12 * L * h * h + 13 * L * h + (V + P) * h + 2 * h
+
+
+def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
+    """Step time by phase and memory of one rank of `run` on `hw` (see the module's docstring for the formulas)."""
+    if run.ranks < 1 or run.model_parallel < 1 or run.ranks % run.model_parallel:
+        raise ValueError(f"ranks {run.ranks} is not a multiple of model_parallel {run.model_parallel}")
+    if run.stage not in (0, 1, 2, 3):
+        raise ValueError(f"stage {run.stage} is not 0-3")
+    if run.offload_param != "none" and run.stage != 3:
+        raise ValueError("offload_param needs stage 3")
+    if run.dpu and run.offload_optimizer == "none":
+        raise ValueError("dpu needs offload_optimizer")
+    seq = run.seq or _field(run.model, "positions")
+    L, h = _field(run.model, "layers"), _field(run.model, "hidden")
+    k = 1 if _checkpointing(run) else 0
+    psi = _params(run.model)
+    mp, n, b = run.model_parallel, run.data_parallel, run.micro_batch
+    slice_params = psi / mp
+    shard = slice_params / n if run.stage >= 1 else slice_params  # parameters whose optimizer step this rank runs
+    per_node = min(run.ranks, hw.gpus_per_node)
+
+    ga = run.accumulation
+    flops = (3 + k) * (2 * slice_params + 4 * L * seq * h / mp) * b * seq * ga
+    rate = hw.compute_flops * h / (h + hw.half_hidden)
+    compute = flops / rate
+    fwd, bwd = compute / (3 + k), compute * (2 + k) / (3 + k)
+
+    # Data-parallel collectives: the group spans nodes when data x model
+    # parallel ranks exceed a node.
+    dp_bw = hw.intra_node_gbps if run.ranks <= hw.gpus_per_node else min(hw.intra_node_gbps, hw.inter_node_gbps / hw.gpus_per_node)
+    one = 2 * slice_params * (n - 1) / n / (dp_bw * GB) if n > 1 else 0.0  # one reduce-scatter or all-gather
+    grad_reduce = 2 * one if run.stage == 0 else one
+    gather_after = one if run.stage in (1, 2) else 0.0
+    gather_fwd = one if run.stage == 3 else 0.0
+    gather_bwd = one if run.stage == 3 else 0.0
+    mp_bw = hw.intra_node_gbps if mp <= hw.gpus_per_node else hw.inter_node_gbps / hw.gpus_per_node
+    mp_comm = ga * L * 2 * (2 + k) * 2 * b * seq * h * 2 * (mp - 1) / mp / (mp_bw * GB) if mp > 1 else 0.0
+
+    pcie = hw.pcie_gbps * GB
+    nvme_rank = hw.nvme_gbps * GB / per_node
+    cpu_rank = hw.cpu_memory_gbps * GB / per_node
+    opt_device = opt_cpu = opt_nvme = grads_down = params_up = 0.0
+    if run.offload_optimizer == "none":
+        opt_device = shard * DEVICE_ADAM_BYTES_PER_PARAM / (hw.device_memory_gbps * GB)
+    else:
+        opt_cpu = shard * hw.host_bytes_per_param / cpu_rank
+        grads_down = 2 * shard / pcie
+        params_up = 2 * shard / pcie
+        if run.offload_optimizer == "nvme":
+            opt_nvme = 2 * shard * NVME_OPTIMIZER_BYTES_PER_PARAM / nvme_rank
+
+    fetch_pass = nvme_pass = 0.0   # offloaded parameters, per pass
+    if run.offload_param != "none":
+        fetch_pass = 2 * slice_params / n / pcie
+        if run.offload_param == "nvme":
+            nvme_pass = 2 * slice_params / n / nvme_rank
+    passes_bwd = (1 + k) * ga
+    fetch_fwd, nvme_fwd = fetch_pass * ga, nvme_pass * ga
+
+    phases = {
+        "forward+backward": compute,
+        "dp_reduce": grad_reduce,
+        "dp_gather": gather_after + gather_fwd + gather_bwd,
+        "mp_allreduce": mp_comm,
+        "adam_device": opt_device,
+        "cpu_adam": opt_cpu,
+        "nvme_optimizer": opt_nvme,
+        "grads_down": grads_down,
+        "params_up": params_up,
+        "param_fetch": fetch_pass * ga + fetch_pass * passes_bwd,
+        "param_nvme": nvme_pass * ga + nvme_pass * passes_bwd,
+    }
+    if hw.shares_cores:
+        visible = dict(phases)
+        step = sum(phases.values())
+    else:
+        over = (lambda *t: max(t)) if run.prefetch else (lambda *t: sum(t))
+        forward = over(fwd, gather_fwd * ga, fetch_fwd, nvme_fwd)
+        backward = max(over(bwd, gather_bwd * ga, fetch_pass * passes_bwd, nvme_pass * passes_bwd), grad_reduce,
+                       grads_down)
+        optimizer = opt_device + max(opt_cpu, opt_nvme) + params_up + gather_after
+        passes = forward + backward + mp_comm
+        step = max(passes, optimizer) if run.dpu else passes + optimizer
+        visible = {"forward": forward, "backward": backward, "mp_allreduce": mp_comm,
+                   "optimizer": 0.0 if run.dpu and optimizer <= passes else optimizer - (passes if run.dpu else 0.0)}
+    mem = memory(run, hw) if with_memory else {}
+    return Prediction(step_seconds=step, phases=phases, visible=visible, flops_per_device=flops,
+                      tflops_per_device=flops / step / 1e12, memory=mem, fits=bool(mem.get("fits", True)), params=psi)
+
+
+def largest_micro_batch(run: Run, hw: Hardware, candidates=(1, 2, 4, 8, 16, 32, 64)) -> Optional[int]:
+    """The largest micro-batch of `candidates` whose estimate fits hw's device memory, or None."""
+    best = None
+    for b in candidates:
+        if memory(dataclasses.replace(run, micro_batch=b), hw)["fits"]:
+            best = b
+        else:
+            break
+    return best
+
+
+def no_overlap_efficiency(ait: float, bandwidth_gbps: float, peak_tflops: float) -> float:
+    """ZeRO-Infinity §4's efficiency of a transfer at arithmetic intensity
+    `ait` (flops per byte moved) over `bandwidth_gbps` with no overlap:
+    compute / (compute + transfer) = ait·bw / (ait·bw + peak)."""
+    bw = bandwidth_gbps * GB
+    return ait * bw / (ait * bw + peak_tflops * 1e12)
+
+
+def calibrate(rows, nvme_gbps: float, name: str = "calibrated") -> Hardware:
+    """A shares_cores Hardware (a CpuDevice machine) fitted to measured steps.
+
+    rows: dicts with "run" (a Run) and "zones" (seconds per step of the
+    trainer's timeline zones: "forward+backward", "adam", "cpu_adam",
+    "grad accumulate", "grad norm", "grad D2H", "param H2D"). Fitted:
+    the compute rate R and half-efficiency hidden h0 by least squares on
+    seconds/flop = 1/R + (h0/R)/h; the device Adam's and the CPU Adam's
+    bandwidth from their zones at 28 bytes per parameter; the host's bytes
+    per parameter from every host pass of the offloaded step (CPU Adam,
+    gradient accumulation, norm) at that bandwidth; the copies' bandwidth
+    from the gradient and parameter copies. nvme_gbps is measured apart
+    (the aio benchmark's fio baseline)."""
+    import numpy as np
+
+    def flops_of(run):
+        k = 1 if _checkpointing(run) else 0
+        seq = run.seq or _field(run.model, "positions")
+        return (3 + k) * (2 * _params(run.model) + 4 * _field(run.model, "layers") * seq * _field(run.model, "hidden")) \
+            * run.micro_batch * seq
+
+    xs, ys = [], []
+    for r in rows:
+        xs.append([1.0, 1.0 / _field(r["run"].model, "hidden")])
+        ys.append(r["zones"]["forward+backward"] / flops_of(r["run"]))
+    (a, c), *_ = np.linalg.lstsq(np.array(xs), np.array(ys), rcond=None)
+    if a <= 0:
+        raise ValueError("calibration: forward+backward times do not fall with the hidden size as the model assumes")
+
+    def rate(pairs):  # bytes/s through the origin: sum(bytes·t) / sum(t²)
+        if not pairs:
+            raise ValueError("calibration: no rows measure this rate")
+        return sum(b * t for b, t in pairs) / sum(t * t for b, t in pairs)
+
+    def shard(run):
+        return _params(run.model) / (run.data_parallel if run.stage >= 1 else 1)
+
+    device = rate([(shard(r["run"]) * DEVICE_ADAM_BYTES_PER_PARAM, r["zones"]["adam"]) for r in rows if "adam" in r["zones"]])
+    offloaded = [r for r in rows if "cpu_adam" in r["zones"]]
+    cpu = rate([(shard(r["run"]) * CPU_ADAM_BYTES_PER_PARAM, r["zones"]["cpu_adam"]) for r in offloaded])
+    host = [(sum(r["zones"].get(z, 0.0) for z in ("cpu_adam", "grad accumulate", "grad norm")), shard(r["run"]))
+            for r in offloaded]
+    host_bytes = cpu * sum(t * p for t, p in host) / sum(p * p for t, p in host)
+    copies = rate([(2 * shard(r["run"]), r["zones"][z]) for r in offloaded for z in ("grad D2H", "param H2D")])
+    return Hardware(name=name, gpus_per_node=1, device_memory_bytes=1 << 40, device_tflops=1 / a / 1e12,
+                    compute_efficiency=1.0, half_hidden=max(c / a, 1.0), device_memory_gbps=device / GB,
+                    pcie_gbps=copies / GB, intra_node_gbps=copies / GB, inter_node_gbps=copies / GB,
+                    nvme_gbps=nvme_gbps, cpu_memory_gbps=cpu / GB, host_bytes_per_param=host_bytes,
+                    shares_cores=True, source="fitted by memwall.perf_model.calibrate to CpuDevice measurements")
