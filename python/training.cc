@@ -154,6 +154,8 @@ total_device_bytes_per_rank, host_bytes_per_rank, nvme_bytes_per_rank, bytes by
 tag for each space, and fits / fits_device / fits_host / fits_disk. The same
 numbers as `./bazelw run //repro:estimate -- --format=json`. Bad input raises
 ValueError naming the field.)");
+  m.def("count_parameters", [](const std::string& model) { return models::CountParameters(ParseModel(model)); },
+        py::arg("model"), "Ψ of a GptConfig text proto, as the engine counts it (models::CountParameters).");
   m.def("model_config", &ModelConfig, py::arg("path"), py::arg("name"),
         "The GptConfig text proto of entry `name` in a GptConfigList file (e.g. models/configs/gpt.textproto).");
   py::class_<PyTrainer>(m, "Trainer", R"(The ZeRO trainer (zero/trainer.h) with every placement of the config.

@@ -18,11 +18,8 @@ Writes results/offload_cpu_adam/{data.csv, figure.png, provenance.json}
 """
 import argparse
 import csv
-import datetime
 import io
-import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
@@ -85,34 +82,6 @@ def measure(n, steps, warmup, threads, torch):
     return statistics.median(times["memwall"]), statistics.median(times["torch"]), diff, ours.path
 
 
-def machine():
-    cpu = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    memory = 0.0
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    memory = int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(memory, 1), "gpu": "none (CPU only)"}
-
-
-def git(workspace, *args):
-    try:
-        return subprocess.run(["git", "-C", workspace, *args], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="16M,64M,256M", help="parameter counts, comma-separated (K, M = 2^20, G)")
@@ -126,7 +95,7 @@ def main(argv):
         parser.error("--sizes must be > 0, --steps > 0, --warmup >= 0 and --threads > 0")
     torch = import_torch()
     torch.set_num_threads(args.threads)
-    workspace = os.environ.get("BUILD_WORKSPACE_DIRECTORY", os.getcwd())
+    workspace = memwall.workspace_dir()
     results = args.results_dir or os.path.join(workspace, "results")
     out = os.path.join(results, NAME)
     os.makedirs(out, exist_ok=True)
@@ -156,28 +125,19 @@ def main(argv):
     figure = os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures", NAME + ".py")
     subprocess.run([sys.executable, figure, os.path.join(out, "data.csv"), os.path.join(out, "figure.png")],
                    check=True)
-    commit = git(workspace, "rev-parse", "HEAD").strip()
-    provenance = {
-        "experiment": NAME,
-        "description": "memwall's CPU Adam against torch.optim.Adam (foreach=False) on the same float32 "
-                       "parameters, gradients and threads, steps alternating in one process",
-        "paper": "ZeRO-Offload (ATC21) §6.2, Table 4",
-        "measured_or_modeled": "measured on this machine's CPU (source=measured, torch %s, %d threads, median of "
-                               "%d steps after %d untimed); source=paper rows are Table 4's seconds on the DGX-2's "
-                               "CPUs (shared/papers/FACTS.md)" % (torch.__version__, args.threads, args.steps,
-                                                                   args.warmup),
-        "commit": commit or "unknown",
-        "uncommitted_changes": bool(git(workspace, "status", "--porcelain", "--untracked-files=no").strip()),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": "./bazelw run //repro:%s -- %s" % (NAME, " ".join(shlex.quote(a) for a in argv)),
-        "machine": machine(),
-        "files": {"data.csv": "per size: memwall's and torch's seconds per step, their ratio, the parameters' "
-                              "largest difference; then the paper's rows",
-                  "figure.png": "drawn by repro/figures/%s.py from data.csv" % NAME},
-    }
-    with open(os.path.join(out, "provenance.json"), "w") as f:
-        json.dump(provenance, f, indent=2)
-        f.write("\n")
+    memwall.write_provenance(
+        os.path.join(out, "provenance.json"), experiment=NAME,
+        description="memwall's CPU Adam against torch.optim.Adam (foreach=False) on the same float32 "
+                    "parameters, gradients and threads, steps alternating in one process",
+        paper="ZeRO-Offload (ATC21) §6.2, Table 4",
+        command="./bazelw run //repro:%s -- %s" % (NAME, " ".join(shlex.quote(a) for a in argv)),
+        measured_or_modeled="measured on this machine's CPU (source=measured, torch %s, %d threads, median of "
+                            "%d steps after %d untimed); source=paper rows are Table 4's seconds on the DGX-2's "
+                            "CPUs (shared/papers/FACTS.md)" % (torch.__version__, args.threads, args.steps,
+                                                                args.warmup),
+        files={"data.csv": "per size: memwall's and torch's seconds per step, their ratio, the parameters' "
+                           "largest difference; then the paper's rows",
+               "figure.png": "drawn by repro/figures/%s.py from data.csv" % NAME})
     print("wrote %s/{data.csv, figure.png, provenance.json}" % out)
 
 

@@ -155,7 +155,6 @@ def main(argv):
 
     v100 = perf_model.load_hardware("v100_dgx2")
     h0, eff, v100_runs = fit_v100(v100)
-    fitted = dataclasses.replace(v100, half_hidden=h0, compute_efficiency=eff)
     with open(os.path.join(out, "calibration.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["machine", "quantity", "value", "how"])

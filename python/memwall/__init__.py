@@ -19,14 +19,12 @@ import sys as _sys
 if any(k.startswith("OMPI_COMM_WORLD") for k in _os.environ):
     _flags = _sys.getdlopenflags()
     _sys.setdlopenflags(_flags | _os.RTLD_GLOBAL)
-    import _memwall
+    import _memwall  # noqa: F401 (loaded global here; the names come below)
     _sys.setdlopenflags(_flags)
-else:
-    import _memwall
 
-from _memwall import (Trainer, build_info, cpu_adam, dtype, estimate, load_safetensors, model_config,
+from _memwall import (Trainer, build_info, count_parameters, cpu_adam, dtype, estimate, load_safetensors, model_config,
                       save_safetensors, workspace_dir, write_provenance)
 from memwall import perf_model
 
-__all__ = ["Trainer", "build_info", "cpu_adam", "dtype", "estimate", "load_safetensors", "model_config",
+__all__ = ["Trainer", "build_info", "count_parameters", "cpu_adam", "dtype", "estimate", "load_safetensors", "model_config",
            "perf_model", "save_safetensors", "workspace_dir", "write_provenance"]

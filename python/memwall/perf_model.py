@@ -52,7 +52,6 @@ host's cores (the CpuDevice, Hardware.shares_cores) overlaps nothing.
 """
 import dataclasses
 import json
-import math
 import os
 import re
 from typing import Dict, Optional
@@ -222,9 +221,8 @@ def _checkpointing(run: Run) -> bool:
 
 
 def _params(model: str) -> int:
-    """Ψ of a GPT: 12·L·h² + 13·L·h + (V + positions)·h + 2h (the engine's count)."""
-    L, h, V, P = (_field(model, k) for k in ("layers", "hidden", "vocab", "positions"))
-    return 12 * L * h * h + 13 * L * h + (V + P) * h + 2 * h
+    """Ψ of a GPT, as the engine counts it (models::CountParameters)."""
+    return _memwall.count_parameters(model)
 
 
 def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
