@@ -1,25 +1,32 @@
-// CpuAdam against the memory-bandwidth bound, measured in the same run.
+// CpuAdam against the memory-bandwidth ceiling, measured in the same run.
 //
 // BM_CpuAdam/<params>/<grad dtype>/<fused 16-bit write>: one optimizer step
 // over `params` elements on every core, on the best SIMD path. Counters:
 //   bytes_per_second  the bytes the variant must move per parameter (below)
 //                     times params/s;
-//   bound_fraction    bytes_per_second / the bandwidth of a read-modify-write
-//                     probe, x[i] = x[i] + s * y[i] over the same number of
-//                     elements with the same threads (12 bytes per element:
-//                     read x and y, write x; the same access pattern as
-//                     Adam's, so no write-allocate traffic either);
-//   pattern_fraction  bytes_per_second / the bandwidth of a probe with Adam's
-//                     own access pattern and no arithmetic: read p, m, v and
-//                     an fp32 g, write p, m, v (28 bytes per element). With
-//                     few cores, per-core memory parallelism limits the
-//                     two-stream probe, so Adam's seven streams can beat it
-//                     (bound_fraction > 1); this one is the tighter bound;
+//   bound_fraction    bytes_per_second / the ceiling: the fastest of the
+//                     probes below, each a loop that moves bytes and does no
+//                     arithmetic worth the name, over the same buffers, so
+//                     nothing that moves memory this way can be faster by
+//                     more than the noise (the label names the winner);
+//   <probe>_fraction  bytes_per_second / that probe's bandwidth:
+//     rmw           x[i] += s * y[i], 12 bytes per element (two streams);
+//     pattern       Adam's seven streams, p, m, v += s * g (fp32 g),
+//                   28 bytes per element, tiles handed out by the pool;
+//     streaming     the same with streaming (non-temporal) stores;
+//     pinned        the same, each thread pinned to its own CPU of the
+//                   process's affinity mask, on one contiguous block;
+//     half_threads  the same on half the threads (fewer requesters can
+//                   win on a saturated memory system; with SMT, one per
+//                   core);
 //   vs_scalar         step time of the portable scalar path / this path's
 //                     (fp32 gradients, no fused write only);
 //   fused_overhead    step time with the fused write / without, minus 1
 //                     (fused variants only).
-// Probe and variants alternate round by round, so machine noise hits both.
+// Probes and variants alternate round by round, so machine noise hits all,
+// and each is the median of its rounds. The buffers are 2 MiB-aligned
+// (as the pinned host memory of the offload path is page-aligned), so every
+// vector access is aligned and streaming stores need no head.
 //
 // Bytes per parameter: read p, m, v (12) and the gradient (4 fp32, 2 bf16),
 // write p, m, v (12), and the fused 16-bit copy (2, streaming stores):
@@ -27,9 +34,16 @@
 //
 //   ./bazelw run //cpu_adam:cpu_adam_benchmark
 #include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -46,7 +60,7 @@ using bench::Seconds;
 
 constexpr int64_t kTile = 16384;
 
-// x[i] = x[i] + s * y[i] over [begin, end): the bandwidth probe.
+// x[i] = x[i] + s * y[i] over [0, n): the two-stream probe.
 __attribute__((target("avx512f"))) void RmwAvx512(float* x, const float* y, float s, int64_t n) {
   const __m512 vs = _mm512_set1_ps(s);
   int64_t i = 0;
@@ -64,33 +78,52 @@ __attribute__((target("avx2"))) void RmwAvx2(float* x, const float* y, float s, 
   for (; i < n; ++i) x[i] = x[i] + s * y[i];
 }
 
-// p, m, v += s * g: Adam's seven streams without its arithmetic.
-__attribute__((target("avx512f"))) void PatternAvx512(float* p, float* m, float* v, const float* g,
-                                                      int64_t n) {
+// p, m, v += s * g: Adam's seven streams without its arithmetic; with
+// kStream, the stores are streaming (the pointers must be vector-aligned).
+template <bool kStream>
+__attribute__((target("avx512f"))) void PatternAvx512(float* p, float* m, float* v, const float* g, int64_t n) {
   const __m512 s = _mm512_set1_ps(1e-7f);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 d = _mm512_mul_ps(s, _mm512_loadu_ps(g + i));
-    _mm512_storeu_ps(p + i, _mm512_add_ps(_mm512_loadu_ps(p + i), d));
-    _mm512_storeu_ps(m + i, _mm512_add_ps(_mm512_loadu_ps(m + i), d));
-    _mm512_storeu_ps(v + i, _mm512_add_ps(_mm512_loadu_ps(v + i), d));
+    const __m512 np = _mm512_add_ps(_mm512_loadu_ps(p + i), d), nm = _mm512_add_ps(_mm512_loadu_ps(m + i), d),
+                 nv = _mm512_add_ps(_mm512_loadu_ps(v + i), d);
+    if constexpr (kStream) {
+      _mm512_stream_ps(p + i, np);
+      _mm512_stream_ps(m + i, nm);
+      _mm512_stream_ps(v + i, nv);
+    } else {
+      _mm512_storeu_ps(p + i, np);
+      _mm512_storeu_ps(m + i, nm);
+      _mm512_storeu_ps(v + i, nv);
+    }
   }
+  if constexpr (kStream) _mm_sfence();
   for (; i < n; ++i) {
     p[i] += 1e-7f * g[i];
     m[i] += 1e-7f * g[i];
     v[i] += 1e-7f * g[i];
   }
 }
-__attribute__((target("avx2"))) void PatternAvx2(float* p, float* m, float* v, const float* g,
-                                                 int64_t n) {
+template <bool kStream>
+__attribute__((target("avx2"))) void PatternAvx2(float* p, float* m, float* v, const float* g, int64_t n) {
   const __m256 s = _mm256_set1_ps(1e-7f);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 d = _mm256_mul_ps(s, _mm256_loadu_ps(g + i));
-    _mm256_storeu_ps(p + i, _mm256_add_ps(_mm256_loadu_ps(p + i), d));
-    _mm256_storeu_ps(m + i, _mm256_add_ps(_mm256_loadu_ps(m + i), d));
-    _mm256_storeu_ps(v + i, _mm256_add_ps(_mm256_loadu_ps(v + i), d));
+    const __m256 np = _mm256_add_ps(_mm256_loadu_ps(p + i), d), nm = _mm256_add_ps(_mm256_loadu_ps(m + i), d),
+                 nv = _mm256_add_ps(_mm256_loadu_ps(v + i), d);
+    if constexpr (kStream) {
+      _mm256_stream_ps(p + i, np);
+      _mm256_stream_ps(m + i, nm);
+      _mm256_stream_ps(v + i, nv);
+    } else {
+      _mm256_storeu_ps(p + i, np);
+      _mm256_storeu_ps(m + i, nm);
+      _mm256_storeu_ps(v + i, nv);
+    }
   }
+  if constexpr (kStream) _mm_sfence();
   for (; i < n; ++i) {
     p[i] += 1e-7f * g[i];
     m[i] += 1e-7f * g[i];
@@ -98,60 +131,129 @@ __attribute__((target("avx2"))) void PatternAvx2(float* p, float* m, float* v, c
   }
 }
 
-void PatternProbe(ThreadPool& pool, float* p, float* m, float* v, const float* g, int64_t n) {
-  const bool avx512 = PathSupported(Path::kAvx512);
-  pool.ParallelFor((n + kTile - 1) / kTile, [&](int64_t t) {
-    const int64_t f = t * kTile, c = std::min(kTile, n - f);
-    if (avx512) {
-      PatternAvx512(p + f, m + f, v + f, g + f, c);
-    } else {
-      PatternAvx2(p + f, m + f, v + f, g + f, c);
-    }
-  });
+template <bool kStream>
+void Pattern(float* p, float* m, float* v, const float* g, int64_t n) {
+  if (PathSupported(Path::kAvx512)) {
+    PatternAvx512<kStream>(p, m, v, g, n);
+  } else {
+    PatternAvx2<kStream>(p, m, v, g, n);
+  }
 }
 
-void Probe(ThreadPool& pool, float* x, const float* y, int64_t n) {
-  const bool avx512 = PathSupported(Path::kAvx512);
-  pool.ParallelFor((n + kTile - 1) / kTile, [&](int64_t t) {
-    const int64_t first = t * kTile, count = std::min(kTile, n - first);
-    if (avx512) {
-      RmwAvx512(x + first, y + first, 1e-7f, count);
-    } else {
-      RmwAvx2(x + first, y + first, 1e-7f, count);
-    }
-  });
+// Tiles of kTile elements over the pool (CpuAdam's own schedule).
+void OverTiles(ThreadPool& pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  pool.ParallelFor((n + kTile - 1) / kTile, [&](int64_t t) { fn(t * kTile, std::min(kTile, n - t * kTile)); });
 }
+
+// `threads` threads, thread k pinned to the k-th CPU of this process's
+// affinity mask (round robin) and given the k-th contiguous block.
+void OverPinnedBlocks(int threads, int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    }
+  }
+  std::vector<std::thread> workers;
+  for (int k = 0; k < threads; ++k) {
+    workers.emplace_back([&, k] {
+      if (!cpus.empty()) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[k % cpus.size()], &one);
+        pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+      }
+      // Block boundaries on whole vectors of 16 floats.
+      const int64_t begin = n * k / threads / 16 * 16, end = k + 1 == threads ? n : n * (k + 1) / threads / 16 * 16;
+      fn(begin, end - begin);
+    });
+  }
+  for (std::thread& w : workers) w.join();
+}
+
+// A 2 MiB-aligned array of n elements (huge pages where the kernel gives
+// them), freed with free().
+template <typename T>
+struct AlignedArray {
+  std::unique_ptr<T, decltype(&std::free)> data{nullptr, &std::free};
+  explicit AlignedArray(int64_t n) {
+    constexpr size_t kAlign = size_t{2} << 20;
+    const size_t bytes = (size_t(n) * sizeof(T) + kAlign - 1) / kAlign * kAlign;
+    data.reset(static_cast<T*>(std::aligned_alloc(kAlign, bytes)));
+    if (data != nullptr) madvise(data.get(), bytes, MADV_HUGEPAGE);
+  }
+  T* get() const { return data.get(); }
+};
 
 // Buffers for n parameters, first touched by the pool's threads (so pages
 // spread over the memory the threads use).
 struct Buffers {
-  std::vector<float> p, m, v, g32;
-  std::vector<uint16_t> g16, out16;
-  Buffers(ThreadPool& pool, int64_t n)
-      : p(n, 0.0f), m(n, 0.0f), v(n, 0.0f), g32(n, 0.0f), g16(n, 0), out16(n + 16, 0) {
-    pool.ParallelFor((n + kTile - 1) / kTile, [&](int64_t t) {
-      for (int64_t i = t * kTile; i < std::min(n, (t + 1) * kTile); ++i) {
-        p[i] = 0.01f * float(i % 1000) - 5.0f;
-        g32[i] = 1e-3f * float(i % 777) - 0.3f;
-        g16[i] = 0x3c00;  // bf16 1.0
+  int64_t n;
+  AlignedArray<float> p, m, v, g32;
+  AlignedArray<uint16_t> g16, out16;
+  Buffers(ThreadPool& pool, int64_t n) : n(n), p(n), m(n), v(n), g32(n), g16(n), out16(n) {
+    OverTiles(pool, n, [&](int64_t first, int64_t count) {
+      for (int64_t i = first; i < first + count; ++i) {
+        p.get()[i] = 0.01f * float(i % 1000) - 5.0f;
+        m.get()[i] = 0.0f;
+        v.get()[i] = 0.0f;
+        g32.get()[i] = 1e-3f * float(i % 777) - 0.3f;
+        g16.get()[i] = 0x3c00;  // bf16 1.0
+        out16.get()[i] = 0;
       }
     });
   }
+  bool ok() const { return p.get() && m.get() && v.get() && g32.get() && g16.get() && out16.get(); }
   AdamBuffers For(DType grad, bool fused) {
     AdamBuffers b;
-    b.params = p.data();
-    b.exp_avg = m.data();
-    b.exp_avg_sq = v.data();
-    b.grads = grad == DType::kF32 ? static_cast<const void*>(g32.data()) : g16.data();
+    b.params = p.get();
+    b.exp_avg = m.get();
+    b.exp_avg_sq = v.get();
+    b.grads = grad == DType::kF32 ? static_cast<const void*>(g32.get()) : g16.get();
     b.grad_dtype = grad;
-    b.n = static_cast<int64_t>(p.size());
+    b.n = n;
     if (fused) {
-      b.params16 = out16.data();
+      b.params16 = out16.get();
       b.params16_dtype = DType::kBF16;
     }
     return b;
   }
 };
+
+// A bandwidth probe: a name, the bytes it moves per element, one pass.
+struct Probe {
+  std::string name;
+  double bytes;
+  std::function<void()> pass;
+};
+
+std::vector<Probe> Probes(ThreadPool& pool, ThreadPool& half_pool, Buffers& b) {
+  const int64_t n = b.n;
+  float *p = b.p.get(), *m = b.m.get(), *v = b.v.get(), *g = b.g32.get();
+  const bool avx512 = PathSupported(Path::kAvx512);
+  return {
+      {"rmw", 12.0,
+       [=, &pool] {
+         OverTiles(pool, n, [&](int64_t f, int64_t c) {
+           avx512 ? RmwAvx512(v + f, g + f, 1e-7f, c) : RmwAvx2(v + f, g + f, 1e-7f, c);
+         });
+       }},
+      {"pattern", 28.0,
+       [=, &pool] { OverTiles(pool, n, [&](int64_t f, int64_t c) { Pattern<false>(p + f, m + f, v + f, g + f, c); }); }},
+      {"streaming", 28.0,
+       [=, &pool] { OverTiles(pool, n, [&](int64_t f, int64_t c) { Pattern<true>(p + f, m + f, v + f, g + f, c); }); }},
+      {"pinned", 28.0,
+       [=, &pool] {
+         OverPinnedBlocks(pool.threads(), n, [&](int64_t f, int64_t c) { Pattern<false>(p + f, m + f, v + f, g + f, c); });
+       }},
+      {"half_threads", 28.0,
+       [=, &half_pool] {
+         OverTiles(half_pool, n, [&](int64_t f, int64_t c) { Pattern<false>(p + f, m + f, v + f, g + f, c); });
+       }},
+  };
+}
 
 std::unique_ptr<CpuAdam> Make(Path path) {
   CpuAdam::Options o;
@@ -168,7 +270,9 @@ void BM_CpuAdam(benchmark::State& state) {
   const bool fused = state.range(2) != 0;
   auto adam = Make(Path::kBest);
   ThreadPool pool(adam->threads());
+  ThreadPool half_pool(std::max(1, adam->threads() / 2));
   Buffers buffers(pool, n);
+  if (!buffers.ok()) return state.SkipWithError("out of memory for the buffers");
   const AdamBuffers b = buffers.For(grad, fused);
   int64_t step = 0;
   auto run = [&](CpuAdam& a, const AdamBuffers& bb) {
@@ -182,28 +286,35 @@ void BM_CpuAdam(benchmark::State& state) {
   const bool want_scalar = grad == DType::kF32 && !fused;
   auto scalar = want_scalar ? Make(Path::kScalar) : nullptr;
   const AdamBuffers plain = buffers.For(grad, false);
-  std::vector<double> t_adam, t_probe, t_pattern, t_scalar, t_plain;
-  const int rounds = n >= (int64_t{1} << 27) ? 3 : 7;
+  const std::vector<Probe> probes = Probes(pool, half_pool, buffers);
+  std::vector<std::vector<double>> t_probe(probes.size());
+  std::vector<double> t_adam, t_scalar, t_plain;
+  const int rounds = n >= (int64_t{1} << 27) ? 5 : 9;
   for (int r = 0; r < rounds; ++r) {
-    t_probe.push_back(Seconds([&] { Probe(pool, buffers.v.data(), buffers.g32.data(), n); }));
-    t_pattern.push_back(Seconds([&] {
-      PatternProbe(pool, buffers.p.data(), buffers.m.data(), buffers.v.data(), buffers.g32.data(), n);
-    }));
+    for (size_t k = 0; k < probes.size(); ++k) t_probe[k].push_back(Seconds(probes[k].pass));
     t_adam.push_back(Seconds([&] { run(*adam, b); }));
     if (want_scalar) t_scalar.push_back(Seconds([&] { run(*scalar, b); }));
     if (fused) t_plain.push_back(Seconds([&] { run(*adam, plain); }));
   }
   const double bytes = (grad == DType::kF32 ? 28.0 : 26.0) + (fused ? 2.0 : 0.0);
-  const double probe_bw = 12.0 * n / Median(t_probe);
   const double adam_bw = bytes * n / Median(t_adam);
+  double ceiling = 0;
+  std::string best;
+  for (size_t k = 0; k < probes.size(); ++k) {
+    const double bw = probes[k].bytes * n / Median(t_probe[k]);
+    state.counters[probes[k].name + "_fraction"] = adam_bw / bw;
+    if (bw > ceiling) {
+      ceiling = bw;
+      best = probes[k].name;
+    }
+  }
   state.counters["bytes_per_second"] = adam_bw;
-  state.counters["bound_fraction"] = adam_bw / probe_bw;
-  state.counters["probe_bytes_per_second"] = probe_bw;
-  state.counters["pattern_fraction"] = adam_bw / (28.0 * n / Median(t_pattern));
+  state.counters["bound_fraction"] = adam_bw / ceiling;
+  state.counters["bound_bytes_per_second"] = ceiling;
   if (want_scalar) state.counters["vs_scalar"] = Median(t_scalar) / Median(t_adam);
   if (fused) state.counters["fused_overhead"] = Median(t_adam) / Median(t_plain) - 1.0;
-  state.SetLabel(absl::StrCat(PathName(adam->path()), ", ", adam->threads(), " threads, ",
-                              DTypeName(grad), " grads", fused ? ", bf16 params16" : ""));
+  state.SetLabel(absl::StrCat(PathName(adam->path()), ", ", adam->threads(), " threads, ", DTypeName(grad),
+                              " grads", fused ? ", bf16 params16" : "", "; ceiling: ", best));
 }
 
 void Args(benchmark::internal::Benchmark* b) {

@@ -101,6 +101,9 @@ std::string CsvField(const std::string& value) {
 absl::Status WriteProvenance(const std::string& path, const Provenance& p) {
   const std::string git = absl::StrCat("git -C ", ShellQuote(WorkspaceDir()), " ");
   std::string commit = Capture(git + "rev-parse HEAD");
+  // Off a checkout (a GPU machine running tools/gpu_bundle.sh's binaries):
+  // the commit the binaries were built from, which the bundle's run.sh exports.
+  if (commit.empty() && std::getenv("MEMWALL_COMMIT") != nullptr) commit = std::getenv("MEMWALL_COMMIT");
   if (commit.empty()) commit = "unknown (not a git checkout)";
   const bool dirty = !Capture(git + "status --porcelain --untracked-files=no -- . ':(exclude)results'").empty();
   const std::string gpu = Capture("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader");
@@ -137,8 +140,11 @@ absl::Status RunFigureScript(const std::string& script, const std::vector<std::s
     }
   }
   if (python.empty()) {
-    return absl::FailedPreconditionError(
-        "no python3 with matplotlib: install Debian's python3-matplotlib (./bazelw does)");
+    std::string later = absl::StrCat("python3 ", ShellQuote(script));
+    for (const std::string& a : args) absl::StrAppend(&later, " ", ShellQuote(a));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no python3 with matplotlib: install Debian's python3-matplotlib (./bazelw does), or draw the figure "
+        "where there is one: ", later));
   }
   std::string command = absl::StrCat(python, " ", ShellQuote(script));
   for (const std::string& a : args) absl::StrAppend(&command, " ", ShellQuote(a));

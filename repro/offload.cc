@@ -19,6 +19,7 @@
 #include "repro/harness.h"
 #include "runtime/communicator.h"
 #include "runtime/cpu_device.h"
+#include "runtime/cuda_device.h"
 #include "runtime/status.h"
 #include "runtime/timeline.h"
 #include "zero/estimator.h"
@@ -41,6 +42,22 @@ std::string FirstLine(const absl::Status& st) {
   return m.substr(0, m.find('\n'));
 }
 
+// The experiment's device (`device: "cpu"` or `"cuda"`) with these budgets
+// (0: the device's own memory; unlimited pinned host memory).
+absl::StatusOr<std::unique_ptr<Device>> CreateExperimentDevice(const Experiment& e, size_t device_bytes,
+                                                               size_t pinned_bytes) {
+  if (e.device() == "cuda") {
+    CudaDeviceOptions o;
+    o.memory_budget_bytes = device_bytes;
+    o.pinned_budget_bytes = pinned_bytes;
+    return CreateCudaDevice(o);
+  }
+  CpuDeviceOptions o;
+  o.memory_budget_bytes = device_bytes;
+  o.pinned_budget_bytes = pinned_bytes;
+  return CreateCpuDevice(o);
+}
+
 // One attempt: a fresh device of the experiment's budget (so its peaks are
 // this attempt's alone), the model, the trainer, `warmup + timed` steps.
 // Returns the row; a ResourceExhausted anywhere is "does not fit".
@@ -55,10 +72,9 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
   row.mode = ModeName(mode);
   const auto start = std::chrono::steady_clock::now();
 
-  CpuDeviceOptions device_options;
-  device_options.memory_budget_bytes = static_cast<size_t>(e.offload().device_memory_bytes());
-  device_options.pinned_budget_bytes = static_cast<size_t>(e.offload().host_pinned_memory_bytes());
-  MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateCpuDevice(device_options));
+  MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
+                           CreateExperimentDevice(e, static_cast<size_t>(e.offload().device_memory_bytes()),
+                                                  static_cast<size_t>(e.offload().host_pinned_memory_bytes())));
   row.device = device->name();
   std::unique_ptr<Communicator> comm = CreateSingleProcessCommunicator();
   auto data = models::SyntheticSource(1 << 20, config.vocab(), 11);
@@ -370,7 +386,7 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, c
     // (the faster: the first GEMM of a process measured 7-10x slow).
     const zero::TrainerOptions o = OffloadTrainerOptions(e, OffloadSweep::STAGE0);
     auto gemm_rate = [&]() -> absl::StatusOr<double> {
-      MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<Device> gemm_device, CreateCpuDevice());
+      MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<Device> gemm_device, CreateExperimentDevice(e, 0, 0));
       return MeasureGemmFlops(*gemm_device, zero::ParamDType(o.training.precision()), o.training.micro_batch() * o.training.seq(), config.hidden(),
                               4 * config.hidden(), 9);
     };

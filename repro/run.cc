@@ -190,18 +190,22 @@ absl::Status DriveOffload(const Experiment& e, const std::string& experiment_pat
     for (const OffloadRow& r : rows) absl::StrAppend(&csv, ThroughputCsv(r), "\n");
     MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/data.csv", csv));
     p.measured_or_modeled = absl::StrCat(
-        "measured on a CpuDevice with a ", budget, " budget, one rank: means over the timed steps after ",
+        "measured on ", e.device() == "cuda" ? "a GPU (cuda:0)" : "a CpuDevice", " with a ", budget,
+        " budget, one rank: means over the timed steps after ",
         e.offload().warmup_steps(), " warm-up steps; tflops = model FLOPs (3 x forward: 6 x params + attention, "
         "per token) / step time; gemm_tflops = ops::Matmul on the same device for the model's (tokens, d) x "
         "(d, 4d) on a device of its own, the faster of before and after the model's runs (fastest of >= 9 "
-        "calls each); device_idle_fraction = time the compute stream ran no zone, from the timeline. Absolute rates on the CpuDevice are not a GPU's: compare ratios (mode to stage 0, TFLOPS "
-        "to the GEMM rate)");
+        "calls each); device_idle_fraction = time the compute stream ran no zone, from the timeline. ",
+        e.device() == "cuda" ? "The host side (CPU Adam, gradient accumulation) ran on the GPU machine's CPU; machine below"
+                             : "Absolute rates on the CpuDevice are not a GPU's: compare ratios (mode to stage 0, TFLOPS to the GEMM rate)");
     p.files["data.csv"] = "one row per (ladder model, mode)";
     if (!traces.empty()) p.files["traces/"] = "<model>_<mode>/step_<k>.json: each step's zones, Chrome trace format (Perfetto)";
   }
+  // The provenance before the figure: a GPU machine may have no matplotlib,
+  // and the measurement must survive that (the figure can be drawn later).
+  MEMWALL_RETURN_IF_ERROR(WriteProvenance(dir + "/provenance.json", p));
   MEMWALL_RETURN_IF_ERROR(RunFigureScript(FigureScript(e),
                                           {dir + "/data.csv", dir + "/figure.png"}));
-  MEMWALL_RETURN_IF_ERROR(WriteProvenance(dir + "/provenance.json", p));
   std::printf("wrote %s/\n", dir.c_str());
   return absl::OkStatus();
 }

@@ -6,10 +6,14 @@
 #
 #   tools/gpu_bundle.sh [OUT_DIR]          (default: gpu_bundle/, git-ignored)
 #   OUT_DIR/run.sh RESULTS_DIR [NAME...]   (on the GPU machine)
+#   source OUT_DIR/env.sh; OUT_DIR/bin/repro_run --results_dir=DIR repro/experiments/X.textproto
+#                                          (an experiment on the GPU machine, from a checkout's root)
 #
-# Contents: bin/ (our code linked statically), lib/ (Abseil, protobuf,
-# OpenMPI, OpenBLAS, ... as found by ldd; also libcudart, which is small and
-# must match the build), run.sh, MANIFEST (what was built, from which commit).
+# Contents: bin/ (our code linked statically; repro_run is //repro:run),
+# lib.tar.gz (unpacked by env.sh to lib/: Abseil, protobuf, OpenMPI, OpenBLAS, ... as found by ldd; also
+# libcudart, which is small and must match the build), env.sh (the library
+# path and MEMWALL_COMMIT for provenance), run.sh, MANIFEST (what was built,
+# from which commit).
 # The driver (libcuda), cuBLAS and NCCL come from the GPU machine.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -28,6 +32,9 @@ for t in "${targets[@]}"; do
   path="bazel-bin/$(sed -e 's|^//||' -e 's|:|/|' <<<"$t")"
   cp -L "$path" "$out/bin/"
 done
+# The experiment runner, under a name that says so (run.sh leaves it out).
+./bazelw build --noshow_progress //repro:run
+cp -L bazel-bin/repro/run "$out/bin/repro_run"
 # Symbols are not needed there and halve the binaries (the device tool
 # carries at most 64 MiB, repository included).
 chmod u+w "$out"/bin/*
@@ -44,6 +51,10 @@ done | sort -u | while read -r name path; do
 done
 # OpenMPI loads its components at MPI_Init; a single-rank run never calls it,
 # so the components are not bundled (no mpirun on the GPU machine either).
+# The libraries travel compressed (Debian's OpenBLAS alone is 35 MiB, which
+# with the rest would not fit the device tool's 64 MiB); env.sh unpacks them.
+tar -C "$out" -czf "$out/lib.tar.gz" lib
+rm -rf "$out/lib"
 
 {
   echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (dirty)')"
@@ -53,17 +64,16 @@ done
   echo "targets: ${targets[*]}"
 } > "$out/MANIFEST"
 
-cat > "$out/run.sh" <<'RUN'
-#!/usr/bin/env bash
-# Runs bundled memwall binaries on a GPU machine.
-#   run.sh RESULTS_DIR [NAME...]   (default: every binary in bin/)
-# Tests (*_test) write RESULTS_DIR/NAME.xml, benchmarks (*_benchmark)
-# RESULTS_DIR/NAME.json; every binary's output goes to RESULTS_DIR/NAME.log.
-# Exits non-zero if any binary fails.
-set -uo pipefail
+cat > "$out/env.sh" <<'ENV'
+# Sourced on the GPU machine: the bundle's libraries, the machine's NCCL and
+# cuBLAS on LD_LIBRARY_PATH; MEMWALL_COMMIT (the build's commit) for the
+# provenance the repro runner writes off a git checkout.
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-results="${1:?usage: run.sh RESULTS_DIR [NAME...]}"; shift
-mkdir -p "$results"
+lib="$here/lib"
+if [[ ! -d "$lib" ]]; then
+  [[ -w "$here" ]] || lib="$(mktemp -d)/lib"
+  mkdir -p "$lib" && tar -C "$(dirname "$lib")" -xzf "$here/lib.tar.gz" || echo "env.sh: cannot unpack $here/lib.tar.gz" >&2
+fi
 # NCCL: a system copy, else the one pip's nvidia-nccl package ships.
 nccl_dir=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu; do
@@ -78,7 +88,23 @@ cublas_dir=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [[ -e "$d/libcublas.so.13" ]] && { cublas_dir="$d"; break; }
 done
-export LD_LIBRARY_PATH="$here/lib${nccl_dir:+:$nccl_dir}${cublas_dir:+:$cublas_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$lib${nccl_dir:+:$nccl_dir}${cublas_dir:+:$cublas_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+MEMWALL_COMMIT="$(sed -n 's/^commit: //p' "$here/MANIFEST")"
+export MEMWALL_COMMIT
+ENV
+
+cat > "$out/run.sh" <<'RUN'
+#!/usr/bin/env bash
+# Runs bundled memwall binaries on a GPU machine.
+#   run.sh RESULTS_DIR [NAME...]   (default: every test, benchmark and the self-check in bin/)
+# Tests (*_test) write RESULTS_DIR/NAME.xml, benchmarks (*_benchmark)
+# RESULTS_DIR/NAME.json; every binary's output goes to RESULTS_DIR/NAME.log.
+# Exits non-zero if any binary fails.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+results="${1:?usage: run.sh RESULTS_DIR [NAME...]}"; shift
+mkdir -p "$results"
+source "$here/env.sh"
 {
   echo "== machine"
   cat "$here/MANIFEST"
@@ -87,7 +113,7 @@ export LD_LIBRARY_PATH="$here/lib${nccl_dir:+:$nccl_dir}${cublas_dir:+:$cublas_d
   echo "nccl: ${nccl_dir:-not found}  cublas: ${cublas_dir:-not found}"
 } | tee "$results/machine.txt"
 names=("$@")
-[[ ${#names[@]} -eq 0 ]] && names=($(ls "$here/bin"))
+[[ ${#names[@]} -eq 0 ]] && names=($(ls "$here/bin" | grep -v '^repro_run$'))
 status=0
 for name in "${names[@]}"; do
   bin="$here/bin/$name"
