@@ -34,7 +34,7 @@ struct CpuDeviceOptions {
 // Alignment of CpuDevice memory: a page, so buffers are ready for O_DIRECT
 // I/O and never share a cache line. Pinned-host sizes are also rounded up to
 // a page in the allocation (not in the accounting).
-inline constexpr size_t kCpuDeviceAlignment = 4096;
+inline constexpr size_t kCpuDeviceAlignment = kPinnedHostAlignment;
 
 absl::StatusOr<std::unique_ptr<Device>> CreateCpuDevice(const CpuDeviceOptions& options = {});
 

@@ -5,6 +5,7 @@
 
 #if MEMWALL_HAS_CUDA
 #include <cuda_runtime_api.h>
+#include <sys/mman.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -213,6 +214,10 @@ class CudaMemory final : public Allocator {
 };
 
 class PinnedHostMemory final : public Allocator {
+  static size_t Rounded(size_t bytes) {
+    return (bytes + kPinnedHostAlignment - 1) / kPinnedHostAlignment * kPinnedHostAlignment;
+  }
+
  public:
   PinnedHostMemory(int ordinal, std::string name, size_t budget)
       : ordinal_(ordinal), account_(std::move(name), budget) {}
@@ -220,21 +225,33 @@ class PinnedHostMemory final : public Allocator {
   bool host_accessible() const override { return true; }
 
  protected:
+  // Whole pages from mmap, page-locked (portable and mapped, as
+  // cudaHostAlloc's under unified addressing) with cudaHostRegister: the
+  // buffer starts on a page (kPinnedHostAlignment), which cudaHostAlloc does
+  // not promise (seen on an H100: a 36 KiB buffer off a page, which O_DIRECT
+  // refused).
   absl::StatusOr<void*> AllocateRaw(size_t bytes, MemoryTag tag, Stream*) override {
     ScopedDevice scoped(ordinal_);
-    void* ptr = nullptr;
-    const cudaError_t err = cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable);
+    const size_t rounded = Rounded(bytes);
+    void* ptr = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ptr == MAP_FAILED) {
+      return MEMWALL_ERROR(absl::StatusCode::kResourceExhausted, account_.name(), ": mmap of ",
+                           FormatBytes(bytes), " for ", MemoryTagName(tag), " failed: out of host memory");
+    }
+    const cudaError_t err = cudaHostRegister(ptr, rounded, cudaHostRegisterPortable | cudaHostRegisterMapped);
     if (err != cudaSuccess) {
       cudaGetLastError();
+      munmap(ptr, rounded);
       return MEMWALL_ERROR(absl::StatusCode::kResourceExhausted, account_.name(),
-                           ": cudaHostAlloc of ", FormatBytes(bytes), " for ",
+                           ": cudaHostRegister of ", FormatBytes(bytes), " for ",
                            MemoryTagName(tag), " failed: ", cudaGetErrorString(err),
                            " (pinned memory is limited by RAM and ulimit -l)");
     }
     return ptr;
   }
   void FreeRaw(void* ptr, size_t bytes, MemoryTag tag, Stream*) override {
-    cudaFreeHost(ptr);
+    cudaHostUnregister(ptr);
+    munmap(ptr, Rounded(bytes));
     account_.Release(tag, bytes);
   }
 

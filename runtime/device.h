@@ -48,6 +48,9 @@ class Device;
 class Stream;
 
 enum class DeviceKind { kCpu, kCuda };
+
+// Alignment of pinned host buffers (Device::pinned_host): a page.
+inline constexpr size_t kPinnedHostAlignment = 4096;
 absl::string_view DeviceKindName(DeviceKind kind);  // "cpu", "cuda"
 
 // Allocates memory in one space (device memory or pinned host memory) and
@@ -151,7 +154,10 @@ class Device {
   virtual DeviceKind kind() const = 0;
   // "cpu:0", "cuda:0 (NVIDIA H100 80GB HBM3)".
   virtual const std::string& name() const = 0;
-  // Device memory, and pinned host memory for fast, async host<->device copies.
+  // Device memory, and pinned host memory for fast, async host<->device
+  // copies. Pinned host buffers start on a kPinnedHostAlignment boundary on
+  // every device, so they are ready for O_DIRECT I/O (the NVMe stores read
+  // and write them directly).
   virtual Allocator& memory() = 0;
   virtual Allocator& pinned_host() = 0;
 
