@@ -55,6 +55,24 @@ int64_t HeadFor(const void* out16, int64_t bytes, int64_t n) {
   return head < n ? head : n;
 }
 
+// Software prefetch of the four read streams this many elements (1 KiB of
+// fp32) ahead. The hardware prefetchers alone leave a many-core host short
+// of memory parallelism while the divide and square root hold up the loop:
+// on a 16-core Xeon (AVX-512, 256M parameters) it took the step from 117.5
+// to 129.9 GB/s, past a no-arithmetic probe of the same seven streams
+// (127.2); neutral on a 2-core EPYC. Prefetches past a range's end are
+// hints, never faults.
+constexpr int64_t kPrefetchElements = 256;
+
+template <int kGrad>
+inline void PrefetchAhead(const Range& r, int64_t i) {
+  const int64_t a = i + kPrefetchElements;
+  _mm_prefetch(reinterpret_cast<const char*>(r.p + a), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(r.m + a), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(r.v + a), _MM_HINT_T0);
+  _mm_prefetch(static_cast<const char*>(r.grad) + a * (kGrad == kF32 ? 4 : 2), _MM_HINT_T0);
+}
+
 // ---- AVX2 (+F16C): 8 lanes ----------------------------------------------
 
 #define MEMWALL_TARGET_AVX2 __attribute__((target("avx2,f16c")))
@@ -106,6 +124,7 @@ MEMWALL_TARGET_AVX2 void Avx2Range(const StepScalars& s, const Range& r) {
   const __m256 step = _mm256_set1_ps(s.step_size), bc2 = _mm256_set1_ps(s.inv_bias_correction2_sqrt);
   const __m256 eps = _mm256_set1_ps(s.eps), lr_wd = _mm256_set1_ps(s.lr_weight_decay);
   for (; i + 8 <= r.n; i += 8) {
+    if (i % 16 == 0) PrefetchAhead<kGrad>(r, i);  // one cache line of fp32 per two iterations
     __m256 g = _mm256_mul_ps(LoadGrad8<kGrad>(r.grad, i), grad_scale);
     const __m256 p = _mm256_loadu_ps(r.p + i);
     if (!s.adamw) g = _mm256_add_ps(g, _mm256_mul_ps(wd, p));
@@ -173,6 +192,7 @@ MEMWALL_TARGET_AVX512 void Avx512Range(const StepScalars& s, const Range& r) {
   const __m512 step = _mm512_set1_ps(s.step_size), bc2 = _mm512_set1_ps(s.inv_bias_correction2_sqrt);
   const __m512 eps = _mm512_set1_ps(s.eps), lr_wd = _mm512_set1_ps(s.lr_weight_decay);
   for (; i + 16 <= r.n; i += 16) {
+    PrefetchAhead<kGrad>(r, i);
     __m512 g = _mm512_mul_ps(LoadGrad16<kGrad>(r.grad, i), grad_scale);
     const __m512 p = _mm512_loadu_ps(r.p + i);
     if (!s.adamw) g = _mm512_add_ps(g, _mm512_mul_ps(wd, p));

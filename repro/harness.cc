@@ -11,6 +11,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -100,12 +101,16 @@ std::string CsvField(const std::string& value) {
 
 absl::Status WriteProvenance(const std::string& path, const Provenance& p) {
   const std::string git = absl::StrCat("git -C ", ShellQuote(WorkspaceDir()), " ");
-  std::string commit = Capture(git + "rev-parse HEAD");
-  // Off a checkout (a GPU machine running tools/gpu_bundle.sh's binaries):
-  // the commit the binaries were built from, which the bundle's run.sh exports.
-  if (commit.empty() && std::getenv("MEMWALL_COMMIT") != nullptr) commit = std::getenv("MEMWALL_COMMIT");
+  // The binaries of tools/gpu_bundle.sh (on a GPU machine) carry the
+  // commit they were built from in MEMWALL_COMMIT (its env.sh exports it):
+  // that, not whatever checkout they run in, is the code that measured.
+  const char* built_from = std::getenv("MEMWALL_COMMIT");
+  std::string commit = built_from != nullptr ? built_from : Capture(git + "rev-parse HEAD");
   if (commit.empty()) commit = "unknown (not a git checkout)";
-  const bool dirty = !Capture(git + "status --porcelain --untracked-files=no -- . ':(exclude)results'").empty();
+  const bool dirty =
+      built_from != nullptr
+          ? absl::StrContains(commit, "dirty")
+          : !Capture(git + "status --porcelain --untracked-files=no -- . ':(exclude)results'").empty();
   const std::string gpu = Capture("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader");
   std::string json = "{\n";
   auto field = [&](const std::string& key, const std::string& value, bool last = false) {
