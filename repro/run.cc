@@ -374,16 +374,16 @@ int main(int argc, char** argv) {
                  Experiment::Kind_Name(experiment->kind()).c_str());
     return 2;
   }
-  // The command that regenerates this, as a user types it: under `bazel
-  // run`, a named target (//repro:zero_memory) has its experiment file built
-  // in, //repro:run is given it; outside Bazel (a GPU machine running
-  // tools/gpu_bundle.sh's repro_run), the command line itself.
+  // The command that regenerates this, as a user types it: a named target
+  // (//repro:zero_memory) has its experiment file built in, //repro:run is
+  // given it; tools/gpu_bundle.sh's repro_run on a GPU machine (its env.sh
+  // sets MEMWALL_COMMIT), the command line itself.
   std::vector<std::string> args(argv, argv + argc);
   const std::string target = std::filesystem::path(args[0]).filename().string();
   const auto given = args.begin() + std::min<size_t>(args.size(), target == "run" ? 1 : 2);
   std::string command = absl::StrCat("./bazelw run //repro:", target);
   if (given < args.end()) absl::StrAppend(&command, " -- ", absl::StrJoin(given, args.end(), " "));
-  if (std::getenv("BUILD_WORKSPACE_DIRECTORY") == nullptr) command = absl::StrJoin(args, " ");
+  if (std::getenv("MEMWALL_COMMIT") != nullptr) command = absl::StrJoin(args, " ");
   const absl::Status st = absl::GetFlag(FLAGS_worker)
                               ? Worker(*experiment)
                               : Drive(*experiment, std::filesystem::absolute(std::filesystem::exists(path) ? path : positional[1]).string(),
