@@ -113,7 +113,9 @@ TEST(CudaOffload, EveryPlacementMatchesTheCpuDevice) {
       // Where the states live is the placement's, not the device's: no
       // Adam moments on the GPU, nor master weights when the parameters it
       // computes with are 16-bit (in fp32 they are the master weights).
-      if (precision != Precision::FP32) EXPECT_EQ(gpu.device_peaks[static_cast<int>(MemoryTag::kMasterParams)], 0u);
+      if (precision != Precision::FP32) {
+        EXPECT_EQ(gpu.device_peaks[static_cast<int>(MemoryTag::kMasterParams)], 0u);
+      }
       EXPECT_EQ(gpu.device_peaks[static_cast<int>(MemoryTag::kOptimizerStates)], 0u);
       for (MemoryTag tag : {MemoryTag::kParams16, MemoryTag::kGrads, MemoryTag::kCommBuffers}) {
         EXPECT_EQ(gpu.device_peaks[static_cast<int>(tag)], cpu.device_peaks[static_cast<int>(tag)])

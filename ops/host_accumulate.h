@@ -9,8 +9,8 @@
 // for n elements of fp32, fp16 or bf16, in chunks of kAccumulateChunk on a
 // ThreadPool (each element computed by exactly one thread, so the result
 // does not depend on the thread count). With `norm`, the same pass also
-// sums the squares of the results (in double, per chunk, the chunks merged
-// in order) and notes inf/NaN: ZeRO-Offload §5.1's norm and overflow check
+// sums the squares of the results (in double, per chunk in four lanes by
+// index mod 4, the chunks merged in order) and notes inf/NaN: ZeRO-Offload §5.1's norm and overflow check
 // without an extra pass over memory.
 #ifndef MEMWALL_OPS_HOST_ACCUMULATE_H_
 #define MEMWALL_OPS_HOST_ACCUMULATE_H_

@@ -22,11 +22,15 @@ namespace {
 void BM_HostAdd(benchmark::State& state) {
   const DType dtype = static_cast<DType>(state.range(0));
   const int64_t n = state.range(1);
+  const bool with_norm = state.range(2) != 0;  // the last pass of a step also sums the squares
   const size_t bytes = n * SizeOf(dtype);
   std::vector<uint8_t> a(bytes, 0), b(bytes, 0), copy_src(bytes * 3 / 2, 1), copy_dst(bytes * 3 / 2);
   std::vector<float> wa(n), wb(n);
   ThreadPool pool(0);
-  auto host_add = [&] { (void)HostAdd(a.data(), b.data(), a.data(), dtype, n, nullptr, &pool); };
+  auto host_add = [&] {
+    SquareSum norm;
+    (void)HostAdd(a.data(), b.data(), a.data(), dtype, n, with_norm ? &norm : nullptr, &pool);
+  };
   auto serial = [&] {
     (void)Convert(a.data(), dtype, wa.data(), DType::kF32, n);
     (void)Convert(b.data(), dtype, wb.data(), DType::kF32, n);
@@ -47,9 +51,11 @@ void BM_HostAdd(benchmark::State& state) {
   state.counters["threads"] = pool.threads();
 }
 BENCHMARK(BM_HostAdd)
-    ->ArgNames({"dtype", "n"})
-    ->Args({static_cast<int>(DType::kBF16), 1 << 24})
-    ->Args({static_cast<int>(DType::kF32), 1 << 24})
+    ->ArgNames({"dtype", "n", "norm"})
+    ->Args({static_cast<int>(DType::kBF16), 1 << 24, 0})
+    ->Args({static_cast<int>(DType::kBF16), 1 << 24, 1})
+    ->Args({static_cast<int>(DType::kF32), 1 << 24, 0})
+    ->Args({static_cast<int>(DType::kF32), 1 << 24, 1})
     ->Iterations(7)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
