@@ -59,11 +59,6 @@ class HostOptimizer : public DelayableOptimizer {
     }
     cpu_adam::CpuAdam::Options o;
     o.adam = r.adam;
-    // The delayed step runs beside the next forward and backward, whose
-    // kernels a host thread launches: leave it a core. With every core in
-    // the Adam, an H100's forward waited for the whole delayed step (its
-    // trace: the forward began 448 ms into the step, after the 372 ms Adam).
-    if (delayed_) o.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
     MEMWALL_ASSIGN_OR_RETURN(adam_, cpu_adam::CpuAdam::Create(o));
     return absl::OkStatus();
   }
