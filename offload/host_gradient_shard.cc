@@ -35,10 +35,20 @@ absl::Status HostGradientShard::Init(const MemoryPlan& plan) {
   return absl::OkStatus();
 }
 
+// The zeroing runs on the compute stream ahead of the forward, so it is on
+// every step's critical path: on all the pool's threads, in 16 MiB pieces
+// (one thread left 2 bytes per parameter to a single memset, about 0.3 s of
+// an H100 step for 1.1B parameters, and the forward waited for it).
 absl::Status HostGradientShard::ZeroGradients(Stream& stream) {
   const Buffer* grads = &grads_[active_];
   return stream.EnqueueHost([this, grads] {
-    std::memset(grads->data(), 0, grads->bytes());
+    constexpr size_t kPiece = size_t{16} << 20;
+    char* bytes = grads->as<char>();
+    const size_t total = grads->bytes();
+    pool_.ParallelFor(static_cast<int64_t>((total + kPiece - 1) / kPiece), [&](int64_t k) {
+      const size_t begin = static_cast<size_t>(k) * kPiece;
+      std::memset(bytes + begin, 0, std::min(kPiece, total - begin));
+    });
     folded_ = {};
     folded_ranges_.clear();
     return absl::OkStatus();
