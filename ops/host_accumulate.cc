@@ -1,7 +1,6 @@
 #include "ops/host_accumulate.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <vector>
 

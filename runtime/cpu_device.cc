@@ -306,8 +306,7 @@ absl::StatusOr<void*> CpuAllocator::AllocateRaw(size_t bytes, MemoryTag tag, Str
         account_.name(), ": allocation ordered on stream '", stream->name(),
         "' of another device (", stream->device().name(), ")"));
   }
-  const size_t rounded = (bytes + kCpuDeviceAlignment - 1) / kCpuDeviceAlignment *
-                         kCpuDeviceAlignment;
+  const size_t rounded = WholePages(bytes);
   void* ptr = nullptr;
   if (posix_memalign(&ptr, kCpuDeviceAlignment, rounded) != 0 || ptr == nullptr) {
     return MEMWALL_ERROR(absl::StatusCode::kResourceExhausted, account_.name(),

@@ -214,10 +214,6 @@ class CudaMemory final : public Allocator {
 };
 
 class PinnedHostMemory final : public Allocator {
-  static size_t Rounded(size_t bytes) {
-    return (bytes + kPinnedHostAlignment - 1) / kPinnedHostAlignment * kPinnedHostAlignment;
-  }
-
  public:
   PinnedHostMemory(int ordinal, std::string name, size_t budget)
       : ordinal_(ordinal), account_(std::move(name), budget) {}
@@ -232,7 +228,7 @@ class PinnedHostMemory final : public Allocator {
   // refused).
   absl::StatusOr<void*> AllocateRaw(size_t bytes, MemoryTag tag, Stream*) override {
     ScopedDevice scoped(ordinal_);
-    const size_t rounded = Rounded(bytes);
+    const size_t rounded = WholePages(bytes);
     void* ptr = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (ptr == MAP_FAILED) {
       return MEMWALL_ERROR(absl::StatusCode::kResourceExhausted, account_.name(), ": mmap of ",
@@ -251,7 +247,7 @@ class PinnedHostMemory final : public Allocator {
   }
   void FreeRaw(void* ptr, size_t bytes, MemoryTag tag, Stream*) override {
     cudaHostUnregister(ptr);
-    munmap(ptr, Rounded(bytes));
+    munmap(ptr, WholePages(bytes));
     account_.Release(tag, bytes);
   }
 

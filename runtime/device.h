@@ -51,6 +51,11 @@ enum class DeviceKind { kCpu, kCuda };
 
 // Alignment of pinned host buffers (Device::pinned_host): a page.
 inline constexpr size_t kPinnedHostAlignment = 4096;
+// `bytes` rounded up to whole kPinnedHostAlignment pages: what a
+// page-aligned allocation of `bytes` occupies.
+constexpr size_t WholePages(size_t bytes) {
+  return (bytes + kPinnedHostAlignment - 1) / kPinnedHostAlignment * kPinnedHostAlignment;
+}
 absl::string_view DeviceKindName(DeviceKind kind);  // "cpu", "cuda"
 
 // Allocates memory in one space (device memory or pinned host memory) and
