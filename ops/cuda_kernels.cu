@@ -144,22 +144,102 @@ __global__ void LayerNormBackwardInputKernel(const float* dy, const float* x,
   }
 }
 
-// dgamma, dbeta: one thread per column sums over rows in order (no atomics:
-// deterministic), accumulating into the existing gradients.
-template <typename P>
-__global__ void LayerNormBackwardParamsKernel(const float* dy, const float* x, const float* mean,
-                                              const float* rstd, typename P::T* dgamma,
-                                              typename P::T* dbeta, int64_t rows, int64_t d) {
-  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (j >= d) return;
-  float dg = 0.0f, db = 0.0f;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float g = dy[r * d + j];
-    dg += g * (x[r * d + j] - mean[r]) * rstd[r];
-    db += g;
+// --- Column sums: the bias and LayerNorm parameter gradients ---------------
+// sum over rows of a (rows, n) matrix, in two deterministic passes that fill
+// the GPU: pass 1 gives block (column tile, row chunk) kColTile columns x
+// kColChunk rows; its kColWarps warps take rows r = warp, warp + kColWarps,
+// ... in order, then warp sums are added in warp order. Pass 2 adds the
+// chunks' partial sums in chunk order and rounds into the stored gradient
+// once. The split depends only on (rows, n), so a run is bitwise
+// reproducible. Up to two sums per column (LayerNorm: dgamma and dbeta).
+constexpr int kColTile = 32, kColWarps = 8;
+constexpr int64_t kColChunk = 256;
+
+int64_t ColumnChunks(int64_t rows) { return std::max<int64_t>(1, (rows + kColChunk - 1) / kColChunk); }
+
+// What a column sum adds up, per element (r, j).
+struct BiasTerms {
+  static constexpr int kSums = 1;
+  const float* dy;
+  int64_t n;
+  __device__ void At(int64_t r, int64_t j, float (&v)[2]) const { v[0] = dy[r * n + j]; }
+};
+struct LayerNormTerms {  // dgamma += dy * xhat, dbeta += dy
+  static constexpr int kSums = 2;
+  const float *dy, *x, *mean, *rstd;
+  int64_t n;
+  __device__ void At(int64_t r, int64_t j, float (&v)[2]) const {
+    const float g = dy[r * n + j];
+    v[0] = g * (x[r * n + j] - mean[r]) * rstd[r];
+    v[1] = g;
   }
-  dgamma[j] = P::Store(P::Load(dgamma[j]) + dg);
-  dbeta[j] = P::Store(P::Load(dbeta[j]) + db);
+};
+
+// partial[(s * chunks + chunk) * n + j]. Block (kColTile, kColWarps).
+template <typename Terms>
+__global__ void ColumnSumsPartialKernel(Terms terms, int64_t rows, int64_t n, float* partial) {
+  __shared__ float warp_sums[Terms::kSums][kColWarps][kColTile];
+  const int64_t j = int64_t{blockIdx.x} * kColTile + threadIdx.x;
+  const int64_t r0 = int64_t{blockIdx.y} * kColChunk;
+  const int64_t r1 = min(rows, r0 + kColChunk);
+  float sum[2] = {0.0f, 0.0f};
+  if (j < n) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColWarps) {
+      float v[2];
+      terms.At(r, j, v);
+#pragma unroll
+      for (int s = 0; s < Terms::kSums; ++s) sum[s] += v[s];
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < Terms::kSums; ++s) warp_sums[s][threadIdx.y][threadIdx.x] = sum[s];
+  __syncthreads();
+  if (threadIdx.y == 0 && j < n) {
+    const int64_t chunks = gridDim.y;
+#pragma unroll
+    for (int s = 0; s < Terms::kSums; ++s) {
+      float total = 0.0f;
+      for (int w = 0; w < kColWarps; ++w) total += warp_sums[s][w][threadIdx.x];
+      partial[(s * chunks + blockIdx.y) * n + j] = total;
+    }
+  }
+}
+
+template <typename P>
+__global__ void ColumnSumsFinalKernel(const float* partial, int64_t chunks, int64_t n, int sums,
+                                      typename P::T* out0, typename P::T* out1) {
+  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (j >= n) return;
+  for (int s = 0; s < sums; ++s) {
+    float total = 0.0f;
+    for (int64_t c = 0; c < chunks; ++c) total += partial[(s * chunks + c) * n + j];
+    typename P::T* out = s == 0 ? out0 : out1;
+    out[j] = P::Store(P::Load(out[j]) + total);
+  }
+}
+
+// out0 (+ out1) += column sums of `terms`, stored as P. Scratch from the
+// stream-ordered pool (chunks x n floats per sum).
+template <typename P, typename Terms>
+int ColumnSums(const Terms& terms, int64_t rows, int64_t n, typename P::T* out0,
+               typename P::T* out1, cudaStream_t s) {
+  const int64_t chunks = ColumnChunks(rows);
+  void* scratch = nullptr;
+  if (cudaError_t err = cudaMallocAsync(&scratch, Terms::kSums * chunks * n * sizeof(float), s);
+      err != cudaSuccess) {
+    return static_cast<int>(err);
+  }
+  auto* partial = static_cast<float*>(scratch);
+  const dim3 grid(static_cast<unsigned>((n + kColTile - 1) / kColTile), static_cast<unsigned>(chunks));
+  ColumnSumsPartialKernel<Terms><<<grid, dim3(kColTile, kColWarps), 0, s>>>(terms, rows, n, partial);
+  int err = static_cast<int>(cudaGetLastError());
+  if (err == 0) {
+    ColumnSumsFinalKernel<P><<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+        partial, chunks, n, Terms::kSums, out0, out1);
+    err = static_cast<int>(cudaGetLastError());
+  }
+  cudaFreeAsync(scratch, s);
+  return err;
 }
 
 // Max of `v` over the block; every thread gets the result.
@@ -316,10 +396,8 @@ int LayerNormBackward(const float* dy, const float* x, const void* gamma, const 
     LayerNormBackwardInputKernel<P><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
         dy, x, As<P>(gamma), mean, rstd, dx, d);
     if (int err = Launched(); err != 0) return err;
-    LayerNormBackwardParamsKernel<P>
-        <<<static_cast<unsigned>((d + kThreads - 1) / kThreads), kThreads, 0, s>>>(
-            dy, x, mean, rstd, As<P>(dgamma), As<P>(dbeta), rows, d);
-    return Launched();
+    return ColumnSums<P>(LayerNormTerms{dy, x, mean, rstd, d}, rows, d, As<P>(dgamma),
+                         As<P>(dbeta), s);
   });
 }
 
@@ -398,17 +476,6 @@ __global__ void AddBiasKernel(float* y, const typename P::T* bias, int64_t rows,
        i += int64_t{gridDim.x} * blockDim.x) {
     y[i] += P::Load(bias[i % n]);
   }
-}
-
-// One thread per column, rows in order (coalesced across the warp).
-template <typename P>
-__global__ void BiasBackwardKernel(const float* dy, typename P::T* dbias, int64_t rows,
-                                   int64_t n) {
-  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (j >= n) return;
-  float sum = 0.0f;
-  for (int64_t r = 0; r < rows; ++r) sum += dy[r * n + j];
-  dbias[j] = P::Store(P::Load(dbias[j]) + sum);
 }
 
 // --- Fused causal attention -------------------------------------------------
@@ -761,9 +828,8 @@ int BiasBackward(const float* dy, void* dbias, Elem p, int64_t rows, int64_t n, 
   if (n == 0) return 0;
   return WithElem(p, [&](auto policy) {
     using P = decltype(policy);
-    BiasBackwardKernel<P><<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0,
-                            static_cast<cudaStream_t>(stream)>>>(dy, As<P>(dbias), rows, n);
-    return Launched();
+    return ColumnSums<P>(BiasTerms{dy, n}, rows, n, As<P>(dbias), nullptr,
+                         static_cast<cudaStream_t>(stream));
   });
 }
 

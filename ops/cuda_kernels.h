@@ -65,6 +65,18 @@ int AttentionBackward(const float* qkv, const float* out, const float* dout, con
                       float* delta, float* dqkv, int64_t batch, int64_t t, int64_t heads,
                       int64_t hd, void* stream);
 
+// The same attention on bf16 qkv, out, dout and dqkv (lse and delta fp32):
+// tensor cores, fp32 accumulation and softmax statistics, P and dS rounded
+// to bf16 for their products (ops/cuda_attention.cu). Head dims 64 and 128
+// on sm_80 and later run the tensor-core kernels; any other shape runs the
+// fp32 kernels above on widened copies.
+bool TensorCoreAttention(int64_t hd);
+int AttentionForwardBF16(const void* qkv, void* out, float* lse, int64_t batch, int64_t t,
+                         int64_t heads, int64_t hd, void* stream);
+int AttentionBackwardBF16(const void* qkv, const void* out, const void* dout, const float* lse,
+                          float* delta, void* dqkv, int64_t batch, int64_t t, int64_t heads,
+                          int64_t hd, void* stream);
+
 // result[0] (+)= sum of squares; result[1] = 1 if any element (or, when
 // accumulating, an earlier call) was inf/NaN, else 0.
 int SquaredNorm(const void* x, Elem x_type, int64_t n, float* result, bool accumulate,

@@ -40,6 +40,14 @@ int AttentionBackward(const float*, const float*, const float*, const float*, fl
                       int64_t, int64_t, int64_t, int64_t, void*) {
   return kNotBuiltWithCuda;
 }
+bool TensorCoreAttention(int64_t) { return false; }
+int AttentionForwardBF16(const void*, void*, float*, int64_t, int64_t, int64_t, int64_t, void*) {
+  return kNotBuiltWithCuda;
+}
+int AttentionBackwardBF16(const void*, const void*, const void*, const float*, float*, void*,
+                          int64_t, int64_t, int64_t, int64_t, void*) {
+  return kNotBuiltWithCuda;
+}
 int SquaredNorm(const void*, Elem, int64_t, float*, bool, void*) { return kNotBuiltWithCuda; }
 int AdamStep(float*, const void*, Elem, float*, float*, const AdamKernelScalars&, int64_t, void*) {
   return kNotBuiltWithCuda;

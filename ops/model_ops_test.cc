@@ -129,13 +129,19 @@ struct AttentionRun {
   std::vector<float> out, lse, dqkv;
 };
 
-AttentionRun RunAttention(Device& device, int64_t batch, int64_t t, int64_t heads, int64_t hd) {
+// Forward then backward on random inputs; with bf16 activations the
+// inputs are rounded to bf16 and out (bf16) feeds the backward, as in a model.
+AttentionRun RunAttention(Device& device, int64_t batch, int64_t t, int64_t heads, int64_t hd,
+                          DType activations = DType::kF32) {
   Scratch s(device);
   const int64_t c = heads * hd;
-  Tensor qkv = s.Upload(Floats(Random(batch * t * 3 * c, -2, 2, 41)), {batch, t, 3 * c});
-  Tensor dout = s.Upload(Floats(Random(batch * t * c, -1, 1, 42)), {batch, t, c});
-  Tensor out = s.Zeros({batch, t, c}), lse = s.Zeros({batch, heads, t});
-  Tensor delta = s.Zeros({batch, heads, t}), dqkv = s.Zeros({batch, t, 3 * c});
+  auto zeros = [&](std::vector<int64_t> shape, int64_t n) {
+    return s.UploadAs(std::vector<float>(n, 0.0f), std::move(shape), activations);
+  };
+  Tensor qkv = s.UploadAs(Floats(Random(batch * t * 3 * c, -2, 2, 41)), {batch, t, 3 * c}, activations);
+  Tensor dout = s.UploadAs(Floats(Random(batch * t * c, -1, 1, 42)), {batch, t, c}, activations);
+  Tensor out = zeros({batch, t, c}, batch * t * c), lse = s.Zeros({batch, heads, t});
+  Tensor delta = s.Zeros({batch, heads, t}), dqkv = zeros({batch, t, 3 * c}, batch * t * 3 * c);
   absl::Status st = Attention(qkv, heads, out, lse, s.stream());
   EXPECT_TRUE(st.ok()) << st;
   st = AttentionBackward(qkv, out, dout, lse, heads, delta, dqkv, s.stream());
@@ -309,6 +315,131 @@ TEST(OpsErrors, EmbeddingAttentionNormAndAdamArguments) {
   ASSERT_TRUE(f.Synchronize().ok());
 }
 
+TEST(CpuDeviceOps, Bf16AttentionIsTheFp32OpOnRoundedInputsRoundedOnce) {
+  // The CpuDevice's bf16 attention widens its inputs exactly, computes in
+  // fp32 and rounds out and dqkv once: equal, bit for bit, to the fp32 op on
+  // the rounded inputs with its outputs rounded (the backward reading the
+  // rounded out, as the bf16 op does).
+  auto device = *CreateCpuDevice();
+  const int64_t batch = 2, t = 37, heads = 2, hd = 8, c = heads * hd;
+  const AttentionRun got = RunAttention(*device, batch, t, heads, hd, DType::kBF16);
+  Scratch s(*device);
+  Tensor qkv = s.Upload(testing::RoundTo(Floats(Random(batch * t * 3 * c, -2, 2, 41)), DType::kBF16),
+                        {batch, t, 3 * c});
+  Tensor dout = s.Upload(testing::RoundTo(Floats(Random(batch * t * c, -1, 1, 42)), DType::kBF16),
+                         {batch, t, c});
+  Tensor out = s.Zeros({batch, t, c}), lse = s.Zeros({batch, heads, t});
+  Tensor delta = s.Zeros({batch, heads, t}), dqkv = s.Zeros({batch, t, 3 * c});
+  ASSERT_TRUE(Attention(qkv, heads, out, lse, s.stream()).ok());
+  const std::vector<float> out_rounded = testing::RoundTo(s.Download(out), DType::kBF16);
+  Tensor out_b = s.Upload(out_rounded, {batch, t, c});
+  ASSERT_TRUE(AttentionBackward(qkv, out_b, dout, lse, heads, delta, dqkv, s.stream()).ok());
+  EXPECT_EQ(got.out, out_rounded);
+  EXPECT_EQ(got.lse, s.Download(lse));
+  EXPECT_EQ(got.dqkv, testing::RoundTo(s.Download(dqkv), DType::kBF16));
+
+  // fp16 activations are not an attention type; mixed types are refused.
+  std::vector<float> big(4096);
+  const Tensor half(big.data(), DType::kF16, {1, 2, 24});
+  absl::Status st = Attention(half, 2, Tensor(big.data(), DType::kF16, {1, 2, 8}),
+                              Tensor(big.data(), DType::kF32, {4}), s.stream());
+  EXPECT_NE(st.message().find("qkv is fp16; activations are fp32 or bf16"), std::string::npos) << st;
+  st = Attention(Tensor(big.data(), DType::kBF16, {1, 2, 24}), 2,
+                 Tensor(big.data(), DType::kF32, {1, 2, 8}), Tensor(big.data(), DType::kF32, {4}),
+                 s.stream());
+  EXPECT_NE(st.message().find("out is fp32; this op takes bf16"), std::string::npos) << st;
+}
+
+// Per-element bounds on |CUDA - CpuDevice| for bf16 attention, from an fp64
+// reference on the rounded inputs. With u = 2^-8 (bf16's unit roundoff):
+// the GPU rounds P (forward and backward) and dS to bf16 before their
+// products, its lse carries the rounded P's sum, and both devices round
+// out and dqkv once. So, for P_ij the causal softmax,
+//   out_id:  2u sum_j P_ij |v_jd|  + 2u |out_id|           (P rounding; two output roundings)
+//   lse_i:   2u                                             (the sum of rounded P)
+//   dv_jd:   3u sum_i P_ij |dO_id| + 2u |dv_jd|             (P, and P's lse)
+//   dS_ij:   u P_ij (3 |dP_ij| + 3 |delta_i| + 4 C_i),  C_i = sum_d |dO_id| A_id
+//            (P and P's lse, dS's rounding, and delta from either device's
+//            out, which differ by the out bound: at most 4u C_i)
+//   dk_jd:   scale sum_i dS_ij's bound |q_id| + 2u |dk_jd|,  dq_id likewise over k_jd
+// where A_id = sum_j P_ij |v_jd|, dP_ij = dO_i . v_j, delta_i = dO_i . out_i.
+// plus 1e-5 for the fp32 sums.
+struct AttentionBounds {
+  std::vector<double> out, lse, dqkv;
+};
+AttentionBounds Bf16AttentionBounds(int64_t batch, int64_t t, int64_t heads, int64_t hd) {
+  const double u = std::ldexp(1.0, -8), slack = 1e-5;
+  const int64_t c = heads * hd;
+  const std::vector<float> qkv = testing::RoundTo(Floats(Random(batch * t * 3 * c, -2, 2, 41)), DType::kBF16);
+  const std::vector<float> g = testing::RoundTo(Floats(Random(batch * t * c, -1, 1, 42)), DType::kBF16);
+  std::vector<double> out64(batch * t * c), lse64(batch * heads * t), dqkv64(qkv.size());
+  const std::vector<double> q64(qkv.begin(), qkv.end()), g64(g.begin(), g.end());
+  kernels::AttentionForward(q64.data(), out64.data(), lse64.data(), batch, t, heads, hd);
+  kernels::AttentionBackward(q64.data(), out64.data(), g64.data(), lse64.data(), dqkv64.data(), batch,
+                             t, heads, hd);
+  AttentionBounds bound{std::vector<double>(out64.size()), std::vector<double>(lse64.size(), 2 * u + slack),
+                        std::vector<double>(qkv.size())};
+  const double scale = 1.0 / std::sqrt(double(hd));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      auto at = [&](int64_t i, int part, int64_t d) { return q64[(b * t + i) * 3 * c + part * c + h * hd + d]; };
+      auto grad = [&](int64_t i, int64_t d) { return g64[(b * t + i) * c + h * hd + d]; };
+      std::vector<double> p(t * t, 0.0), ds(t * t, 0.0);  // P_ij and dS_ij's bound, j <= i
+      for (int64_t i = 0; i < t; ++i) {
+        for (int64_t j = 0; j <= i; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < hd; ++d) s += at(i, 0, d) * at(j, 1, d);
+          p[i * t + j] = std::exp(s * scale - lse64[(b * heads + h) * t + i]);
+        }
+      }
+      for (int64_t i = 0; i < t; ++i) {
+        double delta = 0, c_i = 0;
+        for (int64_t d = 0; d < hd; ++d) {
+          double a = 0;
+          for (int64_t j = 0; j <= i; ++j) a += p[i * t + j] * std::fabs(at(j, 2, d));
+          const int64_t o = (b * t + i) * c + h * hd + d;
+          bound.out[o] = 2 * u * a + 2 * u * std::fabs(out64[o]) + slack;
+          delta += grad(i, d) * out64[o];
+          c_i += std::fabs(grad(i, d)) * a;
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          double dp = 0;
+          for (int64_t d = 0; d < hd; ++d) dp += grad(i, d) * at(j, 2, d);
+          ds[i * t + j] = u * p[i * t + j] * (3 * std::fabs(dp) + 3 * std::fabs(delta) + 4 * c_i);
+        }
+        for (int64_t d = 0; d < hd; ++d) {
+          double dq = 0;
+          for (int64_t j = 0; j <= i; ++j) dq += ds[i * t + j] * std::fabs(at(j, 1, d));
+          const int64_t q = (b * t + i) * 3 * c + h * hd + d;
+          bound.dqkv[q] = scale * dq + 2 * u * std::fabs(dqkv64[q]) + slack;
+        }
+      }
+      for (int64_t j = 0; j < t; ++j) {
+        for (int64_t d = 0; d < hd; ++d) {
+          double dk = 0, dv = 0;
+          for (int64_t i = j; i < t; ++i) {
+            dk += ds[i * t + j] * std::fabs(at(i, 0, d));
+            dv += 3 * u * p[i * t + j] * std::fabs(grad(i, d));
+          }
+          const int64_t k = (b * t + j) * 3 * c + c + h * hd + d, v = k + c;
+          bound.dqkv[k] = scale * dk + 2 * u * std::fabs(dqkv64[k]) + slack;
+          bound.dqkv[v] = dv + 2 * u * std::fabs(dqkv64[v]) + slack;
+        }
+      }
+    }
+  }
+  return bound;
+}
+
+void ExpectWithin(const std::vector<float>& a, const std::vector<float>& b,
+                  const std::vector<double>& bound, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  ASSERT_EQ(a.size(), bound.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_LE(std::fabs(double(a[i]) - double(b[i])), bound[i]) << what << "[" << i << "]: " << a[i] << " vs " << b[i];
+  }
+}
+
 // ---- CUDA against the CpuDevice ---------------------------------------------
 
 TEST(CudaOps, AttentionMatchesTheCpuDevice) {
@@ -326,6 +457,27 @@ TEST(CudaOps, AttentionMatchesTheCpuDevice) {
     ExpectClose(g.lse, c.lse, 1e-4, what + " lse");
     ExpectClose(g.dqkv, c.dqkv, 5e-4, what + " dqkv");
     EXPECT_EQ(g.dqkv, RunAttention(*gpu, 2, t, heads, hd).dqkv) << what << ": not deterministic";
+  }
+}
+
+TEST(CudaOps, TensorCoreAttentionMatchesTheCpuDevice) {
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto gpu = *CreateCudaDevice();
+  auto cpu = *CreateCpuDevice();
+  // The tensor-core head dims (64, 128) with t below, at and past the
+  // 64-row tiles; hd 32 runs the fallback on widened copies.
+  for (auto [t, heads, hd] : {std::tuple<int64_t, int64_t, int64_t>{1, 2, 64}, {64, 2, 64},
+                              {129, 2, 64}, {200, 1, 128}, {70, 2, 32}}) {
+    const std::string what = "t=" + std::to_string(t) + " hd=" + std::to_string(hd);
+    const AttentionRun g = RunAttention(*gpu, 2, t, heads, hd, DType::kBF16);
+    const AttentionRun c = RunAttention(*cpu, 2, t, heads, hd, DType::kBF16);
+    const AttentionBounds bound = Bf16AttentionBounds(2, t, heads, hd);
+    ExpectWithin(g.out, c.out, bound.out, what + " out");
+    ExpectWithin(g.lse, c.lse, bound.lse, what + " lse");
+    ExpectWithin(g.dqkv, c.dqkv, bound.dqkv, what + " dqkv");
+    EXPECT_EQ(g.dqkv, RunAttention(*gpu, 2, t, heads, hd, DType::kBF16).dqkv)
+        << what << ": not deterministic";
   }
 }
 

@@ -191,6 +191,14 @@ absl::StatusOr<std::pair<int64_t, int64_t>> RowsAndWidth(absl::string_view op, c
   return std::make_pair(x.numel() / d, d);
 }
 
+// The activations' type of an op that takes fp32 or bf16 activations (the
+// tensor-core attention): qkv's, which the other activations must share.
+absl::StatusOr<DType> ActivationType(absl::string_view op, const Tensor& qkv) {
+  if (qkv.dtype() == DType::kF32 || qkv.dtype() == DType::kBF16) return qkv.dtype();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": qkv is ", DTypeName(qkv.dtype()),
+                                                 "; activations are fp32 or bf16"));
+}
+
 }  // namespace
 
 absl::Status Matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
@@ -639,26 +647,36 @@ absl::StatusOr<AttentionShape> CheckAttentionShape(absl::string_view op, const T
 absl::Status Attention(const Tensor& qkv, int64_t heads, const Tensor& out, const Tensor& lse,
                        Stream& stream) {
   constexpr absl::string_view op = "Attention";
-  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"qkv", &qkv}, {"out", &out}, {"lse", &lse}}));
-  MEMWALL_ASSIGN_OR_RETURN(const AttentionShape sh, CheckAttentionShape(op, qkv, heads, stream));
+  MEMWALL_ASSIGN_OR_RETURN(const DType at, ActivationType(op, qkv));
   MEMWALL_RETURN_IF_ERROR(
-      HasElements(op, {"out", &out}, sh.batch * sh.t * sh.heads * sh.hd, "batch x t x hidden"));
+      CheckTensors(op, stream, {{"qkv", &qkv, at}, {"out", &out, at}, {"lse", &lse}}));
+  MEMWALL_ASSIGN_OR_RETURN(const AttentionShape sh, CheckAttentionShape(op, qkv, heads, stream));
+  const int64_t tokens = sh.batch * sh.t, c = sh.heads * sh.hd;
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"out", &out}, tokens * c, "batch x t x hidden"));
   MEMWALL_RETURN_IF_ERROR(
       HasElements(op, {"lse", &lse}, sh.batch * sh.heads * sh.t, "batch x heads x t"));
-  const float* pq = qkv.data_as<float>();
-  float* po = out.data_as<float>();
+  const void* pq = qkv.data();
+  void* po = out.data();
   float* pl = lse.data_as<float>();
   return Dispatch(
       stream, op,
-      [=] {  // sequences are independent: one per task
-        const int64_t c = sh.heads * sh.hd;
+      [=]() -> absl::Status {  // sequences are independent: one per task
+        const HostF32 q(pq, at, tokens * 3 * c);
+        HostF32 o(po, at, tokens * c);
+        const float* fq = q.data();
+        float* fo = o.data();
         CpuPool().ParallelFor(sh.batch, [&](int64_t b) {
-          kernels::AttentionForward(pq + b * sh.t * 3 * c, po + b * sh.t * c,
+          kernels::AttentionForward(fq + b * sh.t * 3 * c, fo + b * sh.t * c,
                                     pl + b * sh.heads * sh.t, 1, sh.t, sh.heads, sh.hd);
         });
+        return o.Store();
       },
       [=](void* s) {
-        return cuda::AttentionForward(pq, po, pl, sh.batch, sh.t, sh.heads, sh.hd, s);
+        if (at == DType::kBF16) {
+          return cuda::AttentionForwardBF16(pq, po, pl, sh.batch, sh.t, sh.heads, sh.hd, s);
+        }
+        return cuda::AttentionForward(static_cast<const float*>(pq), static_cast<float*>(po), pl,
+                                      sh.batch, sh.t, sh.heads, sh.hd, s);
       });
 }
 
@@ -666,9 +684,10 @@ absl::Status AttentionBackward(const Tensor& qkv, const Tensor& out, const Tenso
                                const Tensor& lse, int64_t heads, const Tensor& delta,
                                const Tensor& dqkv, Stream& stream) {
   constexpr absl::string_view op = "AttentionBackward";
+  MEMWALL_ASSIGN_OR_RETURN(const DType at, ActivationType(op, qkv));
   MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream,
-                                       {{"qkv", &qkv}, {"out", &out}, {"dout", &dout},
-                                        {"lse", &lse}, {"delta", &delta}, {"dqkv", &dqkv}}));
+                                       {{"qkv", &qkv, at}, {"out", &out, at}, {"dout", &dout, at},
+                                        {"lse", &lse}, {"delta", &delta}, {"dqkv", &dqkv, at}}));
   MEMWALL_ASSIGN_OR_RETURN(const AttentionShape sh, CheckAttentionShape(op, qkv, heads, stream));
   const int64_t tokens = sh.batch * sh.t, c = sh.heads * sh.hd;
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"out", &out}, tokens * c, "batch x t x hidden"));
@@ -680,25 +699,35 @@ absl::Status AttentionBackward(const Tensor& qkv, const Tensor& out, const Tenso
   if (dqkv.data() == qkv.data() && tokens > 0) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": dqkv must not alias qkv"));
   }
-  const float* pq = qkv.data_as<float>();
-  const float* po = out.data_as<float>();
-  const float* pdo = dout.data_as<float>();
+  const void* pq = qkv.data();
+  const void* po = out.data();
+  const void* pdo = dout.data();
   const float* pl = lse.data_as<float>();
   float* pdelta = delta.data_as<float>();
-  float* pdq = dqkv.data_as<float>();
+  void* pdq = dqkv.data();
   return Dispatch(
       stream, op,
-      [=] {
-        const int64_t c = sh.heads * sh.hd;
+      [=]() -> absl::Status {
+        const HostF32 q(pq, at, tokens * 3 * c), o(po, at, tokens * c), g(pdo, at, tokens * c);
+        HostF32 dq(pdq, at, tokens * 3 * c);
+        const float *fq = q.data(), *fo = o.data(), *fg = g.data();
+        float* fdq = dq.data();
         CpuPool().ParallelFor(sh.batch, [&](int64_t b) {
-          kernels::AttentionBackward(pq + b * sh.t * 3 * c, po + b * sh.t * c, pdo + b * sh.t * c,
-                                     pl + b * sh.heads * sh.t, pdq + b * sh.t * 3 * c, 1, sh.t,
+          kernels::AttentionBackward(fq + b * sh.t * 3 * c, fo + b * sh.t * c, fg + b * sh.t * c,
+                                     pl + b * sh.heads * sh.t, fdq + b * sh.t * 3 * c, 1, sh.t,
                                      sh.heads, sh.hd);
         });
+        return dq.Store();
       },
       [=](void* s) {
-        return cuda::AttentionBackward(pq, po, pdo, pl, pdelta, pdq, sh.batch, sh.t, sh.heads,
-                                       sh.hd, s);
+        if (at == DType::kBF16) {
+          return cuda::AttentionBackwardBF16(pq, po, pdo, pl, pdelta, pdq, sh.batch, sh.t,
+                                             sh.heads, sh.hd, s);
+        }
+        return cuda::AttentionBackward(static_cast<const float*>(pq), static_cast<const float*>(po),
+                                       static_cast<const float*>(pdo), pl, pdelta,
+                                       static_cast<float*>(pdq), sh.batch, sh.t, sh.heads, sh.hd,
+                                       s);
       });
 }
 

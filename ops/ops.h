@@ -106,6 +106,10 @@ absl::Status BiasBackward(const Tensor& dy, const Tensor& dbias, Stream& stream)
 //   out (batch, t, c); lse (batch, heads, t): saved for the backward pass.
 // head_dim = c / heads must be <= 128 on CUDA. Memory is O(t) per head on
 // both devices: no (t, t) score matrix is ever stored.
+// Activations (qkv, out, dout, dqkv) are all fp32 or all bf16; lse and
+// delta are fp32. bf16 on the CpuDevice: inputs widened exactly, fp32
+// arithmetic, out and dqkv rounded once. bf16 on CUDA: tensor cores
+// (ops/cuda_attention.cu), P and dS rounded to bf16 before their products.
 absl::Status Attention(const Tensor& qkv, int64_t heads, const Tensor& out, const Tensor& lse,
                        Stream& stream);
 // dqkv (batch, t, 3c) is overwritten; delta (batch, heads, t) is scratch.
