@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
 #include "models/safetensors.h"
 #include "runtime/files.h"
 #include "runtime/status.h"
@@ -250,32 +251,106 @@ std::string CheckpointPath(const std::string& dir, int64_t step) {
   return Join(dir, absl::StrFormat("step_%08d", step));
 }
 
+namespace {
+// "step_N" with N all digits (no sign, no suffix) and at most 18 of them
+// (fits int64): the step, else -1.
+int64_t StepOfName(const std::string& name) {
+  constexpr absl::string_view kPrefix = "step_";
+  if (name.size() <= kPrefix.size() || name.size() > kPrefix.size() + 18 ||
+      !absl::StartsWith(name, kPrefix)) {
+    return -1;
+  }
+  int64_t step = 0;
+  for (size_t i = kPrefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+// Why `step_dir`, which has no marker, is not a checkpoint, in the words
+// of what it does hold.
+absl::Status WhyNotACheckpoint(const std::string& step_dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(step_dir, ec)) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint at ", step_dir, ": no such path"));
+  }
+  if (!std::filesystem::is_directory(step_dir, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no checkpoint at ", step_dir, ": it is a file, not a step directory"));
+  }
+  bool any = false, steps = false;
+  for (const auto& entry : std::filesystem::directory_iterator(step_dir, ec)) {
+    any = true;
+    steps = steps || StepOfName(entry.path().filename().string()) >= 0;
+  }
+  if (!any) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint at ", step_dir, ": the directory is empty"));
+  }
+  if (steps) {
+    auto latest = LatestCheckpoint(step_dir);
+    return absl::InvalidArgumentError(absl::StrCat(
+        step_dir, " is a run directory (it holds step_N directories), not one checkpoint: ",
+        latest.ok() ? absl::StrCat("its latest complete checkpoint is ", *latest)
+                    : std::string(latest.status().message())));
+  }
+  const bool has_metadata = std::filesystem::exists(Join(step_dir, kMetadata), ec);
+  return absl::FailedPreconditionError(absl::StrCat(
+      "checkpoint ", step_dir, " is incomplete: it has no ", kMarker, " marker",
+      has_metadata ? "" : absl::StrCat(" and no ", kMetadata),
+      ", which a save writes last: that save did not finish; use an earlier checkpoint"));
+}
+}  // namespace
+
 absl::StatusOr<CheckpointMetadata> ReadCheckpointMetadata(const std::string& step_dir) {
   auto marker = ReadFile(Join(step_dir, kMarker));
   if (!marker.ok()) {
-    if (!std::filesystem::is_directory(step_dir)) {
-      return absl::NotFoundError(absl::StrCat("no checkpoint at ", step_dir));
-    }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", step_dir, " is incomplete (no ", kMarker,
-        " marker): its save was interrupted; use an earlier checkpoint"));
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(Join(step_dir, kMarker), ec)) return marker.status();
+    return WhyNotACheckpoint(step_dir);
   }
   MEMWALL_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(Join(step_dir, kMetadata)));
   return ParseCheckpointMetadata(*marker, bytes, step_dir);
 }
 
+
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
   std::error_code ec;
-  std::string best;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint directory at ", dir,
+                                            std::filesystem::exists(dir, ec) ? " (not a directory)" : ""));
+  }
+  int64_t best = -1;
+  std::string best_name;
+  std::vector<std::string> incomplete;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("step_", 0) != 0 || name.find(".tmp") != std::string::npos) continue;
-    if (!std::filesystem::exists(entry.path() / kMarker)) continue;
-    if (name > best) best = name;  // fixed-width step numbers sort as text
+    const int64_t step = StepOfName(name);  // skips step_N.tmp (a save in progress) too
+    std::error_code missing;  // a missing marker is an answer, not a listing error
+    if (step < 0 || !entry.is_directory(missing)) continue;
+    if (!std::filesystem::is_regular_file(entry.path() / kMarker, missing)) {
+      incomplete.push_back(name);
+      continue;
+    }
+    // Numbers, not names: step_100000000 is after step_99999999.
+    if (step > best) {
+      best = step;
+      best_name = name;
+    }
   }
   if (ec) return absl::NotFoundError(absl::StrCat("cannot list ", dir, ": ", ec.message()));
-  if (best.empty()) return absl::NotFoundError(absl::StrCat("no complete checkpoint under ", dir));
-  return Join(dir, best);
+  if (best < 0) {
+    if (incomplete.empty()) {
+      return absl::NotFoundError(
+          absl::StrCat("no checkpoint under ", dir, ": it holds no step_N directory"));
+    }
+    std::sort(incomplete.begin(), incomplete.end());
+    return absl::NotFoundError(absl::StrCat(
+        "no complete checkpoint under ", dir, ": ", incomplete.size(), " step director",
+        incomplete.size() == 1 ? "y lacks" : "ies lack", " the completion marker ", kMarker, " (",
+        absl::StrJoin(incomplete, ", "), "): their saves did not finish"));
+  }
+  return Join(dir, best_name);
 }
 
 absl::Status Trainer::Agree(const absl::Status& local, absl::string_view what) {

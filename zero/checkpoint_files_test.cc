@@ -1,0 +1,105 @@
+// What a checkpoint directory's layout means, without a trainer: which
+// step directory is the latest complete one, and what a path that is not a
+// checkpoint is told. (Saves and loads themselves: checkpoint_mpi_test.)
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "zero/checkpoint.h"
+
+namespace memwall::zero {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CheckpointFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    root_ = fs::path(tmp ? tmp : "/tmp") / ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  // A step directory; complete when it has the marker.
+  std::string Step(const std::string& name, bool complete) {
+    const fs::path dir = root_ / name;
+    fs::create_directories(dir);
+    if (complete) std::ofstream(dir / "COMPLETE") << "x";
+    return dir.string();
+  }
+  fs::path root_;
+};
+
+TEST_F(CheckpointFiles, LatestComparesStepNumbersNotNames) {
+  Step("step_99999999", true);
+  const std::string newest = Step("step_100000000", true);
+  Step("step_7", true);
+  auto latest = LatestCheckpoint(root_.string());
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(*latest, newest);
+}
+
+TEST_F(CheckpointFiles, LatestSkipsIncompleteTemporaryAndForeignNames) {
+  const std::string complete = Step("step_00000002", true);
+  Step("step_00000009", false);       // its save did not finish
+  Step("step_00000010.tmp", true);    // a save in progress
+  Step("step_-5", true);              // not a step number
+  Step("step_12abc", true);
+  Step("step_1234567890123456789012", true);  // past int64
+  std::ofstream(root_ / "step_00000011") << "a file, not a directory";
+  auto latest = LatestCheckpoint(root_.string());
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(*latest, complete);
+}
+
+TEST_F(CheckpointFiles, NoCompleteCheckpointSaysWhatIsThere) {
+  auto empty = LatestCheckpoint(root_.string());
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(empty.status().message(), "holds no step_N directory")) << empty.status();
+
+  Step("step_00000003", false);
+  Step("step_00000004", false);
+  auto none = LatestCheckpoint(root_.string());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(none.status().message(),
+                                "2 step directories lack the completion marker COMPLETE "
+                                "(step_00000003, step_00000004)"))
+      << none.status();
+
+  auto missing = LatestCheckpoint((root_ / "no_such").string());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), "no checkpoint directory at")) << missing.status();
+}
+
+TEST_F(CheckpointFiles, ReadingSomethingElseSaysWhatItIs) {
+  auto expect = [](const std::string& path, absl::StatusCode code, const std::string& words) {
+    auto meta = ReadCheckpointMetadata(path);
+    EXPECT_EQ(meta.status().code(), code) << meta.status();
+    EXPECT_TRUE(absl::StrContains(meta.status().message(), words)) << meta.status();
+    EXPECT_TRUE(absl::StrContains(meta.status().message(), path)) << meta.status();
+  };
+  expect((root_ / "absent").string(), absl::StatusCode::kNotFound, "no such path");
+  std::ofstream(root_ / "a_file") << "x";
+  expect((root_ / "a_file").string(), absl::StatusCode::kInvalidArgument, "it is a file");
+  fs::create_directories(root_ / "empty");
+  expect((root_ / "empty").string(), absl::StatusCode::kNotFound, "the directory is empty");
+
+  const fs::path run = root_ / "run";
+  fs::create_directories(run / "step_00000001");
+  std::ofstream(run / "step_00000001" / "COMPLETE") << "x";
+  fs::create_directories(run / "step_00000002");
+  expect(run.string(), absl::StatusCode::kInvalidArgument,
+         "is a run directory (it holds step_N directories), not one checkpoint: its latest "
+         "complete checkpoint is " + (run / "step_00000001").string());
+
+  const fs::path partial = run / "step_00000002";
+  std::ofstream(partial / "shard_0.bin") << "x";
+  expect(partial.string(), absl::StatusCode::kFailedPrecondition,
+         "is incomplete: it has no COMPLETE marker and no metadata.pb");
+}
+
+}  // namespace
+}  // namespace memwall::zero
