@@ -184,7 +184,7 @@ TEST(Safetensors, StreamingWriterWritesWhatSerializeDoes) {
     EXPECT_EQ((*w)->Append(b.data(), 4).code(), absl::StatusCode::kInvalidArgument);
     ASSERT_TRUE((*w)->Finish().ok());
   }
-  EXPECT_EQ(ReadAll(path), SerializeSafetensors(tensors, metadata));
+  EXPECT_EQ(ReadAll(path), *SerializeSafetensors(tensors, metadata));
   // An unfinished writer leaves neither the file nor its temporary.
   const std::string dropped = TempPath("dropped.safetensors");
   {
@@ -217,6 +217,49 @@ TEST(SafetensorsRefuses, BadHeaders) {
   EXPECT_NE(ParseError(huge + "{}").find("exceeds the"), std::string::npos);
   EXPECT_NE(ParseError(RawFile(R"({"w": {"dtype": "F32", "shape": [2]}})", 8)).find("tensor 'w': needs dtype, shape and data_offsets"),
             std::string::npos);
+}
+
+TEST(Safetensors, ReadsJsonEscapesAndWritesThemBack) {
+  // \u escapes (a surrogate pair too) decode to UTF-8; \" \\ \/ \b \f \n \r \t as JSON says.
+  const std::string json =
+      R"({"caf\u00e9 \ud83d\ude00": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+      R"( "q\"b\\s\/\b\f\n\r\t": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})";
+  auto f = SafetensorsFile::Parse(RawFile(json, 8), "escapes.safetensors");
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->entries().size(), 2u);
+  EXPECT_EQ(f->entries()[0].name, "caf\xc3\xa9 \xf0\x9f\x98\x80");
+  EXPECT_EQ(f->entries()[1].name, "q\"b\\s/\b\f\n\r\t");
+  // Written back with escapes, read back to the same names.
+  std::vector<SafetensorsTensor> tensors;
+  for (const auto& e : f->entries()) tensors.push_back({e.name, e.dtype, e.shape, f->data(e)});
+  auto bytes = SerializeSafetensors(tensors, {{"k\"ey", "va\\lue"}});
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  auto again = SafetensorsFile::Parse(*bytes, "again.safetensors");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->entries()[1].name, f->entries()[1].name);
+  EXPECT_EQ(again->metadata().at("k\"ey"), "va\\lue");
+}
+
+TEST(SafetensorsRefuses, BadEscapesAndNames) {
+  auto one = [](const std::string& name) {
+    return RawFile("{\"" + name + R"(": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4);
+  };
+  EXPECT_NE(ParseError(one(R"(\ud83d)")).find("unpaired high surrogate"), std::string::npos);
+  EXPECT_NE(ParseError(one(R"(\ude00)")).find("unpaired low surrogate"), std::string::npos);
+  EXPECT_NE(ParseError(one(R"(\u12)")).find("\\u escape"), std::string::npos);
+  EXPECT_NE(ParseError(one(R"(\x)")).find("invalid escape '\\x'"), std::string::npos);
+  EXPECT_NE(ParseError(one("")).find("a tensor has an empty name"), std::string::npos);
+  EXPECT_NE(ParseError(one("\xff")).find("is not valid UTF-8"), std::string::npos);
+  // The writers refuse what no reader could take back.
+  const float x = 1;
+  auto refused = [&](const std::vector<SafetensorsTensor>& t) {
+    return std::string(SerializeSafetensors(t, {}).status().message());
+  };
+  EXPECT_NE(refused({{"__metadata__", DType::kF32, {1}, &x}}).find("reserved"), std::string::npos);
+  EXPECT_NE(refused({{"a", DType::kF32, {1}, &x}, {"a", DType::kF32, {1}, &x}}).find("two tensors are named 'a'"),
+            std::string::npos);
+  EXPECT_NE(refused({{"a\xc3", DType::kF32, {1}, &x}}).find("not valid UTF-8"), std::string::npos);
+  EXPECT_NE(refused({{"a", DType::kF32, {-1}, &x}}).find("negative dimension"), std::string::npos);
 }
 
 TEST(SafetensorsRefuses, UnknownDtypes) {

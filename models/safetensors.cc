@@ -6,6 +6,9 @@
 #include <fstream>
 #include <sstream>
 
+#include <set>
+
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/status.h"
 
@@ -15,6 +18,20 @@ namespace {
 // Headers larger than this are refused before allocation (the format's own
 // reference implementation uses the same limit).
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// True when `s` is well-formed UTF-8 (JSON text must be).
+bool IsUtf8(absl::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t extra = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : 4;
+    if (extra == 4 || s.size() - i < 1 + extra) return false;
+    for (size_t k = 1; k <= extra; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += 1 + extra;
+  }
+  return true;
+}
 
 // A JSON value: just what a safetensors header holds.
 struct Json {
@@ -46,6 +63,51 @@ class JsonParser {
  private:
   absl::Status Error(absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat("header JSON: ", what, " at byte ", pos_));
+  }
+  // Four hex digits after "\\u" (pos_ on the 'u'), leaving pos_ past them.
+  absl::StatusOr<uint32_t> Hex4() {
+    if (pos_ + 4 >= s_.size()) return Error("truncated \\u escape");
+    uint32_t code = 0;
+    for (int i = 1; i <= 4; ++i) {
+      const char h = s_[pos_ + i];
+      const int digit = h >= '0' && h <= '9' ? h - '0'
+                        : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                        : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+      if (digit < 0) return Error("invalid \\u escape");
+      code = code * 16 + digit;
+    }
+    pos_ += 5;
+    return code;
+  }
+  // "\\uXXXX" (a surrogate pair as two) appended to `out` as UTF-8.
+  absl::Status UnicodeEscape(std::string& out) {
+    MEMWALL_ASSIGN_OR_RETURN(uint32_t code, Hex4());
+    if (code >= 0xDC00 && code <= 0xDFFF) return Error("unpaired low surrogate in \\u escape");
+    if (code >= 0xD800 && code <= 0xDBFF) {
+      if (pos_ + 1 >= s_.size() || s_[pos_] != '\\' || s_[pos_ + 1] != 'u') {
+        return Error("unpaired high surrogate in \\u escape");
+      }
+      ++pos_;
+      MEMWALL_ASSIGN_OR_RETURN(const uint32_t low, Hex4());
+      if (low < 0xDC00 || low > 0xDFFF) return Error("unpaired high surrogate in \\u escape");
+      code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+    }
+    if (code < 0x80) {
+      out += static_cast<char>(code);
+    } else if (code < 0x800) {
+      out += static_cast<char>(0xC0 | (code >> 6));
+      out += static_cast<char>(0x80 | (code & 0x3F));
+    } else if (code < 0x10000) {
+      out += static_cast<char>(0xE0 | (code >> 12));
+      out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (code & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (code >> 18));
+      out += static_cast<char>(0x80 | ((code >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (code & 0x3F));
+    }
+    return absl::OkStatus();
   }
   void SkipSpace() {
     while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\r' || s_[pos_] == '\t')) ++pos_;
@@ -97,8 +159,19 @@ class JsonParser {
         if (s_[pos_] == '\\') {
           if (++pos_ >= s_.size()) break;
           const char e = s_[pos_];
-          if (e == 'u') return Error("\\u escapes are not supported in tensor names");
-          v.text += e == 'n' ? '\n' : e == 't' ? '\t' : e;  // \" \\ \/ and the rest
+          if (e == 'u') {
+            MEMWALL_RETURN_IF_ERROR(UnicodeEscape(v.text));
+            continue;
+          }
+          switch (e) {
+            case 'n': v.text += '\n'; break;
+            case 't': v.text += '\t'; break;
+            case 'r': v.text += '\r'; break;
+            case 'b': v.text += '\b'; break;
+            case 'f': v.text += '\f'; break;
+            case '"': case '\\': case '/': v.text += e; break;
+            default: return Error(absl::StrCat("invalid escape '\\", std::string(1, e), "'"));
+          }
         } else {
           v.text += s_[pos_];
         }
@@ -201,6 +274,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes, const 
       if (value.kind != Json::kObject) return bad("__metadata__ is not an object");
       for (auto& [k, v] : value.members) {
         if (v.kind != Json::kString) return bad(absl::StrCat("__metadata__ value of '", k, "' is not a string"));
+        if (!IsUtf8(k) || !IsUtf8(v.text)) return bad(absl::StrCat("__metadata__ '", absl::CEscape(k), "' is not valid UTF-8"));
         file.metadata_[k] = v.text;
       }
       continue;
@@ -208,6 +282,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes, const 
     auto bad_tensor = [&](absl::string_view what) {
       return bad(absl::StrCat("tensor '", name, "': ", what));
     };
+    if (name.empty()) return bad("a tensor has an empty name");
+    if (!IsUtf8(name)) return bad(absl::StrCat("tensor name '", absl::CEscape(name), "' is not valid UTF-8"));
     if (value.kind != Json::kObject) return bad_tensor("entry is not an object");
     SafetensorsEntry e;
     e.name = name;
@@ -279,14 +355,78 @@ const SafetensorsEntry* SafetensorsFile::Find(const std::string& name) const {
   return nullptr;
 }
 
-std::string SafetensorsHeader(const std::vector<SafetensorsTensor>& tensors,
-                              const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// `s` as a JSON string literal: quotes, backslashes and control characters
+// escaped (RFC 8259 section 7); other bytes as they are (checked UTF-8).
+std::string JsonString(absl::string_view s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          absl::StrAppend(&out, "\\u00", std::string(1, "0123456789abcdef"[c >> 4]),
+                          std::string(1, "0123456789abcdef"[c & 15]));
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// What no writer may write: names a reader cannot tell apart or parse.
+absl::Status ValidateForWriting(const std::vector<SafetensorsTensor>& tensors,
+                                const std::map<std::string, std::string>& metadata) {
+  std::set<absl::string_view> seen;
+  for (const auto& t : tensors) {
+    if (t.name.empty()) return absl::InvalidArgumentError("safetensors: a tensor has an empty name");
+    if (t.name == "__metadata__") {
+      return absl::InvalidArgumentError(
+          "safetensors: '__metadata__' is the format's reserved key and cannot name a tensor");
+    }
+    if (!IsUtf8(t.name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("safetensors: tensor name '", absl::CEscape(t.name), "' is not valid UTF-8"));
+    }
+    if (!seen.insert(t.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("safetensors: two tensors are named '", t.name, "'"));
+    }
+    for (int64_t d : t.shape) {
+      if (d < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("safetensors: tensor '", t.name, "' has a negative dimension ", d));
+      }
+    }
+  }
+  for (const auto& [k, v] : metadata) {
+    if (!IsUtf8(k) || !IsUtf8(v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("safetensors: metadata '", absl::CEscape(k), "' is not valid UTF-8"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> SafetensorsHeader(const std::vector<SafetensorsTensor>& tensors,
+                                              const std::map<std::string, std::string>& metadata) {
+  MEMWALL_RETURN_IF_ERROR(ValidateForWriting(tensors, metadata));
   std::string header = "{";
   if (!metadata.empty()) {
     header += "\"__metadata__\":{";
     bool first = true;
     for (const auto& [k, v] : metadata) {
-      absl::StrAppend(&header, first ? "" : ",", "\"", k, "\":\"", v, "\"");
+      absl::StrAppend(&header, first ? "" : ",", JsonString(k), ":", JsonString(v));
       first = false;
     }
     header += "}";
@@ -301,7 +441,7 @@ std::string SafetensorsHeader(const std::vector<SafetensorsTensor>& tensors,
       absl::StrAppend(&shape, j ? "," : "", t.shape[j]);
     }
     const uint64_t bytes = uint64_t(numel) * SizeOf(t.dtype);
-    absl::StrAppend(&header, (i || !metadata.empty()) ? "," : "", "\"", t.name, "\":{\"dtype\":\"",
+    absl::StrAppend(&header, (i || !metadata.empty()) ? "," : "", JsonString(t.name), ":{\"dtype\":\"",
                     CodeOf(t.dtype), "\",\"shape\":[", shape, "],\"data_offsets\":[", offset, ",",
                     offset + bytes, "]}");
     offset += bytes;
@@ -316,9 +456,9 @@ std::string SafetensorsHeader(const std::vector<SafetensorsTensor>& tensors,
   return out;
 }
 
-std::string SerializeSafetensors(const std::vector<SafetensorsTensor>& tensors,
-                                 const std::map<std::string, std::string>& metadata) {
-  std::string out = SafetensorsHeader(tensors, metadata);
+absl::StatusOr<std::string> SerializeSafetensors(const std::vector<SafetensorsTensor>& tensors,
+                                                 const std::map<std::string, std::string>& metadata) {
+  MEMWALL_ASSIGN_OR_RETURN(std::string out, SafetensorsHeader(tensors, metadata));
   for (const auto& t : tensors) {
     int64_t numel = 1;
     for (int64_t d : t.shape) numel *= d;
@@ -330,12 +470,14 @@ std::string SerializeSafetensors(const std::vector<SafetensorsTensor>& tensors,
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<SafetensorsTensor>& tensors,
                               const std::map<std::string, std::string>& metadata) {
-  return WriteFileAtomically(path, SerializeSafetensors(tensors, metadata));
+  MEMWALL_ASSIGN_OR_RETURN(const std::string bytes, SerializeSafetensors(tensors, metadata));
+  return WriteFileAtomically(path, bytes);
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
     const std::string& path, std::vector<SafetensorsTensor> tensors,
     const std::map<std::string, std::string>& metadata) {
+  MEMWALL_ASSIGN_OR_RETURN(const std::string header, SafetensorsHeader(tensors, metadata));
   std::unique_ptr<SafetensorsWriter> w(new SafetensorsWriter);
   MEMWALL_ASSIGN_OR_RETURN(w->file_, AtomicFile::Open(path));
   for (const auto& t : tensors) {
@@ -344,7 +486,6 @@ absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
     w->sizes_.push_back(static_cast<size_t>(numel) * SizeOf(t.dtype));
     w->names_.push_back(t.name);
   }
-  const std::string header = SafetensorsHeader(tensors, metadata);
   MEMWALL_RETURN_IF_ERROR(w->file_->Write(header.data(), header.size()));
   return w;
 }

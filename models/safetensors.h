@@ -70,11 +70,15 @@ struct SafetensorsTensor {
 };
 
 // The 8-byte length and JSON header of `tensors` (their data is not read).
-std::string SafetensorsHeader(const std::vector<SafetensorsTensor>& tensors,
-                              const std::map<std::string, std::string>& metadata);
+// Names and metadata are escaped as JSON strings; InvalidArgument for what
+// no reader could take back: an empty, duplicate, non-UTF-8 or reserved
+// ("__metadata__") tensor name, a negative dimension, non-UTF-8 metadata.
+// Every writer below goes through it.
+absl::StatusOr<std::string> SafetensorsHeader(const std::vector<SafetensorsTensor>& tensors,
+                                              const std::map<std::string, std::string>& metadata);
 // Serializes to bytes (header + data), tensors in the given order.
-std::string SerializeSafetensors(const std::vector<SafetensorsTensor>& tensors,
-                                 const std::map<std::string, std::string>& metadata);
+absl::StatusOr<std::string> SerializeSafetensors(const std::vector<SafetensorsTensor>& tensors,
+                                                 const std::map<std::string, std::string>& metadata);
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<SafetensorsTensor>& tensors,
                               const std::map<std::string, std::string>& metadata);

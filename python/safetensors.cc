@@ -56,6 +56,11 @@ void Save(const std::string& path, const py::dict& tensors, const std::map<std::
     const std::string name = py::str(key);
     py::array a = py::array::ensure(value, py::array::c_style);
     if (!a) throw py::value_error("tensor '" + name + "' is not an array");
+    // safetensors is little-endian: a big-endian array is converted, not
+    // written as raw bytes.
+    if (a.dtype().byteorder() == '>') {
+      a = py::array::ensure(a.attr("astype")(a.dtype().attr("newbyteorder")("<")), py::array::c_style);
+    }
     models::SafetensorsTensor t;
     t.name = name;
     const char kind = a.dtype().kind();

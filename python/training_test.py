@@ -169,6 +169,36 @@ class SafetensorsTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "bad.safetensors"):
             memwall.load_safetensors(os.path.join(tmp, "bad.safetensors"))
 
+    def test_writer_cannot_corrupt(self):
+        tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        path = os.path.join(tmp, "w.safetensors")
+        # Big-endian arrays are converted to the format's little-endian.
+        x = np.arange(6, dtype=">f4").reshape(2, 3) / 7
+        memwall.save_safetensors(path, {"x": x, "y": np.arange(3, dtype=">i4")})
+        back = memwall.load_safetensors(path)
+        np.testing.assert_array_equal(back["x"], x.astype("<f4"))
+        np.testing.assert_array_equal(back["y"], np.arange(3, dtype=np.int32))
+        # Names and metadata with JSON's special characters: the header is
+        # JSON that Python's own parser reads back to the same strings.
+        names = ['a"quote', "back\\slash", "tab\tnew\nline", "ctl\x01", "caf\u00e9", "\U0001f600"]
+        meta = {"format": "pt", 'note "q"': "c:\\dir\\x"}
+        memwall.save_safetensors(path, {n: np.full(2, i, np.float32) for i, n in enumerate(names)}, meta)
+        with open(path, "rb") as f:
+            raw = f.read()
+        header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+        self.assertEqual(header.pop("__metadata__"), meta)
+        self.assertEqual(list(header), names)
+        back = memwall.load_safetensors(path)
+        self.assertEqual(list(back), names)
+        for i, n in enumerate(names):
+            np.testing.assert_array_equal(back[n], np.full(2, i, np.float32))
+        # The reserved key, an empty name: refused, and nothing is written.
+        for bad, words in [("__metadata__", "reserved"), ("", "empty name")]:
+            target = os.path.join(tmp, "refused.safetensors")
+            with self.assertRaisesRegex(ValueError, words):
+                memwall.save_safetensors(target, {bad: np.zeros(2, np.float32)})
+            self.assertFalse(os.path.exists(target))
+
 
 if __name__ == "__main__":
     unittest.main()
