@@ -373,6 +373,15 @@ TEST(CpuAdam, RefusesBadArgumentsNamingThem) {
     o.adam = c;
     expect(CpuAdam::Create(o).status(), "Adam option " + field + " = ");
   }
+  // Thread counts: not negative, and not past four per core (100000 would
+  // exhaust the process table).
+  for (int threads : {-1, ThreadPool::MaxThreads() + 1, 100000}) {
+    CpuAdam::Options o;
+    o.adam = Config(true);
+    o.threads = threads;
+    expect(CpuAdam::Create(o).status(), absl::StrCat("threads = ", threads, " must be in [0, ",
+                                                     ThreadPool::MaxThreads(), "]"));
+  }
   auto adam = Make(Config(true));
   expect(adam->SetLearningRate(-1.0f), "lr = -1");
 

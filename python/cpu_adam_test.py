@@ -91,6 +91,9 @@ class CpuAdamTest(unittest.TestCase):
 
     def test_errors_name_the_argument(self):
         p = np.zeros(8, np.float32)
+        # A thread count past four per core is refused before any thread starts.
+        with self.assertRaisesRegex(ValueError, r"threads = 100000 must be in \[0, \d+\]"):
+            memwall.cpu_adam.Adam([p], threads=100000)
         opt = memwall.cpu_adam.Adam([p])
         with self.assertRaisesRegex(ValueError, r"grads\[0\] has 7 elements; params\[0\] has 8"):
             opt.step([np.zeros(7, np.float32)])

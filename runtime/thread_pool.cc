@@ -2,6 +2,10 @@
 
 namespace memwall {
 
+int ThreadPool::MaxThreads() {
+  return 4 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });

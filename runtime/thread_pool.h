@@ -33,6 +33,10 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
+  // The most threads a user-facing option may ask for: four per core (more
+  // only slows a memory-bound pass, and thousands exhaust the process
+  // table). Options that size a pool check against it at their boundary.
+  static int MaxThreads();
   void ParallelFor(int64_t count, const std::function<void(int64_t)>& fn);
 
  private:
