@@ -284,7 +284,9 @@ absl::Status WhyNotACheckpoint(const std::string& step_dir) {
     any = true;
     steps = steps || StepOfName(entry.path().filename().string()) >= 0;
   }
-  if (!any) {
+  // An empty step_N directory is a save killed before its first file.
+  const bool step_named = StepOfName(std::filesystem::path(step_dir).filename().string()) >= 0;
+  if (!any && !step_named) {
     return absl::NotFoundError(absl::StrCat("no checkpoint at ", step_dir, ": the directory is empty"));
   }
   if (steps) {

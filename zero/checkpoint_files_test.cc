@@ -95,6 +95,9 @@ TEST_F(CheckpointFiles, ReadingSomethingElseSaysWhatItIs) {
          "is a run directory (it holds step_N directories), not one checkpoint: its latest "
          "complete checkpoint is " + (run / "step_00000001").string());
 
+  // An empty step directory is a save killed before its first file.
+  expect((run / "step_00000002").string(), absl::StatusCode::kFailedPrecondition,
+         "is incomplete: it has no COMPLETE marker and no metadata.pb");
   const fs::path partial = run / "step_00000002";
   std::ofstream(partial / "shard_0.bin") << "x";
   expect(partial.string(), absl::StatusCode::kFailedPrecondition,
