@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "ops/cuda_kernels.h"
+#include "runtime/cuda_convert.h"
 #include "runtime/dtype_bits.h"
 
 namespace memwall::ops::cuda {
@@ -444,24 +445,6 @@ int Launch(Kernel kernel, dim3 grid, int smem_bytes, cudaStream_t s, auto... arg
   return static_cast<int>(cudaGetLastError());
 }
 
-// bf16 <-> fp32 for the fallback below.
-__global__ void WidenKernel(const uint16_t* src, float* dst, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    dst[i] = BF16ToFloat(src[i]);
-  }
-}
-__global__ void NarrowKernel(const float* src, uint16_t* dst, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    dst[i] = FloatToBF16(src[i]);
-  }
-}
-unsigned Blocks(int64_t n) {
-  const int64_t blocks = (n + 255) / 256;
-  return static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
-}
-
 // Every bf16 row is read 16 bytes at a time.
 bool Aligned(std::initializer_list<const void*> pointers) {
   for (const void* p : pointers) {
@@ -484,14 +467,10 @@ struct Widened {
     if (base != nullptr) cudaFreeAsync(base, s);
   }
   int Widen(const void* src, float* dst, int64_t n) {
-    if (n == 0) return 0;
-    WidenKernel<<<Blocks(n), 256, 0, s>>>(static_cast<const uint16_t*>(src), dst, n);
-    return static_cast<int>(cudaGetLastError());
+    return n == 0 ? 0 : memwall::cuda::BF16ToF32(static_cast<const uint16_t*>(src), dst, n, s);
   }
   int Narrow(const float* src, void* dst, int64_t n) {
-    if (n == 0) return 0;
-    NarrowKernel<<<Blocks(n), 256, 0, s>>>(src, static_cast<uint16_t*>(dst), n);
-    return static_cast<int>(cudaGetLastError());
+    return n == 0 ? 0 : memwall::cuda::F32ToBF16(src, static_cast<uint16_t*>(dst), n, s);
   }
 };
 
