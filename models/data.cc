@@ -1,9 +1,10 @@
 #include "models/data.h"
 
-#include <fstream>
-#include <sstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/files.h"
+#include "runtime/status.h"
 
 namespace memwall::models {
 namespace {
@@ -45,11 +46,8 @@ class Synthetic : public TokenSource {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TokenSource>> ByteTextSource(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open text file ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ByteStringSource(ss.str(), path);
+  MEMWALL_ASSIGN_OR_RETURN(std::string text, ReadRegularFile(path, "text file", kMaxTextBytes));
+  return ByteStringSource(std::move(text), path);
 }
 
 std::unique_ptr<TokenSource> ByteStringSource(std::string text, std::string description) {
@@ -83,9 +81,12 @@ absl::Status FillMicroBatch(const TokenSource& source, const BatchLayout& l, int
                                                    l.accumulation, " is out of range"));
   }
   const int64_t starts = source.size() - l.seq;  // windows [s, s + seq] fit for s < starts
-  const int64_t first = step * l.global_batch() + (rank * l.accumulation + micro) * l.micro_batch;
+  // Sequence number first + i, taken mod starts in 128 bits: any step
+  // (a checkpoint's up to 2^53) and any layout give a window inside the data.
+  using Wide = unsigned __int128;
+  const Wide first = Wide(step) * Wide(l.global_batch()) + Wide(rank * l.accumulation + micro) * Wide(l.micro_batch);
   for (int64_t i = 0; i < l.micro_batch; ++i) {
-    const int64_t start = ((first + i) % starts) * l.seq % starts;
+    const auto start = int64_t(Wide((first + Wide(i)) % Wide(starts)) * Wide(l.seq) % Wide(starts));
     for (int64_t j = 0; j < l.seq; ++j) {
       ids[i * l.seq + j] = source.token(start + j);
       targets[i * l.seq + j] = source.token(start + j + 1);

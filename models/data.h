@@ -34,7 +34,11 @@ class TokenSource {
   virtual std::string description() const = 0;
 };
 
-// The bytes of a file as tokens.
+// The largest text ByteTextSource reads (it holds the whole file).
+inline constexpr int64_t kMaxTextBytes = int64_t{1} << 34;
+
+// The bytes of a file as tokens: a regular file of at most kMaxTextBytes,
+// else a Status naming the path and what it is (runtime/files.h).
 absl::StatusOr<std::unique_ptr<TokenSource>> ByteTextSource(const std::string& path);
 // Bytes already in memory (tests).
 std::unique_ptr<TokenSource> ByteStringSource(std::string text, std::string description);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "models/layers.h"
 #include "ops/ops.h"
+#include "runtime/bounds.h"
 #include "runtime/files.h"
 #include "runtime/status.h"
 #include "runtime/thread_pool.h"
@@ -86,6 +87,20 @@ absl::Status ValidateConfig(const GptConfig& c) {
     return bad("tiling", c.tiling(),
                absl::StrCat("must be 0 or 1 (untiled) or divide hidden = ", c.hidden(),
                             " (each projection's output, d to 4d, splits into equal tiles)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRunShape(const GptConfig& c, int64_t micro_batch, int64_t seq) {
+  MEMWALL_ASSIGN_OR_RETURN(const int64_t rows, CheckedProduct("a micro-batch's tokens",
+                                                              {{"micro_batch", micro_batch}, {"seq", seq}}, kMaxCount));
+  const double r = double(rows), d = double(c.hidden());
+  const double bytes = 8 * (double(c.layers()) + 3) * r * (32 * d + 2 * double(c.heads())) + 16 * r * double(c.vocab());
+  if (bytes >= 0x1p53) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "micro_batch = ", micro_batch, " x seq = ", seq, " with GptConfig '", c.name(), "' (layers ", c.layers(),
+        ", hidden ", c.hidden(), ", vocab ", c.vocab(), ") plans about 2^", int(std::log2(bytes)),
+        " bytes of activations, beyond the 2^53 any buffer is sized to"));
   }
   return absl::OkStatus();
 }
@@ -308,11 +323,8 @@ double ForwardFlopsPerToken(const GptConfig& c, int64_t seq) {
 }
 
 absl::StatusOr<GptConfigList> LoadConfigs(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open model config file ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseConfigs(text.str(), path);
+  MEMWALL_ASSIGN_OR_RETURN(const std::string text, ReadRegularFile(path, "model config file"));
+  return ParseConfigs(text, path);
 }
 
 absl::StatusOr<GptConfigList> ParseConfigs(const std::string& text, const std::string& origin) {

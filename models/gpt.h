@@ -42,6 +42,14 @@ inline constexpr int64_t kGpt2Vocab = 50257;
 // Every field is checked; the message names the config and the field.
 absl::Status ValidateConfig(const GptConfig& config);
 
+// A micro-batch of `micro_batch` sequences of `seq` tokens whose buffers
+// this config can size without overflow: rows = micro_batch * seq below
+// 2^31, and a bound on the activation plan's bytes,
+//   8 (L + 3) rows (32 d + 2 heads) + 16 rows V  <  2^53,
+// which exceeds what ActivationPlan states by a wide margin. Refused with
+// InvalidArgument naming micro_batch, seq and the model's dimensions.
+absl::Status CheckRunShape(const GptConfig& config, int64_t micro_batch, int64_t seq);
+
 // Exact parameter count (tied head counted once; tiling splits parameters,
 // it does not add any):
 //   V d + P d + L (12 d^2 + 13 d) + 2 d

@@ -1,9 +1,12 @@
 #include "models/gpt_io.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 #include <vector>
+
+#include "google/protobuf/text_format.h"
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -29,6 +32,28 @@ bool Ignored(const std::string& name) {
 const SafetensorsEntry* FindEither(const SafetensorsFile& file, const std::string& name) {
   const SafetensorsEntry* e = file.Find(name);
   return e != nullptr ? e : file.Find(kPrefix + name);
+}
+
+// The metadata key under which an export records its model.
+constexpr char kConfigKey[] = "memwall_gpt_config";
+
+// The index of the first NaN or infinity among n values of a floating
+// dtype, read from the bits (an exponent of all ones), or -1.
+int64_t FirstNonFinite(const void* data, DType dtype, int64_t n) {
+  const auto scan = [&](auto word, uint32_t exponent) -> int64_t {
+    using Word = decltype(word);
+    const Word* w = static_cast<const Word*>(data);
+    for (int64_t i = 0; i < n; ++i) {
+      if ((uint32_t(w[i]) & exponent) == exponent) return i;
+    }
+    return -1;
+  };
+  switch (dtype) {
+    case DType::kF32: return scan(uint32_t{}, 0x7f800000u);
+    case DType::kF16: return scan(uint16_t{}, 0x7c00u);
+    case DType::kBF16: return scan(uint16_t{}, 0x7f80u);
+    default: return -1;
+  }
 }
 
 std::string Shape(const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); }
@@ -89,6 +114,22 @@ absl::StatusOr<std::vector<LogicalParameter>> JoinTiles(Gpt& model, const std::v
   return out;
 }
 
+std::map<std::string, std::string> ExportMetadata(const GptConfig& config) {
+  // The model's meaning, not its memory layout (tiling, checkpointing) or
+  // name: a tiled model's export is the untiled model's file, byte for byte.
+  GptConfig meaning;
+  meaning.set_layers(config.layers());
+  meaning.set_hidden(config.hidden());
+  meaning.set_heads(config.heads());
+  meaning.set_vocab(config.vocab());
+  meaning.set_positions(config.positions());
+  std::string text;
+  google::protobuf::TextFormat::Printer printer;
+  printer.SetSingleLineMode(true);
+  printer.PrintToString(meaning, &text);
+  return {{"format", "pt"}, {kConfigKey, text}};
+}
+
 absl::Status ExportGpt(Gpt& model, Device& device, const std::string& path) {
   std::vector<float> values;
   Stream& s = device.compute_stream();
@@ -118,8 +159,16 @@ absl::Status ExportGpt(Gpt& model, const std::vector<float>& values, const std::
                                                    CountParameters(model.config()), " parameters"));
   }
   std::vector<SafetensorsTensor> tensors;
-  for (const LogicalParameter& p : *logical) tensors.push_back({p.name, DType::kF32, p.shape, p.values.data()});
-  return WriteSafetensors(path, tensors, {{"format", "pt"}});
+  for (const LogicalParameter& p : *logical) {
+    const auto bad = std::find_if(p.values.begin(), p.values.end(), [](float v) { return !std::isfinite(v); });
+    if (bad != p.values.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("ExportGpt: ", path, " not written: tensor ", p.name,
+                                                     " holds ", *bad, " at element ", bad - p.values.begin(),
+                                                     " (the weights diverged)"));
+    }
+    tensors.push_back({p.name, DType::kF32, p.shape, p.values.data()});
+  }
+  return WriteSafetensors(path, tensors, ExportMetadata(model.config()));
 }
 
 namespace {
@@ -193,7 +242,24 @@ absl::Status ImportGpt(const SafetensorsFile& file, Gpt& model, Device& device) 
     if (params[i]->value.data() == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat("ImportGpt: ", params[i]->name, " has no storage bound"));
     }
+    if (i == 0 || source[i - 1] != e) {
+      if (const int64_t at = FirstNonFinite(file.data(*e), e->dtype, e->numel()); at >= 0) {
+        return bad(absl::StrCat("tensor '", e->name, "' holds a NaN or infinity at element ", at,
+                                " (weights of a run that diverged)"));
+      }
+    }
     source[i] = e;
+  }
+  // The same shapes can hold another model: heads are not in the tensors.
+  if (auto it = file.metadata().find(kConfigKey); it != file.metadata().end()) {
+    GptConfig saved;
+    if (!google::protobuf::TextFormat::ParseFromString(it->second, &saved)) {
+      return bad(absl::StrCat("its ", kConfigKey, " metadata is not a GptConfig text proto"));
+    }
+    if (saved.heads() != model.config().heads()) {
+      return bad(absl::StrCat("it was exported from a model with heads = ", saved.heads(), "; this model (GptConfig '",
+                              model.config().name(), "') has heads = ", model.config().heads()));
+    }
   }
   MEMWALL_RETURN_IF_ERROR(CheckTiedHead(file, bad));
   // A file tensor in fp32 lives from its first tile to its last.

@@ -5,6 +5,7 @@
 #ifndef MEMWALL_MODELS_GPT_IO_H_
 #define MEMWALL_MODELS_GPT_IO_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,14 @@ absl::StatusOr<std::vector<LogicalParameter>> JoinTiles(Gpt& model, const std::v
 
 // Writes every parameter of `model` to `path` as fp32 (bound values,
 // widened exactly when bound as 16-bit), with metadata {"format": "pt"} as
-// transformers expects. A tiled model writes its projections whole.
+// transformers expects, and {"memwall_gpt_config": layers, hidden, heads,
+// vocab and positions as a GptConfig text proto}, whose heads ImportGpt
+// checks (the tensors do not show them). A tiled model writes its
+// projections whole: the untiled model's file, byte for byte. A NaN or infinite weight is refused with InvalidArgument naming the
+// tensor and element; nothing is written then.
 absl::Status ExportGpt(Gpt& model, Device& device, const std::string& path);
+// The metadata every export writes for `config` (//zero:consolidate too).
+std::map<std::string, std::string> ExportMetadata(const GptConfig& config);
 // The same layout from flat fp32 host values in Module::Parameters() order
 // (a trainer's master weights, say): `values` holds every parameter, back to
 // back.
@@ -46,7 +53,9 @@ absl::Status ExportGpt(Gpt& model, const std::vector<float>& values, const std::
 // values (the head is tied to wte: one tensor here). Any missing name, other
 // extra name, name present both with and without the prefix, wrong shape,
 // integer dtype or an lm_head.weight that differs from wte is an
-// InvalidArgument naming the tensor, reported before any value is written.
+// InvalidArgument naming the tensor, reported before any value is written;
+// so are a NaN or infinite weight and a file exported from a model with
+// other heads.
 // A tiled model takes each projection's tiles from the whole tensor.
 absl::Status ImportGpt(const SafetensorsFile& file, Gpt& model, Device& device);
 

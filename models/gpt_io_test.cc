@@ -404,6 +404,28 @@ TEST(Data, RanksAndMicroBatchesPartitionTheSameGlobalBatch) {
   EXPECT_NE(gather({seq, 8, 1, 1}, 4), one) << "the next step reads new windows";
 }
 
+// A step number as large as a checkpoint may hold (2^53) or larger reads
+// windows inside the data: the sequence number is taken mod the windows
+// without overflow. With 1024 windows, step 2^62 reads what step 0 reads.
+TEST(Data, AnyStepReadsInsideTheData) {
+  const int64_t seq = 16;
+  auto text = SyntheticSource(seq + 1024, 256, 4);
+  const BatchLayout l{seq, 4, 2, 2};
+  auto windows = [&](int64_t step) {
+    std::vector<int32_t> all, ids(l.micro_batch * seq), targets(l.micro_batch * seq);
+    for (int r = 0; r < l.world; ++r) {
+      for (int64_t m = 0; m < l.accumulation; ++m) {
+        EXPECT_TRUE(FillMicroBatch(*text, l, step, r, m, ids.data(), targets.data()).ok()) << step;
+        all.insert(all.end(), ids.begin(), ids.end());
+      }
+    }
+    return all;
+  };
+  EXPECT_EQ(windows(int64_t{1} << 62), windows(0));
+  EXPECT_EQ(windows((int64_t{1} << 62) + 1), windows(1));
+  EXPECT_EQ(windows(INT64_MAX), windows(INT64_MAX % 64));  // 16 sequences a step: 64 steps cover 1024 windows
+}
+
 TEST(Data, RefusesBadLayoutsAndShortTexts) {
   auto text = ByteStringSource("hello", "hello.txt");
   std::vector<int32_t> a(64), b(64);

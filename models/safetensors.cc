@@ -4,12 +4,14 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <set>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/files.h"
 #include "runtime/status.h"
 
 namespace memwall::models {
@@ -235,12 +237,9 @@ const char* CodeOf(DType dtype) {
 }  // namespace
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open safetensors file ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path));
-  return Parse(ss.str(), path);
+  MEMWALL_ASSIGN_OR_RETURN(std::string bytes,
+                           ReadRegularFile(path, "safetensors file", std::numeric_limits<int64_t>::max()));
+  return Parse(std::move(bytes), path);
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes, const std::string& path) {

@@ -6,6 +6,8 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <mutex>
+#include <stdexcept>
 #include <optional>
 #include <string>
 
@@ -68,6 +70,22 @@ std::string ModelConfig(const std::string& path, const std::string& name) {
   return Unwrap(models::FindConfig(list, name)).DebugString();
 }
 
+// One call at a time: step, save, load and export release the GIL, and a
+// trainer is not thread-safe, so a second thread's call raises instead of
+// racing the first.
+class Exclusive {
+ public:
+  explicit Exclusive(std::mutex& m) : lock_(m, std::try_to_lock) {
+    if (!lock_.owns_lock()) {
+      throw std::runtime_error(
+          "memwall.Trainer is in use by another thread: step, save, load and export run one at a time");
+    }
+  }
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+};
+
 // The trainer and everything it runs on, destroyed in reverse order.
 class PyTrainer {
  public:
@@ -84,6 +102,7 @@ class PyTrainer {
   }
 
   py::dict Step() {
+    Exclusive one(busy_);
     zero::StepStats s;
     {
       py::gil_scoped_release release;
@@ -105,16 +124,19 @@ class PyTrainer {
   }
 
   std::string Save(const std::string& dir) {
+    Exclusive one(busy_);
     py::gil_scoped_release release;
     return Unwrap(trainer_->Save(dir));
   }
 
   void Load(const std::string& step_dir) {
+    Exclusive one(busy_);
     py::gil_scoped_release release;
     ThrowIfError(trainer_->Load(step_dir));
   }
 
   void Export(const std::string& path) {
+    Exclusive one(busy_);
     py::gil_scoped_release release;
     const std::vector<float> master = Unwrap(trainer_->MasterWeights());  // every rank: a collective at stages 1-3
     if (comm_->rank() == 0) ThrowIfError(models::ExportGpt(*model_, master, path));
@@ -126,6 +148,7 @@ class PyTrainer {
   std::string device() const { return device_->name(); }
 
  private:
+  std::mutex busy_;
   std::unique_ptr<models::TokenSource> data_;
   std::unique_ptr<Device> device_;
   std::unique_ptr<Communicator> comm_;

@@ -75,6 +75,18 @@ class EstimateTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "no_such_model"):
             memwall.model_config(PAPERS, "no_such_model")
 
+    def test_sizes_that_would_overflow_are_refused(self):
+        # Each once killed the interpreter or said "fits".
+        with self.assertRaisesRegex(ValueError, r"params = 4611686018427387904 must be < 2\^53"):
+            memwall.estimate("", params=2**62)
+        with self.assertRaisesRegex(ValueError, r"ranks = 4611686018427387904 must be <= 2\^20"):
+            memwall.estimate("", params=1000, ranks=2**62)
+        model = memwall.model_config(PAPERS, "offload_10b")
+        with self.assertRaisesRegex(ValueError, r"micro_batch = 4611686018427387904 must be <= 2\^31 - 1"):
+            memwall.estimate("micro_batch: 4611686018427387904", model=model)
+        with self.assertRaisesRegex(ValueError, r"\(the value of accumulation\)"):
+            memwall.estimate("accumulation: 99999999999999999999", params=10)
+
 
 class TrainerTest(unittest.TestCase):
     def setUp(self):
@@ -118,6 +130,39 @@ class TrainerTest(unittest.TestCase):
             memwall.Trainer(self.model, self.config, data="no_such.txt")
         with self.assertRaisesRegex(ValueError, "micro_batch"):
             memwall.Trainer(self.model, "micro_batch: -1", data=TEXT)
+        with self.assertRaisesRegex(ValueError, r"micro_batch = 4611686018427387904 must be <= 2\^31 - 1"):
+            memwall.Trainer(self.model, "micro_batch: 4611686018427387904", data=TEXT)
+        with self.assertRaisesRegex(ValueError, "text file /dev/zero is a character device, not a regular file"):
+            memwall.Trainer(self.model, self.config, data="/dev/zero")
+        with self.assertRaisesRegex(ValueError, "is a directory, not a regular file"):
+            memwall.Trainer(self.model, self.config, data=self.tmp)
+
+    def test_two_threads_cannot_use_one_trainer_at_once(self):
+        import threading
+        trainer = memwall.Trainer(self.model, self.config, data=TEXT)
+        refused, other, done = [], [], [0]
+
+        def step():
+            try:
+                trainer.step()
+                done[0] += 1
+            except RuntimeError as e:
+                refused.append(str(e))
+            except Exception as e:  # noqa: BLE001 (anything else is the failure)
+                other.append(repr(e))
+
+        for _ in range(10):
+            threads = [threading.Thread(target=step) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if refused:
+                break
+        self.assertEqual(other, [])
+        self.assertTrue(refused, "two threads stepping at once were never refused")
+        self.assertIn("memwall.Trainer is in use by another thread", refused[0])
+        self.assertEqual(trainer.steps, done[0], "every step that ran counted once")
 
     def test_two_ranks_under_mpirun_equal_the_quickstart_tool(self):
         script = os.path.join(self.tmp, "two_ranks.py")

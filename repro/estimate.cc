@@ -51,11 +51,7 @@ namespace memwall::zero {
 namespace {
 
 absl::StatusOr<std::string> ReadFile(const std::string& flag, const std::string& path) {
-  std::ifstream file(path);
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot open --", flag, "=", path));
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
+  return ReadRegularFile(path, absl::StrCat("--", flag));
 }
 
 absl::StatusOr<models::GptConfig> LoadModel(const std::string& path, const std::string& name) {

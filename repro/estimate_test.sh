@@ -57,7 +57,7 @@ err=$($bin --params=100 --set='micro_batch: 0' 2>&1); code=$?
 err=$($bin --params=100 --set='stage: 2' 2>&1); code=$?
 [[ $code -eq 2 && "$err" == *'--set: '*'has no field named "stage"'* ]] || fail "stage outside zero: exit $code: $err"
 err=$($bin --params=100 --config=no/such.textproto 2>&1); code=$?
-[[ $code -eq 2 && "$err" == *"cannot open --config="*"no/such.textproto"* ]] || fail "missing config: $err"
+[[ $code -eq 2 && "$err" == *"--config "*"no/such.textproto does not exist"* ]] || fail "missing config: $err"
 
 # A config file (relative to where the tool was started), --set over it:
 # the same estimate as the flags alone.

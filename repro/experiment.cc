@@ -278,11 +278,8 @@ absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::s
 }
 
 absl::StatusOr<Experiment> LoadExperiment(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read experiment ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseExperiment(text.str(), path);
+  MEMWALL_ASSIGN_OR_RETURN(const std::string text, ReadRegularFile(path, "experiment"));
+  return ParseExperiment(text, path);
 }
 
 zero::TrainerOptions TrainerOptionsFor(const Experiment& e, int stage, int world_size) {

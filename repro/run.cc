@@ -362,8 +362,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: run EXPERIMENT.textproto [--results_dir=DIR]\n");
     return 2;
   }
-  const std::string path = memwall::UserPath(positional[1], std::getenv);
-  auto experiment = LoadExperiment(std::filesystem::exists(path) ? path : positional[1]);
+  std::error_code ec;  // a path that cannot be examined: LoadExperiment says why
+  const std::string user_path = memwall::UserPath(positional[1], std::getenv);
+  const std::string path = std::filesystem::exists(user_path, ec) ? user_path : positional[1];
+  auto experiment = LoadExperiment(path);
   if (!experiment.ok()) {
     std::fprintf(stderr, "run: %s\n", std::string(experiment.status().message()).c_str());
     return 2;
@@ -386,7 +388,7 @@ int main(int argc, char** argv) {
   if (std::getenv("MEMWALL_COMMIT") != nullptr) command = absl::StrJoin(args, " ");
   const absl::Status st = absl::GetFlag(FLAGS_worker)
                               ? Worker(*experiment)
-                              : Drive(*experiment, std::filesystem::absolute(std::filesystem::exists(path) ? path : positional[1]).string(),
+                              : Drive(*experiment, std::filesystem::absolute(path).string(),
                                       command);
   if (!st.ok()) {
     std::fprintf(stderr, "run: %s\n", std::string(st.message()).c_str());

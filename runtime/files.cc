@@ -1,12 +1,16 @@
 #include "runtime/files.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -35,12 +39,110 @@ absl::Status WriteError(absl::string_view what, const std::string& tmp, const st
 class FirstError : public google::protobuf::io::ErrorCollector {
  public:
   void AddError(int line, int column, const std::string& message) override {
-    if (first.empty()) first = absl::StrCat("line ", line + 1, " column ", column + 1, ": ", message);
+    if (!first.empty()) return;
+    first = absl::StrCat("line ", line + 1, " column ", column + 1, ": ", message);
+    this->line = line;
+    this->column = column;
   }
   std::string first;
+  int line = -1, column = -1;
 };
 
+// The field whose value stands at (line, column) of `text`: the name before
+// the ':' that precedes it ("accumulation" in "accumulation: 1e99"), or ""
+// when none does. Protobuf's value errors ("Integer out of range") give
+// only the position.
+std::string FieldAt(const std::string& text, int line, int column) {
+  size_t at = 0;
+  for (int l = 0; l < line && at != std::string::npos; ++l) {
+    at = text.find('\n', at);
+    if (at != std::string::npos) ++at;
+  }
+  if (at == std::string::npos || column < 0) return "";
+  size_t end = std::min(text.size(), at + size_t(column));
+  auto space = [](char c) { return c == ' ' || c == '\t'; };
+  while (end > at && space(text[end - 1])) --end;
+  if (end == at || text[end - 1] != ':') return "";
+  --end;
+  while (end > at && space(text[end - 1])) --end;
+  size_t begin = end;
+  while (begin > at && (std::isalnum(static_cast<unsigned char>(text[begin - 1])) || text[begin - 1] == '_')) --begin;
+  return text.substr(begin, end - begin);
+}
+
+// The file descriptor of `path` opened for reading, checked to be a
+// regular file, and its size.
+absl::StatusOr<std::pair<int, int64_t>> OpenRegular(const std::string& path, absl::string_view what) {
+  auto bad = [&](absl::string_view is) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", path, " ", is));
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    switch (err) {
+      case ENOENT: return absl::NotFoundError(absl::StrCat(what, " ", path, " does not exist"));
+      case EACCES: return absl::PermissionDeniedError(absl::StrCat(what, " ", path, " cannot be read: permission denied"));
+      case ELOOP: return bad("is a loop of symbolic links, not a file");
+      case ENAMETOOLONG: return bad("has a name too long for the file system (a component over 255 bytes, or over 4095 in all)");
+      case ENOTDIR: return absl::NotFoundError(absl::StrCat(what, " ", path, " does not exist (a part of it is not a directory)"));
+      default: return bad(absl::StrCat("cannot be opened: ", std::strerror(err)));
+    }
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return bad(absl::StrCat("cannot be examined: ", std::strerror(err)));
+  }
+  const char* kind = S_ISREG(st.st_mode)    ? nullptr
+                     : S_ISDIR(st.st_mode)  ? "is a directory"
+                     : S_ISFIFO(st.st_mode) ? "is a FIFO (named pipe)"
+                     : S_ISCHR(st.st_mode)  ? "is a character device"
+                     : S_ISBLK(st.st_mode)  ? "is a block device"
+                     : S_ISSOCK(st.st_mode) ? "is a socket"
+                                            : "is not a regular file";
+  if (kind != nullptr) {
+    ::close(fd);
+    return bad(absl::StrCat(kind, ", not a regular file"));
+  }
+  // Reads block from here on, as for any regular file.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return std::make_pair(fd, int64_t(st.st_size));
+}
+
 }  // namespace
+
+absl::StatusOr<int64_t> RegularFileSize(const std::string& path, absl::string_view what) {
+  MEMWALL_ASSIGN_OR_RETURN(const auto opened, OpenRegular(path, what));
+  ::close(opened.first);
+  return opened.second;
+}
+
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path, absl::string_view what, int64_t max_bytes) {
+  MEMWALL_ASSIGN_OR_RETURN(const auto opened, OpenRegular(path, what));
+  const auto [fd, size] = opened;
+  if (size > max_bytes) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", path, " is ", size, " bytes, more than the ",
+                                                   max_bytes, " such a file may hold"));
+  }
+  std::string contents(size_t(size), '\0');
+  size_t done = 0;
+  while (done < contents.size()) {
+    const ssize_t n = ::read(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return absl::DataLossError(absl::StrCat("reading ", what, " ", path, " failed: ", std::strerror(err)));
+    }
+    if (n == 0) break;  // shrank since fstat: what is there
+    done += size_t(n);
+  }
+  ::close(fd);
+  contents.resize(done);
+  return contents;
+}
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {}
 
@@ -122,8 +224,10 @@ absl::Status ParseTextProto(const std::string& text, const std::string& origin,
   FirstError errors;
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(text, out)) {
+    const std::string field = FieldAt(text, errors.line, errors.column);
     return absl::InvalidArgumentError(absl::StrCat(origin, ": not a ", out->GetDescriptor()->name(),
-                                                   " text proto: ", errors.first));
+                                                   " text proto: ", errors.first,
+                                                   field.empty() ? "" : absl::StrCat(" (the value of ", field, ")")));
   }
   return absl::OkStatus();
 }

@@ -41,6 +41,23 @@ class AtomicFile {
   uint64_t bytes_ = 0;
 };
 
+// Files read whole (configs, text, metadata, weights) are at most this.
+inline constexpr int64_t kMaxTextFileBytes = int64_t{1} << 26;  // 64 MiB: configs, metadata, experiments
+
+// The size of `path` if it is a regular file (symbolic links followed).
+// Anything else is refused naming `what` (the file's role: "model config",
+// "--config"), the path and what it is instead: NotFound for no such path,
+// PermissionDenied, and InvalidArgument for a directory, a FIFO, a device,
+// a socket, a symbolic link loop or a name too long. Never blocks (a FIFO
+// is opened without waiting for a writer).
+absl::StatusOr<int64_t> RegularFileSize(const std::string& path, absl::string_view what);
+
+// The whole contents of the regular file `path` (as RegularFileSize checks
+// it), refused with InvalidArgument when it holds more than `max_bytes`:
+// its size is checked before anything is allocated.
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path, absl::string_view what,
+                                            int64_t max_bytes = kMaxTextFileBytes);
+
 // The whole of `contents`, atomically (AtomicFile).
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
 

@@ -2,6 +2,8 @@
 // report where they are wrong.
 #include "runtime/files.h"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -67,6 +69,56 @@ TEST(ParseTextProto, SaysWhereTheTextIsWrong) {
             "d.textproto: not a Duration text proto: line 2 column 8: Message type "
             "\"google.protobuf.Duration\" has no field named \"sekonds\".")
       << st;
+}
+
+TEST(ParseTextProto, AValueOutOfRangeNamesItsField) {
+  google::protobuf::Duration d;
+  const absl::Status st = ParseTextProto("nanos: 3\n  seconds:  99999999999999999999", "d.textproto", &d);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("line 2 column 13: Integer out of range (99999999999999999999) (the value of seconds)"),
+            std::string::npos)
+      << st;
+  EXPECT_NE(ParseTextProto("nanos: 1e99", "d", &d).message().find("(the value of nanos)"), std::string::npos);
+}
+
+// Everything that is not a regular file is refused by kind, naming the
+// path and its role, without blocking and before any allocation.
+TEST(ReadRegularFile, RefusesWhatIsNotAFileByKind) {
+  const std::string dir = Tmp("kinds");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string file = dir + "/config.textproto";
+  ASSERT_TRUE(WriteFileAtomically(file, "seconds: 5").ok());
+  auto read = ReadRegularFile(file, "--config");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, "seconds: 5");
+  EXPECT_EQ(*RegularFileSize(file, "x"), 10);
+
+  auto expect = [](const std::string& path, absl::StatusCode code, const std::string& says) {
+    const absl::Status st = ReadRegularFile(path, "--config").status();
+    EXPECT_EQ(st.code(), code) << path << ": " << st;
+    EXPECT_NE(st.message().find("--config " + path.substr(0, 40)), std::string::npos) << st;
+    EXPECT_NE(st.message().find(says), std::string::npos) << st;
+    EXPECT_EQ(RegularFileSize(path, "--config").status(), st);
+  };
+  expect(dir + "/missing", absl::StatusCode::kNotFound, "does not exist");
+  expect(file + "/below", absl::StatusCode::kNotFound, "a part of it is not a directory");
+  expect(dir, absl::StatusCode::kInvalidArgument, "is a directory, not a regular file");
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect(fifo, absl::StatusCode::kInvalidArgument, "is a FIFO (named pipe), not a regular file");
+  expect("/dev/zero", absl::StatusCode::kInvalidArgument, "is a character device, not a regular file");
+  std::filesystem::create_symlink(dir + "/loop_b", dir + "/loop_a");
+  std::filesystem::create_symlink(dir + "/loop_a", dir + "/loop_b");
+  expect(dir + "/loop_a", absl::StatusCode::kInvalidArgument, "is a loop of symbolic links");
+  expect(dir + "/" + std::string(300, 'n'), absl::StatusCode::kInvalidArgument, "has a name too long");
+  // A link to a regular file is that file.
+  std::filesystem::create_symlink(file, dir + "/link");
+  EXPECT_EQ(*ReadRegularFile(dir + "/link", "x"), "seconds: 5");
+  // Size before allocation.
+  const absl::Status big = ReadRegularFile(file, "--config", 9).status();
+  EXPECT_EQ(big.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(big.message().find("is 10 bytes, more than the 9"), std::string::npos) << big;
 }
 
 }  // namespace

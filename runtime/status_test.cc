@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "runtime/bounds.h"
 #include "runtime/launch.h"
 
 namespace memwall {
@@ -16,6 +17,24 @@ absl::StatusOr<LaunchInfo> Discover(const Env& env) {
     auto it = env.find(name);
     return it == env.end() ? nullptr : it->second.c_str();
   });
+}
+
+TEST(Bounds, ProductsThatOverflowOrPassTheLimitNameEveryFactor) {
+  EXPECT_EQ(*CheckedProduct("tokens", {{"micro_batch", 4}, {"seq", 128}}, kMaxCount), 512);
+  const absl::Status st =
+      CheckedProduct("tokens", {{"micro_batch", int64_t{1} << 62}, {"seq", 128}}, kMaxCount).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "tokens: micro_batch (4611686018427387904) x seq (128) exceeds 2^31 - 1");
+  // Past the limit without overflowing int64, and exactly at it.
+  EXPECT_FALSE(CheckedProduct("x", {{"a", 1 << 16}, {"b", 1 << 15}}, kMaxCount).ok());
+  EXPECT_TRUE(CheckedProduct("x", {{"a", kMaxCount}, {"b", 1}}, kMaxCount).ok());
+  EXPECT_FALSE(CheckedProduct("x", {{"a", -1}}, kMaxCount).ok());
+  EXPECT_FALSE(CheckedMul(INT64_MAX, 2).has_value());
+  EXPECT_EQ(*CheckedMul(int64_t{1} << 31, int64_t{1} << 31), int64_t{1} << 62);
+  EXPECT_FALSE(CheckedAdd(INT64_MAX, 1).has_value());
+  EXPECT_EQ(LimitString(int64_t{1} << 53), "2^53");
+  EXPECT_EQ(LimitString(1000), "1000");
+  EXPECT_EQ(LimitString(kMaxCount), "2^31 - 1");
 }
 
 TEST(LaunchTest, NoLauncherIsASingleProcess) {

@@ -13,7 +13,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -21,7 +23,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
+#include "models/gpt_io.h"
 #include "models/safetensors.h"
+#include "runtime/bounds.h"
 #include "runtime/files.h"
 #include "runtime/status.h"
 #include "zero/trainer.h"
@@ -59,11 +63,7 @@ class ChecksummedFile {
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return ReadRegularFile(path, "checkpoint file");
 }
 
 std::string Join(const std::string& dir, const std::string& name) {
@@ -127,6 +127,15 @@ class ShardReader {
       const int64_t n = std::min<uint64_t>(buffer.size(), shard_.bytes() - at);
       MEMWALL_RETURN_IF_ERROR(Read(at, buffer.data(), n));
       crc = crc32_z(crc, reinterpret_cast<const Bytef*>(buffer.data()), n);
+      // The master weights (section 0) must be finite; m and v are
+      // finite whenever they are (Adam's moments of finite gradients).
+      const int64_t lo = std::max<int64_t>(at, kHeaderBytes);
+      const int64_t hi = std::min<int64_t>(at + n, kHeaderBytes + 4 * shard_.count());
+      for (int64_t b = lo; b < hi && first_non_finite_ < 0; b += 4) {
+        float v;
+        std::memcpy(&v, buffer.data() + (b - int64_t(at)), 4);
+        if (!std::isfinite(v)) first_non_finite_ = shard_.flat_begin() + (b - kHeaderBytes) / 4;
+      }
       at += n;
     }
     if (uint32_t(crc) != shard_.crc32()) {
@@ -136,10 +145,33 @@ class ShardReader {
     }
     return absl::OkStatus();
   }
+
+ public:
+  // After a verified Open: the flat index of the first master weight that
+  // is NaN or infinite, or -1.
+  int64_t first_non_finite() const { return first_non_finite_; }
+
+ private:
   std::string path_;
   CheckpointShard shard_;
   int fd_ = -1;
+  int64_t first_non_finite_ = -1;
 };
+
+// DataLoss naming the tensor and element of the first non-finite master
+// weight in `reader`'s shard: such a checkpoint neither loads nor exports.
+absl::Status CheckFinite(const CheckpointMetadata& meta, const ShardReader& reader, const std::string& step_dir) {
+  const int64_t at = reader.first_non_finite();
+  if (at < 0) return absl::OkStatus();
+  std::string where = absl::StrCat("flat element ", at);
+  for (const CheckpointTensor& t : meta.tensors()) {
+    int64_t numel = 1;
+    for (int64_t d : t.shape()) numel *= d;
+    if (at >= t.offset() && at < t.offset() + numel) where = absl::StrCat("tensor ", t.name(), " element ", at - t.offset());
+  }
+  return absl::DataLossError(absl::StrCat("checkpoint ", step_dir, " holds a non-finite master weight (", where,
+                                          "): the run diverged before this save; resume from an earlier checkpoint"));
+}
 
 // Reads flat elements [begin, end) of `section` from the shards that hold them.
 // Shards opened here are CRC-checked first when `verify_crc`.
@@ -185,16 +217,18 @@ absl::Status ValidateCheckpointMetadata(const CheckpointMetadata& meta, const st
   auto bad = [&](auto&&... what) {
     return absl::DataLossError(absl::StrCat("checkpoint ", step_dir, ": ", kMetadata, " ", what...));
   };
-  if (meta.world_size() < 1) return bad("has world_size ", meta.world_size());
+  if (meta.world_size() < 1 || meta.world_size() > kMaxRanks) return bad("has world_size ", meta.world_size());
   if (meta.stage() < 0 || meta.stage() > 3) return bad("has stage ", meta.stage());
   if (meta.precision() != "fp32" && meta.precision() != "bf16" && meta.precision() != "fp16") {
     return bad("has precision \"", meta.precision(), "\"");
   }
-  if (meta.numel() < 1) return bad("has numel ", meta.numel());
-  if (meta.step() < 0 || meta.adam_step() < 0 || meta.adam_step() > meta.step() || meta.clean_steps() < 0) {
+  if (meta.numel() < 1 || meta.numel() >= kMaxParameters) return bad("has numel ", meta.numel());
+  if (meta.step() < 0 || meta.step() > kMaxSteps || meta.adam_step() < 0 || meta.adam_step() > meta.step() ||
+      meta.clean_steps() < 0) {
     return bad("has step ", meta.step(), ", adam_step ", meta.adam_step(), ", clean_steps ", meta.clean_steps());
   }
-  if (meta.global_batch() < 1 || meta.seq() < 1) {
+  if (meta.global_batch() < 1 || meta.global_batch() > kMaxRanks * kMaxCount || meta.seq() < 1 ||
+      meta.seq() > kMaxCount) {
     return bad("has global_batch ", meta.global_batch(), " and seq ", meta.seq());
   }
   if (!(meta.loss_scale() > 0) || !std::isfinite(meta.loss_scale())) return bad("has loss_scale ", meta.loss_scale());
@@ -228,6 +262,13 @@ absl::Status ValidateCheckpointMetadata(const CheckpointMetadata& meta, const st
     if (t.name().empty() || t.offset() < 0 || t.offset() > meta.numel() - numel) {
       return bad("places tensor \"", t.name(), "\" at ", t.offset(), " (", numel, " elements) outside [0, ",
                  meta.numel(), ")");
+    }
+    if (!t.logical_name().empty() &&
+        (t.shape().empty() || t.column_begin() < 0 || t.logical_width() < 1 ||
+         t.column_begin() > t.logical_width() - t.shape(t.shape_size() - 1))) {
+      return bad("places tile \"", t.name(), "\" at columns [", t.column_begin(), ", +",
+                 t.shape().empty() ? 0 : t.shape(t.shape_size() - 1), ") of \"", t.logical_name(), "\" (width ",
+                 t.logical_width(), ")");
     }
   }
   return absl::OkStatus();
@@ -307,8 +348,9 @@ absl::Status WhyNotACheckpoint(const std::string& step_dir) {
 absl::StatusOr<CheckpointMetadata> ReadCheckpointMetadata(const std::string& step_dir) {
   auto marker = ReadFile(Join(step_dir, kMarker));
   if (!marker.ok()) {
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(Join(step_dir, kMarker), ec)) return marker.status();
+    // A marker that is there but not a readable file says what it is (a
+    // FIFO, a device, a link loop); an absent one, what the directory holds.
+    if (marker.status().code() != absl::StatusCode::kNotFound) return marker.status();
     return WhyNotACheckpoint(step_dir);
   }
   MEMWALL_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(Join(step_dir, kMetadata)));
@@ -426,7 +468,7 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
   absl::Status prepared;
   if (rank == 0) {
     std::error_code ec;
-    if (std::filesystem::exists(Join(path, kMarker))) {
+    if (std::filesystem::exists(Join(path, kMarker), ec)) {
       prepared = absl::AlreadyExistsError(absl::StrCat("checkpoint ", path, " already exists"));
     } else {
       std::filesystem::remove_all(path, ec);
@@ -495,6 +537,11 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
       t->set_name(p->name);
       for (int64_t d : p->shape) t->add_shape(d);
       t->set_offset(layout_.offset(p));
+      if (p->slice.has_value()) {
+        t->set_logical_name(p->slice->name);
+        t->set_logical_width(p->slice->width);
+        t->set_column_begin(p->slice->begin);
+      }
     }
     for (int r = 0; r < world; ++r) {
       if (infos[4 * r + 3] == 0) continue;
@@ -514,6 +561,7 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
     meta.set_seed(training_->seed());
     meta.set_global_batch(int64_t{world} * training_->accumulation() * training_->micro_batch());
     meta.set_seq(training_->seq());
+    *meta.mutable_model() = model_.config();
     const std::string bytes_out = meta.SerializeAsString();
     finished = WriteFileAtomically(Join(path, kMetadata), bytes_out);
     if (finished.ok()) {
@@ -526,6 +574,25 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
 
 absl::Status Trainer::VerifyCheckpoint(const std::string& step_dir, CheckpointMetadata& meta) {
   MEMWALL_ASSIGN_OR_RETURN(meta, ReadCheckpointMetadata(step_dir));
+  // The model must be this one: the same shapes can hold another model
+  // (8 heads of 64 against 4 of 128).
+  if (meta.has_model()) {
+    const models::GptConfig& saved = meta.model();
+    const models::GptConfig& mine = model_.config();
+    for (const auto& [field, was, is] :
+         {std::tuple<absl::string_view, int64_t, int64_t>{"layers", saved.layers(), mine.layers()},
+          {"hidden", saved.hidden(), mine.hidden()},
+          {"heads", saved.heads(), mine.heads()},
+          {"vocab", saved.vocab(), mine.vocab()},
+          {"positions", saved.positions(), mine.positions()},
+          {"tiling", std::max<int64_t>(1, saved.tiling()), std::max<int64_t>(1, mine.tiling())}}) {
+      if (was != is) {
+        return absl::InvalidArgumentError(absl::StrCat("checkpoint ", step_dir, " holds a model with ", field,
+                                                       " = ", was, "; this model has ", field, " = ", is,
+                                                       " (GptConfig '", mine.name(), "')"));
+      }
+    }
+  }
   // The tensor table must be this model's.
   const auto& params = layout_.params();
   if (meta.numel() != layout_.numel() || meta.tensors_size() != static_cast<int>(params.size())) {
@@ -573,7 +640,9 @@ absl::Status Trainer::VerifyCheckpoint(const std::string& step_dir, CheckpointMe
   MEMWALL_ASSIGN_OR_RETURN(const FlatRange range, ShardRange(layout_, layout_.rank()));
   for (const CheckpointShard& sh : meta.shards()) {
     if (std::max(range.begin, sh.flat_begin()) >= std::min(range.end, sh.flat_begin() + sh.count())) continue;
-    MEMWALL_RETURN_IF_ERROR(ShardReader::Open(step_dir, sh, /*verify_crc=*/true).status());
+    MEMWALL_ASSIGN_OR_RETURN(const std::unique_ptr<ShardReader> reader,
+                             ShardReader::Open(step_dir, sh, /*verify_crc=*/true));
+    MEMWALL_RETURN_IF_ERROR(CheckFinite(meta, *reader, step_dir));
   }
   return absl::OkStatus();
 }
@@ -621,29 +690,106 @@ absl::Status Trainer::Load(const std::string& step_dir) {
   return device_.compute_stream().Synchronize();
 }
 
+namespace {
+
+int64_t Numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// A tensor of the Hugging Face file: an untiled parameter, or the tiles of
+// one projection joined (their columns cover [0, width) once, in order).
+struct HfTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<const CheckpointTensor*> parts;
+};
+
+absl::StatusOr<std::vector<HfTensor>> HfTensors(const CheckpointMetadata& meta, const std::string& step_dir) {
+  std::vector<HfTensor> out;  // in order of first appearance: the untiled model's order
+  std::map<std::string, size_t> index;
+  for (const CheckpointTensor& t : meta.tensors()) {
+    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    const std::string& name = t.logical_name().empty() ? t.name() : t.logical_name();
+    if (!t.logical_name().empty()) shape.back() = t.logical_width();
+    auto [it, added] = index.try_emplace(name, out.size());
+    if (added) out.push_back({name, shape, {}});
+    HfTensor& h = out[it->second];
+    const int64_t covered = h.parts.empty() ? 0 : h.parts.back()->column_begin() + h.parts.back()->shape(h.parts.back()->shape_size() - 1);
+    if (h.shape != shape || (!added && t.logical_name().empty()) || t.column_begin() != covered) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", step_dir, ": ", kMetadata, " gives tensor \"", t.name(),
+                                              "\" a place in \"", name, "\" that does not follow its other tiles"));
+    }
+    h.parts.push_back(&t);
+  }
+  for (const HfTensor& h : out) {
+    const CheckpointTensor& last = *h.parts.back();
+    if (last.column_begin() + last.shape(last.shape_size() - 1) != h.shape.back()) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", step_dir, ": ", kMetadata, " gives the tiles of \"",
+                                              h.name, "\" fewer columns than its width ", h.shape.back()));
+    }
+  }
+  return out;
+}
+
+// Refuses an output path inside a checkpoint directory (one holding a
+// marker or metadata): writing there could replace a shard or the metadata
+// that the consolidation reads or that another resume needs.
+absl::Status CheckOutsideCheckpoints(const std::string& out) {
+  std::error_code ec;
+  const std::filesystem::path full = std::filesystem::weakly_canonical(std::filesystem::absolute(out, ec), ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("output ", out, ": ", ec.message()));
+  if (std::filesystem::is_directory(full, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("output ", out, " is a directory; give a file name"));
+  }
+  for (std::filesystem::path dir = full.parent_path(); !dir.empty(); dir = dir.parent_path()) {
+    if (std::filesystem::exists(dir / kMarker, ec) || std::filesystem::exists(dir / kMetadata, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat("output ", out, " is inside the checkpoint ", dir.string(),
+                                                     ": writing there could replace its shards or metadata; write "
+                                                     "the consolidated file elsewhere"));
+    }
+    if (dir == dir.root_path()) break;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> ConsolidateCheckpoint(const std::string& path, const std::string& out) {
   std::string step_dir = path;
-  if (!std::filesystem::exists(Join(path, kMetadata)) && !std::filesystem::exists(Join(path, kMarker))) {
+  std::error_code ec;  // a path that cannot be examined is explained by ReadCheckpointMetadata
+  if (!std::filesystem::exists(Join(path, kMetadata), ec) && !std::filesystem::exists(Join(path, kMarker), ec)) {
     auto latest = LatestCheckpoint(path);
     if (latest.ok()) step_dir = *latest;
   }
   MEMWALL_ASSIGN_OR_RETURN(const CheckpointMetadata meta, ReadCheckpointMetadata(step_dir));
+  MEMWALL_RETURN_IF_ERROR(CheckOutsideCheckpoints(out));
   // Every shard verified before anything is written.
   std::vector<std::unique_ptr<ShardReader>> readers(meta.shards_size());
   for (int i = 0; i < meta.shards_size(); ++i) {
     MEMWALL_ASSIGN_OR_RETURN(readers[i], ShardReader::Open(step_dir, meta.shards(i), true));
+    MEMWALL_RETURN_IF_ERROR(CheckFinite(meta, *readers[i], step_dir));
   }
+  MEMWALL_ASSIGN_OR_RETURN(const std::vector<HfTensor> hf, HfTensors(meta, step_dir));
   std::vector<models::SafetensorsTensor> tensors;
-  for (const CheckpointTensor& t : meta.tensors()) {
-    tensors.push_back({t.name(), DType::kF32, std::vector<int64_t>(t.shape().begin(), t.shape().end()), nullptr});
-  }
-  MEMWALL_ASSIGN_OR_RETURN(auto writer, models::SafetensorsWriter::Create(out, tensors, {{"format", "pt"}}));
-  std::vector<float> one;  // the one tensor in memory
-  for (const CheckpointTensor& t : meta.tensors()) {
-    int64_t numel = 1;
-    for (int64_t d : t.shape()) numel *= d;
-    one.assign(numel, 0.0f);
-    MEMWALL_RETURN_IF_ERROR(ReadRange(step_dir, meta, readers, 0, t.offset(), t.offset() + numel, one.data()));
+  for (const HfTensor& t : hf) tensors.push_back({t.name, DType::kF32, t.shape, nullptr});
+  // A checkpoint that records its model exports as ExportGpt does.
+  const std::map<std::string, std::string> metadata =
+      meta.has_model() ? models::ExportMetadata(meta.model()) : std::map<std::string, std::string>{{"format", "pt"}};
+  MEMWALL_ASSIGN_OR_RETURN(auto writer, models::SafetensorsWriter::Create(out, tensors, metadata));
+  std::vector<float> one, tile;  // the one tensor in memory, and one of its tiles
+  for (const HfTensor& t : hf) {
+    const int64_t width = t.shape.back(), rows = Numel(t.shape) / width;
+    one.assign(Numel(t.shape), 0.0f);
+    for (const CheckpointTensor* part : t.parts) {
+      // Row r of a tile of w columns is columns [begin, begin + w) of row r.
+      const int64_t w = part->shape(part->shape_size() - 1), begin = part->column_begin();
+      tile.assign(rows * w, 0.0f);
+      MEMWALL_RETURN_IF_ERROR(
+          ReadRange(step_dir, meta, readers, 0, part->offset(), part->offset() + rows * w, tile.data()));
+      for (int64_t r = 0; r < rows; ++r) std::copy_n(tile.data() + r * w, w, one.data() + r * width + begin);
+    }
     MEMWALL_RETURN_IF_ERROR(writer->Append(one.data(), one.size() * sizeof(float)));
   }
   MEMWALL_RETURN_IF_ERROR(writer->Finish());

@@ -1,9 +1,12 @@
 #include "zero/config.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/bounds.h"
 #include "runtime/files.h"
+#include "runtime/status.h"
 
 namespace memwall::zero {
 namespace {
@@ -13,6 +16,14 @@ namespace {
 template <typename T>
 absl::Status BadField(absl::string_view what, absl::string_view field, T value, absl::string_view need) {
   return absl::InvalidArgumentError(absl::StrCat(what, field, " = ", value, " ", need));
+}
+
+// The upper bound of a field that sizes memory, threads or loops
+// (runtime/bounds.h): "<what><field> = <value> must be <= <limit> (<why>)".
+absl::Status AtMost(absl::string_view what, absl::string_view field, int64_t value, int64_t limit,
+                    absl::string_view why) {
+  if (value <= limit) return absl::OkStatus();
+  return BadField(what, field, value, absl::StrCat("must be <= ", LimitString(limit), " (", why, ")"));
 }
 
 ops::AdamOptions AdamFromConfig(const AdamConfig& c) {
@@ -193,6 +204,21 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c, absl::string_view what) {
                  "must be >= 0 (0: no delayed parameter update; the paper uses 40)");
     }
   }
+  // Upper bounds: each of these sizes a buffer or a loop.
+  for (const auto& [field, value, limit, why] :
+       {std::tuple<absl::string_view, int64_t, int64_t, absl::string_view>{
+            "reduce_bucket_bytes", c.reduce_bucket_bytes(), kMaxBucketBytes, "a bucket is one device buffer"},
+        {"allgather_bucket_bytes", c.allgather_bucket_bytes(), kMaxBucketBytes, "a bucket is one device buffer"},
+        {"prefetch_bucket_bytes", c.prefetch_bucket_bytes(), kMaxBucketBytes, "a bucket is one device buffer"},
+        {"param_persistence_threshold", c.param_persistence_threshold(), kMaxParameters, "elements; Ψ < 2^53"},
+        {"max_live_params", c.max_live_params(), kMaxParameters, "elements; Ψ < 2^53"},
+        {"offload_optimizer.tile_elements", o.tile_elements(), kMaxTileElements, "a tile is two pinned buffers"},
+        {"offload_optimizer.delayed_update_after_steps", o.delayed_update_after_steps(), kMaxSteps, "steps"},
+        {"offload_optimizer.pinned_budget_bytes", o.pinned_budget_bytes(), kMaxBudgetBytes, "bytes"},
+        {"offload_param.buffer_count", param.buffer_count(), kMaxSwapBuffers, "each is a pinned swap buffer"},
+        {"offload_param.read_ahead_buffers", param.read_ahead_buffers(), kMaxSwapBuffers, "at most buffer_count - 1"}}) {
+    MEMWALL_RETURN_IF_ERROR(AtMost(what, field, value, limit, why));
+  }
   return absl::OkStatus();
 }
 
@@ -252,6 +278,18 @@ absl::Status ValidateTrainingConfig(const TrainingConfig& c, absl::string_view w
   if (c.has_accumulation() && c.accumulation() <= 0) {
     return Bad("accumulation", c.accumulation(), "must be > 0 (unset: 1)");
   }
+  MEMWALL_RETURN_IF_ERROR(AtMost(what, "seq", c.seq(), kMaxCount, "tokens"));
+  MEMWALL_RETURN_IF_ERROR(AtMost(what, "micro_batch", c.micro_batch(), kMaxCount, "sequences"));
+  MEMWALL_RETURN_IF_ERROR(AtMost(what, "accumulation", c.accumulation(), kMaxCount, "micro-batches a step"));
+  // A micro-batch's tokens index its activations' rows.
+  if (absl::Status st = CheckedProduct(absl::StrCat(what, "tokens of a micro-batch"),
+                                       {{"micro_batch", c.has_micro_batch() ? c.micro_batch() : 1},
+                                        {"seq", c.has_seq() ? c.seq() : kDefaultSeq}},
+                                       kMaxCount)
+                            .status();
+      !st.ok()) {
+    return st;
+  }
   if (!Precision_IsValid(c.precision())) {
     return Bad("precision", static_cast<int>(c.precision()), "must be FP32, BF16 or FP16 (unset: BF16)");
   }
@@ -275,6 +313,9 @@ absl::Status ValidateTrainingConfig(const TrainingConfig& c, absl::string_view w
   if (ls.has_growth_interval() && ls.growth_interval() <= 0) {
     return Bad("loss_scaling.growth_interval", ls.growth_interval(), "must be > 0 (unset: 1000)");
   }
+  MEMWALL_RETURN_IF_ERROR(AtMost(what, "schedule.warmup_steps", s.warmup_steps(), kMaxSteps, "steps"));
+  MEMWALL_RETURN_IF_ERROR(AtMost(what, "schedule.decay_steps", s.decay_steps(), kMaxSteps, "steps"));
+  MEMWALL_RETURN_IF_ERROR(AtMost(what, "loss_scaling.growth_interval", ls.growth_interval(), kMaxSteps, "steps"));
   if (ls.has_min_scale() && !(ls.min_scale() > 0 && std::isfinite(ls.min_scale()))) {
     return Bad("loss_scaling.min_scale", ls.min_scale(), "must be finite and > 0 (unset: 1)");
   }

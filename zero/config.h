@@ -21,6 +21,12 @@
 namespace memwall::zero {
 
 // Defaults for the unset optional fields.
+// Upper bounds of the fields that size buffers (runtime/bounds.h holds the
+// ones shared with other layers: Ψ, ranks, counts, steps).
+inline constexpr int64_t kMaxBucketBytes = int64_t{1} << 40;
+inline constexpr int64_t kMaxTileElements = int64_t{1} << 40;
+inline constexpr int64_t kMaxBudgetBytes = int64_t{1} << 60;
+inline constexpr int64_t kMaxSwapBuffers = 1024;
 inline constexpr int64_t kDefaultReduceBucketBytes = int64_t{64} << 20;
 inline constexpr int64_t kDefaultAllgatherBucketBytes = int64_t{64} << 20;
 inline constexpr int64_t kDefaultPrefetchBucketBytes = int64_t{32} << 20;

@@ -188,6 +188,41 @@ TEST(TrainingConfig, EachBadValueNamesItsField) {
   ExpectTrainingError("stage: 2", "Message type \"memwall.zero.TrainingConfig\" has no field named \"stage\"");
 }
 
+// Every integer that sizes memory, threads or loops has an upper bound too,
+// and the products they feed cannot overflow.
+TEST(TrainingConfig, IntegersAreBoundedAboveNamingFieldValueAndLimit) {
+  ExpectTrainingError("micro_batch: 4611686018427387904",
+                      "TrainingConfig micro_batch = 4611686018427387904 must be <= 2^31 - 1 (sequences)");
+  ExpectTrainingError("seq: 9223372036854775807", "TrainingConfig seq = 9223372036854775807 must be <= 2^31 - 1");
+  ExpectTrainingError("accumulation: 4294967296", "TrainingConfig accumulation = 4294967296 must be <= 2^31 - 1");
+  ExpectTrainingError("micro_batch: 1048576 seq: 4096",
+                      "TrainingConfig tokens of a micro-batch: micro_batch (1048576) x seq (4096) exceeds 2^31 - 1");
+  ExpectTrainingError("schedule { warmup_steps: 9223372036854775807 }",
+                      "TrainingConfig schedule.warmup_steps = 9223372036854775807 must be <= 2^53");
+  ExpectTrainingError("schedule { decay_steps: 9007199254740993 }",
+                      "TrainingConfig schedule.decay_steps = 9007199254740993 must be <= 2^53");
+  ExpectTrainingError("loss_scaling { growth_interval: 9223372036854775807 }",
+                      "TrainingConfig loss_scaling.growth_interval = 9223372036854775807 must be <= 2^53");
+  // A value past int64 names its field, not only the position.
+  ExpectTrainingError("seq: 16\naccumulation: 99999999999999999999",
+                      "line 2 column 15: Integer out of range (99999999999999999999) (the value of accumulation)");
+  ExpectTrainingError("schedule { warmup_steps: 99999999999999999999 }", "(the value of warmup_steps)");
+  ExpectTrainingError("zero { reduce_bucket_bytes: 1099511627777 }",
+                      "TrainingConfig zero.reduce_bucket_bytes = 1099511627777 must be <= 2^40");
+  ExpectTrainingError(
+      "zero { stage: 3 offload_optimizer { device: CPU } offload_param { device: NVME nvme_path: \"/p\" "
+      "buffer_count: 9223372036854775807 } }",
+      "TrainingConfig zero.offload_param.buffer_count = 9223372036854775807 must be <= 2^10");
+  ExpectTrainingError("zero { stage: 2 offload_optimizer { device: CPU tile_elements: 9223372036854775807 } }",
+                      "TrainingConfig zero.offload_optimizer.tile_elements = 9223372036854775807 must be <= 2^40");
+  ExpectTrainingError("zero { stage: 2 offload_optimizer { device: CPU delayed_update_after_steps: 9223372036854775807 } }",
+                      "zero.offload_optimizer.delayed_update_after_steps = 9223372036854775807 must be <= 2^53");
+  ExpectTrainingError("zero { stage: 3 max_live_params: 9223372036854775807 }",
+                      "zero.max_live_params = 9223372036854775807 must be <= 2^53");
+  // The largest accepted values are accepted.
+  EXPECT_TRUE(TrainingOptions::Parse("micro_batch: 16777215 seq: 128 accumulation: 2147483647", "t").ok());
+}
+
 TEST(TrainingConfig, PrecisionNamesRoundTrip) {
   for (Precision p : {FP32, BF16, FP16}) {
     auto back = ParsePrecision(PrecisionName(p));

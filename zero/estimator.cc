@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "models/gpt.h"
+#include "runtime/bounds.h"
 #include "runtime/status.h"
 #include "zero/partition.h"
 #include "zero/config.h"
@@ -23,6 +24,7 @@ absl::Status Bad(absl::string_view what) {
 
 absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
   if (in.ranks < 1) return Bad(absl::StrCat("ranks = ", in.ranks, " must be >= 1"));
+  if (in.ranks > kMaxRanks) return Bad(absl::StrCat("ranks = ", in.ranks, " must be <= ", LimitString(kMaxRanks)));
   MEMWALL_ASSIGN_OR_RETURN(const TrainingOptions training, TrainingOptions::Create(in.training));
   if (in.device_bytes < 0) return Bad(absl::StrCat("device_bytes = ", in.device_bytes, " must be >= 0"));
   if (in.host_bytes < 0) return Bad(absl::StrCat("host_bytes = ", in.host_bytes, " must be >= 0"));
@@ -33,8 +35,14 @@ absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
       return Bad(absl::StrCat("TrainingConfig seq = ", training->seq(), " exceeds the model's ", in.model->positions(),
                               " positions"));
     }
+    if (absl::Status st = models::CheckRunShape(*in.model, training->micro_batch(), training->seq()); !st.ok()) {
+      return Bad(st.message());
+    }
   } else if (in.params <= 0) {
     return Bad(absl::StrCat("params = ", in.params, " must be > 0 (or give a model)"));
+  } else if (in.params >= kMaxParameters) {
+    return Bad(absl::StrCat("params = ", in.params, " must be < ", LimitString(kMaxParameters),
+                            " (16 bytes a parameter must fit int64)"));
   }
   const bool offload = training->zero().offload_optimizer().device() != OffloadOptimizerConfig::NONE;
   if (offload != static_cast<bool>(in.optimizer)) {

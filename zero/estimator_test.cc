@@ -197,5 +197,38 @@ TEST(Estimator, RefusesBadInputsNamingThem) {
             std::string::npos);
 }
 
+// Sizes that would overflow int64 (the estimate once aborted, divided by
+// zero or said "fits") are refused with the field, the value and the limit.
+TEST(Estimator, RefusesSizesThatWouldOverflow) {
+  auto expect = [](const EstimateInput& in, const std::string& says) {
+    const absl::Status st = EstimateMemory(in).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find(says), std::string::npos) << st;
+  };
+  EstimateInput in;
+  in.params = int64_t{1} << 62;
+  expect(in, "params = 4611686018427387904 must be < 2^53");
+  in.params = 1000;
+  in.ranks = int64_t{1} << 62;
+  expect(in, "ranks = 4611686018427387904 must be <= 2^20");
+  in.ranks = 1;
+  in.model = Small();
+  in.training.set_seq(64);
+  in.training.set_micro_batch(int64_t{1} << 62);
+  expect(in, "micro_batch = 4611686018427387904 must be <= 2^31 - 1");
+  // Within each field's bound, the activations of a huge model still
+  // cannot be planned past 2^53 bytes.
+  models::GptConfig huge = Small();
+  huge.set_hidden(1 << 20);
+  huge.set_heads(1 << 10);
+  huge.set_layers(100);
+  huge.set_vocab(1 << 20);
+  in.model = huge;
+  in.training.set_micro_batch(1 << 20);
+  expect(in, "plans about 2^");
+  in.training.set_micro_batch(1);
+  EXPECT_TRUE(EstimateMemory(in).ok()) << "one sequence of it is plannable";
+}
+
 }  // namespace
 }  // namespace memwall::zero

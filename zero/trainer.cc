@@ -52,6 +52,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Dev
                                                    " exceeds the model's ",
                                                    model.config().positions(), " positions"));
   }
+  MEMWALL_RETURN_IF_ERROR(models::CheckRunShape(model.config(), training->micro_batch(), training->seq()));
   const ZeroConfig& zero = training->zero();
   if (const auto where = zero.offload_optimizer().device(); where != OffloadOptimizerConfig::NONE && !options.shard_optimizer) {
     const bool nvme = where == OffloadOptimizerConfig::NVME;

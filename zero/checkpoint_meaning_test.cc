@@ -1,0 +1,222 @@
+// What a checkpoint means beyond its bytes: the model it was trained with
+// (a model of the same shapes but other heads is refused), weights that are
+// numbers (NaN or infinity neither loads nor consolidates), a step number
+// within bounds, consolidation that cannot overwrite a checkpoint, and a
+// tiled model consolidating to the untiled Hugging Face file.
+#include <zlib.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "models/gpt.h"
+#include "models/gpt_io.h"
+#include "runtime/cpu_device.h"
+#include "zero/checkpoint.h"
+#include "zero/trainer.h"
+
+namespace memwall::zero {
+namespace {
+
+namespace fs = std::filesystem;
+
+models::GptConfig Model(int heads, int tiling = 0) {
+  models::GptConfig c;
+  c.set_name(absl::StrCat("heads", heads));
+  c.set_layers(2);
+  c.set_hidden(32);
+  c.set_heads(heads);
+  c.set_vocab(256);
+  c.set_positions(16);
+  c.set_tiling(tiling);
+  return c;
+}
+
+const models::TokenSource& Data() {
+  static const auto* data = models::SyntheticSource(20000, 256, 5).release();
+  return *data;
+}
+
+std::string ReadAll(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Training {
+  std::unique_ptr<Device> device = *CreateCpuDevice();
+  std::unique_ptr<Communicator> comm = CreateSingleProcessCommunicator();
+  std::unique_ptr<models::Gpt> model;
+  std::unique_ptr<Trainer> trainer;
+  explicit Training(const models::GptConfig& config) {
+    model = *models::Gpt::Create(config);
+    TrainerOptions o;
+    o.training.set_seq(16);
+    o.training.set_micro_batch(2);
+    o.training.set_precision(FP32);
+    o.training.mutable_zero()->set_stage(1);
+    auto t = Trainer::Create(*model, *device, *comm, o);
+    EXPECT_TRUE(t.ok()) << t.status();
+    trainer = std::move(*t);
+  }
+};
+
+class CheckpointMeaning : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    root_ = fs::path(tmp ? tmp : "/tmp") / ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  // A checkpoint of one step of `config`'s model.
+  std::string Saved(const models::GptConfig& config) {
+    Training run(config);
+    EXPECT_TRUE(run.trainer->Step(Data()).ok());
+    auto dir = run.trainer->Save((root_ / "run").string());
+    EXPECT_TRUE(dir.ok()) << dir.status();
+    return dir.ok() ? *dir : "";
+  }
+  fs::path root_;
+};
+
+TEST_F(CheckpointMeaning, AModelWithOtherHeadsIsRefused) {
+  const std::string dir = Saved(Model(4));
+  Training eight(Model(8));  // the same tensors: hidden 32 as 8 heads of 4
+  const absl::Status st = eight.trainer->Load(dir);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("holds a model with heads = 4; this model has heads = 8"), std::string::npos) << st;
+  EXPECT_TRUE(Training(Model(4)).trainer->Load(dir).ok()) << "the same model loads";
+
+  // The same for an exported file: heads are recorded in its metadata.
+  Training four(Model(4));
+  const std::string file = (root_ / "four.safetensors").string();
+  ASSERT_TRUE(models::ExportGpt(*four.model, *four.trainer->MasterWeights(), file).ok());
+  auto read = models::SafetensorsFile::Read(file);
+  ASSERT_TRUE(read.ok()) << read.status();
+  Training into(Model(8));
+  const absl::Status imported = models::ImportGpt(*read, *into.model, *into.device);
+  EXPECT_EQ(imported.code(), absl::StatusCode::kInvalidArgument) << imported;
+  EXPECT_NE(imported.message().find("exported from a model with heads = 4; this model (GptConfig 'heads8') has "
+                                    "heads = 8"),
+            std::string::npos)
+      << imported;
+}
+
+// A shard rewritten with one NaN master weight and its checksums made to
+// match: only the meaning is wrong.
+TEST_F(CheckpointMeaning, NonFiniteMasterWeightsNeitherLoadNorConsolidate) {
+  const fs::path dir = Saved(Model(4));
+  auto meta = ReadCheckpointMetadata(dir.string());
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  const CheckpointTensor& wpe = meta->tensors(1);
+  ASSERT_EQ(wpe.name(), "wpe.weight");
+  const fs::path shard = dir / meta->shards(0).file();
+  std::string bytes = ReadAll(shard);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(bytes.data() + 24 + 4 * (wpe.offset() + 7), &nan, 4);  // master section, wpe element 7
+  std::ofstream(shard, std::ios::binary | std::ios::trunc) << bytes;
+  meta->mutable_shards(0)->set_crc32(uint32_t(crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size())));
+  const std::string metadata = meta->SerializeAsString();
+  std::ofstream(dir / "metadata.pb", std::ios::binary | std::ios::trunc) << metadata;
+  std::ofstream(dir / "COMPLETE", std::ios::binary | std::ios::trunc) << CheckpointMarker(metadata);
+  ASSERT_TRUE(ReadCheckpointMetadata(dir.string()).ok()) << "the checksums match";
+
+  const std::string says = "holds a non-finite master weight (tensor wpe.weight element 7)";
+  Training run(Model(4));
+  const std::vector<float> before = *run.trainer->MasterWeights();
+  const absl::Status loaded = run.trainer->Load(dir.string());
+  EXPECT_EQ(loaded.code(), absl::StatusCode::kDataLoss) << loaded;
+  EXPECT_NE(loaded.message().find(says), std::string::npos) << loaded;
+  EXPECT_EQ(*run.trainer->MasterWeights(), before) << "refused before any state changed";
+  const fs::path out = root_ / "out.safetensors";
+  const auto consolidated = ConsolidateCheckpoint(dir.string(), out.string());
+  EXPECT_EQ(consolidated.status().code(), absl::StatusCode::kDataLoss) << consolidated.status();
+  EXPECT_NE(consolidated.status().message().find(says), std::string::npos) << consolidated.status();
+  EXPECT_FALSE(fs::exists(out));
+
+  // Nor does a live run export NaN weights.
+  std::vector<float> weights = before;
+  weights[3] = -std::numeric_limits<float>::infinity();
+  const absl::Status exported = models::ExportGpt(*run.model, weights, out.string());
+  EXPECT_EQ(exported.code(), absl::StatusCode::kInvalidArgument) << exported;
+  EXPECT_NE(exported.message().find("tensor wte.weight holds -inf at element 3"), std::string::npos) << exported;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(CheckpointMeaning, ConsolidationCannotWriteIntoACheckpoint) {
+  const fs::path dir = Saved(Model(4));
+  auto meta = ReadCheckpointMetadata(dir.string());
+  ASSERT_TRUE(meta.ok());
+  const fs::path shard = dir / meta->shards(0).file();
+  const std::string shard_bytes = ReadAll(shard);
+  for (const fs::path& out : {shard, dir / "metadata.pb", dir / "weights.safetensors", dir / "sub" / "w.safetensors"}) {
+    const auto st = ConsolidateCheckpoint(dir.string(), out.string()).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << out << ": " << st;
+    EXPECT_NE(st.message().find("is inside the checkpoint " + dir.string()), std::string::npos) << st;
+  }
+  EXPECT_EQ(ReadAll(shard), shard_bytes) << "the checkpoint is untouched";
+  EXPECT_FALSE(fs::exists(dir / "weights.safetensors"));
+  const auto into_dir = ConsolidateCheckpoint(dir.string(), root_.string()).status();
+  EXPECT_EQ(into_dir.code(), absl::StatusCode::kInvalidArgument) << into_dir;
+  EXPECT_NE(into_dir.message().find("is a directory"), std::string::npos) << into_dir;
+  // Beside the checkpoints, in the run directory, is where it belongs.
+  const fs::path beside = root_ / "run" / "weights.safetensors";
+  EXPECT_TRUE(ConsolidateCheckpoint(dir.string(), beside.string()).ok());
+  Training run(Model(4));
+  EXPECT_TRUE(run.trainer->Load(dir.string()).ok()) << "and the checkpoint still loads";
+}
+
+// The consolidated file of a tiled run is what ExportGpt writes for its
+// weights: the untiled names and shapes, byte for byte.
+TEST_F(CheckpointMeaning, ATiledCheckpointConsolidatesToTheUntiledFile) {
+  Training tiled(Model(4, /*tiling=*/4));
+  ASSERT_TRUE(tiled.trainer->Step(Data()).ok());
+  auto dir = tiled.trainer->Save((root_ / "run").string());
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const fs::path consolidated = root_ / "consolidated.safetensors", exported = root_ / "exported.safetensors";
+  ASSERT_TRUE(ConsolidateCheckpoint(*dir, consolidated.string()).ok());
+  ASSERT_TRUE(models::ExportGpt(*tiled.model, *tiled.trainer->MasterWeights(), exported.string()).ok());
+  EXPECT_EQ(ReadAll(consolidated), ReadAll(exported));
+  auto file = models::SafetensorsFile::Read(consolidated.string());
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_NE(file->Find("h.0.mlp.c_fc.weight"), nullptr);
+  EXPECT_EQ(file->Find("h.0.mlp.c_fc.weight")->shape, (std::vector<int64_t>{32, 128}));
+  // It loads into the untiled model.
+  Training plain(Model(4));
+  EXPECT_TRUE(models::ImportGpt(*file, *plain.model, *plain.device).ok());
+}
+
+TEST(CheckpointMetadataBounds, AStepBeyondTwoToThe53IsRefused) {
+  CheckpointMetadata meta;
+  meta.set_format_version(1);
+  meta.set_world_size(1);
+  meta.set_precision("fp32");
+  meta.set_numel(10);
+  meta.set_global_batch(1);
+  meta.set_seq(1);
+  meta.set_loss_scale(1);
+  CheckpointShard* sh = meta.add_shards();
+  sh->set_file("rank_00000.shard");
+  sh->set_count(10);
+  sh->set_bytes(24 + 12 * 10);
+  meta.set_step(5);
+  EXPECT_TRUE(ValidateCheckpointMetadata(meta, "d").ok());
+  meta.set_step((int64_t{1} << 62) + 1);
+  const absl::Status st = ValidateCheckpointMetadata(meta, "d");
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find("has step 4611686018427387905"), std::string::npos) << st;
+  meta.set_step(5);
+  meta.set_seq(int64_t{1} << 40);
+  EXPECT_EQ(ValidateCheckpointMetadata(meta, "d").code(), absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace memwall::zero
