@@ -1,7 +1,6 @@
 #include "models/gpt_io.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <set>
 #include <vector>
@@ -160,11 +159,9 @@ absl::Status ExportGpt(Gpt& model, const std::vector<float>& values, const std::
   }
   std::vector<SafetensorsTensor> tensors;
   for (const LogicalParameter& p : *logical) {
-    const auto bad = std::find_if(p.values.begin(), p.values.end(), [](float v) { return !std::isfinite(v); });
-    if (bad != p.values.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("ExportGpt: ", path, " not written: tensor ", p.name,
-                                                     " holds ", *bad, " at element ", bad - p.values.begin(),
-                                                     " (the weights diverged)"));
+    if (const int64_t at = FirstNonFinite(p.values.data(), DType::kF32, int64_t(p.values.size())); at >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("ExportGpt: ", path, " not written: tensor ", p.name, " holds ",
+                                                     p.values[at], " at element ", at, " (the weights diverged)"));
     }
     tensors.push_back({p.name, DType::kF32, p.shape, p.values.data()});
   }
