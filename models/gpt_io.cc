@@ -41,9 +41,12 @@ constexpr char kConfigKey[] = "memwall_gpt_config";
 int64_t FirstNonFinite(const void* data, DType dtype, int64_t n) {
   const auto scan = [&](auto word, uint32_t exponent) -> int64_t {
     using Word = decltype(word);
-    const Word* w = static_cast<const Word*>(data);
+    // A safetensors payload need not be aligned to its dtype: copy each word.
+    const auto* bytes = static_cast<const unsigned char*>(data);
     for (int64_t i = 0; i < n; ++i) {
-      if ((uint32_t(w[i]) & exponent) == exponent) return i;
+      Word w;
+      std::memcpy(&w, bytes + i * sizeof(Word), sizeof(Word));
+      if ((uint32_t(w) & exponent) == exponent) return i;
     }
     return -1;
   };
