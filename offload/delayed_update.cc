@@ -52,6 +52,23 @@ class DelayedUpdate : public zero::ShardOptimizer {
     return landed;
   }
 
+  bool defers_updates() const override { return true; }
+  std::optional<zero::StepUpdate> pending_update() const override { return pending_; }
+  absl::Status ReadPendingGradients(int64_t begin, int64_t n, float* out) override {
+    MEMWALL_RETURN_IF_ERROR(CheckBetweenSteps());
+    if (!pending_.has_value()) return absl::FailedPreconditionError("offload: no delayed update is pending");
+    return inner_->ReadGradients(begin, n, out);
+  }
+  absl::Status WritePendingGradients(int64_t begin, int64_t n, const float* in) override {
+    MEMWALL_RETURN_IF_ERROR(CheckBetweenSteps());
+    return inner_->WriteGradients(begin, n, in);
+  }
+  absl::Status SetPendingUpdate(const std::optional<zero::StepUpdate>& update) override {
+    MEMWALL_RETURN_IF_ERROR(CheckBetweenSteps());
+    pending_ = update;
+    return absl::OkStatus();
+  }
+
   // Everything else is the inner optimizer's.
   int64_t elements() const override { return inner_->elements(); }
   bool fails_alone() const override { return inner_->fails_alone(); }
@@ -71,6 +88,11 @@ class DelayedUpdate : public zero::ShardOptimizer {
   }
 
  private:
+  absl::Status CheckBetweenSteps() const {
+    if (!running_) return absl::OkStatus();
+    return absl::FailedPreconditionError("offload: a delayed update is running (a step did not finish)");
+  }
+
   std::unique_ptr<DelayableOptimizer> inner_;
   const int64_t after_steps_;
   std::optional<zero::StepUpdate> pending_;  // scheduled, not started

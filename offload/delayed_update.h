@@ -12,11 +12,15 @@
 //                  buffer
 //   Step(i + 1)    waits for it and lands its values, which the engine then
 //                  publishes; schedules iteration i + 1's own update
-//   Flush()        a pending update started and landed at once (before the
-//                  states are read, saved or replaced)
+//   Flush()        a pending update started and landed at once (the end
+//                  of a run that wants every update in its weights)
 //
 // The clip factor and learning rate are each iteration's own; skipping an
-// overflowed iteration still lands the previous one.
+// overflowed iteration still lands the previous one. Between steps the
+// pending update and its gradients (the active gradient shard) are part of
+// the run's state: a checkpoint saves them (pending_update,
+// ReadPendingGradients) and a load restores them, so saving never changes
+// the run and a resumed run continues it bit for bit.
 #ifndef MEMWALL_OFFLOAD_DELAYED_UPDATE_H_
 #define MEMWALL_OFFLOAD_DELAYED_UPDATE_H_
 
@@ -37,6 +41,11 @@ class DelayableOptimizer : public zero::ShardOptimizer {
  public:
   virtual absl::Status StartDelayedStep(const zero::StepUpdate& update) = 0;
   virtual absl::Status FinishDelayedStep(zero::ParameterStore& values, Stream& stream) = 0;
+  // Elements [begin, begin + n) of the gradients accumulated so far (what
+  // the next StartDelayedStep steps over), widened to fp32, or written
+  // from fp32.
+  virtual absl::Status ReadGradients(int64_t begin, int64_t n, float* out) = 0;
+  virtual absl::Status WriteGradients(int64_t begin, int64_t n, const float* in) = 0;
 };
 
 // `inner` with its updates delayed after `after_steps` (> 0) ordinary steps.

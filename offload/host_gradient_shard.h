@@ -55,6 +55,11 @@ class HostGradientShard : public zero::GradientSink {
   // the other (needs the double-buffered plan).
   const char* Swap();
   DType dtype() const { return dtype_; }
+  // Elements [begin, begin + n) of the active shard, widened to fp32
+  // (exactly), or written from fp32 (a checkpoint's pending gradient,
+  // exact when it came from this dtype). Host copies: call between steps.
+  absl::Status ReadActive(int64_t begin, int64_t n, float* out) const;
+  absl::Status WriteActive(int64_t begin, int64_t n, const float* in);
 
  private:
   Device& device_;

@@ -130,6 +130,15 @@ class HostOptimizer : public DelayableOptimizer {
     return WriteValues(values, stream);  // fp32: the values are the master weights
   }
 
+  absl::Status ReadGradients(int64_t begin, int64_t n, float* out) override {
+    if (worker_.joinable()) return absl::FailedPreconditionError("offload: a delayed step is running");
+    return grads_.ReadActive(begin, n, out);
+  }
+  absl::Status WriteGradients(int64_t begin, int64_t n, const float* in) override {
+    if (worker_.joinable()) return absl::FailedPreconditionError("offload: a delayed step is running");
+    return grads_.WriteActive(begin, n, in);
+  }
+
   absl::Status WriteValues(zero::ParameterStore& values, Stream& stream) override {
     MEMWALL_RETURN_IF_ERROR(CheckValues(values));
     return tiles_.Send(values, stream, [&](int64_t k, int64_t, int64_t len, void* tile) {

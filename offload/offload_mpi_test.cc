@@ -542,7 +542,7 @@ TEST_F(Offload, DelayedUpdateTracksTheUndelayedRunOnTheOverfitTask) {
 // Every gradient is consumed exactly once, in order, by the right step:
 // with a learning rate of 0 the parameters never move, so every iteration's
 // gradient is the same in the delayed and the undelayed run, and after all
-// updates (the last one applied by Save) Adam's moments, which sum those
+// updates (the last one applied by ApplyPendingUpdate) Adam's moments, which sum those
 // gradients, must be bit for bit the same. A lost, repeated or half-zeroed
 // gradient buffer changes them.
 TEST_F(Offload, DelayedUpdateConsumesEveryGradientOnce) {
@@ -562,7 +562,8 @@ TEST_F(Offload, DelayedUpdateConsumesEveryGradientOnce) {
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     for (int i = 0; i < kSteps; ++i) ASSERT_TRUE((*trainer)->Step(Data()).ok());
     const std::string dir = absl::StrCat(base ? base : "/tmp", "/dpu_once_", delayed);
-    auto saved = (*trainer)->Save(dir);  // applies the pending update first
+    ASSERT_TRUE((*trainer)->ApplyPendingUpdate().ok());  // the delayed run's last update
+    auto saved = (*trainer)->Save(dir);
     ASSERT_TRUE(saved.ok()) << saved.status();
     std::ifstream in(absl::StrCat(*saved, "/rank_", absl::StrFormat("%05d", comm_->rank()), ".shard"),
                      std::ios::binary);

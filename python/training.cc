@@ -142,6 +142,12 @@ class PyTrainer {
     if (comm_->rank() == 0) ThrowIfError(models::ExportGpt(*model_, master, path));
   }
 
+  void ApplyPendingUpdate() {
+    Exclusive one(busy_);
+    py::gil_scoped_release release;
+    ThrowIfError(trainer_->ApplyPendingUpdate());
+  }
+
   int64_t steps() const { return trainer_->steps_done(); }
   int rank() const { return comm_->rank(); }
   int world_size() const { return comm_->world_size(); }
@@ -198,11 +204,19 @@ ranks train data-parallel, as the C++ tools do.)")
            "One optimizer step over the next global batch. Returns a dict: step, loss, lr, grad_norm, skipped, "
            "loss_scale, seconds, tokens, tokens_per_second, tflops, log (the trainer's log line).")
       .def("save", &PyTrainer::Save, py::arg("dir"),
-           "Writes a sharded checkpoint to dir/step_<steps> (every rank must call it); returns that path.")
+           "Writes a sharded checkpoint to dir/step_<steps> (every rank must call it); returns that path. "
+           "Saving never changes the run: under the delayed parameter update the pending update is saved, "
+           "not applied.")
       .def("load", &PyTrainer::Load, py::arg("step_dir"),
-           "Restores weights, Adam states, loss scale and step from a checkpoint of any stage and world size.")
+           "Restores weights, Adam states, loss scale and step (and a pending delayed update) from a checkpoint "
+           "of any stage and world size.")
       .def("export", &PyTrainer::Export, py::arg("path"),
-           "Writes the fp32 master weights as a GPT-2 safetensors file (rank 0 writes; every rank must call it).")
+           "Writes the fp32 master weights as a GPT-2 safetensors file (rank 0 writes; every rank must call it). "
+           "Under the delayed parameter update these are the weights the next step computes with: the last "
+           "step's update is still pending (apply_pending_update() first to include it).")
+      .def("apply_pending_update", &PyTrainer::ApplyPendingUpdate,
+           "Applies the delayed parameter update's pending step now (nothing without one), e.g. before a "
+           "final export. Later steps then differ from a run that did not call it. Every rank must call it.")
       .def_property_readonly("steps", &PyTrainer::steps)
       .def_property_readonly("rank", &PyTrainer::rank)
       .def_property_readonly("world_size", &PyTrainer::world_size)

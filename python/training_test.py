@@ -125,6 +125,30 @@ class TrainerTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "missing_dir"):
             b.load(os.path.join(self.tmp, "missing_dir"))
 
+    def test_saving_under_the_delayed_update_does_not_change_the_run(self):
+        config = self.config + " zero { stage: 2 offload_optimizer { device: CPU delayed_update_after_steps: 1 } }"
+        never = memwall.Trainer(self.model, config, data=TEXT)
+        want = [never.step()["loss"] for _ in range(5)]
+        every = memwall.Trainer(self.model, config, data=TEXT)
+        ckpt = os.path.join(self.tmp, "dpu")
+        got = []
+        for i in range(5):
+            got.append(every.step()["loss"])
+            every.save(ckpt)
+            every.export(os.path.join(self.tmp, f"dpu_{i}.safetensors"))
+        self.assertEqual(got, want)
+        # The export holds the weights the next step computes with; applying
+        # the pending update moves them.
+        every.apply_pending_update()
+        every.export(os.path.join(self.tmp, "dpu_applied.safetensors"))
+        before = memwall.load_safetensors(os.path.join(self.tmp, "dpu_4.safetensors"))
+        after = memwall.load_safetensors(os.path.join(self.tmp, "dpu_applied.safetensors"))
+        self.assertFalse(np.array_equal(before["wte.weight"], after["wte.weight"]))
+        # A checkpoint holding a pending update continues the run exactly.
+        resumed = memwall.Trainer(self.model, config, data=TEXT)
+        resumed.load(os.path.join(ckpt, "step_00000002"))
+        self.assertEqual([resumed.step()["loss"] for _ in range(3)], want[2:])
+
     def test_bad_input_names_what_is_wrong(self):
         with self.assertRaisesRegex(ValueError, "no_such.txt"):
             memwall.Trainer(self.model, self.config, data="no_such.txt")

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <tuple>
 #include <vector>
@@ -38,6 +39,10 @@ constexpr int64_t kHeaderBytes = 24;
 constexpr char kMarker[] = "COMPLETE";
 constexpr char kMetadata[] = "metadata.pb";
 constexpr int64_t kChunk = 1 << 20;  // elements per staged read or write
+// Shard sections: the three states (in OptimizerState's order), then the
+// pending update's gradients when the metadata has one.
+constexpr int kPendingGradients = 3;
+int64_t Sections(const CheckpointMetadata& meta) { return meta.has_pending_update() ? 4 : 3; }
 
 std::string Errno() { return std::strerror(errno); }
 
@@ -232,6 +237,14 @@ absl::Status ValidateCheckpointMetadata(const CheckpointMetadata& meta, const st
     return bad("has global_batch ", meta.global_batch(), " and seq ", meta.seq());
   }
   if (!(meta.loss_scale() > 0) || !std::isfinite(meta.loss_scale())) return bad("has loss_scale ", meta.loss_scale());
+  if (meta.has_pending_update()) {
+    const PendingUpdate& u = meta.pending_update();
+    if (u.step() != meta.adam_step() || u.step() < 1 || !(u.lr() >= 0) || !std::isfinite(u.lr()) ||
+        !(u.grad_scale() > 0) || !std::isfinite(u.grad_scale())) {
+      return bad("has a pending update with lr ", u.lr(), ", step ", u.step(), ", grad_scale ", u.grad_scale(),
+                 " (adam_step ", meta.adam_step(), ")");
+    }
+  }
   // Shards tile [0, numel) in order, one file each, named inside the
   // directory (a name is never a path: a checkpoint cannot point elsewhere).
   int64_t at = 0;
@@ -245,7 +258,7 @@ absl::Status ValidateCheckpointMetadata(const CheckpointMetadata& meta, const st
       return bad("gives shard ", f, " elements [", sh.flat_begin(), ", +", sh.count(), "), expected from ", at,
                  " within ", meta.numel());
     }
-    const uint64_t expected = uint64_t(kHeaderBytes) + 12 * uint64_t(sh.count());
+    const uint64_t expected = uint64_t(kHeaderBytes) + 4 * Sections(meta) * uint64_t(sh.count());
     if (sh.bytes() != expected) {
       return bad("gives shard ", f, " ", sh.bytes(), " bytes for ", sh.count(), " elements (expected ", expected, ")");
     }
@@ -459,8 +472,10 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
                                           const std::function<void(int)>& after_shard_written) {
   // Before anything is written: every rank fails alike where the format cannot hold its states.
   MEMWALL_ASSIGN_OR_RETURN(const FlatRange range, ShardRange(layout_, layout_.rank()));
-  MEMWALL_RETURN_IF_ERROR(Flush());  // a checkpoint holds every update so far
+  // Saving never changes the run: a deferred update stays pending, and the
+  // checkpoint holds it with its gradients (a fourth section).
   MEMWALL_RETURN_IF_ERROR(device_.Synchronize());
+  const std::optional<StepUpdate> pending = optimizer_->pending_update();
   const std::string path = CheckpointPath(dir, step_);
   const int rank = comm_.rank(), world = comm_.world_size();
   // Rank 0 prepares the directory: a complete checkpoint is never replaced;
@@ -478,7 +493,8 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
   }
   MEMWALL_RETURN_IF_ERROR(Agree(prepared, "preparing the checkpoint directory"));
 
-  // This rank's shard file: master, m, v of its real range, staged to the host.
+  // This rank's shard file: master, m, v of its real range (and the pending
+  // gradients), staged to the host.
   // With one owner (stage 0) every rank holds the same states: rank 0 writes.
   const bool writes = layout_.world() > 1 || rank == 0;
   uint32_t crc = 0;
@@ -495,10 +511,12 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
       std::memcpy(header + 16, &count, 8);
       MEMWALL_RETURN_IF_ERROR(file.Write(header, kHeaderBytes));
       std::vector<float> host(std::min<int64_t>(count, kChunk));
-      for (OptimizerState state : {OptimizerState::kMaster, OptimizerState::kExpAvg, OptimizerState::kExpAvgSq}) {
+      for (int section = 0; section < (pending.has_value() ? 4 : 3); ++section) {
         for (int64_t at = 0; at < count; at += kChunk) {
           const int64_t n = std::min(kChunk, count - at);
-          MEMWALL_RETURN_IF_ERROR(optimizer_->ReadState(state, at, n, host.data()));
+          MEMWALL_RETURN_IF_ERROR(section == kPendingGradients
+                                      ? optimizer_->ReadPendingGradients(at, n, host.data())
+                                      : optimizer_->ReadState(static_cast<OptimizerState>(section), at, n, host.data()));
           MEMWALL_RETURN_IF_ERROR(file.Write(host.data(), n * sizeof(float)));
         }
       }
@@ -562,6 +580,11 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
     meta.set_global_batch(int64_t{world} * training_->accumulation() * training_->micro_batch());
     meta.set_seq(training_->seq());
     *meta.mutable_model() = model_.config();
+    if (pending.has_value()) {
+      meta.mutable_pending_update()->set_lr(pending->lr);
+      meta.mutable_pending_update()->set_step(pending->step);
+      meta.mutable_pending_update()->set_grad_scale(pending->grad_scale);
+    }
     const std::string bytes_out = meta.SerializeAsString();
     finished = WriteFileAtomically(Join(path, kMetadata), bytes_out);
     if (finished.ok()) {
@@ -622,6 +645,13 @@ absl::Status Trainer::VerifyCheckpoint(const std::string& step_dir, CheckpointMe
                                               sh.bytes(), ": the file is truncated or was replaced"));
     }
   }
+  // A pending delayed update continues only in a run that delays its updates.
+  if (meta.has_pending_update() && !optimizer_->defers_updates()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", step_dir, " was saved under the delayed parameter update with step ", meta.adam_step(),
+        "'s update still pending; load it with zero.offload_optimizer.delayed_update_after_steps > 0 (and "
+        "offload_optimizer.device = CPU or NVME) to continue that run exactly"));
+  }
   // The data position is step · global batch (models/data.h), so the
   // stream continues only with the same global batch and sequence length.
   const int64_t global_batch = int64_t{comm_.world_size()} * training_->accumulation() * training_->micro_batch();
@@ -653,23 +683,33 @@ absl::Status Trainer::Load(const std::string& step_dir) {
   // any rank change its state.
   CheckpointMetadata meta;
   MEMWALL_RETURN_IF_ERROR(Agree(VerifyCheckpoint(step_dir, meta), absl::StrCat("loading ", step_dir)));
-  MEMWALL_RETURN_IF_ERROR(Flush());  // finish the optimizer's work before its states change
+  // A delayed step left running by a failed step finishes before the states
+  // change (the pending update it replaces is applied, then overwritten).
+  MEMWALL_RETURN_IF_ERROR(ApplyPendingUpdate());
   // Then streamed, kChunk elements of one state at a time, from the shards
   // into the optimizer's store (an NVMe store swaps its sub-groups through
-  // its buffers): never the whole shard in memory.
+  // its buffers): never the whole shard in memory. A pending update's
+  // gradients go where the next step's delayed update reads them.
   MEMWALL_ASSIGN_OR_RETURN(const FlatRange range, ShardRange(layout_, layout_.rank()));
   absl::Status streamed = [&]() -> absl::Status {
     std::vector<std::unique_ptr<ShardReader>> readers(meta.shards_size());
     std::vector<float> host(std::min<int64_t>(range.size(), kChunk));
-    for (OptimizerState state : {OptimizerState::kMaster, OptimizerState::kExpAvg, OptimizerState::kExpAvgSq}) {
+    for (int section = 0; section < Sections(meta); ++section) {
       for (int64_t at = 0; at < range.size(); at += kChunk) {
         const int64_t n = std::min(kChunk, range.size() - at);
-        MEMWALL_RETURN_IF_ERROR(ReadRange(step_dir, meta, readers, static_cast<int>(state), range.begin + at,
+        MEMWALL_RETURN_IF_ERROR(ReadRange(step_dir, meta, readers, section, range.begin + at,
                                           range.begin + at + n, host.data(), /*verify_crc=*/false));
-        MEMWALL_RETURN_IF_ERROR(optimizer_->WriteState(state, at, n, host.data()));
+        MEMWALL_RETURN_IF_ERROR(section == kPendingGradients
+                                    ? optimizer_->WritePendingGradients(at, n, host.data())
+                                    : optimizer_->WriteState(static_cast<OptimizerState>(section), at, n, host.data()));
       }
     }
-    return absl::OkStatus();
+    std::optional<StepUpdate> pending;
+    if (meta.has_pending_update()) {
+      const PendingUpdate& u = meta.pending_update();
+      pending = StepUpdate{u.lr(), u.step(), u.grad_scale()};
+    }
+    return optimizer_->SetPendingUpdate(pending);
   }();
   if (!streamed.ok()) {
     // Verified, then failed while streaming (the file changed or the drive

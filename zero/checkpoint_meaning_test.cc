@@ -218,5 +218,40 @@ TEST(CheckpointMetadataBounds, AStepBeyondTwoToThe53IsRefused) {
   EXPECT_EQ(ValidateCheckpointMetadata(meta, "d").code(), absl::StatusCode::kDataLoss);
 }
 
+// A pending delayed update adds a fourth section to every shard, and is
+// the update of the metadata's Adam step, with a finite rate and scale.
+TEST(CheckpointMetadataBounds, APendingUpdateMustMatchItsShardsAndStep) {
+  CheckpointMetadata meta;
+  meta.set_format_version(1);
+  meta.set_world_size(1);
+  meta.set_precision("bf16");
+  meta.set_numel(10);
+  meta.set_global_batch(1);
+  meta.set_seq(1);
+  meta.set_loss_scale(1);
+  meta.set_step(5);
+  meta.set_adam_step(5);
+  CheckpointShard* sh = meta.add_shards();
+  sh->set_file("rank_00000.shard");
+  sh->set_count(10);
+  sh->set_bytes(24 + 12 * 10);
+  PendingUpdate* u = meta.mutable_pending_update();
+  u->set_lr(1e-3f);
+  u->set_step(5);
+  u->set_grad_scale(1);
+  absl::Status st = ValidateCheckpointMetadata(meta, "d");
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find("144 bytes for 10 elements (expected 184)"), std::string::npos) << st;
+  sh->set_bytes(24 + 16 * 10);
+  EXPECT_TRUE(ValidateCheckpointMetadata(meta, "d").ok());
+  u->set_step(4);
+  st = ValidateCheckpointMetadata(meta, "d");
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find("pending update with lr 0.001, step 4"), std::string::npos) << st;
+  u->set_step(5);
+  u->set_grad_scale(std::numeric_limits<float>::infinity());
+  EXPECT_EQ(ValidateCheckpointMetadata(meta, "d").code(), absl::StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace memwall::zero

@@ -6,6 +6,22 @@
 #include "runtime/status.h"
 
 namespace memwall::zero {
+
+absl::Status ShardOptimizer::ReadPendingGradients(int64_t, int64_t, float*) {
+  return absl::FailedPreconditionError("this optimizer defers no update: it holds no pending gradients");
+}
+
+absl::Status ShardOptimizer::WritePendingGradients(int64_t, int64_t, const float*) {
+  return absl::FailedPreconditionError("this optimizer defers no update: it holds no pending gradients");
+}
+
+absl::Status ShardOptimizer::SetPendingUpdate(const std::optional<StepUpdate>& update) {
+  if (!update.has_value()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      "a pending delayed update can only be restored into an optimizer that delays its updates "
+      "(offload_optimizer.delayed_update_after_steps > 0)");
+}
+
 namespace {
 
 class DeviceShardOptimizer : public ShardOptimizer {

@@ -84,9 +84,25 @@ class ShardOptimizer {
   // parameter update, offload/delayed_update.h), and lands it in `values`
   // then.
   virtual absl::StatusOr<bool> Step(const StepOutcome& outcome, ParameterStore& values, Stream& stream) = 0;
-  // Every deferred update applied to the states and to `values` (before the
-  // states are read, saved or replaced). Returns whether `values` changed.
+  // Every deferred update applied to the states and to `values` now.
+  // Returns whether `values` changed. This changes the run: the next steps
+  // differ from those of a run that kept the update deferred.
   virtual absl::StatusOr<bool> Flush(ParameterStore& values, Stream& stream) { return false; }
+
+  // The update a Step deferred and has not applied (the delayed parameter
+  // update's pending step), with its gradient shard, which this optimizer
+  // holds. Between steps, the states, the pending update and its gradients
+  // are the whole of the optimizer's progress: a checkpoint saves them and
+  // a load restores them, so the resumed run lands the update as the saving
+  // run would have. Never set for an optimizer that does not defer.
+  virtual bool defers_updates() const { return false; }
+  virtual std::optional<StepUpdate> pending_update() const { return std::nullopt; }
+  // Elements [begin, begin + n) of the pending update's gradient shard,
+  // widened to fp32, or written from fp32; then SetPendingUpdate names the
+  // update they belong to (nullopt: none).
+  virtual absl::Status ReadPendingGradients(int64_t begin, int64_t n, float* out);
+  virtual absl::Status WritePendingGradients(int64_t begin, int64_t n, const float* in);
+  virtual absl::Status SetPendingUpdate(const std::optional<StepUpdate>& update);
 
   // The master weights rounded into `values` (`elements` of the parameter
   // type): the compute copy of this rank's part.
@@ -97,7 +113,8 @@ class ShardOptimizer {
   virtual absl::Status SetMasterFromValues(ParameterStore& values, Stream& stream) = 0;
 
   // Host copies of a state, elements [begin, begin + n) (checkpoints,
-  // export, initialization). Synchronous; call Flush first.
+  // export, initialization). Synchronous; call between steps (the pending
+  // update, if any, is not in them).
   virtual absl::Status ReadState(OptimizerState state, int64_t begin, int64_t n, float* out) = 0;
   virtual absl::Status WriteState(OptimizerState state, int64_t begin, int64_t n, const float* in) = 0;
 };

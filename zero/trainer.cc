@@ -211,7 +211,7 @@ absl::Status Trainer::AgreeOnOptimizer(const absl::Status& local, absl::string_v
   return agree_on_optimizer_ ? Agree(local, what) : local;
 }
 
-absl::Status Trainer::Flush() {
+absl::Status Trainer::ApplyPendingUpdate() {
   Stream& s = device_.compute_stream();
   const absl::StatusOr<bool> changed = optimizer_->Flush(params_->shard(), s);
   MEMWALL_RETURN_IF_ERROR(AgreeOnOptimizer(changed.status(), "the optimizer's deferred update"));
@@ -221,7 +221,7 @@ absl::Status Trainer::Flush() {
 }
 
 absl::StatusOr<std::vector<float>> Trainer::MasterWeights() {
-  MEMWALL_RETURN_IF_ERROR(Flush());
+  MEMWALL_RETURN_IF_ERROR(device_.Synchronize());
   Stream& s = device_.compute_stream();
   const int64_t shard = layout_.shard();
   std::vector<float> mine(shard);

@@ -162,8 +162,16 @@ class Trainer {
   const FlatLayout& layout() const { return layout_; }
   // All Ψ fp32 master weights on the host (tests, export). At stages 1-3 a
   // collective: every rank must call it. Device memory: 1 MiB, staging the
-  // all-gather.
+  // all-gather. Under the delayed parameter update these are the weights
+  // the next step computes with: the last step's update is still pending
+  // (ApplyPendingUpdate applies it).
   absl::StatusOr<std::vector<float>> MasterWeights();
+  // Applies a deferred update now (the delayed parameter update's pending
+  // step) and publishes the values; nothing otherwise. For the end of a
+  // run that wants every step's update in its weights: the steps after it
+  // differ from those of a run that kept the update deferred (save and
+  // export never apply it). Every rank must call it.
+  absl::Status ApplyPendingUpdate();
   // Copies the master weights into the model's compute copy (after an
   // import into the master buffer, for instance); at stages 1-3 also
   // all-gathers them (every rank must call it).
@@ -179,8 +187,6 @@ class Trainer {
   // widened back from them, then published.
   absl::Status InitializeValues();
   absl::Status OnHook(models::Module& m, models::HookPoint point);
-  // Every deferred optimizer update applied and published.
-  absl::Status Flush();
   // All ranks agree on a local status: each gets the first failing rank's
   // story (its own message when it failed).
   absl::Status Agree(const absl::Status& local, absl::string_view what);
