@@ -138,8 +138,7 @@ class PyTrainer {
   void Export(const std::string& path) {
     Exclusive one(busy_);
     py::gil_scoped_release release;
-    const std::vector<float> master = Unwrap(trainer_->MasterWeights());  // every rank: a collective at stages 1-3
-    if (comm_->rank() == 0) ThrowIfError(models::ExportGpt(*model_, master, path));
+    ThrowIfError(trainer_->Export(path));  // every rank: rank 0 writes, every rank gets its Status
   }
 
   void ApplyPendingUpdate() {

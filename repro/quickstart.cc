@@ -18,7 +18,6 @@
 #include "absl/strings/str_cat.h"
 #include "models/data.h"
 #include "models/gpt.h"
-#include "models/gpt_io.h"
 #include "runtime/best_device.h"
 #include "runtime/communicator.h"
 #include "runtime/launch.h"
@@ -120,10 +119,9 @@ absl::Status Main() {
   }
   log.close();
   if (!log) return absl::DataLossError(absl::StrCat("error writing ", log_path));
+  // The fp32 master weights, not the 16-bit compute copy (rank 0 writes).
+  MEMWALL_RETURN_IF_ERROR(trainer->Export(weights_path));
   if (rank0) {
-    // The fp32 master weights, not the 16-bit compute copy.
-    MEMWALL_ASSIGN_OR_RETURN(const std::vector<float> master, trainer->MasterWeights());
-    MEMWALL_RETURN_IF_ERROR(models::ExportGpt(*model, master, weights_path));
     std::printf("first loss %.4f, last loss %.4f (uniform over bytes: %.4f)\n", first, last,
                 std::log(256.0));
     std::printf("log:     %s\nweights: %s\n", log_path.c_str(), weights_path.c_str());

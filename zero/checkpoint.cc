@@ -26,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "models/gpt_io.h"
 #include "models/safetensors.h"
+#include "runtime/agreement.h"
 #include "runtime/bounds.h"
 #include "runtime/files.h"
 #include "runtime/status.h"
@@ -411,43 +412,7 @@ absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
 }
 
 absl::Status Trainer::Agree(const absl::Status& local, absl::string_view what) {
-  // One record per rank: the status code (0: ok) and the start of its
-  // message, so every rank can tell the failing rank's story.
-  constexpr int kRecord = 512;
-  const int world = comm_.world_size();
-  Stream& s = device_.compute_stream();
-  MEMWALL_ASSIGN_OR_RETURN(Buffer records, device_.Allocate(int64_t{world} * kRecord, MemoryTag::kOther));
-  const Tensor all = Tensor::OfBuffer(records, DType::kI32, &device_);  // kRecord / 4 per rank
-  char mine[kRecord] = {};
-  const int32_t code = local.ok() ? 0 : static_cast<int32_t>(local.code());
-  std::memcpy(mine, &code, sizeof(code));
-  const absl::string_view message = local.message();
-  if (!message.empty()) {  // an OK status's message may have no data at all
-    std::memcpy(mine + 4, message.data(), std::min<size_t>(message.size(), kRecord - 5));
-  }
-  std::vector<char> host(int64_t{world} * kRecord);
-  // An early return still waits for the queued copies: they read `mine` and
-  // write `records` and `host`, all freed on return (declared after them).
-  absl::Cleanup drain = [&s] { (void)s.Synchronize(); };
-  const Tensor slot = all.Slice(int64_t{comm_.rank()} * (kRecord / 4), kRecord / 4);
-  MEMWALL_RETURN_IF_ERROR(s.Copy(slot.data(), mine, kRecord));
-  MEMWALL_RETURN_IF_ERROR(comm_.AllGather(slot, all, s));
-  MEMWALL_RETURN_IF_ERROR(s.Copy(host.data(), records.data(), host.size()));
-  MEMWALL_RETURN_IF_ERROR(s.Synchronize());
-  if (!local.ok()) return local;
-  std::vector<int> failed;
-  for (int r = 0; r < world; ++r) {
-    int32_t c = 0;
-    std::memcpy(&c, host.data() + int64_t{r} * kRecord, sizeof(c));
-    if (c != 0) failed.push_back(r);
-  }
-  if (failed.empty()) return absl::OkStatus();
-  const char* first = host.data() + int64_t{failed.front()} * kRecord;
-  int32_t c = 0;
-  std::memcpy(&c, first, sizeof(c));
-  return absl::Status(static_cast<absl::StatusCode>(c),
-                      absl::StrCat(what, " failed on rank(s) ", absl::StrJoin(failed, ", "), "; rank ",
-                                   failed.front(), ": ", std::string(first + 4)));
+  return AgreeAcrossRanks(comm_, device_, local, what, &agreement_);
 }
 
 // The flat range rank `rank`'s checkpoint shard holds: the real elements it
@@ -472,6 +437,13 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
                                           const std::function<void(int)>& after_shard_written) {
   // Before anything is written: every rank fails alike where the format cannot hold its states.
   MEMWALL_ASSIGN_OR_RETURN(const FlatRange range, ShardRange(layout_, layout_.rank()));
+  // One directory: a shard written elsewhere than rank 0's metadata would
+  // leave a complete-looking checkpoint that cannot load.
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(dir, ec);
+  MEMWALL_RETURN_IF_ERROR(AgreeOnFingerprint(comm_, device_,
+                                             Fingerprint().Add("checkpoint directory", ec ? dir : absolute.string()),
+                                             absl::StrCat("saving to ", dir), &agreement_));
   // Saving never changes the run: a deferred update stays pending, and the
   // checkpoint holds it with its gradients (a fourth section).
   MEMWALL_RETURN_IF_ERROR(device_.Synchronize());
@@ -595,6 +567,12 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
   return path;
 }
 
+absl::Status Trainer::Export(const std::string& path) {
+  MEMWALL_ASSIGN_OR_RETURN(const std::vector<float> master, MasterWeights());
+  return Agree(comm_.rank() == 0 ? models::ExportGpt(model_, master, path) : absl::OkStatus(),
+               absl::StrCat("exporting to ", path));
+}
+
 absl::Status Trainer::VerifyCheckpoint(const std::string& step_dir, CheckpointMetadata& meta) {
   MEMWALL_ASSIGN_OR_RETURN(meta, ReadCheckpointMetadata(step_dir));
   // The model must be this one: the same shapes can hold another model
@@ -683,6 +661,11 @@ absl::Status Trainer::Load(const std::string& step_dir) {
   // any rank change its state.
   CheckpointMetadata meta;
   MEMWALL_RETURN_IF_ERROR(Agree(VerifyCheckpoint(step_dir, meta), absl::StrCat("loading ", step_dir)));
+  // The same checkpoint on every rank (its path may differ, its metadata not).
+  Fingerprint loaded;
+  loaded.Add("checkpoint step", absl::StrCat(meta.step()))
+      .Add("checkpoint metadata", CheckpointMarker(meta.SerializeAsString()));
+  MEMWALL_RETURN_IF_ERROR(AgreeOnFingerprint(comm_, device_, loaded, absl::StrCat("loading ", step_dir), &agreement_));
   // A delayed step left running by a failed step finishes before the states
   // change (the pending update it replaces is applied, then overwritten).
   MEMWALL_RETURN_IF_ERROR(ApplyPendingUpdate());

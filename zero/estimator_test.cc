@@ -146,7 +146,7 @@ TEST(Estimator, IsTheSumOfThePartsPlansAndTheEngineAllocatesThem) {
       ShardOptimizerRequest request;
       request.elements = shape.shard;
       parts.Append(DeviceShardOptimizerPlan(request, /*master_is_values=*/stage == 0 && precision == Precision::FP32), "o ");
-      parts.Append(TrainerScalarsPlan(), "t ");
+      parts.Append(TrainerScalarsPlan(shape.ranks), "t ");
       parts.Append(models::ActivationPlan(config, 2, 32, shape.dtype, config.activation_checkpointing()), "m ");
       EXPECT_EQ(e->device, parts.ByTag(MemorySpace::kDevice)) << what << "\n" << e->plan.ToText();
       EXPECT_EQ(e->host, parts.ByTag(MemorySpace::kPinnedHost)) << what;

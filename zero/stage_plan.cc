@@ -1,5 +1,7 @@
 #include "zero/stage_plan.h"
 
+#include "runtime/agreement.h"
+
 #include "models/gpt.h"
 #include "zero/gradient_reduction.h"
 #include "zero/parameter_placement.h"
@@ -33,10 +35,13 @@ ShardOptimizerRequest OptimizerRequest(const PlanShape& shape, const ops::AdamOp
   return r;
 }
 
-MemoryPlan TrainerScalarsPlan() {
+MemoryPlan TrainerScalarsPlan(int ranks) {
   MemoryPlan plan;
   plan.Add("norm", MemorySpace::kDevice, MemoryTag::kWorkspace, 2 * sizeof(float))
       .Add("loss", MemorySpace::kDevice, MemoryTag::kCommBuffers, 2 * sizeof(float));
+  if (AgreementBytes(ranks) > 0) {
+    plan.Add("agreement", MemorySpace::kDevice, MemoryTag::kCommBuffers, AgreementBytes(ranks));
+  }
   return plan;
 }
 
@@ -68,7 +73,7 @@ MemoryPlan StagePlan(const PlanShape& shape, const StageParts& parts, const Memo
       break;
   }
   plan.Append(optimizer, "optimizer: ");
-  plan.Append(TrainerScalarsPlan(), "trainer: ");
+  plan.Append(TrainerScalarsPlan(shape.ranks), "trainer: ");
   return plan;
 }
 

@@ -50,8 +50,10 @@ inline int Owners(const ZeroConfig& zero, int ranks) { return zero.stage() == 0 
 ShardOptimizerRequest OptimizerRequest(const PlanShape& shape, const ops::AdamOptions& adam, Timeline* timeline);
 
 // The trainer's two scalars: "norm" ([sum of squares, inf/NaN flag],
-// kWorkspace) and "loss" ([loss sum, tokens], kCommBuffers), 8 bytes each.
-MemoryPlan TrainerScalarsPlan();
+// kWorkspace) and "loss" ([loss sum, tokens], kCommBuffers), 8 bytes each;
+// and on more than one rank "agreement" (kCommBuffers): the records through
+// which the ranks agree (runtime/agreement.h).
+MemoryPlan TrainerScalarsPlan(int ranks);
 
 // The optimizer's plan: `provider`'s when set (an offloaded optimizer),
 // else the device's states.

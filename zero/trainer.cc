@@ -1,13 +1,16 @@
 #include "zero/trainer.h"
 
+#include <zlib.h>
+
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
-#include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/agreement.h"
 #include "runtime/files.h"
 #include "runtime/status.h"
 #include "runtime/thread_pool.h"
@@ -43,9 +46,51 @@ Trainer::~Trainer() {
   params_.reset();
 }
 
+namespace {
+// What every rank must be given alike: the model (its labels aside), the
+// training config (each rank's local swap paths aside) and the world size.
+Fingerprint RunFingerprint(const models::GptConfig& model, const TrainingConfig& training, int world_size) {
+  Fingerprint f;
+  f.AddMessage("model", model, {"name", "source", "paper_micro_batch"});
+  f.AddMessage("training", training, {"zero.offload_optimizer.nvme_path", "zero.offload_param.nvme_path"});
+  f.Add("world_size", absl::StrCat(world_size));
+  return f;
+}
+
+// The token stream every rank reads its part of: its size, vocabulary and
+// 4096 tokens spread over it.
+Fingerprint DataFingerprint(const models::TokenSource& data) {
+  constexpr int64_t kSamples = 4096;
+  std::string sample;
+  const int64_t n = data.size();
+  for (int64_t k = 0; k < std::min(n, kSamples); ++k) {
+    const int32_t t = data.token(n <= kSamples ? k : static_cast<int64_t>((static_cast<__int128>(k) * n) / kSamples));
+    sample.append(reinterpret_cast<const char*>(&t), sizeof(t));
+  }
+  Fingerprint f;
+  f.Add("data tokens", absl::StrCat(n)).Add("data vocab", absl::StrCat(data.vocab()));
+  f.Add("data sample crc32", absl::StrCat(absl::Hex(crc32_z(0, reinterpret_cast<const Bytef*>(sample.data()), sample.size()))));
+  return f;
+}
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Device& device,
                                                          Communicator& comm,
                                                          const TrainerOptions& options) {
+  // Each rank checks what it was given; then the ranks agree, on the outcome
+  // (a rank refused alone fails every rank with its story) and on what they
+  // were given, before any collective whose shape depends on it.
+  absl::StatusOr<TrainingOptions> training = CheckArguments(model, options);
+  MEMWALL_RETURN_IF_ERROR(AgreeAcrossRanks(comm, device, training.status(), "creating the trainer"));
+  MEMWALL_RETURN_IF_ERROR(AgreeOnFingerprint(
+      comm, device, RunFingerprint(model.config(), training->config(), comm.world_size()), "creating the trainer"));
+  std::unique_ptr<Trainer> t(new Trainer(model, device, comm, options, *std::move(training)));
+  MEMWALL_RETURN_IF_ERROR(t->Agree(t->Compose(), "building the trainer"));
+  MEMWALL_RETURN_IF_ERROR(t->InitializeValues());
+  return t;
+}
+
+absl::StatusOr<TrainingOptions> Trainer::CheckArguments(const models::Gpt& model, const TrainerOptions& options) {
   MEMWALL_ASSIGN_OR_RETURN(TrainingOptions training, TrainingOptions::Create(options.training));
   if (training->seq() > model.config().positions()) {
     return absl::InvalidArgumentError(absl::StrCat("TrainingConfig seq = ", training->seq(),
@@ -70,10 +115,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Dev
     return absl::InvalidArgumentError(absl::StrCat("an offloaded optimizer needs ZeRO stage 1, 2 or 3, not ",
                                                    zero.stage()));
   }
-  std::unique_ptr<Trainer> t(new Trainer(model, device, comm, options, std::move(training)));
-  MEMWALL_RETURN_IF_ERROR(t->Compose());
-  MEMWALL_RETURN_IF_ERROR(t->InitializeValues());
-  return t;
+  return training;
 }
 
 absl::Status Trainer::Compose() {
@@ -151,9 +193,12 @@ absl::Status Trainer::Compose() {
     MEMWALL_ASSIGN_OR_RETURN(optimizer_, CreateDeviceShardOptimizer(request, gradients_->shard(), master));
   }
   agree_on_optimizer_ = (optimizer_->fails_alone() || params_->shard().fails_alone()) && comm_.world_size() > 1;
-  const MemoryPlan scalars = TrainerScalarsPlan();
+  const MemoryPlan scalars = TrainerScalarsPlan(comm_.world_size());
   MEMWALL_ASSIGN_OR_RETURN(norm_, AllocatePlanned(device_, scalars, "norm"));
   MEMWALL_ASSIGN_OR_RETURN(loss_, AllocatePlanned(device_, scalars, "loss"));
+  if (scalars.contains("agreement")) {
+    MEMWALL_ASSIGN_OR_RETURN(agreement_, AllocatePlanned(device_, scalars, "agreement"));
+  }
   hook_id_ = model_.AddHookRecursive(
       [this](models::Module& m, models::HookPoint point) { return OnHook(m, point); });
   return absl::OkStatus();
@@ -282,12 +327,18 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   const int64_t step_begin_ns = TimelineNowNs();
   const models::BatchLayout layout{training_->seq(), training_->micro_batch(), training_->accumulation(),
                                    comm_.world_size()};
-  MEMWALL_RETURN_IF_ERROR(models::ValidateLayout(data, layout));
-  if (data.vocab() > model_.config().vocab()) {
-    return absl::InvalidArgumentError(absl::StrCat(data.description(), " has a vocabulary of ",
-                                                   data.vocab(), "; the model's is ",
-                                                   model_.config().vocab()));
+  absl::Status usable = models::ValidateLayout(data, layout);
+  if (usable.ok() && data.vocab() > model_.config().vocab()) {
+    usable = absl::InvalidArgumentError(absl::StrCat(data.description(), " has a vocabulary of ", data.vocab(),
+                                                     "; the model's is ", model_.config().vocab()));
   }
+  if (&data != agreed_data_) {  // a new source: every rank can read it, and it is the same stream
+    MEMWALL_RETURN_IF_ERROR(Agree(usable, "checking the training data"));
+    MEMWALL_RETURN_IF_ERROR(
+        AgreeOnFingerprint(comm_, device_, DataFingerprint(data), "checking the training data", &agreement_));
+    agreed_data_ = &data;
+  }
+  MEMWALL_RETURN_IF_ERROR(usable);
   Stream& s = device_.compute_stream();
   Stream& c = coll();
   Timeline* timeline = options_.timeline;

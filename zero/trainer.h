@@ -166,6 +166,9 @@ class Trainer {
   // the next step computes with: the last step's update is still pending
   // (ApplyPendingUpdate applies it).
   absl::StatusOr<std::vector<float>> MasterWeights();
+  // MasterWeights as a GPT-2 safetensors file (models::ExportGpt), written
+  // by rank 0. Every rank must call it; every rank returns its Status.
+  absl::Status Export(const std::string& path);
   // Applies a deferred update now (the delayed parameter update's pending
   // step) and publishes the values; nothing otherwise. For the end of a
   // run that wants every step's update in its weights: the steps after it
@@ -180,7 +183,11 @@ class Trainer {
  private:
   Trainer(models::Gpt& model, Device& device, Communicator& comm, const TrainerOptions& options,
           TrainingOptions training);
-  // Chooses and builds the stage's parts (see "A stage is a composition").
+  // This rank's arguments checked (the config, and the model and optimizer
+  // it asks for); changes nothing and talks to no other rank.
+  static absl::StatusOr<TrainingOptions> CheckArguments(const models::Gpt& model, const TrainerOptions& options);
+  // Chooses and builds the stage's parts (see "A stage is a composition"):
+  // allocations only, no collective.
   absl::Status Compose();
   // This rank's shard of the initial values (the same numbers at every
   // stage: Gpt::InitialValues), rounded to the parameter type, the master
@@ -217,6 +224,8 @@ class Trainer {
   std::unique_ptr<ShardOptimizer> optimizer_;  // after gradients_: may read its shard
   int hook_id_ = 0;
   bool agree_on_optimizer_ = false;  // see AgreeOnOptimizer
+  const models::TokenSource* agreed_data_ = nullptr;  // the data source the ranks last agreed on
+  Buffer agreement_;  // the ranks' agreement records (planned: TrainerScalarsPlan)
   Buffer norm_;                  // [sum of squares, inf/NaN flag]
   Buffer loss_;                  // [loss sum, tokens] for the all-reduce
   int64_t step_ = 0;
