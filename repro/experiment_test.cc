@@ -78,6 +78,9 @@ TEST(Experiment, EachBadValueNamesItsField) {
   ExpectError("stages: 4", "Experiment stages = 4 must be 0, 1, 2 or 3");
   auto zero = [](const std::string& fields) { return "training { seq: 8 micro_batch: 1 zero { " + fields + " } }"; };
   ExpectError(zero("stage: 4"), "Experiment training.zero.stage = 4 must be unset");
+  // Experiment.zero moved to training.zero: an old file is told, not run without it.
+  ExpectError("zero { reduce_bucket_bytes: 1024 }", "Experiment no longer has a field \"zero\" (memwall removed it: see "
+                                                    "repro/experiment.proto)");
   ExpectError(zero("reduce_bucket_bytes: 0"), "Experiment training.zero.reduce_bucket_bytes = 0 must be > 0");
   ExpectError(zero("reduce_bucket_bytes: -1"), "Experiment training.zero.reduce_bucket_bytes = -1 must be > 0");
   ExpectError(zero("allgather_bucket_bytes: 0"), "Experiment training.zero.allgather_bucket_bytes = 0 must be > 0");

@@ -11,9 +11,12 @@
 #include <cstring>
 #include <filesystem>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/text_format.h"
 #include "runtime/status.h"
@@ -218,6 +221,55 @@ std::string JsonString(absl::string_view value) {
   return out + "\"";
 }
 
+namespace {
+
+class IgnoreTokenizerErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
+};
+
+// The text format parser skips a field name its message reserved (one the
+// schema removed) without a word, so a config that still sets one would run
+// without the setting it asks for. Walks the tokens, following the messages
+// that `name {` and `name: {` open, and names the first such field.
+absl::Status CheckNoRemovedFields(const std::string& text, const std::string& origin,
+                                  const google::protobuf::Descriptor* root) {
+  using google::protobuf::io::Tokenizer;
+  google::protobuf::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
+  IgnoreTokenizerErrors ignore;  // the parser has already accepted the text
+  Tokenizer tokens(&input, &ignore);
+  tokens.set_comment_style(Tokenizer::SH_COMMENT_STYLE);
+  std::vector<const google::protobuf::Descriptor*> open{root};  // null: a message not followed
+  const google::protobuf::FieldDescriptor* last = nullptr;     // the last field named
+  bool more = tokens.Next();
+  while (more) {
+    const Tokenizer::Token token = tokens.current();
+    more = tokens.Next();
+    const bool names_field = token.type == Tokenizer::TYPE_IDENTIFIER && more &&
+                             tokens.current().type == Tokenizer::TYPE_SYMBOL &&
+                             (tokens.current().text == ":" || tokens.current().text == "{" ||
+                              tokens.current().text == "<");
+    if (names_field) {
+      const google::protobuf::Descriptor* d = open.back();
+      last = d != nullptr ? d->FindFieldByName(token.text) : nullptr;
+      if (d != nullptr && last == nullptr && d->IsReservedName(token.text)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            origin, ": line ", token.line + 1, " column ", token.column + 1, ": ", d->name(),
+            " no longer has a field \"", token.text, "\" (memwall removed it: see ", d->file()->name(),
+            "); delete it"));
+      }
+    } else if (token.type == Tokenizer::TYPE_SYMBOL && (token.text == "{" || token.text == "<")) {
+      open.push_back(last != nullptr ? last->message_type() : nullptr);
+    } else if (token.type == Tokenizer::TYPE_SYMBOL && (token.text == "}" || token.text == ">") && open.size() > 1) {
+      open.pop_back();
+      last = nullptr;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ParseTextProto(const std::string& text, const std::string& origin,
                             google::protobuf::Message* out) {
   google::protobuf::TextFormat::Parser parser;
@@ -229,7 +281,25 @@ absl::Status ParseTextProto(const std::string& text, const std::string& origin,
                                                    " text proto: ", errors.first,
                                                    field.empty() ? "" : absl::StrCat(" (the value of ", field, ")")));
   }
-  return absl::OkStatus();
+  return CheckNoRemovedFields(text, origin, out->GetDescriptor());
+}
+
+bool HasUnknownFields(const google::protobuf::Message& message) {
+  const google::protobuf::Reflection* r = message.GetReflection();
+  if (!r->GetUnknownFields(message).empty()) return true;
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  r->ListFields(message, &fields);
+  for (const google::protobuf::FieldDescriptor* f : fields) {
+    if (f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    if (f->is_repeated()) {
+      for (int i = 0; i < r->FieldSize(message, f); ++i) {
+        if (HasUnknownFields(r->GetRepeatedMessage(message, f, i))) return true;
+      }
+    } else if (HasUnknownFields(r->GetMessage(message, f))) {
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace memwall

@@ -65,9 +65,15 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 std::string JsonString(absl::string_view value);
 
 // Parses a text proto into `out`. A syntax error or unknown field is an
-// InvalidArgument: "<origin>: not a <Type> text proto: line L column C: ...".
+// InvalidArgument: "<origin>: not a <Type> text proto: line L column C: ...";
+// so is a field its message reserved (a field the schema removed, which
+// protobuf's parser would skip silently).
 absl::Status ParseTextProto(const std::string& text, const std::string& origin,
                             google::protobuf::Message* out);
+
+// Whether a parsed binary message, or any message inside it, holds fields
+// this schema does not know (written by a newer writer).
+bool HasUnknownFields(const google::protobuf::Message& message);
 
 }  // namespace memwall
 

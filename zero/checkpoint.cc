@@ -215,6 +215,12 @@ absl::StatusOr<CheckpointMetadata> ParseCheckpointMetadata(const std::string& ma
   if (!meta.ParseFromString(metadata) || meta.format_version() != 1) {
     return absl::DataLossError(absl::StrCat("checkpoint ", step_dir, ": cannot parse ", kMetadata));
   }
+  // A field this version does not know could change what the shards mean.
+  if (HasUnknownFields(meta)) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", step_dir, ": ", kMetadata,
+                                            " holds fields this memwall does not know: it is damaged, or a newer "
+                                            "version wrote it (load it with that version)"));
+  }
   MEMWALL_RETURN_IF_ERROR(ValidateCheckpointMetadata(meta, step_dir));
   return meta;
 }

@@ -218,6 +218,30 @@ TEST(CheckpointMetadataBounds, AStepBeyondTwoToThe53IsRefused) {
   EXPECT_EQ(ValidateCheckpointMetadata(meta, "d").code(), absl::StatusCode::kDataLoss);
 }
 
+// Metadata holding a field this version does not know (a newer writer's,
+// or damage that still parses) is refused, not read without it.
+TEST(CheckpointMetadataBounds, UnknownFieldsAreRefused) {
+  CheckpointMetadata meta;
+  meta.set_format_version(1);
+  meta.set_world_size(1);
+  meta.set_precision("fp32");
+  meta.set_numel(10);
+  meta.set_global_batch(1);
+  meta.set_seq(1);
+  meta.set_loss_scale(1);
+  CheckpointShard* sh = meta.add_shards();
+  sh->set_file("rank_00000.shard");
+  sh->set_count(10);
+  sh->set_bytes(24 + 12 * 10);
+  const std::string known = meta.SerializeAsString();
+  EXPECT_TRUE(ParseCheckpointMetadata(CheckpointMarker(known), known, "d").ok());
+  const std::string newer = known + std::string("\x98\x06\x01", 3);  // field 99, varint 1
+  const auto parsed = ParseCheckpointMetadata(CheckpointMarker(newer), newer, "d");
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss) << parsed.status();
+  EXPECT_NE(parsed.status().message().find("holds fields this memwall does not know"), std::string::npos)
+      << parsed.status();
+}
+
 // A pending delayed update adds a fourth section to every shard, and is
 // the update of the metadata's Adam step, with a finite rate and scale.
 TEST(CheckpointMetadataBounds, APendingUpdateMustMatchItsShardsAndStep) {
