@@ -357,11 +357,43 @@ absl::Status WhyNotACheckpoint(const std::string& step_dir) {
         latest.ok() ? absl::StrCat("its latest complete checkpoint is ", *latest)
                     : std::string(latest.status().message())));
   }
+  // What the save left: its shard files, partial ones, and (when the
+  // metadata was written) the shards it lists that are not there.
+  std::vector<std::string> shards, partial;
+  for (const auto& entry : std::filesystem::directory_iterator(step_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (absl::EndsWith(name, ".shard")) shards.push_back(name);
+    if (absl::EndsWith(name, ".tmp")) partial.push_back(name);
+  }
+  std::sort(shards.begin(), shards.end());
+  std::sort(partial.begin(), partial.end());
+  const auto list = [](const std::vector<std::string>& names) {
+    constexpr size_t kShown = 8;
+    std::vector<std::string> shown(names.begin(), names.begin() + std::min(names.size(), kShown));
+    if (names.size() > kShown) shown.push_back(absl::StrCat("and ", names.size() - kShown, " more"));
+    return absl::StrJoin(shown, ", ");
+  };
+  std::vector<std::string> missing;
   const bool has_metadata = std::filesystem::exists(Join(step_dir, kMetadata), ec);
+  if (has_metadata) {
+    CheckpointMetadata meta;
+    auto bytes = ReadFile(Join(step_dir, kMetadata));
+    if (bytes.ok() && meta.ParseFromString(*bytes)) {
+      for (const CheckpointShard& sh : meta.shards()) {
+        if (!std::binary_search(shards.begin(), shards.end(), sh.file())) missing.push_back(sh.file());
+      }
+    }
+  }
+  std::string holds = shards.empty() ? "no shard file"
+                                     : absl::StrCat(shards.size(), " shard file", shards.size() == 1 ? "" : "s",
+                                                    " (", list(shards), ")");
+  if (!missing.empty()) absl::StrAppend(&holds, "; its metadata lists ", missing.size(), " more that are missing (",
+                                        list(missing), ")");
+  if (!partial.empty()) absl::StrAppend(&holds, "; partly written: ", list(partial));
   return absl::FailedPreconditionError(absl::StrCat(
       "checkpoint ", step_dir, " is incomplete: it has no ", kMarker, " marker",
-      has_metadata ? "" : absl::StrCat(" and no ", kMetadata),
-      ", which a save writes last: that save did not finish; use an earlier checkpoint"));
+      has_metadata ? "" : absl::StrCat(" and no ", kMetadata), ", which a save writes last, and holds ", holds,
+      ": that save did not finish; use an earlier checkpoint"));
 }
 }  // namespace
 
@@ -495,6 +527,9 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
           MEMWALL_RETURN_IF_ERROR(section == kPendingGradients
                                       ? optimizer_->ReadPendingGradients(at, n, host.data())
                                       : optimizer_->ReadState(static_cast<OptimizerState>(section), at, n, host.data()));
+          if (section == static_cast<int>(OptimizerState::kMaster)) {
+            MEMWALL_RETURN_IF_ERROR(CheckFiniteMaster(host.data(), n, range.begin + at));
+          }
           MEMWALL_RETURN_IF_ERROR(file.Write(host.data(), n * sizeof(float)));
         }
       }
@@ -571,6 +606,21 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
   }
   MEMWALL_RETURN_IF_ERROR(Agree(finished, "writing the checkpoint metadata"));
   return path;
+}
+
+absl::Status Trainer::CheckFiniteMaster(const float* values, int64_t n, int64_t flat_begin) const {
+  const float* bad = std::find_if(values, values + n, [](float v) { return !std::isfinite(v); });
+  if (bad == values + n) return absl::OkStatus();
+  const int64_t at = flat_begin + (bad - values);
+  std::string where = absl::StrCat("flat element ", at);
+  for (const models::Parameter* p : layout_.params()) {
+    if (at >= layout_.offset(p) && at < layout_.offset(p) + p->numel()) {
+      where = absl::StrCat("tensor ", p->name, " element ", at - layout_.offset(p));
+    }
+  }
+  return absl::FailedPreconditionError(absl::StrCat("not saving step ", step_, ": the master weights hold ", *bad,
+                                                    " (", where, "): the run diverged; resume from an earlier "
+                                                    "checkpoint"));
 }
 
 absl::Status Trainer::Export(const std::string& path) {

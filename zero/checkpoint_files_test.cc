@@ -102,6 +102,19 @@ TEST_F(CheckpointFiles, ReadingSomethingElseSaysWhatItIs) {
   std::ofstream(partial / "shard_0.bin") << "x";
   expect(partial.string(), absl::StatusCode::kFailedPrecondition,
          "is incomplete: it has no COMPLETE marker and no metadata.pb");
+  expect(partial.string(), absl::StatusCode::kFailedPrecondition, "and holds no shard file");
+  // It says what the save left: whole shards, partial ones, and those the
+  // metadata lists that are not there.
+  std::ofstream(partial / "rank_00000.shard") << "x";
+  std::ofstream(partial / "rank_00001.shard.tmp") << "x";
+  expect(partial.string(), absl::StatusCode::kFailedPrecondition,
+         "and holds 1 shard file (rank_00000.shard); partly written: rank_00001.shard.tmp");
+  CheckpointMetadata meta;
+  for (const char* f : {"rank_00000.shard", "rank_00001.shard", "rank_00002.shard"}) meta.add_shards()->set_file(f);
+  std::ofstream(partial / "metadata.pb") << meta.SerializeAsString();
+  expect(partial.string(), absl::StatusCode::kFailedPrecondition,
+         "no COMPLETE marker, which a save writes last, and holds 1 shard file (rank_00000.shard); its metadata "
+         "lists 2 more that are missing (rank_00001.shard, rank_00002.shard)");
 }
 
 }  // namespace

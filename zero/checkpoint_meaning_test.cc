@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -55,13 +56,14 @@ struct Training {
   std::unique_ptr<Communicator> comm = CreateSingleProcessCommunicator();
   std::unique_ptr<models::Gpt> model;
   std::unique_ptr<Trainer> trainer;
-  explicit Training(const models::GptConfig& config) {
+  explicit Training(const models::GptConfig& config, const std::function<void(TrainingConfig&)>& edit = {}) {
     model = *models::Gpt::Create(config);
     TrainerOptions o;
     o.training.set_seq(16);
     o.training.set_micro_batch(2);
     o.training.set_precision(FP32);
     o.training.mutable_zero()->set_stage(1);
+    if (edit) edit(o.training);
     auto t = Trainer::Create(*model, *device, *comm, o);
     EXPECT_TRUE(t.ok()) << t.status();
     trainer = std::move(*t);
@@ -149,6 +151,24 @@ TEST_F(CheckpointMeaning, NonFiniteMasterWeightsNeitherLoadNorConsolidate) {
   EXPECT_EQ(exported.code(), absl::StatusCode::kInvalidArgument) << exported;
   EXPECT_NE(exported.message().find("tensor wte.weight holds -inf at element 3"), std::string::npos) << exported;
   EXPECT_FALSE(fs::exists(out));
+}
+
+// A run whose update overflowed (AdamW's decay factor 1 - lr · wd is -inf)
+// holds non-finite master weights: Save refuses them, naming a tensor, and
+// leaves no complete checkpoint.
+TEST_F(CheckpointMeaning, ASaveOfNonFiniteMasterWeightsIsRefused) {
+  Training run(Model(4), [](TrainingConfig& t) {
+    t.mutable_adam()->set_lr(1e38f);
+    t.mutable_adam()->set_weight_decay(1e3f);
+    t.mutable_adam()->set_adamw(true);
+  });
+  ASSERT_TRUE(run.trainer->Step(Data()).ok());
+  const auto saved = run.trainer->Save((root_ / "diverged").string());
+  EXPECT_EQ(saved.status().code(), absl::StatusCode::kFailedPrecondition) << saved.status();
+  EXPECT_NE(saved.status().message().find("not saving step 1: the master weights hold "), std::string::npos)
+      << saved.status();
+  EXPECT_NE(saved.status().message().find("(tensor "), std::string::npos) << saved.status();
+  EXPECT_FALSE(LatestCheckpoint((root_ / "diverged").string()).ok());
 }
 
 TEST_F(CheckpointMeaning, ConsolidationCannotWriteIntoACheckpoint) {

@@ -200,6 +200,10 @@ class Trainer {
   // Agree when the optimizer or the parameter store it writes can fail
   // alone (fails_alone()) and there is more than one rank; else `local`.
   absl::Status AgreeOnOptimizer(const absl::Status& local, absl::string_view what);
+  // FailedPrecondition naming the tensor and element of the first NaN or
+  // infinity among `n` master weights from flat index `flat_begin`: a save
+  // never writes weights no load would take.
+  absl::Status CheckFiniteMaster(const float* values, int64_t n, int64_t flat_begin) const;
   // Verifies a checkpoint against this run: its metadata, tensor table,
   // batch, and the size and CRC-32 of every shard that holds this rank's
   // range; reads no states into memory and changes nothing.
