@@ -16,9 +16,11 @@
 #include "models/gpt.h"
 #include "models/gpt_io.h"
 #include "python/bindings.h"
+#include "runtime/agreement.h"
 #include "runtime/best_device.h"
 #include "runtime/communicator.h"
 #include "runtime/files.h"
+#include "runtime/status.h"
 #include "zero/estimator.h"
 #include "zero/trainer.h"
 
@@ -91,13 +93,22 @@ class PyTrainer {
  public:
   PyTrainer(const std::string& model, const std::string& config, const std::string& data,
             const std::string& device) {
-    const models::GptConfig gpt = ParseModel(model);
-    zero::TrainerOptions options;
-    options.training = ParseTraining(config);
-    data_ = Unwrap(models::ByteTextSource(data));
     device_ = Unwrap(CreateDeviceByName(device));
     comm_ = Unwrap(CreateCommunicator(*device_));
-    model_ = Unwrap(models::Gpt::Create(gpt));
+    // Each rank reads its own arguments (a path may be bad on one rank
+    // only); the ranks agree on the outcome before any other collective, so
+    // one rank's error is every rank's instead of a wait for the watchdog.
+    zero::TrainerOptions options;
+    const absl::Status local = [&]() -> absl::Status {
+      models::GptConfig gpt;
+      MEMWALL_RETURN_IF_ERROR(ParseTextProto(model, "model", &gpt));
+      MEMWALL_RETURN_IF_ERROR(models::ValidateConfig(gpt));
+      MEMWALL_RETURN_IF_ERROR(ParseTextProto(config, "config", &options.training));
+      MEMWALL_ASSIGN_OR_RETURN(data_, models::ByteTextSource(data));
+      MEMWALL_ASSIGN_OR_RETURN(model_, models::Gpt::Create(gpt));
+      return absl::OkStatus();
+    }();
+    ThrowIfError(AgreeAcrossRanks(*comm_, *device_, local, "reading the trainer's arguments"));
     trainer_ = Unwrap(infinity::CreateTrainer(*model_, *device_, *comm_, std::move(options)));
   }
 

@@ -208,6 +208,27 @@ print("RESULT", t.rank, t.world_size, " ".join(f"{{l:.4f}}" for l in losses))
         self.assertAlmostEqual(losses[0], first, places=4)
         self.assertAlmostEqual(losses[-1], last, places=4)
 
+    def test_a_rank_with_a_bad_local_path_fails_every_rank(self):
+        # Before, rank 0 went on into the first collective and waited there
+        # for the watchdog (600 s) while rank 1 had raised.
+        script = os.path.join(self.tmp, "bad_rank.py")
+        with open(script, "w") as f:
+            f.write(f"""
+import os, memwall
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+try:
+    memwall.Trainer({self.model!r}, {self.config!r}, data={TEXT!r} if rank == 0 else "no_such_dir/text.txt")
+    print("CREATED", rank)
+except ValueError as e:
+    print("REFUSED", rank, e)
+""")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        out = subprocess.run(["tools/mpi_test_runner.sh", "2", sys.executable, script], env=env, check=True,
+                             capture_output=True, text=True, timeout=60).stdout
+        self.assertNotIn("CREATED", out)
+        self.assertRegex(out, r"REFUSED 0 .*failed on rank\(s\) 1; rank 1: .*no_such_dir/text.txt")
+        self.assertRegex(out, r"REFUSED 1 .*no_such_dir/text.txt")
+
 
 class SafetensorsTest(unittest.TestCase):
     def test_round_trip_and_errors(self):
