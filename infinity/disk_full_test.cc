@@ -1,4 +1,4 @@
-// A full disk (issue 18): a checkpoint save, a results write and an NVMe
+// A full disk: a checkpoint save, a results write and an NVMe
 // swap file meet ENOSPC on a small tmpfs of their own
 // (disk_full_test.sh mounts one in a private mount namespace and names it
 // in MEMWALL_SMALL_DISK). Each returns a Status naming its path; the

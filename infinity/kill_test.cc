@@ -1,4 +1,4 @@
-// Kill tests (issue 18): a training process killed with SIGKILL at random
+// Kill tests: a training process killed with SIGKILL at random
 // points of its checkpoint saves, restarted from its latest checkpoint each
 // time, as a preempted job is. Two runs of kills:
 //   - optimizer states on the device: 50 kills, each at a uniformly random

@@ -1,5 +1,5 @@
 // Optimizer states on NVMe against them in pinned host memory, under mpirun
-// with 1, 2 and 4 ranks (issue 16, "Done when"):
+// with 1, 2 and 4 ranks:
 //   - equivalence: the same losses, loss scales, skipped steps and weights,
 //     bit for bit, after 20 steps: stages 1, 2 and 3, fp32, bf16 with gradient
 //     accumulation, fp16 with a forced overflow, three swap buffers and a

@@ -141,9 +141,9 @@ class NvmeParameterStore : public zero::ParameterStore {
     return Tensor::Flat(slot.buffer.as<char>() + (begin * elem_ - span.first), dtype_, n);
   }
 
-  // [Note: parameter read-ahead] A free swap-in buffer (not reserved, its
-  // last copy out done) takes the read now; Fetch of the same range finds it
-  // in flight. At most read_ahead_buffers are reserved, so a gather's own
+  // [Note: parameter read-ahead]
+  // A free swap-in buffer (not reserved, its last copy out done) takes the
+  // read now; Fetch of the same range finds it in flight. At most read_ahead_buffers are reserved, so a gather's own
   // Fetch always has a buffer. None starts while a write is in flight (it
   // could read the old values), and an update cancels them all.
   bool ReadAhead(int64_t begin, int64_t n) override {

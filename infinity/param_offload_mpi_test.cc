@@ -1,7 +1,7 @@
 // Stage 3's 16-bit parameter shard in pinned host memory (offload_param
 // { device: CPU }) and in an NVMe swap file (device: NVME), ZeRO-Infinity
 // §5.1.1, against it on the device, under mpirun with 1, 2 and 4 ranks
-// (issue 17, "Done when"):
+// :
 //   - equivalence: the same losses, loss scales, skipped steps and weights,
 //     bit for bit, after 20 steps, with the optimizer on the device (CPU
 //     parameters only), on the CPU and on NVMe: fp32, bf16 with gradient

@@ -1,4 +1,4 @@
-// ZeRO-Offload's point on one device (issue 6, "Done when"): with a 1 GiB
+// ZeRO-Offload's point on one device: with a 1 GiB
 // device budget on the CpuDevice, a 75M-parameter GPT that stage 0 refuses
 // ("does not fit": 16 bytes per parameter is 1.2 GB) trains under offload,
 // where the device holds its 16-bit parameters (2 bytes per parameter), the

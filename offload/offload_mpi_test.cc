@@ -1,5 +1,5 @@
 // ZeRO-Offload against the device engine, under mpirun with 1, 2 and 4
-// ranks (issue 6, "Done when"):
+// ranks:
 //   - equivalence: stage 2 + offload, stage 1 + offload and stage 3 +
 //     offload give stage 2's losses and weights (stage 3's bit for bit
 //     without clipping) (fp32 and bf16, with and without gradient

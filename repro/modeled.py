@@ -29,7 +29,7 @@ PAPERS = "models/configs/papers.textproto"
 BATCHES = (1, 2, 4, 8, 16, 32, 64)  # searched when a Run has micro_batch 0
 # ZeRO's and ZeRO-Infinity's figures: sequences per optimizer step, reached
 # by gradient accumulation. An assumption: the papers' per-run batch sizes
-# are not in shared/papers/FACTS.md; 1024 x 1024 tokens is GPT-2 /
+# are not in the papers' text; 1024 x 1024 tokens is GPT-2 /
 # Megatron-era practice.
 ZERO_GLOBAL_BATCH = 1024
 COLUMNS = ["series", "model", "params", "ranks", "model_parallel", "stage", "offload", "dpu", "micro_batch",
@@ -136,7 +136,7 @@ def zero_superlinear(hw):
                              partition_activations=True)
         rows.append(row("ZeRO-100B (stage 2, MP 16)", "zero_60b", run, hw))  # no accumulation: the batch per GPU is the point
     rows.append(paper("ZeRO-100B (stage 2, MP 16)", "zero_60b", 400, "", "super-linear: aggregate throughput more "
-                      "than doubles when the GPUs double (values read off the figure are not in FACTS.md)"))
+                      "than doubles when the GPUs double (values read off the figure are not in the papers' text)"))
     return rows
 
 
@@ -301,7 +301,7 @@ def main(argv):
                                                                           if not a.startswith("--figure"))),
         measured_or_modeled=f"modeled: memwall.perf_model on {hw.name} ({args.hardware}), memory from "
                             f"memwall.estimate; the model's error: {held_out_error(workspace)}; source=paper rows "
-                            "are the paper's values (shared/papers/FACTS.md)",
+                            "are the paper's values",
         files={"data.csv": "one row per modeled point (source=modeled) and the paper's values (source=paper)",
                "figure.png": "drawn by repro/figures/modeled.py from data.csv"})
     print(f"wrote {out}/{{data.csv, figure.png, provenance.json}}")

@@ -32,7 +32,7 @@ import memwall
 
 NAME = "offload_cpu_adam"
 # ZeRO-Offload Table 4: seconds per Adam step on the DGX-2's CPUs
-# (shared/papers/FACTS.md).
+# (the paper's numbers).
 PAPER = ((1_000_000_000, 0.22, 1.39), (10_000_000_000, 2.57, 14.76))
 LR, BETAS, EPS = 1e-3, (0.9, 0.999), 1e-8
 
@@ -133,7 +133,7 @@ def main(argv):
         command="./bazelw run //repro:%s -- %s" % (NAME, " ".join(shlex.quote(a) for a in argv)),
         measured_or_modeled="measured on this machine's CPU (source=measured, torch %s, %d threads, median of "
                             "%d steps after %d untimed); source=paper rows are Table 4's seconds on the DGX-2's "
-                            "CPUs (shared/papers/FACTS.md)" % (torch.__version__, args.threads, args.steps,
+                            "CPUs (the paper's numbers)" % (torch.__version__, args.threads, args.steps,
                                                                 args.warmup),
         files={"data.csv": "per size: memwall's and torch's seconds per step, their ratio, the parameters' "
                            "largest difference; then the paper's rows",

@@ -32,7 +32,7 @@ NAME = "perf_model_calibration"
 TRAIN = ("offload_throughput",)
 HELD_OUT = ("infinity_prefetch", "infinity_activation_offload")
 PAPERS = "models/configs/papers.textproto"
-# ZeRO-Offload Figure 8 (shared/papers/FACTS.md): one V100.
+# ZeRO-Offload Figure 8 (the paper's numbers): one V100.
 # Micro-batch 0: the largest that fits (the paper does not give PyTorch's).
 V100_POINTS = (("zero_dp_1.5b", dict(stage=0, micro_batch=0), 30.0,
                 "PyTorch DDP 1.4B (ZeRO's 34 x 1920 1.5B shape), 30 TFLOPS"),

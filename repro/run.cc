@@ -305,7 +305,7 @@ absl::Status DriveMemoryTable(const Experiment& e, const std::string& experiment
       "modeled, nothing run: source=estimator rows are zero/estimator.h over ", e.memory_table().ranks(),
       " ranks at micro_batch ", e.training().micro_batch(), " x seq ", e.training().seq(),
       " (the plans the engine allocates from); source=paper formula rows are ZeRO-Infinity §3's formulas "
-      "(shared/papers/FACTS.md) on the same shapes. The figure's printed values are not in this repository, so "
+      "(the paper's numbers) on the same shapes. The figure's printed values are not in this repository, so "
       "no row copies them");
   p.files["data.csv"] = "per model: the formula row, then one estimator row per placement; bytes";
   MEMWALL_RETURN_IF_ERROR(WriteProvenance(dir + "/provenance.json", p));
@@ -332,7 +332,7 @@ absl::Status DriveMaxModelTable(const Experiment& e, const std::string& experime
       "estimator with buckets: whole plan, buckets included) from zero/estimator.h fit ",
       e.max_model_table().device_bytes(), " bytes, the model split over MP ranks and partitioned over ",
       e.max_model_table().data_parallel(), " data-parallel ranks, found by bisection; source=paper formula rows are "
-      "ZeRO §5.1's 16, 4+12/N_d, 2+14/N_d and 16/N_d bytes per parameter (shared/papers/FACTS.md), which give "
+      "ZeRO §5.1's 16, 4+12/N_d, 2+14/N_d and 16/N_d bytes per parameter, which give "
       "ZeRO Table 2's theoretical columns");
   p.files["data.csv"] = "per MP degree and stage: the formula row, then the estimator's without and with buckets";
   MEMWALL_RETURN_IF_ERROR(WriteProvenance(dir + "/provenance.json", p));

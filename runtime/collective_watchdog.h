@@ -1,4 +1,4 @@
-// The bound on a dead or stuck rank (issue 18): a rank whose collective
+// The bound on a dead or stuck rank: a rank whose collective
 // waits longer than MEMWALL_COLLECTIVE_TIMEOUT_S seconds (default 600; 0:
 // never) for the others ends itself with kCollectiveTimeoutExit and a line
 // saying which collective and for how long, instead of hanging in it.

@@ -1,7 +1,7 @@
 // The device abstraction every memwall layer computes on: memory with exact
 // accounting, streams that run work in order, events that order streams.
 //
-// Two implementations share this interface (see ARCHITECTURE.md):
+// Two implementations share this interface (see docs/architecture.md):
 //   CudaDevice (runtime/cuda_device.h)  a GPU: stream-ordered allocator,
 //                                       CUDA streams/events, pinned host memory
 //   CpuDevice  (runtime/cpu_device.h)   a simulated accelerator over host

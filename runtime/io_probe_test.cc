@@ -1,5 +1,5 @@
 // The I/O probes answer for this machine: io_uring and O_DIRECT on the test's
-// scratch directory work here (BUILD_OFFLINE.md: liburing 2.3, ext4), and a
+// scratch directory work here (docs/build.md: liburing 2.3, ext4), and a
 // directory that does not exist is reported naming it.
 #include "runtime/io_probe.h"
 

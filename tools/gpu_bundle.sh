@@ -2,7 +2,7 @@
 # Builds memwall's GPU test, benchmark and self-check binaries here (where
 # Bazel and the CUDA toolkit are) and packs them, with the shared libraries a
 # GPU machine lacks, into one folder that runs there without Bazel.
-# See ../shared/design/GPU.md and docs/build.md.
+# See docs/build.md.
 #
 #   tools/gpu_bundle.sh [OUT_DIR]          (default: gpu_bundle/, git-ignored)
 #   OUT_DIR/run.sh RESULTS_DIR [NAME...]   (on the GPU machine)

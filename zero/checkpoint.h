@@ -1,4 +1,4 @@
-// Sharded checkpoints of the ZeRO engine (issue 5): Trainer::Save and
+// Sharded checkpoints of the ZeRO engine: Trainer::Save and
 // Trainer::Load (declared in trainer.h, defined in checkpoint.cc) and the
 // consolidation into one Hugging Face GPT-2 safetensors file.
 //

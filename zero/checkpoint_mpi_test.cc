@@ -1,5 +1,4 @@
-// Sharded checkpoints under mpirun with 1, 2 and 4 ranks (issue 5, "Done
-// when"):
+// Sharded checkpoints under mpirun with 1, 2 and 4 ranks:
 //   - resume: 10 steps, save, a fresh trainer loads and runs 10 more; the
 //     losses and weights equal an uninterrupted 20-step run bit for bit, at
 //     every stage, in fp32, bf16 and fp16 (loss scale and its counter carry

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Checkpoints across launches (issue 5, "Done when"), each phase a gtest of
+# Checkpoints across launches, each phase a gtest of
 # checkpoint_mpi_test run under mpirun by tools/mpi_test_runner.sh:
 #   1. re-partitioning: saved by 4 ranks at stage 3, resumed by 2 at stage 2
 #      and by 3 at stage 2 (shards that do not divide evenly); saved by

@@ -1,5 +1,5 @@
 #!/bin/bash
-# A rank that vanishes mid-step (issue 18): killed (SIGKILL) or stopped for
+# A rank that vanishes mid-step: killed (SIGKILL) or stopped for
 # good (SIGSTOP), on 2 and on 4 ranks. Every other rank must end within
 # BOUND seconds and the job must fail, saying which rank died (mpirun's
 # "process rank R ... exited on signal 9") or that a collective waited past

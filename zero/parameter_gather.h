@@ -32,6 +32,14 @@
 // [Note: stream errors] in runtime/device.h), so every rank returns the
 // Status from its step instead of hanging. Cost: one 8N-byte all-gather per
 // module per pass. The engine is unusable after such a Status.
+//
+// [Note: I/O check]
+// A shard store that can fail on one rank alone (fails_alone(): the NVMe
+// store's reads) would leave that rank out of the next broadcast while the
+// others wait in it. So when the store can fail alone, each gather
+// all-gathers every rank's health() (one int32 per rank) between its
+// fetches and its broadcasts; a rank whose read failed returns its own
+// Status, every other rank a DataLoss naming it, before any broadcast runs.
 #ifndef MEMWALL_ZERO_PARAMETER_GATHER_H_
 #define MEMWALL_ZERO_PARAMETER_GATHER_H_
 

@@ -2,7 +2,7 @@
 // fp32 master weights and Adam's two moments, 12 bytes per parameter, of
 // the rank's shard; ZeRO-Offload §4: the same on the host, stepped by the
 // CPU Adam). The engine talks to this interface only, so offload/ plugs in
-// without a branch per mode in zero/ (ARCHITECTURE.md).
+// without a branch per mode in zero/ (docs/architecture.md).
 //
 // States are `elements` fp32 values each: the whole model at stage 0, the
 // padded shard at stages 1-3 (padding elements are zero and stay zero).

@@ -30,7 +30,7 @@
 // which keeps the gradient shard too, so its gradients always travel in
 // reduce buckets, stage 1 included).
 //
-// One step (ARCHITECTURE.md, "One training step"):
+// One step (docs/architecture.md, "A stage is a composition"):
 //   grads = 0
 //   for each of `accumulation` micro-batches:
 //     forward + backward, loss scaled by loss_scale / (global batch tokens),
