@@ -214,7 +214,8 @@ TEST_F(CheckpointMeaning, ATiledCheckpointConsolidatesToTheUntiledFile) {
   EXPECT_TRUE(models::ImportGpt(*file, *plain.model, *plain.device).ok());
 }
 
-TEST(CheckpointMetadataBounds, AStepBeyondTwoToThe53IsRefused) {
+// Valid metadata of a 10-element model in one shard, step 0.
+CheckpointMetadata TenElements() {
   CheckpointMetadata meta;
   meta.set_format_version(1);
   meta.set_world_size(1);
@@ -227,6 +228,11 @@ TEST(CheckpointMetadataBounds, AStepBeyondTwoToThe53IsRefused) {
   sh->set_file("rank_00000.shard");
   sh->set_count(10);
   sh->set_bytes(24 + 12 * 10);
+  return meta;
+}
+
+TEST(CheckpointMetadataBounds, AStepBeyondTwoToThe53IsRefused) {
+  CheckpointMetadata meta = TenElements();
   meta.set_step(5);
   EXPECT_TRUE(ValidateCheckpointMetadata(meta, "d").ok());
   meta.set_step((int64_t{1} << 62) + 1);
@@ -241,18 +247,7 @@ TEST(CheckpointMetadataBounds, AStepBeyondTwoToThe53IsRefused) {
 // Metadata holding a field this version does not know (a newer writer's,
 // or damage that still parses) is refused, not read without it.
 TEST(CheckpointMetadataBounds, UnknownFieldsAreRefused) {
-  CheckpointMetadata meta;
-  meta.set_format_version(1);
-  meta.set_world_size(1);
-  meta.set_precision("fp32");
-  meta.set_numel(10);
-  meta.set_global_batch(1);
-  meta.set_seq(1);
-  meta.set_loss_scale(1);
-  CheckpointShard* sh = meta.add_shards();
-  sh->set_file("rank_00000.shard");
-  sh->set_count(10);
-  sh->set_bytes(24 + 12 * 10);
+  CheckpointMetadata meta = TenElements();
   const std::string known = meta.SerializeAsString();
   EXPECT_TRUE(ParseCheckpointMetadata(CheckpointMarker(known), known, "d").ok());
   const std::string newer = known + std::string("\x98\x06\x01", 3);  // field 99, varint 1
@@ -265,20 +260,10 @@ TEST(CheckpointMetadataBounds, UnknownFieldsAreRefused) {
 // A pending delayed update adds a fourth section to every shard, and is
 // the update of the metadata's Adam step, with a finite rate and scale.
 TEST(CheckpointMetadataBounds, APendingUpdateMustMatchItsShardsAndStep) {
-  CheckpointMetadata meta;
-  meta.set_format_version(1);
-  meta.set_world_size(1);
-  meta.set_precision("bf16");
-  meta.set_numel(10);
-  meta.set_global_batch(1);
-  meta.set_seq(1);
-  meta.set_loss_scale(1);
+  CheckpointMetadata meta = TenElements();
   meta.set_step(5);
   meta.set_adam_step(5);
-  CheckpointShard* sh = meta.add_shards();
-  sh->set_file("rank_00000.shard");
-  sh->set_count(10);
-  sh->set_bytes(24 + 12 * 10);
+  CheckpointShard* sh = meta.mutable_shards(0);
   PendingUpdate* u = meta.mutable_pending_update();
   u->set_lr(1e-3f);
   u->set_step(5);
