@@ -104,17 +104,18 @@ absl::Status HostGradientShard::Norm(const Tensor& norm, Stream& stream) {
   return stream.Copy(norm.data(), norm_host_.data(), 2 * sizeof(float));
 }
 
+absl::Status HostGradientShard::CheckRange(int64_t begin, int64_t n) const {
+  if (begin >= 0 && n >= 0 && begin <= n_ - n) return absl::OkStatus();
+  return absl::OutOfRangeError(absl::StrCat("offload: gradients [", begin, ", +", n, ") of a shard of ", n_));
+}
+
 absl::Status HostGradientShard::ReadActive(int64_t begin, int64_t n, float* out) const {
-  if (begin < 0 || n < 0 || begin > n_ - n) {
-    return absl::OutOfRangeError(absl::StrCat("offload: gradients [", begin, ", +", n, ") of a shard of ", n_));
-  }
+  MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
   return Convert(active() + begin * SizeOf(dtype_), dtype_, out, DType::kF32, n);
 }
 
 absl::Status HostGradientShard::WriteActive(int64_t begin, int64_t n, const float* in) {
-  if (begin < 0 || n < 0 || begin > n_ - n) {
-    return absl::OutOfRangeError(absl::StrCat("offload: gradients [", begin, ", +", n, ") of a shard of ", n_));
-  }
+  MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
   return Convert(in, DType::kF32, grads_[active_].as<char>() + begin * SizeOf(dtype_), dtype_, n);
 }
 

@@ -62,6 +62,9 @@ class HostGradientShard : public zero::GradientSink {
   absl::Status WriteActive(int64_t begin, int64_t n, const float* in);
 
  private:
+  // OutOfRange unless [begin, begin + n) lies in the shard.
+  absl::Status CheckRange(int64_t begin, int64_t n) const;
+
   Device& device_;
   const int64_t n_;
   const DType dtype_;

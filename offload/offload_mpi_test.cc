@@ -543,8 +543,8 @@ TEST_F(Offload, DelayedUpdateTracksTheUndelayedRunOnTheOverfitTask) {
 // Every gradient is consumed exactly once, in order, by the right step:
 // with a learning rate of 0 the parameters never move, so every iteration's
 // gradient is the same in the delayed and the undelayed run, and after all
-// updates (the last one applied by ApplyPendingUpdate) Adam's moments, which sum those
-// gradients, must be bit for bit the same. A lost, repeated or half-zeroed
+// updates (the last one applied by ApplyPendingUpdate) Adam's moments,
+// which sum those gradients, must be bit for bit the same. A lost, repeated or half-zeroed
 // gradient buffer changes them.
 TEST_F(Offload, DelayedUpdateConsumesEveryGradientOnce) {
   constexpr int kWarmup = 3, kSteps = 20;

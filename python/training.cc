@@ -35,18 +35,21 @@ T Unwrap(absl::StatusOr<T> v) {
   return std::move(*v);
 }
 
-zero::TrainingConfig ParseTraining(const std::string& text) {
+absl::StatusOr<zero::TrainingConfig> ReadTraining(const std::string& text) {
   zero::TrainingConfig config;
-  ThrowIfError(ParseTextProto(text, "config", &config));
+  MEMWALL_RETURN_IF_ERROR(ParseTextProto(text, "config", &config));
   return config;
 }
 
-models::GptConfig ParseModel(const std::string& text) {
+absl::StatusOr<models::GptConfig> ReadModel(const std::string& text) {
   models::GptConfig model;
-  ThrowIfError(ParseTextProto(text, "model", &model));
-  ThrowIfError(models::ValidateConfig(model));
+  MEMWALL_RETURN_IF_ERROR(ParseTextProto(text, "model", &model));
+  MEMWALL_RETURN_IF_ERROR(models::ValidateConfig(model));
   return model;
 }
+
+zero::TrainingConfig ParseTraining(const std::string& text) { return Unwrap(ReadTraining(text)); }
+models::GptConfig ParseModel(const std::string& text) { return Unwrap(ReadModel(text)); }
 
 py::object FromJson(const std::string& json) { return py::module_::import("json").attr("loads")(json); }
 
@@ -100,10 +103,8 @@ class PyTrainer {
     // one rank's error is every rank's instead of a wait for the watchdog.
     zero::TrainerOptions options;
     const absl::Status local = [&]() -> absl::Status {
-      models::GptConfig gpt;
-      MEMWALL_RETURN_IF_ERROR(ParseTextProto(model, "model", &gpt));
-      MEMWALL_RETURN_IF_ERROR(models::ValidateConfig(gpt));
-      MEMWALL_RETURN_IF_ERROR(ParseTextProto(config, "config", &options.training));
+      MEMWALL_ASSIGN_OR_RETURN(const models::GptConfig gpt, ReadModel(model));
+      MEMWALL_ASSIGN_OR_RETURN(options.training, ReadTraining(config));
       MEMWALL_ASSIGN_OR_RETURN(data_, models::ByteTextSource(data));
       MEMWALL_ASSIGN_OR_RETURN(model_, models::Gpt::Create(gpt));
       return absl::OkStatus();

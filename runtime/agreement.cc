@@ -19,10 +19,15 @@ namespace {
 constexpr int64_t kStatusRecord = 512;              // bytes per rank: code, then the message's start
 constexpr int64_t kMaxFingerprintBytes = 1 << 20;   // far above any configuration's
 
-// Every rank's `record_bytes` (a multiple of 4) from `mine`, in rank order,
-// through the device (the communicator's memory).
-absl::StatusOr<std::vector<char>> GatherRecords(Communicator& comm, Device& device, const char* mine,
-                                                int64_t record_bytes, const Buffer* given) {
+}  // namespace
+
+absl::StatusOr<std::vector<char>> AllGatherRecords(Communicator& comm, Device& device, absl::string_view mine,
+                                                   const Buffer* given) {
+  const int64_t record_bytes = static_cast<int64_t>(mine.size());
+  if (record_bytes == 0 || record_bytes % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("a gathered record must be a positive multiple of 4 bytes, not ",
+                                                   record_bytes));
+  }
   const int world = comm.world_size();
   Stream& s = device.compute_stream();
   const int64_t bytes = int64_t{world} * record_bytes;
@@ -32,17 +37,19 @@ absl::StatusOr<std::vector<char>> GatherRecords(Communicator& comm, Device& devi
   }
   const Buffer& records = own.data() != nullptr ? own : *given;
   const Tensor all = Tensor::OfBuffer(records, DType::kI32, &device).Slice(0, bytes / 4);
-  std::vector<char> host(int64_t{world} * record_bytes);
+  std::vector<char> host(bytes);
   // An early return still waits for the queued copies: they read `mine` and
   // write `records` and `host`, all freed on return (declared before this).
   absl::Cleanup drain = [&s] { (void)s.Synchronize(); };
   const Tensor slot = all.Slice(int64_t{comm.rank()} * (record_bytes / 4), record_bytes / 4);
-  MEMWALL_RETURN_IF_ERROR(s.Copy(slot.data(), mine, record_bytes));
+  MEMWALL_RETURN_IF_ERROR(s.Copy(slot.data(), mine.data(), record_bytes));
   MEMWALL_RETURN_IF_ERROR(comm.AllGather(slot, all, s));
   MEMWALL_RETURN_IF_ERROR(s.Copy(host.data(), records.data(), host.size()));
   MEMWALL_RETURN_IF_ERROR(s.Synchronize());
   return host;
 }
+
+namespace {
 
 // FNV-1a: the same digest in every process (absl::Hash is seeded per process).
 uint64_t Digest(absl::string_view text) {
@@ -124,7 +131,7 @@ absl::Status AgreeAcrossRanks(Communicator& comm, Device& device, const absl::St
   if (!message.empty()) {  // an OK status's message may have no data at all
     std::memcpy(mine + 4, message.data(), std::min<size_t>(message.size(), kStatusRecord - 5));
   }
-  MEMWALL_ASSIGN_OR_RETURN(const std::vector<char> all, GatherRecords(comm, device, mine, kStatusRecord, records));
+  MEMWALL_ASSIGN_OR_RETURN(const std::vector<char> all, AllGatherRecords(comm, device, absl::string_view(mine, kStatusRecord), records));
   if (!local.ok()) return local;
   std::vector<int> failed;
   for (int r = 0; r < comm.world_size(); ++r) {
@@ -183,7 +190,7 @@ absl::Status AgreeOnFingerprint(Communicator& comm, Device& device, const Finger
   char head[16];
   std::memcpy(head, &length, 8);
   std::memcpy(head + 8, &digest, 8);
-  MEMWALL_ASSIGN_OR_RETURN(const std::vector<char> heads, GatherRecords(comm, device, head, sizeof(head), records));
+  MEMWALL_ASSIGN_OR_RETURN(const std::vector<char> heads, AllGatherRecords(comm, device, absl::string_view(head, sizeof(head)), records));
   int64_t longest = 0;
   bool same = true;
   std::vector<int64_t> lengths(world);
@@ -200,7 +207,7 @@ absl::Status AgreeOnFingerprint(Communicator& comm, Device& device, const Finger
   const int64_t record = std::max<int64_t>(4, (longest + 3) / 4 * 4);
   std::vector<char> padded(record, 0);
   std::memcpy(padded.data(), text.data(), text.size());
-  MEMWALL_ASSIGN_OR_RETURN(const std::vector<char> texts, GatherRecords(comm, device, padded.data(), record, records));
+  MEMWALL_ASSIGN_OR_RETURN(const std::vector<char> texts, AllGatherRecords(comm, device, absl::string_view(padded.data(), record), records));
   std::vector<Fingerprint> all;
   for (int r = 0; r < world; ++r) all.push_back(Fingerprint::Parse(absl::string_view(texts.data() + r * record, lengths[r])));
   std::string field;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/message.h"
 #include "runtime/communicator.h"
@@ -36,6 +37,13 @@ namespace memwall {
 
 // Device bytes an agreement among `world` ranks exchanges through (0 for one).
 int64_t AgreementBytes(int world);
+
+// Every rank's `mine` (the same size on every rank, a multiple of 4 bytes),
+// in rank order: the exchange under both agreements, for any small record
+// the ranks must share. Through `records` when it is large enough, else a
+// buffer allocated for the exchange.
+absl::StatusOr<std::vector<char>> AllGatherRecords(Communicator& comm, Device& device, absl::string_view mine,
+                                                   const Buffer* records = nullptr);
 
 absl::Status AgreeAcrossRanks(Communicator& comm, Device& device, const absl::Status& local, absl::string_view what,
                               const Buffer* records = nullptr);

@@ -19,7 +19,6 @@
 #include <tuple>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -543,17 +542,13 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
   MEMWALL_RETURN_IF_ERROR(Agree(written, "writing a checkpoint shard"));
 
   // Every shard is in place: gather their sizes and checksums on rank 0.
-  Stream& s = device_.compute_stream();
-  MEMWALL_ASSIGN_OR_RETURN(Buffer info, device_.Allocate(4 * world * sizeof(int32_t), MemoryTag::kOther));
-  const Tensor all = Tensor::OfBuffer(info, DType::kI32, &device_);
   const int32_t mine[4] = {static_cast<int32_t>(crc), static_cast<int32_t>(bytes & 0xffffffffu),
                            static_cast<int32_t>(bytes >> 32), writes ? 1 : 0};
+  MEMWALL_ASSIGN_OR_RETURN(const std::vector<char> gathered,
+                           AllGatherRecords(comm_, device_, absl::string_view(reinterpret_cast<const char*>(mine),
+                                                                              sizeof(mine)), &agreement_));
   std::vector<int32_t> infos(4 * world);
-  absl::Cleanup drain = [&s] { (void)s.Synchronize(); };  // as in Agree
-  MEMWALL_RETURN_IF_ERROR(s.Copy(all.Slice(4 * rank, 4).data(), mine, sizeof(mine)));
-  MEMWALL_RETURN_IF_ERROR(comm_.AllGather(all.Slice(4 * rank, 4), all, s));
-  MEMWALL_RETURN_IF_ERROR(s.Copy(infos.data(), info.data(), info.bytes()));
-  MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+  std::memcpy(infos.data(), gathered.data(), gathered.size());
 
   absl::Status finished;
   if (rank == 0) {

@@ -9,20 +9,15 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "zero/checkpoint.h"
+#include "zero/testing.h"
 
 namespace memwall::zero {
 namespace {
 
 namespace fs = std::filesystem;
 
-class CheckpointFiles : public ::testing::Test {
+class CheckpointFiles : public test::PerTestDirectory {
  protected:
-  void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    root_ = fs::path(tmp ? tmp : "/tmp") / ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
   // A step directory; complete when it has the marker.
   std::string Step(const std::string& name, bool complete) {
     const fs::path dir = root_ / name;
@@ -30,7 +25,6 @@ class CheckpointFiles : public ::testing::Test {
     if (complete) std::ofstream(dir / "COMPLETE") << "x";
     return dir.string();
   }
-  fs::path root_;
 };
 
 TEST_F(CheckpointFiles, LatestComparesStepNumbersNotNames) {

@@ -20,6 +20,7 @@
 #include "models/gpt_io.h"
 #include "runtime/cpu_device.h"
 #include "zero/checkpoint.h"
+#include "zero/testing.h"
 #include "zero/trainer.h"
 
 namespace memwall::zero {
@@ -70,14 +71,8 @@ struct Training {
   }
 };
 
-class CheckpointMeaning : public ::testing::Test {
+class CheckpointMeaning : public test::PerTestDirectory {
  protected:
-  void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    root_ = fs::path(tmp ? tmp : "/tmp") / ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
   // A checkpoint of one step of `config`'s model.
   std::string Saved(const models::GptConfig& config) {
     Training run(config);
@@ -86,7 +81,6 @@ class CheckpointMeaning : public ::testing::Test {
     EXPECT_TRUE(dir.ok()) << dir.status();
     return dir.ok() ? *dir : "";
   }
-  fs::path root_;
 };
 
 TEST_F(CheckpointMeaning, AModelWithOtherHeadsIsRefused) {

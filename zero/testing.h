@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +35,20 @@ class MpiRanks : public ::testing::Test {
   bool Root() const { return comm_->rank() == 0; }
   std::unique_ptr<Device> device_;
   std::unique_ptr<Communicator> comm_;
+};
+
+// A test with a directory of its own, emptied before it runs:
+// $TEST_TMPDIR/<test name> (or /tmp/<test name>).
+class PerTestDirectory : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    root_ = std::filesystem::path(tmp ? tmp : "/tmp") /
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(root_);
+    std::filesystem::create_directories(root_);
+  }
+  std::filesystem::path root_;
 };
 
 // 2 layers, hidden 32, 4 heads, byte vocabulary, 16 positions: about 30k
