@@ -17,9 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
+#include "infinity/nvme_state_store.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "infinity/trainer.h"
 #include "runtime/cpu_device.h"
 #include "runtime/cuda_device.h"
 #include "zero/testing.h"
@@ -73,7 +74,7 @@ zero::test::Outcome Train(std::unique_ptr<Device> device, const zero::TrainerOpt
   auto model = models::Gpt::Create(zero::test::SmallGpt());
   EXPECT_TRUE(model.ok()) << what << ": " << model.status();
   if (!model.ok()) return out;
-  auto trainer = CreateTrainer(**model, *device, *comm, options);
+  auto trainer = engine::CreateTrainer(**model, *device, *comm, options);
   EXPECT_TRUE(trainer.ok()) << what << ": " << trainer.status();
   if (!trainer.ok()) return out;
   zero::test::RunSteps(**trainer, *device, steps, out, what);

@@ -17,10 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
+#include "infinity/nvme_state_store.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "infinity/trainer.h"
 #include "runtime/cpu_device.h"
 #include "runtime/files.h"
 #include "zero/checkpoint.h"
@@ -88,7 +89,7 @@ TEST_F(DiskFull, ASaveThatRunsOutOfSpaceLeavesThePreviousCheckpoint) {
   auto device = *CreateCpuDevice();
   auto comm = CreateSingleProcessCommunicator();
   auto model = *models::Gpt::Create(zero::test::SmallGpt());
-  auto trainer = *CreateTrainer(*model, *device, *comm, Training());
+  auto trainer = *engine::CreateTrainer(*model, *device, *comm, Training());
   const std::string dir = disk_ + "/ckpt";
   ASSERT_TRUE(trainer->Step(zero::test::SyntheticData()).ok());
   auto first = trainer->Save(dir);
@@ -107,7 +108,7 @@ TEST_F(DiskFull, ASaveThatRunsOutOfSpaceLeavesThePreviousCheckpoint) {
   // The previous checkpoint loads, to exactly what was saved.
   std::filesystem::remove(disk_ + "/filler");
   auto fresh_model = *models::Gpt::Create(zero::test::SmallGpt());
-  auto fresh = *CreateTrainer(*fresh_model, *device, *comm, Training());
+  auto fresh = *engine::CreateTrainer(*fresh_model, *device, *comm, Training());
   ASSERT_TRUE(fresh->Load(*first).ok());
   EXPECT_EQ(zero::test::CountBitDifferences(*fresh->MasterWeights(), saved), 0u);
   // And with room again, the same step saves whole.
@@ -139,7 +140,7 @@ TEST_F(DiskFull, AnNvmeSwapFileThatDoesNotFitIsRefusedBeforeTraining) {
   std::filesystem::create_directories(swap);
   // Room for a third of the states (12 bytes per parameter).
   FillLeaving(4 * models::CountParameters(zero::test::SmallGpt()));
-  auto trainer = CreateTrainer(*model, *device, *comm, Training(swap));
+  auto trainer = engine::CreateTrainer(*model, *device, *comm, Training(swap));
   ASSERT_FALSE(trainer.ok());
   EXPECT_EQ(trainer.status().code(), absl::StatusCode::kResourceExhausted) << trainer.status();
   EXPECT_TRUE(absl::StrContains(trainer.status().message(), swap)) << trainer.status();
@@ -152,7 +153,7 @@ TEST_F(DiskFull, AnNvmeSwapFileThatDoesNotFitIsRefusedBeforeTraining) {
   for (const auto& e : std::filesystem::directory_iterator(swap)) ADD_FAILURE() << "left " << e.path();
   // With the room, the same configuration trains.
   std::filesystem::remove(disk_ + "/filler");
-  auto ok = CreateTrainer(*model, *device, *comm, Training(swap));
+  auto ok = engine::CreateTrainer(*model, *device, *comm, Training(swap));
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_TRUE((*ok)->Step(zero::test::SyntheticData()).ok());
 }

@@ -22,10 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
+#include "infinity/nvme_state_store.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
-#include "infinity/trainer.h"
 #include "runtime/cpu_device.h"
 #include "zero/checkpoint.h"
 #include "zero/testing.h"
@@ -80,7 +81,7 @@ DpuRun Start(Communicator& comm, const zero::TrainerOptions& options) {
   DpuRun r;
   r.device = *CreateCpuDevice();
   r.model = *models::Gpt::Create(zero::test::SmallGpt());
-  auto trainer = CreateTrainer(*r.model, *r.device, comm, options);
+  auto trainer = engine::CreateTrainer(*r.model, *r.device, comm, options);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (trainer.ok()) r.trainer = *std::move(trainer);
   return r;

@@ -3,7 +3,7 @@
 // time, as a preempted job is. Two runs of kills:
 //   - optimizer states on the device: 50 kills, each at a uniformly random
 //     moment within one save (its duration measured first);
-//   - optimizer states on NVMe (infinity::CreateTrainer): 20 kills within a
+//   - optimizer states on NVMe (infinity/nvme_optimizer.h): 20 kills within a
 //     save and the step after it, so they land in the save's swap-ins and
 //     in the step's swap-outs too.
 // After every kill, each step directory either loads to exactly the state
@@ -33,10 +33,11 @@
 #include <thread>
 #include <vector>
 
+#include "engine/engine.h"
+#include "infinity/nvme_state_store.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "infinity/trainer.h"
 #include "runtime/cpu_device.h"
 #include "runtime/status.h"
 #include "zero/checkpoint.h"
@@ -86,7 +87,7 @@ absl::StatusOr<Run> Start(bool nvme, const std::string& swap_dir) {
   MEMWALL_ASSIGN_OR_RETURN(r.device, CreateCpuDevice());
   r.comm = CreateSingleProcessCommunicator();
   MEMWALL_ASSIGN_OR_RETURN(r.model, models::Gpt::Create(zero::test::SmallGpt()));
-  MEMWALL_ASSIGN_OR_RETURN(r.trainer, CreateTrainer(*r.model, *r.device, *r.comm, Options(nvme, swap_dir)));
+  MEMWALL_ASSIGN_OR_RETURN(r.trainer, engine::CreateTrainer(*r.model, *r.device, *r.comm, Options(nvme, swap_dir)));
   return r;
 }
 

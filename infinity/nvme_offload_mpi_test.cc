@@ -26,15 +26,16 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
+#include "infinity/nvme_state_store.h"
+#include "engine/estimate.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "infinity/trainer.h"
 #include "offload/host_optimizer.h"
 #include "runtime/cpu_device.h"
 #include "runtime/status.h"
 #include "runtime/timeline.h"
 #include "zero/checkpoint.h"
-#include "zero/estimator.h"
 #include "zero/testing.h"
 
 namespace memwall::infinity {
@@ -88,7 +89,7 @@ Outcome Train(Communicator& comm, const Case& c, int steps, const CpuDeviceOptio
   Outcome out;
   auto device = *CreateCpuDevice(device_options);
   auto model = *models::Gpt::Create(zero::test::SmallGpt());
-  auto trainer = CreateTrainer(*model, *device, comm, Options(c, comm.world_size()));
+  auto trainer = engine::CreateTrainer(*model, *device, comm, Options(c, comm.world_size()));
   EXPECT_TRUE(trainer.ok()) << c.Name() << ": " << trainer.status();
   if (trainer.ok()) zero::test::RunSteps(**trainer, *device, steps, out, c.Name());
   return out;
@@ -133,7 +134,7 @@ TEST_F(NvmeOffload, CheckpointsMoveBetweenNvmeAndCpuOffloadBitForBit) {
     {
       auto device = *CreateCpuDevice();
       auto model = *models::Gpt::Create(zero::test::SmallGpt());
-      auto t = CreateTrainer(*model, *device, *comm_, Options(from, W()));
+      auto t = engine::CreateTrainer(*model, *device, *comm_, Options(from, W()));
       ASSERT_TRUE(t.ok()) << t.status();
       for (int i = 0; i < 4; ++i) ASSERT_TRUE((*t)->Step(zero::test::SyntheticData()).ok());
       auto saved = (*t)->Save(dir);
@@ -142,7 +143,7 @@ TEST_F(NvmeOffload, CheckpointsMoveBetweenNvmeAndCpuOffloadBitForBit) {
     }
     auto device = *CreateCpuDevice();
     auto model = *models::Gpt::Create(zero::test::SmallGpt());
-    auto t = CreateTrainer(*model, *device, *comm_, Options(to, W()));
+    auto t = engine::CreateTrainer(*model, *device, *comm_, Options(to, W()));
     ASSERT_TRUE(t.ok()) << t.status();
     ASSERT_TRUE((*t)->Load(path).ok());
     // The batch of a step comes from the step count, which Load restores.
@@ -166,12 +167,11 @@ TEST_F(NvmeOffload, PinnedStatesAreTheSwapBuffersAsEstimated) {
   EXPECT_EQ(pinned_states, 3 * SwapBufferBytes(c.tile));
   EXPECT_LT(pinned_states, 12 * shard) << "not the whole shard's states";
   // The estimator, given the NVMe store's plan, predicts every pinned tag.
-  zero::EstimateInput in;
+  engine::EstimateInput in;
   in.model = zero::test::SmallGpt();
   in.ranks = W();
   in.training = Options(c, W()).training;
-  in.optimizer = NvmeOptimizerProvider(comm_->rank());
-  auto est = zero::EstimateMemory(in);
+  auto est = engine::EstimateMemory(in);
   ASSERT_TRUE(est.ok()) << est.status();
   for (int t = 0; t < kNumMemoryTags; ++t) {
     EXPECT_EQ(est->host_of(static_cast<MemoryTag>(t)), int64_t(o.pinned_peaks[t]))
@@ -190,7 +190,7 @@ TEST_F(NvmeOffload, SwapWaitsAreZonesInTheStepBreakdown) {
   c.tile = 1024;  // more sub-groups than swap buffers
   zero::TrainerOptions o = Options(c, W());
   o.timeline = &timeline;
-  auto t = CreateTrainer(*model, *device, *comm_, o);
+  auto t = engine::CreateTrainer(*model, *device, *comm_, o);
   ASSERT_TRUE(t.ok()) << t.status();
   timeline.Clear();
   auto st = (*t)->Step(zero::test::SyntheticData());
@@ -229,12 +229,11 @@ TEST_F(NvmeOffload, SwapWaitsAreZonesInTheStepBreakdown) {
   EXPECT_NE(st->breakdown.find("swap-out"), std::string::npos) << st->breakdown;
   EXPECT_NE(st->breakdown.find(" GB/s"), std::string::npos) << st->breakdown;
   // The swap file on the drive is what the estimator says it will be.
-  zero::EstimateInput in;
+  engine::EstimateInput in;
   in.model = zero::test::SmallGpt();
   in.ranks = W();
   in.training = o.training;
-  in.optimizer = NvmeOptimizerProvider(comm_->rank());
-  auto est = zero::EstimateMemory(in);
+  auto est = engine::EstimateMemory(in);
   ASSERT_TRUE(est.ok()) << est.status();
   const std::string file = absl::StrCat(SwapDir(), "/memwall_states_rank", comm_->rank(), ".swap");
   EXPECT_EQ(int64_t(std::filesystem::file_size(file)), est->nvme_bytes);
@@ -252,12 +251,11 @@ TEST_F(NvmeOffload, TrainsWhereCpuOffloadDoesNotFitThePinnedBudget) {
   cpu.precision = Precision::BF16;
   Case nvme = cpu;
   nvme.where = OffloadOptimizerConfig::NVME;
-  zero::EstimateInput in;
+  engine::EstimateInput in;
   in.model = zero::test::SmallGpt();
   in.ranks = W();
   in.training = Options(nvme, W()).training;
-  in.optimizer = NvmeOptimizerProvider(comm_->rank());
-  auto est = zero::EstimateMemory(in);
+  auto est = engine::EstimateMemory(in);
   ASSERT_TRUE(est.ok()) << est.status();
   const size_t budget = size_t(est->host_bytes);
   ASSERT_LT(int64_t(budget), 12 * shard) << "the states alone must exceed the budget";
@@ -266,14 +264,14 @@ TEST_F(NvmeOffload, TrainsWhereCpuOffloadDoesNotFitThePinnedBudget) {
   auto model = *models::Gpt::Create(zero::test::SmallGpt());
   {
     auto device = *CreateCpuDevice(limited);
-    auto t = CreateTrainer(*model, *device, *comm_, Options(cpu, W()));
+    auto t = engine::CreateTrainer(*model, *device, *comm_, Options(cpu, W()));
     ASSERT_FALSE(t.ok()) << "CPU offload must not fit " << budget << " pinned bytes";
     EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted) << t.status();
     EXPECT_NE(t.status().message().find("does not fit"), std::string::npos) << t.status();
   }
   const Outcome want = Train(*comm_, cpu, 4);
   auto device = *CreateCpuDevice(limited);
-  auto t = CreateTrainer(*model, *device, *comm_, Options(nvme, W()));
+  auto t = engine::CreateTrainer(*model, *device, *comm_, Options(nvme, W()));
   ASSERT_TRUE(t.ok()) << t.status();
   Outcome got;
   zero::test::RunSteps(**t, *device, 4, got);
@@ -330,9 +328,9 @@ TEST_F(NvmeOffload, DiskFaultsAreStatusesNamingTheFileAndTheRunResumes) {
       auto device = *CreateCpuDevice();
       auto model = *models::Gpt::Create(zero::test::SmallGpt());
       zero::TrainerOptions o = Options(c, W());
-      o.shard_optimizer = NvmeOptimizerProvider(comm_->rank(), nullptr,
-                                                comm_->rank() == faulty ? inject : AioFaultInjector{});
-      auto t = zero::Trainer::Create(*model, *device, *comm_, o);
+      engine::PlacementHooks hooks;
+      if (comm_->rank() == faulty) hooks.optimizer_faults = inject;
+      auto t = engine::CreateTrainer(*model, *device, *comm_, o, hooks);
       ASSERT_TRUE(t.ok()) << t.status();
       for (int s = 0; s < 3; ++s) ASSERT_TRUE((*t)->Step(zero::test::SyntheticData()).ok());
       auto path = (*t)->Save(dir);
@@ -366,7 +364,7 @@ TEST_F(NvmeOffload, DiskFaultsAreStatusesNamingTheFileAndTheRunResumes) {
     // Resumed from the last checkpoint (no faults): the uninterrupted run.
     auto device = *CreateCpuDevice();
     auto model = *models::Gpt::Create(zero::test::SmallGpt());
-    auto t = CreateTrainer(*model, *device, *comm_, Options(c, W()));
+    auto t = engine::CreateTrainer(*model, *device, *comm_, Options(c, W()));
     ASSERT_TRUE(t.ok()) << t.status();
     ASSERT_TRUE((*t)->Load(saved).ok());
     FinishesAsTheWholeRun(**t, *device, {});
@@ -396,7 +394,7 @@ TEST_F(NvmeOffload, RefusesABudgetBelowThreeSwapBuffersAndAMissingDirectory) {
   Case c;
   c.where = OffloadOptimizerConfig::NVME;
   c.budget = 2 * SwapBufferBytes(kTile);
-  auto t = CreateTrainer(*model, *device, *comm_, Options(c, W()));
+  auto t = engine::CreateTrainer(*model, *device, *comm_, Options(c, W()));
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
   EXPECT_NE(t.status().message().find(absl::StrCat("pinned_budget_bytes = ", c.budget, " holds 2 swap buffers of ",
@@ -408,14 +406,10 @@ TEST_F(NvmeOffload, RefusesABudgetBelowThreeSwapBuffersAndAMissingDirectory) {
       << t.status();
   zero::TrainerOptions o = Options(Case{2, OffloadOptimizerConfig::NVME}, W());
   o.training.mutable_zero()->mutable_offload_optimizer()->set_nvme_path("/no/such/nvme");
-  auto missing = CreateTrainer(*model, *device, *comm_, o);
+  auto missing = engine::CreateTrainer(*model, *device, *comm_, o);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("/no/such/nvme/memwall_states_rank"), std::string::npos)
       << missing.status();
-  // The device engine alone refuses NVMe offload, naming the factory.
-  auto plain = zero::Trainer::Create(*model, *device, *comm_, Options(Case{2, OffloadOptimizerConfig::NVME}, W()));
-  EXPECT_EQ(plain.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(plain.status().message().find("infinity::CreateTrainer"), std::string::npos) << plain.status();
 }
 
 // Two jobs given one nvme_path on one machine would write the same swap
@@ -426,12 +420,12 @@ TEST_F(NvmeOffload, ASecondJobOnTheSameSwapFilesIsRefused) {
   const Case c{2, OffloadOptimizerConfig::NVME};
   auto device = *CreateCpuDevice();
   auto model = *models::Gpt::Create(zero::test::SmallGpt());
-  auto first = CreateTrainer(*model, *device, *comm_, Options(c, W()));
+  auto first = engine::CreateTrainer(*model, *device, *comm_, Options(c, W()));
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE((*first)->Step(zero::test::SyntheticData()).ok());
   auto other_device = *CreateCpuDevice();
   auto other_model = *models::Gpt::Create(zero::test::SmallGpt());
-  auto second = CreateTrainer(*other_model, *other_device, *comm_, Options(c, W()));
+  auto second = engine::CreateTrainer(*other_model, *other_device, *comm_, Options(c, W()));
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
   EXPECT_NE(second.status().message().find(absl::StrCat("memwall_states_rank", comm_->rank(), ".swap")),
@@ -443,7 +437,7 @@ TEST_F(NvmeOffload, ASecondJobOnTheSameSwapFilesIsRefused) {
   first->reset();
   EXPECT_FALSE(std::filesystem::exists(file)) << "the holder removes its file";
   // Once the first is gone, the directory is free again.
-  auto third = CreateTrainer(*other_model, *other_device, *comm_, Options(c, W()));
+  auto third = engine::CreateTrainer(*other_model, *other_device, *comm_, Options(c, W()));
   EXPECT_TRUE(third.ok()) << third.status();
 }
 

@@ -87,7 +87,7 @@ MemoryPlan NvmeParameterStorePlan(const NvmeParameterStoreOptions& options);
 absl::StatusOr<std::unique_ptr<zero::ParameterStore>> CreateNvmeParameterStore(
     Device& device, const NvmeParameterStoreOptions& options);
 
-// For TrainerOptions.parameter_store and the estimator: the store of rank
+// The parameter part's store for the trainer and the estimator: the store of rank
 // `rank`, from the plan shape's config.
 zero::ParameterStoreProvider NvmeParameterStoreProvider(int rank, Timeline* timeline = nullptr,
                                                         AioFaultInjector fault_injector = {});

@@ -18,7 +18,7 @@
 //     rank's Status (no rank waits in a broadcast), and the run resumes from
 //     its last checkpoint bit for bit;
 //   - refusals: offload_param below stage 3, NVMe without an offloaded
-//     optimizer or without infinity::CreateTrainer.
+//     optimizer or without a swap directory that can be written.
 #include <mutex>
 #include <algorithm>
 #include <atomic>
@@ -33,18 +33,19 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
+#include "infinity/nvme_state_store.h"
+#include "engine/estimate.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "infinity/nvme_parameter_store.h"
 #include "models/gpt_io.h"
-#include "infinity/trainer.h"
 #include "offload/host_optimizer.h"
 #include "runtime/cpu_device.h"
 #include "runtime/status.h"
 #include "runtime/timeline.h"
-#include "zero/estimator.h"
 #include "zero/testing.h"
 
 namespace memwall::infinity {
@@ -100,7 +101,7 @@ Outcome Train(Communicator& comm, const Case& c, int steps, const CpuDeviceOptio
   Outcome out;
   auto device = *CreateCpuDevice(budget);
   auto model = *models::Gpt::Create(config);
-  auto trainer = CreateTrainer(*model, *device, comm, Options(c, comm.world_size()));
+  auto trainer = engine::CreateTrainer(*model, *device, comm, Options(c, comm.world_size()));
   EXPECT_TRUE(trainer.ok()) << c.Name() << ": " << trainer.status();
   if (trainer.ok()) zero::test::RunSteps(**trainer, *device, steps, out, c.Name());
   return out;
@@ -174,7 +175,7 @@ TEST_F(ParamOffload, CheckpointsMoveBetweenHostAndDeviceParameters) {
     {
       auto d = *CreateCpuDevice();
       auto model = *models::Gpt::Create(zero::test::SmallGpt());
-      auto t = CreateTrainer(*model, *d, *comm_, Options(from, W()));
+      auto t = engine::CreateTrainer(*model, *d, *comm_, Options(from, W()));
       ASSERT_TRUE(t.ok()) << t.status();
       for (int i = 0; i < 4; ++i) ASSERT_TRUE((*t)->Step(zero::test::SyntheticData()).ok());
       auto saved = (*t)->Save(dir);
@@ -183,7 +184,7 @@ TEST_F(ParamOffload, CheckpointsMoveBetweenHostAndDeviceParameters) {
     }
     auto d = *CreateCpuDevice();
     auto model = *models::Gpt::Create(zero::test::SmallGpt());
-    auto t = CreateTrainer(*model, *d, *comm_, Options(to, W()));
+    auto t = engine::CreateTrainer(*model, *d, *comm_, Options(to, W()));
     ASSERT_TRUE(t.ok()) << t.status();
     ASSERT_TRUE((*t)->Load(path).ok());
     Outcome resumed;
@@ -209,13 +210,11 @@ TEST_F(ParamOffload, TheShardLeavesTheDeviceAsEstimated) {
       const Outcome h = Train(*comm_, offloaded, 2);
       // The device loses exactly the shard (2 bytes an element in bf16) ...
       EXPECT_EQ(int64_t(d.device_peaks[p16]) - int64_t(h.device_peaks[p16]), 2 * shard);
-      zero::EstimateInput in;
+      engine::EstimateInput in;
       in.model = zero::test::SmallGpt();
       in.ranks = W();
       in.training = Options(offloaded, W()).training;
-      if (optimizer == OffloadOptimizerConfig::CPU) in.optimizer = offload::HostOptimizerProvider();
-      if (where == OffloadParamConfig::NVME) in.parameters = NvmeParameterStoreProvider(comm_->rank());
-      auto est = zero::EstimateMemory(in);
+      auto est = engine::EstimateMemory(in);
       ASSERT_TRUE(est.ok()) << est.status();
       if (where == OffloadParamConfig::CPU) {
         // ... which the host gains.
@@ -247,13 +246,11 @@ TEST_F(ParamOffload, TrainsAModelWhoseParametersExceedTheDevice) {
     SCOPED_TRACE(c.Name());
     models::GptConfig wide = zero::test::SmallGpt(4, 384);
     wide.set_activation_checkpointing(true);
-    zero::EstimateInput in;
+    engine::EstimateInput in;
     in.model = wide;
     in.ranks = W();
     in.training = Options(c, W()).training;
-    in.optimizer = offload::HostOptimizerProvider();
-    if (where == OffloadParamConfig::NVME) in.parameters = NvmeParameterStoreProvider(comm_->rank());
-    auto est = zero::EstimateMemory(in);
+    auto est = engine::EstimateMemory(in);
     ASSERT_TRUE(est.ok()) << est.status();
     const int64_t params16 = 2 * models::CountParameters(wide);
     ASSERT_LT(est->total_device_bytes, params16) << "the model's 16-bit parameters must exceed the budget\n"
@@ -289,7 +286,7 @@ TEST_F(ParamOffload, BandwidthCentricPartitioningFromNvmeGivesStageThreeBitForBi
     if (bandwidth) o.training.mutable_zero()->set_partitioning(zero::ZeroConfig::BANDWIDTH_CENTRIC);
     auto device = *CreateCpuDevice();
     auto model = *models::Gpt::Create(zero::test::SmallGpt());
-    auto t = CreateTrainer(*model, *device, *comm_, o);
+    auto t = engine::CreateTrainer(*model, *device, *comm_, o);
     ASSERT_TRUE(t.ok()) << t.status();
     EXPECT_EQ((*t)->layout().partition().splits_each_parameter(), bandwidth);
     zero::test::RunSteps(**t, *device, 20, bandwidth ? got : want, c.Name());
@@ -333,9 +330,9 @@ TEST_F(ParamOffload, NvmeFaultsAreEveryRanksStatusAndTheRunResumes) {
       auto device = *CreateCpuDevice();
       auto model = *models::Gpt::Create(zero::test::SmallGpt());
       zero::TrainerOptions o = Options(c, W());
-      o.parameter_store =
-          NvmeParameterStoreProvider(comm_->rank(), nullptr, comm_->rank() == faulty ? inject : AioFaultInjector{});
-      auto t = CreateTrainer(*model, *device, *comm_, o);
+      engine::PlacementHooks hooks;
+      if (comm_->rank() == faulty) hooks.parameter_faults = inject;
+      auto t = engine::CreateTrainer(*model, *device, *comm_, o, hooks);
       ASSERT_TRUE(t.ok()) << t.status();
       for (int s = 0; s < 3; ++s) ASSERT_TRUE((*t)->Step(zero::test::SyntheticData()).ok());
       auto path = (*t)->Save(dir);
@@ -356,7 +353,7 @@ TEST_F(ParamOffload, NvmeFaultsAreEveryRanksStatusAndTheRunResumes) {
     }
     auto device = *CreateCpuDevice();
     auto model = *models::Gpt::Create(zero::test::SmallGpt());
-    auto t = CreateTrainer(*model, *device, *comm_, Options(c, W()));
+    auto t = engine::CreateTrainer(*model, *device, *comm_, Options(c, W()));
     ASSERT_TRUE(t.ok()) << t.status();
     ASSERT_TRUE((*t)->Load(saved).ok());
     Outcome resumed;
@@ -403,8 +400,7 @@ TEST_F(ParamOffload, TheNextModulesTransfersOverlapThisModulesCompute) {
     o.training.mutable_zero()->set_prefetch_bucket_bytes(prefetch ? 1 << 20 : 0);
     o.training.mutable_zero()->mutable_offload_optimizer()->set_tile_elements(8192);  // B's piece: one read
     o.timeline = &timeline;
-    o.parameter_store = NvmeParameterStoreProvider(comm_->rank(), &timeline, see_b_read);
-    auto t = CreateTrainer(*model, *device, *comm_, o);
+    auto t = engine::CreateTrainer(*model, *device, *comm_, o, {.parameter_faults = see_b_read});
     ASSERT_TRUE(t.ok()) << t.status();
     ASSERT_TRUE((*t)->Step(zero::test::SyntheticData()).ok());  // records the module order
     const zero::FlatLayout& layout = (*t)->layout();
@@ -533,16 +529,15 @@ TEST_F(ParamOffload, TilingTrainsTheSameModelGatheringATileAtATime) {
     o.training.mutable_zero()->set_prefetch_bucket_bytes(0);
     auto device = *CreateCpuDevice();
     auto m = *models::Gpt::Create(config);
-    auto t = CreateTrainer(*m, *device, *comm_, o);
+    auto t = engine::CreateTrainer(*m, *device, *comm_, o);
     ASSERT_TRUE(t.ok()) << t.status();
     Outcome run;
     zero::test::RunSteps(**t, *device, 2, run, is_tiled ? "tiled" : "untiled");
-    zero::EstimateInput in;
+    engine::EstimateInput in;
     in.model = config;
     in.ranks = W();
     in.training = o.training;
-    in.optimizer = offload::HostOptimizerProvider();
-    auto est = zero::EstimateMemory(in);
+    auto est = engine::EstimateMemory(in);
     ASSERT_TRUE(est.ok()) << est.status();
     for (int tag = 0; tag < kNumMemoryTags; ++tag) {
       const MemoryTag mt = static_cast<MemoryTag>(tag);
@@ -649,14 +644,12 @@ TEST_F(ParamOffload, NvmeReadsRunAheadOfTheGatherWindow) {
     o.training.mutable_zero()->set_prefetch_bucket_bytes(0);  // no gather runs ahead
     o.training.mutable_zero()->mutable_offload_param()->set_read_ahead_buffers(ahead);
     o.training.mutable_zero()->mutable_offload_optimizer()->set_tile_elements(8192);  // B's piece: one read
-    zero::ParameterStoreProvider nvme = NvmeParameterStoreProvider(comm_->rank(), nullptr, count_b);
-    o.parameter_store = nvme;
-    o.parameter_store.create = [nvme, log](Device& d, const zero::PlanShape& shape)
-        -> absl::StatusOr<std::unique_ptr<zero::ParameterStore>> {
-      MEMWALL_ASSIGN_OR_RETURN(auto inner, nvme.create(d, shape));
+    engine::PlacementHooks hooks;
+    hooks.parameter_faults = count_b;
+    hooks.wrap_parameter_store = [log](std::unique_ptr<zero::ParameterStore> inner) {
       return std::unique_ptr<zero::ParameterStore>(new LoggingStore(std::move(inner), log.get()));
     };
-    auto t = CreateTrainer(*model, *device, *comm_, o);
+    auto t = engine::CreateTrainer(*model, *device, *comm_, o, hooks);
     ASSERT_TRUE(t.ok()) << t.status();
     Outcome run;
     zero::test::RunSteps(**t, *device, 1, run);  // records the module order
@@ -711,24 +704,19 @@ TEST_F(ParamOffload, RefusesBelowStageThreeAndNvmeWithoutItsParts) {
   auto model = *models::Gpt::Create(zero::test::SmallGpt());
   zero::TrainerOptions o = Options(Case{OffloadParamConfig::CPU}, W());
   o.training.mutable_zero()->set_stage(2);
-  auto t = CreateTrainer(*model, *device, *comm_, o);
+  auto t = engine::CreateTrainer(*model, *device, *comm_, o);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
   EXPECT_NE(t.status().message().find("offload_param.device = CPU with stage = 2 needs stage 3"), std::string::npos)
       << t.status();
   o = Options(Case{OffloadParamConfig::NVME}, W());
-  t = CreateTrainer(*model, *device, *comm_, o);
+  t = engine::CreateTrainer(*model, *device, *comm_, o);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
   EXPECT_NE(t.status().message().find("offload_param.device = NVME needs offload_optimizer.device = CPU or NVME"),
             std::string::npos)
       << t.status();
   o = Options(Case{OffloadParamConfig::NVME, OffloadOptimizerConfig::CPU}, W());
-  o.shard_optimizer = offload::HostOptimizerProvider();
-  t = zero::Trainer::Create(*model, *device, *comm_, o);
-  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
-  EXPECT_NE(t.status().message().find("create the trainer with infinity::CreateTrainer"), std::string::npos)
-      << t.status();
   o.training.mutable_zero()->mutable_offload_param()->set_nvme_path("/nonexistent/memwall");
-  t = CreateTrainer(*model, *device, *comm_, o);
+  t = engine::CreateTrainer(*model, *device, *comm_, o);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
   EXPECT_NE(t.status().message().find("cannot create the swap file /nonexistent/memwall/memwall_params_rank"),
             std::string::npos)

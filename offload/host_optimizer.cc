@@ -271,13 +271,4 @@ absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(const 
   return std::unique_ptr<zero::ShardOptimizer>(std::move(opt));
 }
 
-absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model, Device& device, Communicator& comm,
-                                                             zero::TrainerOptions options,
-                                                             const HostOptimizerHooks* hooks) {
-  if (options.training.zero().offload_optimizer().device() == zero::OffloadOptimizerConfig::CPU) {
-    options.shard_optimizer = HostOptimizerProvider(hooks);
-  }
-  return zero::Trainer::Create(model, device, comm, options);
-}
-
 }  // namespace memwall::offload

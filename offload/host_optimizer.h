@@ -7,8 +7,8 @@
 // store is ZeRO-Infinity's), the gradient shard (host_gradient_shard.h) and
 // the tile pipeline (tile_pipeline.h).
 //
-//   auto trainer = offload::CreateTrainer(model, device, comm, options);
-//   // options.training.zero.offload_optimizer { device: CPU }, stage 1, 2 or 3
+// engine::CreateTrainer makes it for offload_optimizer { device: CPU } at
+// stage 1, 2 or 3 (HostOptimizerProvider).
 //
 // Streams and order, per step:
 //   backward   each owned piece of a reduce bucket: copied D2H on the
@@ -31,7 +31,6 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "models/gpt.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/timeline.h"
@@ -39,7 +38,6 @@
 #include "offload/host_gradient_shard.h"
 #include "offload/tile_pipeline.h"
 #include "zero/shard_optimizer.h"
-#include "zero/trainer.h"
 
 namespace memwall::offload {
 
@@ -79,8 +77,8 @@ HostStateStore PinnedStateStore();
 MemoryPlan HostOptimizerPlan(const zero::ShardOptimizerRequest& request,
                              const HostStateStore& states = PinnedStateStore());
 
-// HostOptimizerPlan and CreateHostOptimizer, for TrainerOptions.shard_optimizer
-// and the memory estimator.
+// HostOptimizerPlan and CreateHostOptimizer: the optimizer part of a stage
+// (zero/stage_plan.h) for the trainer and the memory estimator.
 zero::ShardOptimizerProvider HostOptimizerProvider(const HostOptimizerHooks* hooks = nullptr,
                                                    HostStateStore states = PinnedStateStore());
 
@@ -92,15 +90,6 @@ zero::ShardOptimizerProvider HostOptimizerProvider(const HostOptimizerHooks* hoo
 absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(
     const zero::ShardOptimizerRequest& request, const HostOptimizerHooks* hooks = nullptr,
     const HostStateStore& states = PinnedStateStore());
-
-// A zero::Trainer whose optimizer is the host optimizer when
-// options.training.zero.offload_optimizer.device is CPU, the device's when it
-// is NONE (NVME is infinity::CreateTrainer's); options.timeline reaches the
-// optimizer too.
-absl::StatusOr<std::unique_ptr<zero::Trainer>> CreateTrainer(models::Gpt& model, Device& device,
-                                                             Communicator& comm,
-                                                             zero::TrainerOptions options,
-                                                             const HostOptimizerHooks* hooks = nullptr);
 
 }  // namespace memwall::offload
 

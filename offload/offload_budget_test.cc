@@ -17,10 +17,11 @@ extern "C" size_t __sanitizer_get_current_allocated_bytes();
 
 #include <string>
 
+#include "engine/engine.h"
+#include "engine/estimate.h"
 #include "gtest/gtest.h"
 #include "offload/host_optimizer.h"
 #include "runtime/cpu_device.h"
-#include "zero/estimator.h"
 
 namespace memwall::offload {
 namespace {
@@ -71,7 +72,7 @@ TEST(OffloadBudget, TrainsAModelStageZeroRefuses) {
     opts.memory_budget_bytes = kBudget;
     auto device = *CreateCpuDevice(opts);
     auto model = *models::Gpt::Create(Wide());
-    auto t = CreateTrainer(*model, *device, *comm, Options(0, false));
+    auto t = engine::CreateTrainer(*model, *device, *comm, Options(0, false));
     ASSERT_FALSE(t.ok()) << "stage 0 must not fit in 1 GiB";
     EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted) << t.status();
     EXPECT_NE(t.status().message().find("does not fit"), std::string::npos) << t.status();
@@ -81,7 +82,7 @@ TEST(OffloadBudget, TrainsAModelStageZeroRefuses) {
   opts.memory_budget_bytes = kBudget;
   auto device = *CreateCpuDevice(opts);
   auto model = *models::Gpt::Create(Wide());
-  auto t = CreateTrainer(*model, *device, *comm, Options(2, true));
+  auto t = engine::CreateTrainer(*model, *device, *comm, Options(2, true));
   ASSERT_TRUE(t.ok()) << t.status();
   auto first = (*t)->Step(*data);
   ASSERT_TRUE(first.ok()) << first.status();
@@ -94,11 +95,10 @@ TEST(OffloadBudget, TrainsAModelStageZeroRefuses) {
                 dev.peak(MemoryTag::kGrads),
             0u);
   // Pinned host memory: the plan, and what the allocator really took.
-  zero::EstimateInput in;
+  engine::EstimateInput in;
   in.model = Wide();
   in.training = Options(2, true).training;
-  in.optimizer = HostOptimizerProvider();
-  auto plan = zero::EstimateMemory(in);
+  auto plan = engine::EstimateMemory(in);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const MemoryAccount& host = device->pinned_host().account();
   EXPECT_EQ(int64_t(host.total_peak()), plan->host_bytes);

@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
+#include "engine/estimate.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
@@ -35,7 +37,6 @@
 #include "runtime/cpu_device.h"
 #include "runtime/status.h"
 #include "zero/checkpoint.h"
-#include "zero/estimator.h"
 #include "zero/partition.h"
 #include "zero/testing.h"
 
@@ -85,7 +86,7 @@ absl::StatusOr<Run> Start(Communicator& comm, const Case& c) {
   Run r;
   MEMWALL_ASSIGN_OR_RETURN(r.device, CreateCpuDevice());
   MEMWALL_ASSIGN_OR_RETURN(r.model, models::Gpt::Create(Small()));
-  MEMWALL_ASSIGN_OR_RETURN(r.trainer, CreateTrainer(*r.model, *r.device, comm, Options(c, comm.world_size())));
+  MEMWALL_ASSIGN_OR_RETURN(r.trainer, engine::CreateTrainer(*r.model, *r.device, comm, Options(c, comm.world_size())));
   return r;
 }
 
@@ -181,7 +182,7 @@ TEST_F(Offload, ModelStatesLeaveTheDevice) {
     if (dpu) o.training.mutable_zero()->mutable_offload_optimizer()->set_delayed_update_after_steps(1);
     auto device = *CreateCpuDevice();
     auto model = *models::Gpt::Create(Small());
-    auto trainer = CreateTrainer(*model, *device, *comm_, o);
+    auto trainer = engine::CreateTrainer(*model, *device, *comm_, o);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     for (int i = 0; i < 3; ++i) ASSERT_TRUE((*trainer)->Step(Data()).ok());  // 3: a delayed step ran
     const MemoryAccount& dev = device->memory().account();
@@ -203,14 +204,13 @@ TEST_F(Offload, ModelStatesLeaveTheDevice) {
     const int64_t bucket = std::min<int64_t>(padded, std::max<int64_t>(4096 / 2, zero::LargestModuleParameters(*model)));
     const int64_t tile = std::min<int64_t>(3000, shard);
     EXPECT_EQ(host.peak(MemoryTag::kStaging), size_t(2 * bucket + 2 * 2 * tile + 8 + (dpu ? 2 * shard : 0))) << what;
-    // The estimator (zero/estimator.h) predicts every tag on both sides,
+    // The estimator (engine/estimate.h) predicts every tag on both sides,
     // and the device total.
-    zero::EstimateInput in;
+    engine::EstimateInput in;
     in.model = Small();
     in.ranks = n;
     in.training = o.training;  // the run's config, as the trainer got it
-    in.optimizer = HostOptimizerProvider();
-    auto est = zero::EstimateMemory(in);
+    auto est = engine::EstimateMemory(in);
     ASSERT_TRUE(est.ok()) << est.status();
     for (int t = 0; t < kNumMemoryTags; ++t) {
       const MemoryTag tag = static_cast<MemoryTag>(t);
@@ -308,7 +308,7 @@ TEST_F(Offload, TimelineShowsTheOverlaps) {
     }
     return absl::OkStatus();
   };
-  auto trainer = CreateTrainer(*model, *device, *comm_, o, &hooks);
+  auto trainer = engine::CreateTrainer(*model, *device, *comm_, o, {.host_optimizer = &hooks});
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   const int64_t shard = (models::CountParameters(config) + W() - 1) / W();
   tiles = (shard + 4095) / 4096;
@@ -394,7 +394,7 @@ TEST_F(Offload, NormIsFoldedIntoTheLastPassUnlessAnElementIsAddedTwice) {
     zero::TrainerOptions o = Options(c, W());
     o.training.mutable_zero()->set_reduce_bucket_bytes(bucket);
     o.timeline = &timeline;
-    auto trainer = CreateTrainer(*model, *device, *comm_, o);
+    auto trainer = engine::CreateTrainer(*model, *device, *comm_, o);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     std::vector<double> losses;
     for (int i = 0; i < 6; ++i) {
@@ -427,7 +427,7 @@ TEST_F(Offload, NormIsFoldedIntoTheLastPassUnlessAnElementIsAddedTwice) {
     auto dmodel = *models::Gpt::Create(Small());
     zero::TrainerOptions od = Options(d, W());
     od.training.mutable_zero()->set_reduce_bucket_bytes(bucket);
-    auto dtrainer = zero::Trainer::Create(*dmodel, *ddevice, *comm_, od);
+    auto dtrainer = engine::CreateTrainer(*dmodel, *ddevice, *comm_, od);
     ASSERT_TRUE(dtrainer.ok());
     for (int i = 0; i < 6; ++i) {
       auto st = (*dtrainer)->Step(Data());
@@ -483,7 +483,7 @@ TEST_F(Offload, DelayedUpdateTracksTheUndelayedRunOnTheOverfitTask) {
       }
       timed_out = true;
     };
-    auto trainer = CreateTrainer(*model, *device, *comm_, o, &hooks);
+    auto trainer = engine::CreateTrainer(*model, *device, *comm_, o, {.host_optimizer = &hooks});
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     for (int i = 0; i < kSteps; ++i) {
       step_called_ns = TimelineNowNs();
@@ -559,7 +559,7 @@ TEST_F(Offload, DelayedUpdateConsumesEveryGradientOnce) {
     zero::TrainerOptions o = Options(c, W());
     o.training.mutable_adam()->set_lr(0);
     if (delayed) o.training.mutable_zero()->mutable_offload_optimizer()->set_delayed_update_after_steps(kWarmup);
-    auto trainer = CreateTrainer(*model, *device, *comm_, o);
+    auto trainer = engine::CreateTrainer(*model, *device, *comm_, o);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     for (int i = 0; i < kSteps; ++i) ASSERT_TRUE((*trainer)->Step(Data()).ok());
     const std::string dir = absl::StrCat(base ? base : "/tmp", "/dpu_once_", delayed);
@@ -583,31 +583,30 @@ TEST_F(Offload, RefusesWhatItCannotDo) {
   c.offload = true;
   zero::TrainerOptions o = Options(c, W());
   o.training.mutable_zero()->mutable_offload_optimizer()->set_pin_memory(false);
-  auto t = CreateTrainer(*model, *device, *comm_, o);
+  auto t = engine::CreateTrainer(*model, *device, *comm_, o);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
   EXPECT_NE(t.status().message().find("pin_memory = false"), std::string::npos) << t.status();
   o = Options(c, W());
   o.training.mutable_zero()->set_stage(0);
-  t = CreateTrainer(*model, *device, *comm_, o);
+  t = engine::CreateTrainer(*model, *device, *comm_, o);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
   EXPECT_NE(t.status().message().find("needs stage 1, 2 or 3"), std::string::npos) << t.status();
   // A pinned-host budget one byte short of the plan is refused before
   // anything is allocated, with the plan's numbers; the plan's own bytes
   // train (the plan is exact).
   o = Options(c, W());
-  zero::EstimateInput in;
+  engine::EstimateInput in;
   in.model = Small();
   in.ranks = W();
   in.training = o.training;
-  in.optimizer = HostOptimizerProvider();
-  auto plan = zero::EstimateMemory(in);
+  auto plan = engine::EstimateMemory(in);
   ASSERT_TRUE(plan.ok()) << plan.status();
   for (int64_t budget : {plan->host_bytes - 1, plan->host_bytes}) {
     CpuDeviceOptions d;
     d.pinned_budget_bytes = budget;
     auto limited = *CreateCpuDevice(d);
     auto m = *models::Gpt::Create(Small());
-    auto fit = CreateTrainer(*m, *limited, *comm_, o);
+    auto fit = engine::CreateTrainer(*m, *limited, *comm_, o);
     if (budget == plan->host_bytes) {
       ASSERT_TRUE(fit.ok()) << fit.status();
       ASSERT_TRUE((*fit)->Step(Data()).ok());

@@ -11,7 +11,8 @@
 #include <optional>
 #include <string>
 
-#include "infinity/trainer.h"
+#include "engine/engine.h"
+#include "engine/estimate.h"
 #include "models/data.h"
 #include "models/gpt.h"
 #include "models/gpt_io.h"
@@ -21,7 +22,6 @@
 #include "runtime/communicator.h"
 #include "runtime/files.h"
 #include "runtime/status.h"
-#include "zero/estimator.h"
 #include "zero/trainer.h"
 
 namespace py = pybind11;
@@ -56,7 +56,7 @@ py::object FromJson(const std::string& json) { return py::module_::import("json"
 py::dict Estimate(const std::string& config, const std::optional<std::string>& model, int64_t params, int64_t ranks,
                   std::optional<bool> checkpointing, int64_t device_bytes, int64_t host_bytes,
                   int64_t disk_bytes) {
-  zero::EstimateInput in;
+  engine::EstimateInput in;
   if (model.has_value() == (params > 0)) throw py::value_error("give exactly one of model= and params= (> 0)");
   if (model) in.model = ParseModel(*model);
   in.params = params;
@@ -66,7 +66,7 @@ py::dict Estimate(const std::string& config, const std::optional<std::string>& m
   in.device_bytes = device_bytes;
   in.host_bytes = host_bytes;
   in.disk_bytes = disk_bytes;
-  const zero::Estimate e = Unwrap(zero::EstimateMemory(infinity::WithPlacements(std::move(in))));
+  const engine::Estimate e = Unwrap(engine::EstimateMemory(in));
   return FromJson(e.ToJson());
 }
 
@@ -110,7 +110,7 @@ class PyTrainer {
       return absl::OkStatus();
     }();
     ThrowIfError(AgreeAcrossRanks(*comm_, *device_, local, "reading the trainer's arguments"));
-    trainer_ = Unwrap(infinity::CreateTrainer(*model_, *device_, *comm_, std::move(options)));
+    trainer_ = Unwrap(engine::CreateTrainer(*model_, *device_, *comm_, std::move(options)));
   }
 
   py::dict Step() {
@@ -179,7 +179,7 @@ void BindTraining(py::module_& m) {
   m.def("estimate", &Estimate, py::arg("config") = "", py::kw_only(), py::arg("model") = py::none(),
         py::arg("params") = 0, py::arg("ranks") = 1, py::arg("checkpointing") = py::none(),
         py::arg("device_bytes") = 0, py::arg("host_bytes") = 0, py::arg("disk_bytes") = 0,
-        R"(The memory one rank needs, before anything is launched (zero/estimator.h).
+        R"(The memory one rank needs, before anything is launched (engine/estimate.h).
 
 config: the run's TrainingConfig as a text proto (zero/training_config.proto),
   e.g. 'micro_batch: 4 zero { stage: 3 offload_optimizer { device: CPU } }';

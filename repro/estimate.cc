@@ -1,5 +1,5 @@
 // //repro:estimate: how much device memory, pinned host memory and NVMe one
-// rank needs, before launching (zero/estimator.h).
+// rank needs, before launching (engine/estimate.h).
 //
 //   ./bazelw run //repro:estimate -- (--params=N | --model=FILE.textproto [--model_name=NAME])
 //       --ranks=N [--config=TRAINING.textproto] [--set='zero { stage: 2 } micro_batch: 4']
@@ -24,16 +24,16 @@
 #include <sstream>
 #include <string>
 
+#include "engine/engine.h"
+#include "engine/estimate.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/text_format.h"
 #include "models/gpt.h"
-#include "infinity/trainer.h"
 #include "runtime/files.h"
 #include "runtime/launch.h"
 #include "runtime/status.h"
-#include "zero/estimator.h"
 
 ABSL_FLAG(int64_t, params, 0, "parameter count (model states only); or give --model");
 ABSL_FLAG(std::string, model, "", "GptConfig or GptConfigList text proto");
@@ -87,8 +87,8 @@ absl::StatusOr<TrainingConfig> LoadTraining() {
   return config;
 }
 
-absl::StatusOr<Estimate> Run() {
-  EstimateInput in;
+absl::StatusOr<engine::Estimate> Run() {
+  engine::EstimateInput in;
   const std::string model = absl::GetFlag(FLAGS_model);
   if (model.empty() == (absl::GetFlag(FLAGS_params) <= 0)) {
     return absl::InvalidArgumentError("give exactly one of --params=N (> 0) and --model=FILE");
@@ -114,7 +114,7 @@ absl::StatusOr<Estimate> Run() {
   if (format != "text" && format != "json") {
     return absl::InvalidArgumentError(absl::StrCat("--format=", format, " is not text or json"));
   }
-  return EstimateMemory(infinity::WithPlacements(std::move(in)));
+  return engine::EstimateMemory(in);
 }
 
 }  // namespace

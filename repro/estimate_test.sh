@@ -28,7 +28,7 @@ echo "$text"
 
 # ZeRO-Offload, 10B parameters on one rank: the device keeps 2Ψ; the host
 # 4Ψ + 8Ψ + 2Ψ plus staging: one 64 MiB reduce bucket, two 4 Mi-element
-# tiles of bf16 values, the 8-byte norm pair (zero/estimator.h); with DPU a
+# tiles of bf16 values, the 8-byte norm pair (engine/estimate.h); with DPU a
 # second 2Ψ of gradients and the delayed step's 2Ψ of values.
 json=$($bin --params=10000000000 --ranks=1 --set='zero { stage: 2 offload_optimizer { device: CPU } }' --format=json) || fail "offload: exit $?"
 echo "$json"

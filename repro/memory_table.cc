@@ -1,12 +1,13 @@
 #include "repro/memory_table.h"
 
+#include "engine/engine.h"
+#include "engine/estimate.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "models/gpt.h"
 #include "repro/harness.h"
 #include "repro/offload.h"
 #include "runtime/status.h"
-#include "zero/estimator.h"
 
 namespace memwall::repro {
 namespace {
@@ -51,7 +52,7 @@ absl::StatusOr<std::vector<MemoryTableRow>> ModelMemoryTable(const Experiment& e
     for (int mode : table.placements()) {
       const OffloadSweep::Mode placement = OffloadSweep::Mode(mode);
       const zero::TrainerOptions options = OffloadTrainerOptions(e, placement);
-      MEMWALL_ASSIGN_OR_RETURN(const zero::Estimate est, zero::EstimateMemory(EstimateInputFor(options, config, table.ranks())));
+      MEMWALL_ASSIGN_OR_RETURN(const engine::Estimate est, engine::EstimateMemory(EstimateInputFor(options, config, table.ranks())));
       MemoryTableRow row = base;
       row.placement = ModeName(placement);
       row.source = "estimator";
@@ -86,7 +87,7 @@ absl::StatusOr<std::vector<MaxModelTableRow>> ZeroMaxModelTable(const Experiment
   std::vector<MaxModelTableRow> rows;
   for (int64_t mp : t.model_parallel()) {
     for (int stage = 0; stage <= 3; ++stage) {
-      zero::EstimateInput in;
+      engine::EstimateInput in;
       in.ranks = nd;
       in.training = e.training();
       in.training.mutable_zero()->set_stage(stage);
@@ -94,7 +95,7 @@ absl::StatusOr<std::vector<MaxModelTableRow>> ZeroMaxModelTable(const Experiment
       // the whole plan.
       const auto bytes = [&](int64_t part, bool whole) -> absl::StatusOr<int64_t> {
         in.params = part;
-        MEMWALL_ASSIGN_OR_RETURN(const zero::Estimate est, zero::EstimateMemory(in));
+        MEMWALL_ASSIGN_OR_RETURN(const engine::Estimate est, engine::EstimateMemory(in));
         return whole ? est.total_device_bytes : est.model_states_bytes;
       };
       MaxModelTableRow base;

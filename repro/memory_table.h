@@ -3,7 +3,7 @@
 //
 // The INFINITY_MEMORY experiment (ZeRO-Infinity §3, Figure 2a): what the
 // paper's models need, per placement of the model states, from the memory
-// estimator alone (zero/estimator.h: nothing is allocated or run), beside
+// estimator alone (engine/estimate.h: nothing is allocated or run), beside
 // the paper's own formulas:
 //   model states             20 Ψ bytes (it counts fp32 gradients; the
 //                            estimator's 16 Ψ does not keep them)

@@ -7,12 +7,13 @@
 #include <filesystem>
 #include <map>
 
+#include "engine/engine.h"
+#include "engine/estimate.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "models/data.h"
 #include "models/gpt.h"
 #include "infinity/nvme_parameter_store.h"
-#include "infinity/trainer.h"
 #include "offload/host_optimizer.h"
 #include "ops/ops.h"
 #include "repro/experiment.h"
@@ -22,7 +23,6 @@
 #include "runtime/cuda_device.h"
 #include "runtime/status.h"
 #include "runtime/timeline.h"
-#include "zero/estimator.h"
 
 namespace memwall::repro {
 namespace {
@@ -98,7 +98,7 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
   {
     auto model = models::Gpt::Create(config);
     if (!model.ok()) return model.status();
-    auto trainer = infinity::CreateTrainer(**model, *device, *comm, options);
+    auto trainer = engine::CreateTrainer(**model, *device, *comm, options);
     if (!trainer.ok()) return record_failure(trainer.status());
     double timed_seconds = 0, idle = 0;
     int64_t timed_tokens = 0;
@@ -228,13 +228,13 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e) {
   return rows;
 }
 
-zero::EstimateInput EstimateInputFor(const zero::TrainerOptions& options, const models::GptConfig& config,
+engine::EstimateInput EstimateInputFor(const zero::TrainerOptions& options, const models::GptConfig& config,
                                      int64_t ranks) {
-  zero::EstimateInput in;
+  engine::EstimateInput in;
   in.model = config;
   in.ranks = ranks;
   in.training = options.training;
-  return infinity::WithPlacements(std::move(in));
+  return in;
 }
 
 std::string TilingCsv(const TilingRow& row) {
@@ -256,10 +256,10 @@ absl::StatusOr<std::vector<TilingRow>> MeasureTiling(const Experiment& e) {
       if (base.hidden() % factor != 0) continue;
       models::GptConfig config = base;
       config.set_tiling(factor);
-      zero::EstimateInput in = EstimateInputFor(options, config, 1);
+      engine::EstimateInput in = EstimateInputFor(options, config, 1);
       in.device_bytes = sweep.device_memory_bytes();
       in.host_bytes = sweep.host_pinned_memory_bytes();
-      MEMWALL_ASSIGN_OR_RETURN(const zero::Estimate est, zero::EstimateMemory(in));
+      MEMWALL_ASSIGN_OR_RETURN(const engine::Estimate est, engine::EstimateMemory(in));
       TilingRow row{factor, "estimator", {}};
       row.attempt.model = config.name();
       row.attempt.params = models::CountParameters(config);

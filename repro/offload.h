@@ -21,7 +21,7 @@
 //
 //   INFINITY_MAX_MODEL  ZeRO-Infinity Figure 6a: OFFLOAD_MAX_MODEL's walk
 //                       for ZeRO-3, + CPU offload of the optimizer states,
-//                       + NVMe offload of them (infinity::CreateTrainer),
+//                       + NVMe offload of them (infinity/nvme_optimizer.h),
 //                       under the device's and the pinned host's budgets
 //                       (offload.host_pinned_memory_bytes); a pinned budget
 //                       exceeded, or a full disk, is "does not fit" too.
@@ -36,9 +36,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
+#include "engine/estimate.h"
 #include "absl/status/statusor.h"
 #include "repro/experiment.pb.h"
-#include "zero/estimator.h"
 #include "zero/trainer.h"
 
 namespace memwall::repro {
@@ -54,7 +55,7 @@ zero::TrainerOptions OffloadTrainerOptions(const Experiment& e, OffloadSweep::Mo
 // The estimator's input for a run of `config` with `options` over `ranks`
 // ranks: the offloaded optimizer's and NVMe parameter store's plans picked
 // from options' offload settings (rank 0's).
-zero::EstimateInput EstimateInputFor(const zero::TrainerOptions& options, const models::GptConfig& config,
+engine::EstimateInput EstimateInputFor(const zero::TrainerOptions& options, const models::GptConfig& config,
                                      int64_t ranks);
 
 // One (model, mode) attempt.

@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <memory>
 
+#include "engine/engine.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "infinity/trainer.h"
 #include "models/data.h"
 #include "models/gpt.h"
 #include "repro/experiment.h"
@@ -43,7 +43,7 @@ absl::StatusOr<std::vector<PartitionRow>> MeasurePartitioning(const Experiment& 
     z.mutable_offload_param()->set_device(zero::OffloadParamConfig::CPU);
     z.mutable_offload_optimizer()->set_device(zero::OffloadOptimizerConfig::CPU);
     options.timeline = &timeline;
-    MEMWALL_ASSIGN_OR_RETURN(auto trainer, infinity::CreateTrainer(*model, *device, *comm, options));
+    MEMWALL_ASSIGN_OR_RETURN(auto trainer, engine::CreateTrainer(*model, *device, *comm, options));
     MEMWALL_RETURN_IF_ERROR(trainer->Step(*data).status());  // warm-up: records the module order
     double gathers = 0, bytes = 0, gather_ns = 0, seconds = 0, tokens = 0;
     for (int64_t step = 0; step < e.steps(); ++step) {

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 
+#include "engine/engine.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
@@ -81,7 +82,7 @@ absl::Status Main() {
   training.mutable_adam()->set_weight_decay(0.01f);
   training.mutable_schedule()->set_warmup_steps(20);
   training.mutable_schedule()->set_decay_steps(steps);
-  MEMWALL_ASSIGN_OR_RETURN(auto trainer, zero::Trainer::Create(*model, *device, *comm, options));
+  MEMWALL_ASSIGN_OR_RETURN(auto trainer, engine::CreateTrainer(*model, *device, *comm, options));
 
   const std::string dir = OutputDir();
   std::error_code ec;

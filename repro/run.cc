@@ -142,7 +142,7 @@ absl::Status DriveZeroMemory(const Experiment& e, const std::string& experiment_
   Provenance p = ProvenanceOf(e, experiment_path, command);
   p.measured_or_modeled =
       "part=sweep: source=measured rows are measured on the CpuDevice (peak bytes per tag after the "
-      "training steps, rank 0); source=estimator and source=paper rows are modeled (zero/estimator.h; "
+      "training steps, rank 0); source=estimator and source=paper rows are modeled (engine/estimate.h; "
       "ZeRO §5.1's formula). part=modeled: modeled only (estimator, formula, and the figure's printed "
       "values as source=paper_figure)";
   p.files["data.csv"] = "one row per (part, stage, ranks, source); bytes per rank";
@@ -244,7 +244,7 @@ absl::Status DriveTiling(const Experiment& e, const std::string& experiment_path
       "data.csv source=measured: every row an attempt on a fresh CpuDevice (cpu:0) with a ",
       FormatBytes(size_t(e.offload().device_memory_bytes())), " device budget, one rank, ",
       ModeName(e.offload().modes(0)), ", the model's projections tiled by the row's factor; fits = every training "
-      "step completed; peaks from the allocators' accounts. source=estimator: zero/estimator.h's totals and "
+      "step completed; peaks from the allocators' accounts. source=estimator: engine/estimate.h's totals and "
       "verdict under the same budgets, nothing run. summary.csv: the largest hidden size per (factor, source) "
       "below its first refusal, and the paper's one-V100 points (ZeRO-Infinity §8.1, Figure 6b: 8K untiled, 64K "
       "at factor 16)");
@@ -302,7 +302,7 @@ absl::Status DriveMemoryTable(const Experiment& e, const std::string& experiment
   MEMWALL_RETURN_IF_ERROR(RunFigureScript(FigureScript(e), {dir + "/data.csv", dir + "/figure.png"}));
   Provenance p = ProvenanceOf(e, experiment_path, command);
   p.measured_or_modeled = absl::StrCat(
-      "modeled, nothing run: source=estimator rows are zero/estimator.h over ", e.memory_table().ranks(),
+      "modeled, nothing run: source=estimator rows are engine/estimate.h over ", e.memory_table().ranks(),
       " ranks at micro_batch ", e.training().micro_batch(), " x seq ", e.training().seq(),
       " (the plans the engine allocates from); source=paper formula rows are ZeRO-Infinity §3's formulas "
       "(the paper's numbers) on the same shapes. The figure's printed values are not in this repository, so "
@@ -329,7 +329,7 @@ absl::Status DriveMaxModelTable(const Experiment& e, const std::string& experime
   Provenance p = ProvenanceOf(e, experiment_path, command);
   p.measured_or_modeled = absl::StrCat(
       "modeled, nothing run: source=estimator rows are the largest model whose per-device model states (source="
-      "estimator with buckets: whole plan, buckets included) from zero/estimator.h fit ",
+      "estimator with buckets: whole plan, buckets included) from engine/estimate.h fit ",
       e.max_model_table().device_bytes(), " bytes, the model split over MP ranks and partitioned over ",
       e.max_model_table().data_parallel(), " data-parallel ranks, found by bisection; source=paper formula rows are "
       "ZeRO §5.1's 16, 4+12/N_d, 2+14/N_d and 16/N_d bytes per parameter, which give "

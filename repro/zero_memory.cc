@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "engine/engine.h"
+#include "engine/estimate.h"
 #include "absl/strings/str_cat.h"
 #include "models/data.h"
 #include "models/gpt.h"
@@ -11,7 +13,6 @@
 #include "runtime/cpu_device.h"
 #include "runtime/status.h"
 #include "zero/config.h"
-#include "zero/estimator.h"
 #include "zero/trainer.h"
 
 namespace memwall::repro {
@@ -19,7 +20,7 @@ namespace {
 
 std::string Cell(int64_t v) { return v < 0 ? "" : absl::StrCat(v); }
 
-MemoryRow FromEstimate(const zero::Estimate& est, int stage, int64_t ranks) {
+MemoryRow FromEstimate(const engine::Estimate& est, int stage, int64_t ranks) {
   MemoryRow r;
   r.stage = stage;
   r.ranks = ranks;
@@ -73,7 +74,7 @@ absl::StatusOr<std::vector<MemoryRow>> MeasureZeroMemory(const Experiment& e, in
     MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateCpuDevice());
     MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<models::Gpt> model, models::Gpt::Create(e.model()));
     const zero::TrainerOptions options = TrainerOptionsFor(e, stage, world_size);
-    MEMWALL_ASSIGN_OR_RETURN(auto trainer, zero::Trainer::Create(*model, *device, *comm, options));
+    MEMWALL_ASSIGN_OR_RETURN(auto trainer, engine::CreateTrainer(*model, *device, *comm, options));
     for (int64_t step = 0; step < e.steps(); ++step) {
       MEMWALL_ASSIGN_OR_RETURN(zero::StepStats stats, trainer->Step(*data));
       (void)stats;
@@ -92,11 +93,11 @@ absl::StatusOr<std::vector<MemoryRow>> MeasureZeroMemory(const Experiment& e, in
     m.model_states_bytes = m.params16_bytes + m.grads_bytes + m.master_bytes + m.optimizer_bytes;
     m.total_device_bytes = account.total_peak();
 
-    zero::EstimateInput in;
+    engine::EstimateInput in;
     in.model = e.model();
     in.ranks = world_size;
     in.training = options.training;  // what the trainer ran with
-    MEMWALL_ASSIGN_OR_RETURN(const zero::Estimate est, zero::EstimateMemory(in));
+    MEMWALL_ASSIGN_OR_RETURN(const engine::Estimate est, engine::EstimateMemory(in));
     MemoryRow estimated = FromEstimate(est, stage, world_size);
     estimated.part = "sweep";
     MemoryRow paper = Paper(stage, psi, world_size);
@@ -121,12 +122,12 @@ absl::StatusOr<std::vector<MemoryRow>> ModelZeroMemory(const Experiment& e) {
   std::vector<MemoryRow> rows;
   for (const ModeledPoint& point : e.modeled()) {
     for (int stage = 0; stage <= 3; ++stage) {
-      zero::EstimateInput in;
+      engine::EstimateInput in;
       in.params = point.params();
       in.ranks = point.ranks();
       in.training = e.training();
       in.training.mutable_zero()->set_stage(stage);
-      MEMWALL_ASSIGN_OR_RETURN(const zero::Estimate est, zero::EstimateMemory(in));
+      MEMWALL_ASSIGN_OR_RETURN(const engine::Estimate est, engine::EstimateMemory(in));
       MemoryRow estimated = FromEstimate(est, stage, point.ranks());
       MemoryRow paper = Paper(stage, point.params(), point.ranks());
       if (point.paper_bytes_size() == 4) {

@@ -3,7 +3,7 @@
 //   measured   the CpuDevice's peak of each model-state tag after `steps`
 //              real training steps (rank 0; every rank's shard has the same
 //              padded size), and the peak of all device memory
-//   estimator  zero/estimator.h for the same configuration
+//   estimator  engine/estimate.h for the same configuration
 //   paper      Ψ(2 + 2 + K), K = 12: 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N
 // and for each modeled point (Figure 1: 7.5B, 64 ranks) the estimator and
 // the formula.

@@ -1,7 +1,7 @@
 // A memory plan: the buffers a component will allocate, stated from its
 // configuration and layout alone, before anything is allocated. The
 // component allocates from its plan (AllocatePlanned), and the memory
-// estimator (zero/estimator.h) sums the same plans, so a buffer's size has
+// estimator (engine/estimate.h) sums the same plans, so a buffer's size has
 // one home: the component's Plan function.
 //
 //   MemoryPlan plan;

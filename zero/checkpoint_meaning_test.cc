@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 
+#include "engine/engine.h"
 #include "gtest/gtest.h"
 #include "models/gpt.h"
 #include "models/gpt_io.h"
@@ -65,7 +66,7 @@ struct Training {
     o.training.set_precision(FP32);
     o.training.mutable_zero()->set_stage(1);
     if (edit) edit(o.training);
-    auto t = Trainer::Create(*model, *device, *comm, o);
+    auto t = engine::CreateTrainer(*model, *device, *comm, o);
     EXPECT_TRUE(t.ok()) << t.status();
     trainer = std::move(*t);
   }

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -87,7 +88,7 @@ absl::StatusOr<Session> Start(Communicator& comm, const Case& c) {
   Session s;
   MEMWALL_ASSIGN_OR_RETURN(s.device, CreateCpuDevice());
   MEMWALL_ASSIGN_OR_RETURN(s.model, models::Gpt::Create(Small(c.layers)));
-  MEMWALL_ASSIGN_OR_RETURN(s.trainer, Trainer::Create(*s.model, *s.device, comm,
+  MEMWALL_ASSIGN_OR_RETURN(s.trainer, engine::CreateTrainer(*s.model, *s.device, comm,
                                                       Options(c, comm.world_size())));
   return s;
 }
@@ -299,7 +300,7 @@ TEST_F(Checkpoints, AnotherModelOrBatchIsRefusedNamingTheDifference) {
   auto model = *models::Gpt::Create(Small());
   TrainerOptions o = Options({1, Precision::FP32}, W());
   o.training.set_micro_batch(o.training.micro_batch() * 2);  // twice the global batch
-  auto bigger = Trainer::Create(*model, *device, *comm_, o);
+  auto bigger = engine::CreateTrainer(*model, *device, *comm_, o);
   ASSERT_TRUE(bigger.ok());
   st = (*bigger)->Load(path);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;

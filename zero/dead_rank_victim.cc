@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/engine.h"
 #include "gtest/gtest.h"
 #include "zero/testing.h"
 
@@ -32,7 +33,7 @@ TEST_F(DeadRank, TheOthersEndInsteadOfHanging) {
   o.edit_micro_batch = [&](int rank, int64_t, int64_t, int32_t*, int32_t*) {
     if (++micro_batches == 3 && rank == victim) std::raise(sig);
   };
-  auto trainer = Trainer::Create(*model, *device_, *comm_, o);
+  auto trainer = engine::CreateTrainer(*model, *device_, *comm_, o);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   for (int step = 0; step < 5; ++step) ASSERT_TRUE((*trainer)->Step(test::SyntheticData()).ok());
   ADD_FAILURE() << "rank " << victim << " was meant to vanish in step 3";

@@ -23,13 +23,16 @@ void CollectModules(models::Module& m, std::vector<models::Module*>& out) {
 
 }  // namespace
 
-int64_t PersistentElements(models::Module& root, int64_t threshold, int bandwidth_owners) {
+int64_t PersistentElements(models::Module& root, int64_t threshold, const Partition& partition) {
   int64_t n = 0;
   for (models::Parameter* p : root.Parameters()) {
-    if (p->numel() > threshold) continue;
-    n += bandwidth_owners > 0 ? bandwidth_owners * BandwidthChunk(p->numel(), bandwidth_owners) : p->numel();
+    if (p->numel() <= threshold) n += partition.GatheredElements(p->numel());
   }
   return n;
+}
+
+int64_t PersistentElements(models::Module& root, int64_t threshold) {
+  return PersistentElements(root, threshold, *ContiguousPartition(0, 1));
 }
 
 MemoryPlan ParameterGather::Plan(const PlanShape& shape) {
@@ -103,26 +106,6 @@ ParameterGather::ParameterGather(const FlatLayout& layout, Device& device, Commu
 
 ParameterGather::~ParameterGather() { (void)coll_.Synchronize(); }
 
-absl::Status ParameterGather::GatherRange(FlatRange range, void* dst, absl::string_view label) {
-  const size_t elem = SizeOf(dtype_);
-  const std::vector<Piece> pieces = layout_.Pieces(range);
-  auto part = [&](const Piece& piece) {
-    return Tensor::Flat(static_cast<char*>(dst) + (piece.begin - range.begin) * elem, dtype_, piece.size, &device_);
-  };
-  int64_t fetched = 0;  // elements this rank fetches
-  for (const Piece& piece : pieces) fetched += piece.rank == layout_.rank() ? piece.size : 0;
-  {
-    StreamZone fetch(timeline_, coll_, ZoneKind::kParamFetch, label, fetched * int64_t(elem));
-    for (const Piece& piece : pieces) {
-      if (piece.rank == layout_.rank()) MEMWALL_RETURN_IF_ERROR(FetchPiece(piece, part(piece).data()));
-    }
-  }
-  if (shard_->fails_alone()) MEMWALL_RETURN_IF_ERROR(CheckIo());
-  StreamZone gather(timeline_, coll_, ZoneKind::kParamGather, label, range.size() * int64_t(elem));
-  for (const Piece& piece : pieces) MEMWALL_RETURN_IF_ERROR(comm_.Broadcast(part(piece), piece.rank, coll_));
-  return absl::OkStatus();
-}
-
 std::vector<ParameterGather::Chunk> ParameterGather::Chunks(const Piece& piece) const {
   std::vector<Chunk> chunks;
   for (int64_t at = 0; at < piece.size;) {
@@ -151,11 +134,7 @@ std::vector<Piece> ParameterGather::OwnPieces(const std::vector<models::Paramete
     }
   };
   if (params.empty()) return mine;
-  if (!layout_.partition().splits_each_parameter()) {
-    keep({layout_.offset(params.front()), layout_.offset(params.back()) + params.back()->numel()});
-  } else {
-    for (const models::Parameter* p : params) keep({layout_.offset(p), layout_.offset(p) + p->numel()});
-  }
+  keep({layout_.offset(params.front()), layout_.offset(params.back()) + params.back()->numel()});
   return mine;
 }
 
@@ -385,8 +364,7 @@ std::vector<models::Parameter*> ParameterGather::Own(const models::Module& m) {
 }
 
 int64_t ParameterGather::GatheredElements(const models::Parameter& p) const {
-  const int owners = layout_.world();
-  return layout_.partition().splits_each_parameter() ? owners * BandwidthChunk(p.numel(), owners) : p.numel();
+  return layout_.partition().GatheredElements(p.numel());
 }
 
 int64_t ParameterGather::GatheredElements(const std::vector<models::Parameter*>& params) const {
@@ -398,39 +376,47 @@ int64_t ParameterGather::GatheredElements(const std::vector<models::Parameter*>&
 absl::Status ParameterGather::GatherParameters(const std::vector<models::Parameter*>& params, void* dst,
                                                absl::string_view label) {
   if (params.empty()) return absl::OkStatus();
-  if (!layout_.partition().splits_each_parameter()) {  // one flat range, broadcast by its owners
-    const FlatRange range{layout_.offset(params.front()), layout_.offset(params.back()) + params.back()->numel()};
-    return GatherRange(range, dst, label);
-  }
-  // Bandwidth-centric (ZeRO-Infinity §6.1): parameter p at its gathered
-  // position holds W chunks of c_p; this rank's chunk goes to slot `rank`,
-  // then one all-gather per parameter fills the others.
+  // The partition's collectives (Partition::GatherUnits), each filling its
+  // place in `dst`: this rank first fetches its pieces of every unit into
+  // place (a piece of the unit's flat range lands at its offset in the
+  // unit), then each unit's collective fills in the other ranks' pieces.
   const size_t elem = SizeOf(dtype_);
-  const int owners = layout_.world();
-  const Tensor all = Tensor::Flat(dst, dtype_, GatheredElements(params), &device_);
-  // This rank's chunk of each parameter, at the parameter's position + rank · c_p.
-  std::vector<std::pair<Piece, int64_t>> mine;  // (piece, where it lands in `all`)
-  int64_t fetched = 0;
-  for (int64_t i = 0, at = 0; i < int64_t(params.size()); at += GatheredElements(*params[i]), ++i) {
-    const int64_t begin = layout_.offset(params[i]);
-    for (const Piece& piece : layout_.Pieces({begin, begin + params[i]->numel()})) {
-      if (piece.rank != layout_.rank()) continue;
-      mine.emplace_back(piece, at + (piece.begin - begin));
-      fetched += piece.size;
-    }
+  const FlatRange range{layout_.offset(params.front()), layout_.offset(params.back()) + params.back()->numel()};
+  const auto at = [&](int64_t offset, int64_t n) {
+    return Tensor::Flat(static_cast<char*>(dst) + offset * static_cast<int64_t>(elem), dtype_, n, &device_);
+  };
+  struct Unit {
+    GatherUnit unit;
+    int64_t at;                 // elements into dst
+    std::vector<Piece> pieces;  // every owner's
+  };
+  std::vector<Unit> units;
+  int64_t fetched = 0, gathered = 0;
+  for (const GatherUnit& u : layout_.partition().GatherUnits(range)) {
+    units.push_back({u, gathered, layout_.Pieces(u.range)});
+    for (const Piece& piece : units.back().pieces) fetched += piece.rank == layout_.rank() ? piece.size : 0;
+    gathered += u.gathered;
   }
+  const auto place = [&](const Unit& u, const Piece& piece) {
+    return at(u.at + (piece.begin - u.unit.range.begin), piece.size);
+  };
   {
     StreamZone fetch(timeline_, coll_, ZoneKind::kParamFetch, label, fetched * int64_t(elem));
-    for (const auto& [piece, to] : mine) MEMWALL_RETURN_IF_ERROR(FetchPiece(piece, all.Slice(to, piece.size).data()));
+    for (const Unit& u : units) {
+      for (const Piece& piece : u.pieces) {
+        if (piece.rank == layout_.rank()) MEMWALL_RETURN_IF_ERROR(FetchPiece(piece, place(u, piece).data()));
+      }
+    }
   }
   if (shard_->fails_alone()) MEMWALL_RETURN_IF_ERROR(CheckIo());
-  StreamZone gather(timeline_, coll_, ZoneKind::kParamGather, label, all.numel() * int64_t(elem));
-  int64_t at = 0;
-  for (const models::Parameter* p : params) {
-    const int64_t chunk = BandwidthChunk(p->numel(), owners);
-    const Tensor whole = all.Slice(at, owners * chunk);
-    MEMWALL_RETURN_IF_ERROR(comm_.AllGather(whole.Slice(layout_.rank() * chunk, chunk), whole, coll_));
-    at += owners * chunk;
+  StreamZone gather(timeline_, coll_, ZoneKind::kParamGather, label, gathered * int64_t(elem));
+  for (const Unit& u : units) {
+    if (u.unit.chunk > 0) {  // equal chunks: one all-gather
+      const Tensor whole = at(u.at, u.unit.gathered);
+      MEMWALL_RETURN_IF_ERROR(comm_.AllGather(whole.Slice(layout_.rank() * u.unit.chunk, u.unit.chunk), whole, coll_));
+      continue;
+    }
+    for (const Piece& piece : u.pieces) MEMWALL_RETURN_IF_ERROR(comm_.Broadcast(place(u, piece), piece.rank, coll_));
   }
   return absl::OkStatus();
 }

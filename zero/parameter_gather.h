@@ -63,10 +63,11 @@
 namespace memwall::zero {
 
 // The elements of the parameters of at most `threshold` elements: the
-// persistent ones, whole on every rank; with `bandwidth_owners` > 0, as
-// gathered under the bandwidth-centric partition (each padded to owners ·
-// BandwidthChunk).
-int64_t PersistentElements(models::Module& root, int64_t threshold, int bandwidth_owners = 0);
+// persistent ones, whole on every rank, each counted as `partition`
+// gathers it (Partition::GatheredElements).
+int64_t PersistentElements(models::Module& root, int64_t threshold, const Partition& partition);
+// Each parameter whole (the contiguous partition's count).
+int64_t PersistentElements(models::Module& root, int64_t threshold);
 
 class ParameterGather {
  public:
@@ -109,11 +110,8 @@ class ParameterGather {
   // in the gathered layout: one after another, each GatheredElements long.
   // `label`: the zones' (kParamFetch, kParamGather), what is gathered.
   absl::Status GatherParameters(const std::vector<models::Parameter*>& params, void* dst, absl::string_view label);
-  // The contiguous partition's: a flat range, broadcast piece by piece.
-  absl::Status GatherRange(FlatRange range, void* dst, absl::string_view label);
   static std::vector<models::Parameter*> Own(const models::Module& m);
-  // A parameter's elements once gathered: n, or under the bandwidth-centric
-  // partition W · BandwidthChunk(n, W) (the last chunk's padding included).
+  // A parameter's elements once gathered (Partition::GatheredElements).
   int64_t GatheredElements(const models::Parameter& p) const;
   int64_t GatheredElements(const std::vector<models::Parameter*>& params) const;
   absl::Status Check(int module, int expected);

@@ -81,7 +81,7 @@ class ParameterStore {
 };
 
 // Who makes the stage-3 shard's store, when it is not resident (the NVMe
-// store, infinity::CreateTrainer): its buffers, stated before anything is
+// store, infinity/nvme_parameter_store.h): its buffers, stated before anything is
 // allocated (the estimator sums them), and the store. Unset: resident.
 struct ParameterStoreProvider {
   std::function<MemoryPlan(const PlanShape&)> plan;

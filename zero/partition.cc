@@ -28,6 +28,10 @@ class Contiguous final : public Partition {
     }
     return out;
   }
+  int64_t GatheredElements(int64_t parameter_elements) const override { return parameter_elements; }
+  std::vector<GatherUnit> GatherUnits(FlatRange range) const override {
+    return {GatherUnit{range, 0, range.size()}};
+  }
 
  private:
   int64_t numel_;
@@ -63,6 +67,19 @@ class BandwidthCentric final : public Partition {
                                [](int64_t at, const Param& p) { return at < p.begin + p.numel; });
     for (; it != params_.end() && it->begin < range.end; ++it) {
       for (int r = 0; r < owners_; ++r) Chunk(*it, r, range.begin, range.end, out);
+    }
+    return out;
+  }
+  int64_t GatheredElements(int64_t parameter_elements) const override {
+    return owners_ * BandwidthChunk(parameter_elements, owners_);
+  }
+  // One all-gather per parameter: rank r's chunk is chunk r of it.
+  std::vector<GatherUnit> GatherUnits(FlatRange range) const override {
+    std::vector<GatherUnit> out;
+    auto it = std::upper_bound(params_.begin(), params_.end(), range.begin,
+                               [](int64_t at, const Param& p) { return at < p.begin + p.numel; });
+    for (; it != params_.end() && it->begin < range.end; ++it) {
+      out.push_back({FlatRange{it->begin, it->begin + it->numel}, it->chunk, owners_ * it->chunk});
     }
     return out;
   }
@@ -112,15 +129,17 @@ FlatRange FlatLayout::OwnRange(const models::Module& m) const {
   return {begin, offsets_.at(own.back().get()) + own.back()->numel()};
 }
 
-int64_t LargestModuleParameters(models::Module& root, int bandwidth_owners) {
+int64_t LargestModuleParameters(models::Module& root, const Partition& partition) {
   int64_t own = 0;
-  for (const auto& p : root.own_parameters()) {
-    own += bandwidth_owners > 0 ? bandwidth_owners * BandwidthChunk(p->numel(), bandwidth_owners) : p->numel();
-  }
+  for (const auto& p : root.own_parameters()) own += partition.GatheredElements(p->numel());
   for (models::Module* child : root.children()) {
-    own = std::max(own, LargestModuleParameters(*child, bandwidth_owners));
+    own = std::max(own, LargestModuleParameters(*child, partition));
   }
   return own;
+}
+
+int64_t LargestModuleParameters(models::Module& root) {
+  return LargestModuleParameters(root, *ContiguousPartition(0, 1));
 }
 
 }  // namespace memwall::zero

@@ -35,6 +35,18 @@ struct FlatRange {
   int64_t size() const { return end - begin; }
 };
 
+// One collective of a gather (stage 3 assembling whole parameters): the
+// flat `range` it fills, laid in the gathered buffer as `gathered`
+// elements. chunk > 0: every owner r gives `chunk` elements, which land at
+// r · chunk (an all-gather; gathered = owners · chunk, the last chunk's
+// padding included); chunk = 0: each owner broadcasts its pieces of the
+// range (gathered = range.size()).
+struct GatherUnit {
+  FlatRange range;
+  int64_t chunk = 0;
+  int64_t gathered = 0;
+};
+
 // Which flat elements each of `owners()` ranks owns, and where each lands in
 // that rank's shard: shard() elements on every rank, padding included, so
 // collectives move equal blocks. Every real element has exactly one owner.
@@ -54,6 +66,14 @@ class Partition {
   virtual std::vector<Piece> Owned(int rank) const = 0;
   // `range` split by owner, in flat order.
   virtual std::vector<Piece> Pieces(FlatRange range) const = 0;
+  // A parameter of n elements once gathered (what stage 3 holds of it
+  // while its module runs): n, or more when the partition pads each
+  // parameter.
+  virtual int64_t GatheredElements(int64_t parameter_elements) const = 0;
+  // The collectives that gather `range` (whole, adjacent parameters), in
+  // flat order; their `gathered` sizes add up to the range's gathered
+  // elements.
+  virtual std::vector<GatherUnit> GatherUnits(FlatRange range) const = 0;
 };
 
 // ZeRO's partition: shard = ceil(Ψ / owners) and rank r owns
@@ -106,12 +126,13 @@ class FlatLayout {
   absl::flat_hash_map<const models::Parameter*, int64_t> offsets_;
 };
 
-// The largest number of elements any one module owns directly: a reduce
-// bucket must hold one module's gradients, and stage 3 gathers one
-// module's parameters at a time. With `bandwidth_owners` > 0 each
-// parameter counts as owners · BandwidthChunk(n_p, owners): its gathered
-// size under the bandwidth-centric partition.
-int64_t LargestModuleParameters(models::Module& root, int bandwidth_owners = 0);
+// The largest number of elements any one module owns directly, each
+// parameter counted as `partition` gathers it: a reduce bucket must hold
+// one module's gradients, and stage 3 gathers one module's parameters at a
+// time.
+int64_t LargestModuleParameters(models::Module& root, const Partition& partition);
+// Each parameter whole (the contiguous partition's count).
+int64_t LargestModuleParameters(models::Module& root);
 
 }  // namespace memwall::zero
 

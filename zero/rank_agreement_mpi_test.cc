@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/engine.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "models/data.h"
@@ -61,7 +62,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateWithLastRank(
   TrainerOptions o = Options(comm.world_size());
   if (comm.rank() == comm.world_size() - 1) edit(config, o);
   model = *models::Gpt::Create(config);
-  return Trainer::Create(*model, device, comm, o);
+  return engine::CreateTrainer(*model, device, comm, o);
 }
 
 TEST_F(RankAgreement, TrainersOfDifferentConfigsAreRefusedOnEveryRank) {
@@ -106,7 +107,7 @@ TEST_F(RankAgreement, TrainersOfDifferentConfigsAreRefusedOnEveryRank) {
 TEST_F(RankAgreement, SavesLoadsExportsAndDataMustAgree) {
   auto device = *CreateCpuDevice();
   auto model = *models::Gpt::Create(test::SmallGpt());
-  auto t = Trainer::Create(*model, *device, *comm_, Options(W()));
+  auto t = engine::CreateTrainer(*model, *device, *comm_, Options(W()));
   ASSERT_TRUE(t.ok()) << t.status();
   Trainer& trainer = **t;
   const std::string last = absl::StrCat("rank ", W() - 1);

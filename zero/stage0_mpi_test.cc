@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/engine.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
 #include "zero/testing.h"
@@ -30,7 +31,7 @@ Result Train(Communicator& comm, int64_t micro_batch, int64_t accumulation) {
   o.training.set_precision(Precision::FP32);
   o.training.mutable_adam()->set_lr(1e-3f);
   auto data = models::SyntheticSource(50000, 256, 3);
-  auto trainer = *Trainer::Create(*model, *device, comm, o);
+  auto trainer = *engine::CreateTrainer(*model, *device, comm, o);
   Result r;
   for (int step = 0; step < 20; ++step) {
     auto st = trainer->Step(*data);

@@ -19,12 +19,13 @@
 #include <filesystem>
 #include <vector>
 
+#include "engine/engine.h"
+#include "engine/estimate.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
 #include "models/safetensors.h"
 #include "zero/checkpoint.h"
-#include "zero/estimator.h"
 #include "zero/testing.h"
 #include "zero/trainer.h"
 
@@ -94,7 +95,7 @@ Outcome Train(Communicator& comm, const Case& s, int steps = 20) {
   auto device = *CreateCpuDevice();
   auto model = *models::Gpt::Create(s.model);
   auto data = models::SyntheticSource(50000, s.model.vocab(), 3);
-  auto trainer = Trainer::Create(*model, *device, comm, Options(s));
+  auto trainer = engine::CreateTrainer(*model, *device, comm, Options(s));
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   Outcome r;
   if (!trainer.ok()) return r;
@@ -177,7 +178,7 @@ TEST_F(Stages, TheGradientNormCoversEveryMicroBatchAndBothUsesOfTheTiedWte) {
     if (micro != 0) std::fill(targets, targets + tokens, -1);
   };
   o.training.set_accumulation(kGlobal);
-  auto trainer = Trainer::Create(*model, *device, *single, o);
+  auto trainer = engine::CreateTrainer(*model, *device, *single, o);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   auto data = models::SyntheticSource(50000, Small().vocab(), 3);
   auto first = (*trainer)->Step(*data);
@@ -221,7 +222,7 @@ TEST_F(Stages, AnOddParameterCountTrainsAndConsolidatesAtEveryStage) {
   auto device = *CreateCpuDevice();
   auto model = *models::Gpt::Create(odd);
   auto data = models::SyntheticSource(50000, odd.vocab(), 3);
-  auto trainer = *Trainer::Create(*model, *device, *comm_, Options(s));
+  auto trainer = *engine::CreateTrainer(*model, *device, *comm_, Options(s));
   for (int step = 0; step < 3; ++step) ASSERT_TRUE(trainer->Step(*data).ok());
   const std::vector<float> weights = *trainer->MasterWeights();
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -312,7 +313,7 @@ TEST_F(Stages, BandwidthCentricPartitioningGivesStageThreeBitForBit) {
   bandwidth.stage = 3;
   bandwidth.micro_batch = 8 / W();
   bandwidth.bandwidth_centric = true;
-  auto trainer = Trainer::Create(*model, *device, *comm_, Options(bandwidth));
+  auto trainer = engine::CreateTrainer(*model, *device, *comm_, Options(bandwidth));
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   EXPECT_TRUE((*trainer)->layout().partition().splits_each_parameter());
   EXPECT_EQ((*trainer)->layout().Owned().size(), model->Parameters().size())
@@ -386,7 +387,7 @@ TEST_F(Stages, ModelStatesMatchThePaperFormulas) {
         persistent += bandwidth_centric ? n * chunk : p->numel();
       }
     }
-    auto trainer = Trainer::Create(*model, *device, *comm_, o);
+    auto trainer = engine::CreateTrainer(*model, *device, *comm_, o);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     auto data = models::SyntheticSource(50000, 256, 3);
     for (int step = 0; step < 2; ++step) ASSERT_TRUE((*trainer)->Step(*data).ok());
@@ -407,11 +408,11 @@ TEST_F(Stages, ModelStatesMatchThePaperFormulas) {
                                       : 16.0 * psi / n + 2.0 * persistent;
     EXPECT_NEAR(states, paper, 16.0 * n) << what;
 
-    EstimateInput in;
+    engine::EstimateInput in;
     in.model = config;
     in.ranks = n;
     in.training = o.training;  // the run's config, as the trainer got it
-    auto e = EstimateMemory(in);
+    auto e = engine::EstimateMemory(in);
     ASSERT_TRUE(e.ok()) << e.status();
     EXPECT_EQ(e->model_states_bytes, states) << what;
     const double total = double(account.total_peak());
@@ -444,7 +445,7 @@ absl::Status RunDiverging(Communicator& comm, bool overlap,
   s.stage = 3;
   s.overlap = overlap;
   s.micro_batch = 2;
-  auto trainer = Trainer::Create(*model, *device, comm, Options(s));
+  auto trainer = engine::CreateTrainer(*model, *device, comm, Options(s));
   if (!trainer.ok()) return trainer.status();
   models::Module* trigger = FindModule(*model, "h.0.attn.c_attn");
   models::Module* intruder = FindModule(*model, "h.1.mlp.c_fc");

@@ -75,123 +75,58 @@ Fingerprint DataFingerprint(const models::TokenSource& data) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(models::Gpt& model, Device& device,
-                                                         Communicator& comm,
+                                                         Communicator& comm, Composition composition,
                                                          const TrainerOptions& options) {
-  // Each rank checks what it was given; then the ranks agree, on the outcome
-  // (a rank refused alone fails every rank with its story) and on what they
-  // were given, before any collective whose shape depends on it.
-  absl::StatusOr<TrainingOptions> training = CheckArguments(model, options);
-  MEMWALL_RETURN_IF_ERROR(AgreeAcrossRanks(comm, device, training.status(), "creating the trainer"));
+  // The ranks agree on what they were given before any collective whose
+  // shape depends on it (each rank checked its own arguments when its
+  // composition was derived, and the ranks agreed on that outcome).
   MEMWALL_RETURN_IF_ERROR(AgreeOnFingerprint(
-      comm, device, RunFingerprint(model.config(), training->config(), comm.world_size()), "creating the trainer"));
-  std::unique_ptr<Trainer> t(new Trainer(model, device, comm, options, *std::move(training)));
-  MEMWALL_RETURN_IF_ERROR(t->Agree(t->Compose(), "building the trainer"));
+      comm, device, RunFingerprint(model.config(), composition.training.config(), comm.world_size()),
+      "creating the trainer"));
+  std::unique_ptr<Trainer> t(new Trainer(model, device, comm, options, composition.training));
+  MEMWALL_RETURN_IF_ERROR(t->Agree(t->Build(composition), "building the trainer"));
   MEMWALL_RETURN_IF_ERROR(t->InitializeValues());
   return t;
 }
 
-absl::StatusOr<TrainingOptions> Trainer::CheckArguments(const models::Gpt& model, const TrainerOptions& options) {
-  MEMWALL_ASSIGN_OR_RETURN(TrainingOptions training, TrainingOptions::Create(options.training));
-  if (training->seq() > model.config().positions()) {
-    return absl::InvalidArgumentError(absl::StrCat("TrainingConfig seq = ", training->seq(),
-                                                   " exceeds the model's ",
-                                                   model.config().positions(), " positions"));
+absl::Status Trainer::Build(const Composition& composition) {
+  const PlanShape& shape = composition.shape;
+  const bool bandwidth = shape.zero.partitioning() == ZeroConfig::BANDWIDTH_CENTRIC;
+  layout_ = FlatLayout(model_, shape.owners, shape.owners == 1 ? 0 : comm_.rank(), bandwidth);
+  if (layout_.numel() != shape.numel || layout_.shard() != shape.shard || shape.ranks != comm_.world_size()) {
+    return absl::InternalError(absl::StrCat("the composition was derived for ", shape.numel, " parameters in shards of ",
+                                            shape.shard, " over ", shape.ranks, " rank(s), not this model's ",
+                                            layout_.numel(), " in shards of ", layout_.shard(), " over ",
+                                            comm_.world_size()));
   }
-  MEMWALL_RETURN_IF_ERROR(models::CheckRunShape(model.config(), training->micro_batch(), training->seq()));
-  const ZeroConfig& zero = training->zero();
-  if (const auto where = zero.offload_optimizer().device(); where != OffloadOptimizerConfig::NONE && !options.shard_optimizer) {
-    const bool nvme = where == OffloadOptimizerConfig::NVME;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "TrainingConfig zero.offload_optimizer.device = ", OffloadOptimizerConfig::Device_Name(where),
-        ": create the trainer with ", nvme ? "infinity::CreateTrainer (//infinity)" : "offload::CreateTrainer (//offload)",
-        ", which supplies the host optimizer"));
-  }
-  if (zero.offload_param().device() == OffloadParamConfig::NVME && !options.parameter_store) {
-    return absl::FailedPreconditionError(
-        "TrainingConfig zero.offload_param.device = NVME: create the trainer with infinity::CreateTrainer "
-        "(//infinity), which supplies the NVMe parameter store");
-  }
-  if (options.shard_optimizer && zero.stage() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("an offloaded optimizer needs ZeRO stage 1, 2 or 3, not ",
-                                                   zero.stage()));
-  }
-  return training;
-}
-
-absl::Status Trainer::Compose() {
-  const int stage = training_->zero().stage();
-  // Stage 0: every rank owns everything (one owner); stages 1-3: N shards.
-  const bool bandwidth = training_->zero().partitioning() == ZeroConfig::BANDWIDTH_CENTRIC;
-  layout_ = stage == 0 ? FlatLayout(model_, 1, 0) : FlatLayout(model_, comm_.world_size(), comm_.rank(), bandwidth);
-  const int bandwidth_owners = bandwidth ? layout_.world() : 0;
-  PlanShape shape;
-  shape.numel = layout_.numel();
-  shape.owners = layout_.world();
-  shape.ranks = comm_.world_size();
-  shape.shard = layout_.shard();
-  shape.dtype = ParamDType(training_->precision());
-  shape.largest_module = LargestModuleParameters(model_, bandwidth_owners);
-  shape.persistent =
-      stage == 3 ? PersistentElements(model_, training_->zero().param_persistence_threshold(), bandwidth_owners) : 0;
-  shape.zero = training_->zero();
-  const StageParts parts = ChooseStageParts(training_->zero(), shape.dtype, static_cast<bool>(options_.shard_optimizer));
-  ShardOptimizerRequest request = OptimizerRequest(shape, training_.adam(), options_.timeline);
-  request.device = &device_;
   // Refused before anything is allocated or written, with the plan's numbers.
   RankPlanInput activations;
   activations.model = &model_.config();
   activations.micro_batch = training_->micro_batch();
   activations.seq = training_->seq();
   activations.checkpointing = model_.config().activation_checkpointing();
-  const MemoryPlan plan = RankPlan(shape, parts, OptimizerPlan(request, parts, options_.shard_optimizer),
-                                   options_.parameter_store, activations);
+  const MemoryPlan plan = RankPlan(shape, composition.parts, activations);
   if (absl::Status st = CheckPlanFits(plan, device_); !st.ok()) {
-    return absl::ResourceExhaustedError(absl::StrCat("ZeRO stage ", stage, " on ", comm_.world_size(), " rank(s), ",
-                                                     models::CountParameters(model_.config()), " parameters: ",
-                                                     st.message()));
+    return absl::ResourceExhaustedError(absl::StrCat("ZeRO stage ", shape.zero.stage(), " on ", comm_.world_size(),
+                                                     " rank(s), ", models::CountParameters(model_.config()),
+                                                     " parameters: ", st.message()));
   }
-  if (parts.comm_stream) {
+  if (composition.parts.comm_stream) {
     MEMWALL_ASSIGN_OR_RETURN(comm_stream_, device_.CreateStream(kCommStreamName));
   }
-
-  switch (parts.parameters) {
-    case StageParts::Parameters::kReplicated:
-    case StageParts::Parameters::kReplicatedAllGathered: {
-      const bool all_gather = parts.parameters == StageParts::Parameters::kReplicatedAllGathered;
-      MEMWALL_ASSIGN_OR_RETURN(
-          params_, CreateReplicatedParameters(layout_, shape, device_, comm_, all_gather, options_.timeline));
-      break;
-    }
-    case StageParts::Parameters::kSharded: {
-      MEMWALL_ASSIGN_OR_RETURN(params_, CreateShardedParameters(layout_, shape, model_, device_, comm_, coll(),
-                                                                options_.parameter_store, options_.timeline));
-      break;
-    }
+  const PartContext context{layout_, shape, model_, device_, comm_, coll(), options_.timeline};
+  BuiltParts built;
+  absl::Status all_built = absl::OkStatus();
+  for (const auto& part : composition.parts.list) {
+    all_built = part->Build(context, built);
+    if (!all_built.ok()) break;
   }
-  if (parts.optimizer_keeps_gradients) {  // the optimizer first: the buckets feed its sink
-    MEMWALL_ASSIGN_OR_RETURN(optimizer_, options_.shard_optimizer.create(request));
-  }
-  GradientSink* sink = optimizer_ ? optimizer_->gradient_sink() : nullptr;
-  switch (parts.gradients) {
-    case StageParts::Gradients::kAllReduce: {
-      MEMWALL_ASSIGN_OR_RETURN(gradients_, CreateAllReduceGradients(layout_, shape, device_, comm_, coll()));
-      break;
-    }
-    case StageParts::Gradients::kReduceScatter: {
-      MEMWALL_ASSIGN_OR_RETURN(gradients_, CreateReduceScatterGradients(layout_, shape, device_, comm_, coll()));
-      break;
-    }
-    case StageParts::Gradients::kReduceBuckets: {
-      MEMWALL_ASSIGN_OR_RETURN(gradients_, CreateBucketedGradients(layout_, shape, device_, comm_, coll(),
-                                                                   parts.reduce_buckets(), sink));
-      break;
-    }
-  }
-  if (!optimizer_) {  // the device's, over the device gradient shard
-    std::optional<Tensor> master;
-    if (parts.master_is_values) master = params_->shard().resident();
-    MEMWALL_ASSIGN_OR_RETURN(optimizer_, CreateDeviceShardOptimizer(request, gradients_->shard(), master));
-  }
+  // Held by the trainer even when a part failed: its destructor waits for
+  // the work the built ones enqueued before it frees their memory.
+  params_ = std::move(built.parameters);
+  gradients_ = std::move(built.gradients);
+  optimizer_ = std::move(built.optimizer);
+  MEMWALL_RETURN_IF_ERROR(all_built);
   agree_on_optimizer_ = (optimizer_->fails_alone() || params_->shard().fails_alone()) && comm_.world_size() > 1;
   const MemoryPlan scalars = TrainerScalarsPlan(comm_.world_size());
   MEMWALL_ASSIGN_OR_RETURN(norm_, AllocatePlanned(device_, scalars, "norm"));

@@ -18,17 +18,21 @@
 // order of floating-point sums (bitwise when those sums are exact), tested
 // against stage 0 under mpirun.
 //
-// A stage is a composition, chosen once in Create (FSDP2's sharding
-// states; each part's header says what it holds):
+// A stage is a composition, chosen once (zero/stage_plan.h's list of
+// parts, FSDP2's sharding states; each part's header says what it holds):
 //            parameters (zero/parameter_placement.h)   gradients (zero/gradient_reduction.h)
 //   stage 0  replicated, one owner                     all-reduce
 //   stage 1  replicated, all-gathered after the step   reduce-scatter after backward
 //   stage 2  replicated, all-gathered after the step   reduce buckets to the owner
 //   stage 3  sharded, gathered per module              reduce buckets to the owner
-// and a ShardOptimizer (zero/shard_optimizer.h): the device's, or one from
-// TrainerOptions.shard_optimizer (ZeRO-Offload's host optimizer,
-// which keeps the gradient shard too, so its gradients always travel in
-// reduce buckets, stage 1 included).
+// and a ShardOptimizer (zero/shard_optimizer.h): the device's, or one
+// that lives elsewhere (ZeRO-Offload's host optimizer, which keeps the
+// gradient shard too, so its gradients always travel in reduce buckets,
+// stage 1 included).
+//
+// Make one with engine::CreateTrainer (engine/engine.h): it checks the
+// configuration, derives the composition and wires the placements the
+// configuration asks for.
 //
 // One step (docs/architecture.md, "A stage is a composition"):
 //   grads = 0
@@ -72,6 +76,7 @@
 #include "zero/parameter_store.h"
 #include "zero/partition.h"
 #include "zero/shard_optimizer.h"
+#include "zero/stage_plan.h"
 #include "zero/zero_config.pb.h"
 
 namespace memwall::zero {
@@ -86,15 +91,6 @@ inline constexpr absl::string_view kCommStreamName = "zero_comm";
 // config file can say.
 struct TrainerOptions {
   TrainingConfig training;  // zero/training_config.proto; defaults in zero/config.h
-  // Plans and makes the rank's ShardOptimizer (zero/shard_optimizer.h) when
-  // the optimizer states live elsewhere than the device:
-  // offload::CreateTrainer sets it for ZeroConfig.offload_optimizer. Unset:
-  // the device's.
-  ShardOptimizerProvider shard_optimizer;
-  // Makes stage 3's parameter shard store when it is not resident
-  // (zero/parameter_store.h): infinity::CreateTrainer sets it for
-  // offload_param { device: NVME }. Unset: device or pinned host memory.
-  ParameterStoreProvider parameter_store;
   // When set, each step records zones on it (runtime/timeline.h): per
   // micro-batch kForwardBackward on the compute stream, kAdam (device
   // optimizer) and kAllGather; an offloaded optimizer adds its own. The
@@ -134,11 +130,14 @@ struct StepStats {
 
 class Trainer {
  public:
-  // Binds the model's parameters and gradients to this trainer's buffers
-  // on `device` (at stages 2 and 3 partly as deferred bindings, filled by the
-  // hooks it registers on the model) and initializes them from options.seed.
+  // Builds `composition` (derived from this model and options.training by
+  // engine::CreateTrainer, which every caller goes through): binds the
+  // model's parameters and gradients to this trainer's buffers on `device`
+  // (at stage 3 partly as deferred bindings, filled by the hooks it
+  // registers on the model) and initializes them from the seed. Every rank
+  // calls it; the ranks first agree that they were given the same run.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(models::Gpt& model, Device& device,
-                                                         Communicator& comm,
+                                                         Communicator& comm, Composition composition,
                                                          const TrainerOptions& options);
   ~Trainer();
 
@@ -183,12 +182,9 @@ class Trainer {
  private:
   Trainer(models::Gpt& model, Device& device, Communicator& comm, const TrainerOptions& options,
           TrainingOptions training);
-  // This rank's arguments checked (the config, and the model and optimizer
-  // it asks for); changes nothing and talks to no other rank.
-  static absl::StatusOr<TrainingOptions> CheckArguments(const models::Gpt& model, const TrainerOptions& options);
-  // Chooses and builds the stage's parts (see "A stage is a composition"):
-  // allocations only, no collective.
-  absl::Status Compose();
+  // Builds the stage's parts (see "A stage is a composition") once their
+  // plan fits: allocations only, no collective.
+  absl::Status Build(const Composition& composition);
   // This rank's shard of the initial values (the same numbers at every
   // stage: Gpt::InitialValues), rounded to the parameter type, the master
   // widened back from them, then published.
@@ -222,7 +218,7 @@ class Trainer {
   // rank owns everything) at stage 0.
   FlatLayout layout_;
   std::unique_ptr<Stream> comm_stream_;
-  // The stage's parts, made once by Compose(); each says what it holds.
+  // The stage's parts, made once by Build(); each says what it holds.
   std::unique_ptr<ParameterPlacement> params_;
   std::unique_ptr<GradientReduction> gradients_;
   std::unique_ptr<ShardOptimizer> optimizer_;  // after gradients_: may read its shard

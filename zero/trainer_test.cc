@@ -2,6 +2,8 @@
 // accumulation equals a bigger batch, fp16 loss scaling skips and recovers,
 // clipping scales the update, the model states take 16 bytes per parameter,
 // a GPU run matches the CpuDevice's, and bad options are refused.
+#include "engine/engine.h"
+#include "engine/estimate.h"
 #include "zero/trainer.h"
 
 #include <cmath>
@@ -11,7 +13,6 @@
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
 #include "runtime/cuda_device.h"
-#include "zero/estimator.h"
 
 namespace memwall::zero {
 namespace {
@@ -39,7 +40,7 @@ struct TrainRun {
   explicit TrainRun(const TrainerOptions& o, std::unique_ptr<Device> on = *CreateCpuDevice())
       : device(std::move(on)) {
     model = *models::Gpt::Create(Tiny());
-    auto t = Trainer::Create(*model, *device, *comm, o);
+    auto t = engine::CreateTrainer(*model, *device, *comm, o);
     EXPECT_TRUE(t.ok()) << t.status();
     trainer = std::move(*t);
   }
@@ -230,10 +231,10 @@ TEST(CudaTrainer, MatchesTheCpuDeviceInFp32AndBf16) {
 TEST(Trainer, APlanThatDoesNotFitIsRefusedBeforeAnythingIsAllocated) {
   for (Precision p : {Precision::FP32, Precision::BF16}) {
     const TrainerOptions o = Options(p);
-    EstimateInput in;
+    engine::EstimateInput in;
     in.model = Tiny();
     in.training = o.training;
-    auto plan = EstimateMemory(in);
+    auto plan = engine::EstimateMemory(in);
     ASSERT_TRUE(plan.ok()) << plan.status();
     const int64_t need = plan->total_device_bytes;
     CpuDeviceOptions exact;
@@ -250,7 +251,7 @@ TEST(Trainer, APlanThatDoesNotFitIsRefusedBeforeAnythingIsAllocated) {
     auto device = *CreateCpuDevice(short_by_one);
     auto comm = CreateSingleProcessCommunicator();
     auto model = *models::Gpt::Create(Tiny());
-    auto t = Trainer::Create(*model, *device, *comm, o);
+    auto t = engine::CreateTrainer(*model, *device, *comm, o);
     ASSERT_FALSE(t.ok()) << PrecisionName(p);
     EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted) << t.status();
     for (const std::string& part : std::vector<std::string>{
@@ -276,25 +277,26 @@ TEST(Trainer, RefusesBadOptionsNamingTheField) {
   auto device = *CreateCpuDevice();
   auto comm = CreateSingleProcessCommunicator();
   auto model = *models::Gpt::Create(Tiny());
-  auto t = Trainer::Create(*model, *device, *comm, o);
+  auto t = engine::CreateTrainer(*model, *device, *comm, o);
   EXPECT_NE(t.status().message().find("seq = 64 exceeds the model's 32 positions"), std::string::npos);
   // Create checks the whole config before it allocates anything.
   o = Options(Precision::FP32);
   o.training.mutable_loss_scaling()->set_growth_interval(-3);
-  t = Trainer::Create(*model, *device, *comm, o);
+  t = engine::CreateTrainer(*model, *device, *comm, o);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
   EXPECT_NE(t.status().message().find("TrainingConfig loss_scaling.growth_interval = -3"), std::string::npos)
       << t.status();
   EXPECT_EQ(device->memory().account().total_peak(), 0u) << "nothing allocated for a refused config";
   EXPECT_EQ(ParsePrecision("fp8").status().code(), absl::StatusCode::kInvalidArgument);
-  // An offload configuration without the host optimizer (offload::
-  // CreateTrainer supplies it) is refused, never trained on the device.
+  // An offload configuration gets the host optimizer from the one
+  // factory: its states are in pinned host memory, none on the device.
   o = Options(Precision::FP32);
   o.training.mutable_zero()->set_stage(2);
   o.training.mutable_zero()->mutable_offload_optimizer()->set_device(OffloadOptimizerConfig::CPU);
-  t = Trainer::Create(*model, *device, *comm, o);
-  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
-  EXPECT_NE(t.status().message().find("offload::CreateTrainer"), std::string::npos) << t.status();
+  t = engine::CreateTrainer(*model, *device, *comm, o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(device->memory().account().current(MemoryTag::kOptimizerStates), 0u);
+  EXPECT_GT(device->pinned_host().account().current(MemoryTag::kOptimizerStates), 0u);
 }
 
 }  // namespace

@@ -7,10 +7,11 @@
 //   - the estimator, given it, a small GPT and 1, 3 or 4 ranks, either
 //     refuses with a Status or plans only non-negative buffers whose tags
 //     sum to its totals (no size overflows: UBSan reports one if it does).
+#include "engine/engine.h"
+#include "engine/estimate.h"
 #include "models/gpt.h"
 #include "tools/fuzz.h"
 #include "zero/config.h"
-#include "zero/estimator.h"
 
 namespace memwall::zero {
 namespace {
@@ -39,11 +40,11 @@ void Check(const uint8_t* data, size_t size) {
   FUZZ_CHECK(again->config().SerializeAsString() == options->config().SerializeAsString(),
              "filling defaults twice changed the config");
   for (int64_t ranks : {1, 3, 4}) {
-    EstimateInput in;
+    engine::EstimateInput in;
     in.model = SmallModel();
     in.ranks = ranks;
     in.training = options->config();
-    auto estimate = EstimateMemory(in);
+    auto estimate = engine::EstimateMemory(in);
     if (!estimate.ok()) continue;  // e.g. seq beyond the model's positions
     int64_t device = 0;
     for (int64_t bytes : estimate->device) {

@@ -21,9 +21,10 @@
 // 2), reduce buckets (two with overlap_comm), stage 3's gathered modules
 // (a peak bound) and divergence check. ZeRO-Offload moves the optimizer's
 // plan to pinned host memory (offload/host_optimizer.h: 12Ψ/N + 2Ψ/N plus
-// staging); the caller passes that plan's provider.
-#ifndef MEMWALL_ZERO_ESTIMATOR_H_
-#define MEMWALL_ZERO_ESTIMATOR_H_
+// staging), ZeRO-Infinity's NVMe stores add swap files; the composition is
+// engine::Compose's (engine/engine.h), the one the trainer builds.
+#ifndef MEMWALL_ENGINE_ESTIMATE_H_
+#define MEMWALL_ENGINE_ESTIMATE_H_
 
 #include <array>
 #include <cstdint>
@@ -34,12 +35,9 @@
 #include "models/gpt_config.pb.h"
 #include "runtime/memory.h"
 #include "runtime/memory_plan.h"
-#include "zero/shard_optimizer.h"
-#include "zero/config.h"
-#include "zero/trainer.h"
-#include "zero/zero_config.pb.h"
+#include "zero/training_config.pb.h"
 
-namespace memwall::zero {
+namespace memwall::engine {
 
 struct EstimateInput {
   int64_t params = 0;                    // Ψ; ignored when `model` is set
@@ -47,19 +45,13 @@ struct EstimateInput {
   int64_t ranks = 1;
   // The run's training config, as the trainer would get it (seq,
   // micro_batch, precision and zero are what memory depends on).
-  TrainingConfig training;
+  zero::TrainingConfig training;
   std::optional<bool> checkpointing;     // unset: the model's setting
   // Budgets per rank to check against (0: none): device memory, pinned
   // host memory, NVMe (the swap files).
   int64_t device_bytes = 0;
   int64_t host_bytes = 0;
   int64_t disk_bytes = 0;
-  // With training.zero.offload_optimizer { device: CPU }: the offloaded optimizer's
-  // plan (offload::HostOptimizerProvider()); unset otherwise.
-  ShardOptimizerProvider optimizer;
-  // With training.zero.offload_param { device: NVME }: the NVMe parameter
-  // store's plan (infinity::NvmeParameterStoreProvider(rank)); unset otherwise.
-  ParameterStoreProvider parameters;
 };
 
 struct Estimate {
@@ -88,10 +80,10 @@ struct Estimate {
   std::string ToJson() const;
 };
 
-// Checks every input (ranks >= 1, a valid ZeroConfig, micro_batch and seq
-// > 0, seq within the model's positions, params > 0) and estimates.
+// Checks every input (engine::Compose's preconditions; budgets >= 0) and
+// estimates; an error names what is wrong, after "memory estimate: ".
 absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& input);
 
-}  // namespace memwall::zero
+}  // namespace memwall::engine
 
-#endif  // MEMWALL_ZERO_ESTIMATOR_H_
+#endif  // MEMWALL_ENGINE_ESTIMATE_H_

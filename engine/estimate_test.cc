@@ -1,11 +1,12 @@
 // The memory estimator: ZeRO's Figure 1 example from the paper's formulas,
 // and stage 0's measured per-tag peaks on the CpuDevice for bf16 and fp32,
 // with and without activation checkpointing.
-#include "zero/estimator.h"
+#include "engine/estimate.h"
 
 #include <array>
 #include <string>
 
+#include "engine/engine.h"
 #include "gtest/gtest.h"
 #include "models/data.h"
 #include "absl/strings/match.h"
@@ -15,6 +16,7 @@
 #include "zero/parameter_gather.h"
 #include "zero/parameter_placement.h"
 #include "zero/stage_plan.h"
+#include "zero/trainer.h"
 
 namespace memwall::zero {
 namespace {
@@ -26,11 +28,11 @@ TEST(Estimator, ReproducesZeroFigure1) {
   const int64_t want[4] = {16 * psi, 4 * psi + 12 * shard, 2 * psi + 14 * shard, 16 * shard};
   const double paper_gb[4] = {120, 31.4, 16.6, 1.9};
   for (int stage = 0; stage < 4; ++stage) {
-    EstimateInput in;
+    engine::EstimateInput in;
     in.params = psi;
     in.ranks = n;
     in.training.mutable_zero()->set_stage(stage);
-    auto e = EstimateMemory(in);
+    auto e = engine::EstimateMemory(in);
     ASSERT_TRUE(e.ok()) << e.status();
     EXPECT_EQ(e->model_states_bytes, want[stage]) << "stage " << stage;
     EXPECT_NEAR(e->model_states_bytes / 1e9, paper_gb[stage], 0.06) << "stage " << stage;
@@ -62,16 +64,16 @@ void CheckStage0(Precision precision, bool checkpointing) {
   o.training.set_micro_batch(3);
   o.training.set_accumulation(2);
   o.training.set_precision(precision);
-  auto trainer = Trainer::Create(*model, *device, *comm, o);
+  auto trainer = engine::CreateTrainer(*model, *device, *comm, o);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   auto data = models::SyntheticSource(100000, 256, 1);
   ASSERT_TRUE((*trainer)->Step(*data).ok());
   const MemoryAccount& account = device->memory().account();
 
-  EstimateInput in;
+  engine::EstimateInput in;
   in.model = config;
   in.training = o.training;
-  auto e = EstimateMemory(in);
+  auto e = engine::EstimateMemory(in);
   ASSERT_TRUE(e.ok()) << e.status();
   const std::string what = absl::StrCat(PrecisionName(precision), checkpointing ? " ckpt" : "");
   for (int t = 0; t < kNumMemoryTags; ++t) {
@@ -86,15 +88,15 @@ TEST(Estimator, Stage0MatchesTheMeasuredPeaksBf16Checkpointed) { CheckStage0(Pre
 TEST(Estimator, Stage0MatchesTheMeasuredPeaksFp32) { CheckStage0(Precision::FP32, false); }
 
 TEST(Estimator, SaysWhetherItFitsAndPrintsJson) {
-  EstimateInput in;
+  engine::EstimateInput in;
   in.model = Small();
   in.training.set_seq(64);
   in.device_bytes = 1 << 20;
-  auto e = *EstimateMemory(in);
+  auto e = *engine::EstimateMemory(in);
   EXPECT_FALSE(e.fits) << e.ToText();
   EXPECT_NE(e.ToText().find("DOES NOT FIT in 1.00 MiB"), std::string::npos) << e.ToText();
   in.device_bytes = int64_t{1} << 30;
-  e = *EstimateMemory(in);
+  e = *engine::EstimateMemory(in);
   EXPECT_TRUE(e.fits);
   const std::string json = e.ToJson();
   for (const char* key : {"\"model_states_bytes_per_rank\": ", "\"total_device_bytes_per_rank\": ",
@@ -113,14 +115,14 @@ TEST(Estimator, IsTheSumOfThePartsPlansAndTheEngineAllocatesThem) {
   for (int stage = 0; stage <= 3; ++stage) {
     for (Precision precision : {Precision::BF16, Precision::FP32}) {
       const std::string what = absl::StrCat("stage ", stage, " ", PrecisionName(precision));
-      EstimateInput in;
+      engine::EstimateInput in;
       in.model = config;
       in.training.mutable_zero()->set_stage(stage);
       in.training.mutable_zero()->set_param_persistence_threshold(200);  // stage 3 gathers some, keeps some
       in.training.set_precision(precision);
       in.training.set_micro_batch(2);
       in.training.set_seq(32);
-      auto e = EstimateMemory(in);
+      auto e = engine::EstimateMemory(in);
       ASSERT_TRUE(e.ok()) << e.status();
 
       PlanShape shape;
@@ -167,7 +169,7 @@ TEST(Estimator, IsTheSumOfThePartsPlansAndTheEngineAllocatesThem) {
       o.training.set_micro_batch(2);
       o.training.set_precision(precision);
       *o.training.mutable_zero() = in.training.zero();
-      auto trainer = Trainer::Create(*fresh, *device, *comm, o);
+      auto trainer = engine::CreateTrainer(*fresh, *device, *comm, o);
       ASSERT_TRUE(trainer.ok()) << trainer.status();
       for (int t = 0; t < kNumMemoryTags; ++t) {
         const MemoryTag tag = static_cast<MemoryTag>(t);
@@ -181,31 +183,31 @@ TEST(Estimator, IsTheSumOfThePartsPlansAndTheEngineAllocatesThem) {
 }
 
 TEST(Estimator, RefusesBadInputsNamingThem) {
-  EstimateInput in;
+  engine::EstimateInput in;
   in.params = 1000;
   in.ranks = 0;
-  EXPECT_NE(EstimateMemory(in).status().message().find("ranks = 0 must be >= 1"), std::string::npos);
+  EXPECT_NE(engine::EstimateMemory(in).status().message().find("ranks = 0 must be >= 1"), std::string::npos);
   in.ranks = 2;
   in.training.mutable_zero()->set_stage(4);
-  EXPECT_NE(EstimateMemory(in).status().message().find("TrainingConfig zero.stage = 4"), std::string::npos);
+  EXPECT_NE(engine::EstimateMemory(in).status().message().find("TrainingConfig zero.stage = 4"), std::string::npos);
   in.training.mutable_zero()->set_stage(1);
   in.params = 0;
-  EXPECT_NE(EstimateMemory(in).status().message().find("params = 0 must be > 0"), std::string::npos);
+  EXPECT_NE(engine::EstimateMemory(in).status().message().find("params = 0 must be > 0"), std::string::npos);
   in.model = Small();
   in.training.set_seq(65);
-  EXPECT_NE(EstimateMemory(in).status().message().find("seq = 65 exceeds the model's 64 positions"),
+  EXPECT_NE(engine::EstimateMemory(in).status().message().find("seq = 65 exceeds the model's 64 positions"),
             std::string::npos);
 }
 
 // Sizes that would overflow int64 (the estimate once aborted, divided by
 // zero or said "fits") are refused with the field, the value and the limit.
 TEST(Estimator, RefusesSizesThatWouldOverflow) {
-  auto expect = [](const EstimateInput& in, const std::string& says) {
-    const absl::Status st = EstimateMemory(in).status();
+  auto expect = [](const engine::EstimateInput& in, const std::string& says) {
+    const absl::Status st = engine::EstimateMemory(in).status();
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
     EXPECT_NE(st.message().find(says), std::string::npos) << st;
   };
-  EstimateInput in;
+  engine::EstimateInput in;
   in.params = int64_t{1} << 62;
   expect(in, "params = 4611686018427387904 must be < 2^53");
   in.params = 1000;
@@ -227,7 +229,7 @@ TEST(Estimator, RefusesSizesThatWouldOverflow) {
   in.training.set_micro_batch(1 << 20);
   expect(in, "plans about 2^");
   in.training.set_micro_batch(1);
-  EXPECT_TRUE(EstimateMemory(in).ok()) << "one sequence of it is plannable";
+  EXPECT_TRUE(engine::EstimateMemory(in).ok()) << "one sequence of it is plannable";
 }
 
 }  // namespace

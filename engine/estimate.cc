@@ -1,20 +1,17 @@
-#include "zero/estimator.h"
+#include "engine/estimate.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/engine.h"
 #include "models/gpt.h"
-#include "runtime/bounds.h"
 #include "runtime/status.h"
-#include "zero/partition.h"
-#include "zero/config.h"
-#include "zero/parameter_gather.h"
 #include "zero/stage_plan.h"
 
-namespace memwall::zero {
+namespace memwall::engine {
 namespace {
-
 
 absl::Status Bad(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("memory estimate: ", what));
@@ -23,76 +20,36 @@ absl::Status Bad(absl::string_view what) {
 }  // namespace
 
 absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
-  if (in.ranks < 1) return Bad(absl::StrCat("ranks = ", in.ranks, " must be >= 1"));
-  if (in.ranks > kMaxRanks) return Bad(absl::StrCat("ranks = ", in.ranks, " must be <= ", LimitString(kMaxRanks)));
-  MEMWALL_ASSIGN_OR_RETURN(const TrainingOptions training, TrainingOptions::Create(in.training));
   if (in.device_bytes < 0) return Bad(absl::StrCat("device_bytes = ", in.device_bytes, " must be >= 0"));
   if (in.host_bytes < 0) return Bad(absl::StrCat("host_bytes = ", in.host_bytes, " must be >= 0"));
   if (in.disk_bytes < 0) return Bad(absl::StrCat("disk_bytes = ", in.disk_bytes, " must be >= 0"));
+  std::unique_ptr<models::Gpt> gpt;  // its modules and their sizes; no values are allocated
   if (in.model.has_value()) {
-    if (absl::Status st = models::ValidateConfig(*in.model); !st.ok()) return st;
-    if (training->seq() > in.model->positions()) {
-      return Bad(absl::StrCat("TrainingConfig seq = ", training->seq(), " exceeds the model's ", in.model->positions(),
-                              " positions"));
-    }
-    if (absl::Status st = models::CheckRunShape(*in.model, training->micro_batch(), training->seq()); !st.ok()) {
-      return Bad(st.message());
-    }
-  } else if (in.params <= 0) {
-    return Bad(absl::StrCat("params = ", in.params, " must be > 0 (or give a model)"));
-  } else if (in.params >= kMaxParameters) {
-    return Bad(absl::StrCat("params = ", in.params, " must be < ", LimitString(kMaxParameters),
-                            " (16 bytes a parameter must fit int64)"));
+    absl::StatusOr<std::unique_ptr<models::Gpt>> made = models::Gpt::Create(*in.model);
+    if (!made.ok()) return Bad(made.status().message());
+    gpt = *std::move(made);
   }
-  const bool offload = training->zero().offload_optimizer().device() != OffloadOptimizerConfig::NONE;
-  if (offload != static_cast<bool>(in.optimizer)) {
-    return absl::FailedPreconditionError(
-        offload ? absl::StrCat("memory estimate: zero.offload_optimizer.device = ",
-                               OffloadOptimizerConfig::Device_Name(training->zero().offload_optimizer().device()),
-                               " needs the offloaded optimizer's plan (offload::HostOptimizerProvider() or "
-                               "infinity::NvmeOptimizerProvider(rank) as EstimateInput.optimizer)")
-                : "memory estimate: an optimizer provider is given but zero.offload_optimizer.device is NONE");
+  CompositionInput input;
+  input.model = gpt.get();
+  input.params = in.params;
+  input.training = in.training;
+  input.ranks = in.ranks;
+  absl::StatusOr<zero::Composition> composition = Compose(input);
+  if (!composition.ok()) {
+    return absl::Status(composition.status().code(), absl::StrCat("memory estimate: ", composition.status().message()));
   }
-  const bool nvme_params = training->zero().offload_param().device() == OffloadParamConfig::NVME;
-  if (nvme_params != static_cast<bool>(in.parameters)) {
-    return absl::FailedPreconditionError(
-        nvme_params ? "memory estimate: zero.offload_param.device = NVME needs the NVMe parameter store's plan "
-                      "(infinity::NvmeParameterStoreProvider(rank) as EstimateInput.parameters)"
-                    : "memory estimate: a parameter store provider is given but zero.offload_param.device is not NVME");
-  }
-  // The shape the engine would compute from the model's layout.
-  PlanShape shape;
-  shape.zero = training->zero();
-  shape.numel = in.model.has_value() ? models::CountParameters(*in.model) : in.params;
-  shape.ranks = static_cast<int>(in.ranks);
-  shape.owners = Owners(shape.zero, shape.ranks);
-  shape.shard = (shape.numel + shape.owners - 1) / shape.owners;
-  shape.dtype = ParamDType(training->precision());
-  if (in.model.has_value()) {
-    MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<models::Gpt> gpt, models::Gpt::Create(*in.model));
-    const bool bandwidth = shape.zero.partitioning() == ZeroConfig::BANDWIDTH_CENTRIC;
-    const int bandwidth_owners = bandwidth ? shape.owners : 0;
-    shape.largest_module = LargestModuleParameters(*gpt, bandwidth_owners);
-    if (shape.zero.stage() == 3) {
-      shape.persistent = PersistentElements(*gpt, shape.zero.param_persistence_threshold(), bandwidth_owners);
-    }
-    if (bandwidth) shape.shard = FlatLayout(*gpt, shape.owners, 0, true).shard();
-  } else if (shape.zero.partitioning() == ZeroConfig::BANDWIDTH_CENTRIC) {
-    return Bad("partitioning = BANDWIDTH_CENTRIC: the shard depends on every parameter's size: give a model");
-  }
-  const StageParts parts = ChooseStageParts(shape.zero, shape.dtype, offload);
-  const ShardOptimizerRequest request = OptimizerRequest(shape, training.adam(), nullptr);
-  RankPlanInput activations;
+  const zero::PlanShape& shape = composition->shape;
+  zero::RankPlanInput activations;
   if (in.model.has_value()) {
     activations.model = &*in.model;
-    activations.micro_batch = training->micro_batch();
-    activations.seq = training->seq();
+    activations.micro_batch = composition->training->micro_batch();
+    activations.seq = composition->training->seq();
     activations.checkpointing = in.checkpointing.value_or(in.model->activation_checkpointing());
   }
 
   Estimate e;
   e.params = shape.numel;
-  e.plan = RankPlan(shape, parts, OptimizerPlan(request, parts, in.optimizer), in.parameters, activations);
+  e.plan = zero::RankPlan(shape, composition->parts, activations);
   e.activations_counted = in.model.has_value();
   e.device = e.plan.ByTag(MemorySpace::kDevice);
   e.host = e.plan.ByTag(MemorySpace::kPinnedHost);
@@ -170,4 +127,4 @@ std::string Estimate::ToJson() const {
                       ", \"host_bytes_per_rank_by_tag\": {", host_tags, "}}");
 }
 
-}  // namespace memwall::zero
+}  // namespace memwall::engine
