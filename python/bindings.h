@@ -18,7 +18,7 @@ inline void ThrowIfError(const absl::Status& s) {
 
 void BindTraining(pybind11::module_& m);     // training.cc: estimate, Trainer, model_config
 void BindSafetensors(pybind11::module_& m);  // safetensors.cc: load_safetensors, save_safetensors
-void BindRepro(pybind11::module_& m);        // repro.cc: write_provenance, workspace_dir
+void BindProvenance(pybind11::module_& m);   // provenance.cc: write_provenance, workspace_dir
 
 }  // namespace memwall::python
 

@@ -238,5 +238,5 @@ PYBIND11_MODULE(_memwall, m) {
   });
   memwall::python::BindTraining(m);
   memwall::python::BindSafetensors(m);
-  memwall::python::BindRepro(m);
+  memwall::python::BindProvenance(m);
 }

@@ -1,5 +1,5 @@
-// What every repro target shares: where results go, the provenance record,
-// the figure script, and launching ranks with mpirun.
+// What every repro target shares: where results go, the figure script, and
+// launching ranks with mpirun; the provenance record is runtime/provenance.h.
 //
 // results/<experiment>/ holds
 //   data.csv         one row per measured or modeled point (a `source`
@@ -16,31 +16,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/provenance.h"
 
 namespace memwall::repro {
 
-// The source tree: BUILD_WORKSPACE_DIRECTORY under `bazel run`, else the
-// current directory.
-std::string WorkspaceDir();
-
-// "a b" -> 'a b', for one argument of a shell command line.
-std::string ShellQuote(const std::string& arg);
 // One CSV field, quoted when it holds a comma, quote or newline.
 std::string CsvField(const std::string& value);
-
-struct Provenance {
-  std::string experiment;
-  std::string description;
-  std::string paper;
-  std::string command;               // as the user ran it
-  std::string measured_or_modeled;   // what in data.csv is which
-  std::map<std::string, std::string> files;  // name -> what it holds
-};
-
-// provenance.json: the fields above plus the commit (and whether the tree
-// had uncommitted changes outside results/), the UTC date, and the machine: CPU model,
-// cores, memory, and the GPU name and driver when nvidia-smi finds one.
-absl::Status WriteProvenance(const std::string& path, const Provenance& p);
 
 // Runs `python3 SCRIPT ARGS...` with a Python that has matplotlib
 // (Debian's /usr/bin/python3 first). FailedPrecondition naming the package

@@ -4,7 +4,10 @@
   - nothing cites a file outside the repository (../shared/...);
   - every [Note: X] cited has exactly one definition (a comment line that
     holds it alone, or with a parenthetical: "// [Note: X] (ZeRO §5.1)");
-  - no code or doc carries issue numbers: docs are for users.
+  - no code or doc carries issue numbers: docs are for users;
+  - the layers of docs/architecture.md hold: no library file includes (or,
+    in Python, imports) a package listed below its own; tests, fuzzers and
+    benchmarks are users, and may enter through any layer.
 The files come from each package's :doc_sources (every file it holds)."""
 import os
 import re
@@ -111,6 +114,47 @@ class DocCheck(unittest.TestCase):
         found = [f"{f}: {m.group(0)}" for f, text in self.prose.items()
                  for m in re.finditer(r"\b[Ii]ssues? #?\d+", text)]
         self.assertEqual(found, [], "docs are for users: no issue numbers in code or docs")
+
+
+# Test code: tests, their helpers and victims, fuzzers, benchmarks.
+TEST_CODE = re.compile(r"(_test|_fuzzer|_benchmark|_victim)\.(cc|h|py|sh)$|(^|/)testing\.h$|_test_\w+\.cc$")
+
+
+def layers():
+    """The packages of docs/architecture.md's "Layers" block, top first."""
+    with open("docs/architecture.md", encoding="utf-8") as handle:
+        text = handle.read()
+    block = re.search(r"## Layers\n.*?```\n(.*?)```", text, re.S).group(1)
+    return [m.group(1) for m in re.finditer(r"^(\w+)/\s", block, re.M)]
+
+
+class Layers(unittest.TestCase):
+    def test_no_include_or_import_runs_up_the_layers(self):
+        order = layers()
+        self.assertGreater(len(order), 5, "docs/architecture.md lists the layers")
+        rank = {package: i for i, package in enumerate(order)}
+        python = rank["python"]
+        upward, library_files = [], 0
+        for f in DocCheck.files if hasattr(DocCheck, "files") else repository_files():
+            package = f.split("/")[0]
+            if package not in rank or TEST_CODE.search(f) or not re.search(r"\.(cc|h|cu|cuh|py)$", f):
+                continue
+            library_files += 1
+            with open(f, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+            for m in re.finditer(r'^#include "(\w+)/', text, re.M):
+                if m.group(1) in rank and rank[m.group(1)] > rank[package]:
+                    upward.append(f"{f}: includes {m.group(1)}/")
+            if f.endswith(".py") and rank[package] < python and re.search(r"^\s*(import|from) memwall\b", text, re.M):
+                upward.append(f"{f}: imports memwall (python/)")
+        self.assertGreater(library_files, 100)
+        self.assertEqual(upward, [], "includes that run up the layers of docs/architecture.md")
+
+    def test_every_package_with_code_is_a_layer(self):
+        order = set(layers())
+        code = {f.split("/")[0] for f in repository_files() if "/" in f and re.search(r"\.(cc|h|cu)$", f)}
+        self.assertEqual(sorted(code - order - {"tools", "third_party"}), [],
+                         "packages with code that docs/architecture.md does not place in a layer")
 
 
 if __name__ == "__main__":

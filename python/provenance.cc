@@ -1,4 +1,4 @@
-// memwall.write_provenance: repro/harness.h's provenance.json, so the
+// memwall.write_provenance: runtime/provenance.h's provenance.json, so the
 // Python repro targets write the same record as the C++ ones.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -7,26 +7,26 @@
 #include <string>
 
 #include "python/bindings.h"
-#include "repro/harness.h"
+#include "runtime/provenance.h"
 
 namespace py = pybind11;
 
 namespace memwall::python {
 
-void BindRepro(py::module_& m) {
+void BindProvenance(py::module_& m) {
   m.def(
       "write_provenance",
       [](const std::string& path, const std::string& experiment, const std::string& description,
          const std::string& paper, const std::string& command, const std::string& measured_or_modeled,
          const std::map<std::string, std::string>& files) {
-        repro::Provenance p{experiment, description, paper, command, measured_or_modeled, files};
-        ThrowIfError(repro::WriteProvenance(path, p));
+        Provenance p{experiment, description, paper, command, measured_or_modeled, files};
+        ThrowIfError(WriteProvenance(path, p));
       },
       py::arg("path"), py::kw_only(), py::arg("experiment"), py::arg("description"), py::arg("paper"),
       py::arg("command"), py::arg("measured_or_modeled"), py::arg("files"),
-      "Writes a repro target's provenance.json (repro/harness.h): these fields plus the commit, whether the tree "
+      "Writes a repro target's provenance.json (runtime/provenance.h): these fields plus the commit, whether the tree "
       "had uncommitted changes outside results/, the UTC date and the machine (CPU, cores, memory, GPU).");
-  m.def("workspace_dir", &repro::WorkspaceDir,
+  m.def("workspace_dir", &WorkspaceDir,
         "The source tree: BUILD_WORKSPACE_DIRECTORY under `bazel run`, else the current directory.");
 }
 
