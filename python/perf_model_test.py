@@ -25,10 +25,26 @@ class PerfModelTest(unittest.TestCase):
         p = perf_model.predict(run, fast, with_memory=False)
         L, h, s, b = 50, 4096, 1024, 4
         psi = 12 * L * h * h + 13 * L * h + (50257 + 1024) * h + 2 * h
-        flops = 4 * (2 * psi + 4 * L * s * h) * b * s   # recompute: forward twice
+        matmul = 12 * L * h * h + 50257 * h   # the trainer's count: the matmuls' parameters
+        flops = 4 * (2 * matmul + 4 * L * s * h) * b * s   # recompute: forward twice
         rate = 125e12 * self.hw.compute_efficiency * h / (h + self.hw.half_hidden)
         self.assertEqual(p.params, psi)
         self.assertAlmostEqual(p.step_seconds / (flops / rate), 1.0, places=3)
+
+    def test_flops_and_zone_names_are_the_engines(self):
+        # One count of a step's flops for the trainer's TFLOPS and the
+        # model: models::ForwardFlopsPerToken, read through the extension.
+        L, h, s = 50, 4096, 1024
+        self.assertEqual(memwall.forward_flops_per_token(self.model, s), 2 * (12 * L * h * h + 50257 * h) + 4 * L * s * h)
+        self.assertEqual(memwall.model_shape(self.model)["hidden"], h)
+        # The phases that are zones carry the zones' names, as a measured
+        # breakdown does ("forward+backward 1.234 | ...").
+        p = perf_model.predict(perf_model.Run(model=self.model, micro_batch=4, offload_optimizer="cpu", stage=2),
+                               self.hw, with_memory=False)
+        for zone in (memwall.Zone.FORWARD_BACKWARD, memwall.Zone.CPU_ADAM):
+            self.assertIn(memwall.zone_name(zone), p.phases)
+        self.assertEqual(memwall.zone_name(memwall.Zone.FORWARD_BACKWARD), "forward+backward")
+        self.assertEqual(len(memwall.Zone.__members__), 17)
 
     def test_stage2_gather_is_the_ring_volume_over_the_per_gpu_share_of_the_nics(self):
         run = perf_model.Run(model=self.model, ranks=64, stage=2, micro_batch=1)

@@ -21,6 +21,7 @@
 #include "runtime/best_device.h"
 #include "runtime/communicator.h"
 #include "runtime/files.h"
+#include "runtime/timeline.h"
 #include "runtime/status.h"
 #include "zero/trainer.h"
 
@@ -196,6 +197,52 @@ numbers as `./bazelw run //repro:estimate -- --format=json`. Bad input raises
 ValueError naming the field.)");
   m.def("count_parameters", [](const std::string& model) { return models::CountParameters(ParseModel(model)); },
         py::arg("model"), "Ψ of a GptConfig text proto, as the engine counts it (models::CountParameters).");
+  m.def(
+      "model_shape",
+      [](const std::string& model) {
+        const models::GptConfig c = ParseModel(model);
+        py::dict d;
+        d["layers"] = c.layers();
+        d["hidden"] = c.hidden();
+        d["heads"] = c.heads();
+        d["vocab"] = c.vocab();
+        d["positions"] = c.positions();
+        d["activation_checkpointing"] = c.activation_checkpointing();
+        return d;
+      },
+      py::arg("model"),
+      "The sizes of a GptConfig text proto (checked): layers, hidden, heads, vocab, positions, "
+      "activation_checkpointing.");
+  m.def(
+      "forward_flops_per_token",
+      [](const std::string& model, int64_t seq) { return models::ForwardFlopsPerToken(ParseModel(model), seq); },
+      py::arg("model"), py::arg("seq"),
+      "Forward FLOPs of one token at sequence length `seq` (models::ForwardFlopsPerToken, the count the trainer's "
+      "TFLOPS use): 2 x the matmul parameters + causal attention. A training step is 3x, plus one forward per token "
+      "with activation checkpointing.");
+  // Every ZoneKind (runtime/timeline.h); a kind added there fails here
+  // until it is bound.
+  static_assert(kNumZoneKinds == 17, "bind the new ZoneKind");
+  py::enum_<ZoneKind>(m, "Zone", "The kinds of timeline zones (runtime/timeline.h); zone_name gives each one's name.")
+      .value("FORWARD_BACKWARD", ZoneKind::kForwardBackward)
+      .value("ADAM", ZoneKind::kAdam)
+      .value("ALL_GATHER", ZoneKind::kAllGather)
+      .value("GRAD_D2H", ZoneKind::kGradD2H)
+      .value("GRAD_ACCUMULATE", ZoneKind::kGradAccumulate)
+      .value("GRAD_NORM", ZoneKind::kGradNorm)
+      .value("GRAD_NORM_PASS", ZoneKind::kGradNormPass)
+      .value("CPU_ADAM", ZoneKind::kCpuAdam)
+      .value("CPU_ADAM_DELAYED", ZoneKind::kCpuAdamDelayed)
+      .value("PARAM_H2D", ZoneKind::kParamH2D)
+      .value("SWAP_WAIT", ZoneKind::kSwapWait)
+      .value("SWAP_IN", ZoneKind::kSwapIn)
+      .value("SWAP_OUT", ZoneKind::kSwapOut)
+      .value("PARAM_FETCH", ZoneKind::kParamFetch)
+      .value("PARAM_GATHER", ZoneKind::kParamGather)
+      .value("PARAM_SWAP_IN", ZoneKind::kParamSwapIn)
+      .value("PARAM_SWAP_OUT", ZoneKind::kParamSwapOut);
+  m.def("zone_name", [](ZoneKind kind) { return std::string(ZoneName(kind)); }, py::arg("zone"),
+        "The name a timeline zone has in step breakdowns and traces (runtime/timeline.h).");
   m.def("model_config", &ModelConfig, py::arg("path"), py::arg("name"),
         "The GptConfig text proto of entry `name` in a GptConfigList file (e.g. models/configs/gpt.textproto).");
   py::class_<PyTrainer>(m, "Trainer", R"(The ZeRO trainer (zero/trainer.h) with every placement of the config.

@@ -22,9 +22,11 @@ if any(k.startswith("OMPI_COMM_WORLD") for k in _os.environ):
     import _memwall  # noqa: F401 (loaded global here; the names come below)
     _sys.setdlopenflags(_flags)
 
-from _memwall import (Trainer, build_info, count_parameters, cpu_adam, dtype, estimate, load_safetensors, model_config,
-                      save_safetensors, workspace_dir, write_provenance)
+from _memwall import (Trainer, Zone, build_info, count_parameters, cpu_adam, dtype, estimate, forward_flops_per_token,
+                      load_safetensors, model_config, model_shape, save_safetensors, workspace_dir, write_provenance,
+                      zone_name)
 from memwall import perf_model
 
-__all__ = ["Trainer", "build_info", "count_parameters", "cpu_adam", "dtype", "estimate", "load_safetensors", "model_config",
-           "perf_model", "save_safetensors", "workspace_dir", "write_provenance"]
+__all__ = ["Trainer", "Zone", "build_info", "count_parameters", "cpu_adam", "dtype", "estimate", "forward_flops_per_token",
+           "load_safetensors", "model_config", "model_shape", "perf_model", "save_safetensors", "workspace_dir",
+           "write_provenance", "zone_name"]

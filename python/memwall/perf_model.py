@@ -16,7 +16,9 @@ Time per step and rank, Ψ parameters, P = Ψ/MP per model-parallel slice,
 N data-parallel ranks, b micro-batch, s sequence, h hidden, L layers,
 k = 1 with activation recomputation (checkpointing) else 0:
 
-  compute      (3 + k)·(2P + 4·L·s·h/MP)·b·s flops per micro-batch, times
+  compute      (3 + k)·F(s)/MP·b·s flops per micro-batch, F(s) a token's
+               forward flops as the trainer counts them (memwall.
+               forward_flops_per_token: 2·(12·L·h² + V·h) + 4·L·s·h), times
                the accumulation steps, at R·h/(h + h0), R the device's rate
                (Hardware.device_tflops × compute_efficiency), h0 its
                half-efficiency hidden size; forward 1/(3+k) of it,
@@ -51,14 +53,24 @@ the next step's forward and backward. A machine whose "device" shares the
 host's cores (the CpuDevice, Hardware.shares_cores) overlaps nothing.
 """
 import dataclasses
+import functools
 import json
 import os
-import re
 from typing import Dict, Optional
 
 import _memwall
 
 GB = 1e9
+# The trainer's zone names (runtime/timeline.h), the keys of measured
+# breakdowns and of the phases that have a zone of their own.
+FORWARD_BACKWARD = _memwall.zone_name(_memwall.Zone.FORWARD_BACKWARD)
+ADAM = _memwall.zone_name(_memwall.Zone.ADAM)
+CPU_ADAM = _memwall.zone_name(_memwall.Zone.CPU_ADAM)
+GRAD_ACCUMULATE = _memwall.zone_name(_memwall.Zone.GRAD_ACCUMULATE)
+GRAD_NORM = _memwall.zone_name(_memwall.Zone.GRAD_NORM)
+GRAD_D2H = _memwall.zone_name(_memwall.Zone.GRAD_D2H)
+PARAM_H2D = _memwall.zone_name(_memwall.Zone.PARAM_H2D)
+
 _HARDWARE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hardware")
 
 # The CPU Adam's traffic per parameter: fp32 parameter, momentum and
@@ -162,12 +174,21 @@ class Prediction:
     params: int
 
 
+@functools.lru_cache(maxsize=256)
+def _shape(model: str) -> dict:
+    """The model's sizes, read by the engine (memwall.model_shape)."""
+    return _memwall.model_shape(model)
+
+
 def _field(model: str, name: str) -> int:
-    m = re.search(rf"\b{name}:\s*(\w+)", model)
-    if not m:
-        raise ValueError(f"model config has no '{name}'")
-    v = m.group(1)
-    return int(v == "true") if v in ("true", "false") else int(v)
+    return int(_shape(model)[name])
+
+
+def _step_flops(run: Run, seq: int) -> float:
+    """A micro-batch's flops on one model-parallel slice: forward, backward
+    (2 forwards) and, with checkpointing, the recompute."""
+    k = 1 if _checkpointing(run) else 0
+    return (3 + k) * _memwall.forward_flops_per_token(run.model, seq) / run.model_parallel * run.micro_batch * seq
 
 
 def _training_config(run: Run, seq: int) -> str:
@@ -217,7 +238,7 @@ def memory(run: Run, hw: Optional[Hardware] = None) -> dict:
 def _checkpointing(run: Run) -> bool:
     if run.checkpointing is not None:
         return run.checkpointing
-    return bool(re.search(r"\bactivation_checkpointing:\s*true", run.model))
+    return bool(_shape(run.model)["activation_checkpointing"])
 
 
 def _params(model: str) -> int:
@@ -245,7 +266,7 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
     per_node = min(run.ranks, hw.gpus_per_node)
 
     ga = run.accumulation
-    flops = (3 + k) * (2 * slice_params + 4 * L * seq * h / mp) * b * seq * ga
+    flops = _step_flops(run, seq) * ga
     rate = hw.compute_flops * h / (h + hw.half_hidden)
     compute = flops / rate
     fwd, bwd = compute / (3 + k), compute * (2 + k) / (3 + k)
@@ -283,12 +304,12 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
     fetch_fwd, nvme_fwd = fetch_pass * ga, nvme_pass * ga
 
     phases = {
-        "forward+backward": compute,
+        FORWARD_BACKWARD: compute,
         "dp_reduce": grad_reduce,
         "dp_gather": gather_after + gather_fwd + gather_bwd,
         "mp_allreduce": mp_comm,
         "adam_device": opt_device,
-        "cpu_adam": opt_cpu,
+        CPU_ADAM: opt_cpu,
         "nvme_optimizer": opt_nvme,
         "grads_down": grads_down,
         "params_up": params_up,
@@ -336,8 +357,8 @@ def calibrate(rows, nvme_gbps: float, name: str = "calibrated") -> Hardware:
     """A shares_cores Hardware (a CpuDevice machine) fitted to measured steps.
 
     rows: dicts with "run" (a Run) and "zones" (seconds per step of the
-    trainer's timeline zones: "forward+backward", "adam", "cpu_adam",
-    "grad accumulate", "grad norm", "grad D2H", "param H2D"). Fitted:
+    trainer's timeline zones, by memwall.zone_name: FORWARD_BACKWARD, ADAM,
+    CPU_ADAM, GRAD_ACCUMULATE, GRAD_NORM, GRAD_D2H, PARAM_H2D). Fitted:
     the compute rate R and half-efficiency hidden h0 by least squares on
     seconds/flop = 1/R + (h0/R)/h; the device Adam's and the CPU Adam's
     bandwidth from their zones at 28 bytes per parameter; the host's bytes
@@ -348,15 +369,12 @@ def calibrate(rows, nvme_gbps: float, name: str = "calibrated") -> Hardware:
     import numpy as np
 
     def flops_of(run):
-        k = 1 if _checkpointing(run) else 0
-        seq = run.seq or _field(run.model, "positions")
-        return (3 + k) * (2 * _params(run.model) + 4 * _field(run.model, "layers") * seq * _field(run.model, "hidden")) \
-            * run.micro_batch * seq
+        return _step_flops(run, run.seq or _field(run.model, "positions"))
 
     xs, ys = [], []
     for r in rows:
         xs.append([1.0, 1.0 / _field(r["run"].model, "hidden")])
-        ys.append(r["zones"]["forward+backward"] / flops_of(r["run"]))
+        ys.append(r["zones"][FORWARD_BACKWARD] / flops_of(r["run"]))
     (a, c), *_ = np.linalg.lstsq(np.array(xs), np.array(ys), rcond=None)
     if a <= 0:
         raise ValueError("calibration: forward+backward times do not fall with the hidden size as the model assumes")
@@ -369,13 +387,13 @@ def calibrate(rows, nvme_gbps: float, name: str = "calibrated") -> Hardware:
     def shard(run):
         return _params(run.model) / (run.data_parallel if run.stage >= 1 else 1)
 
-    device = rate([(shard(r["run"]) * DEVICE_ADAM_BYTES_PER_PARAM, r["zones"]["adam"]) for r in rows if "adam" in r["zones"]])
-    offloaded = [r for r in rows if "cpu_adam" in r["zones"]]
-    cpu = rate([(shard(r["run"]) * CPU_ADAM_BYTES_PER_PARAM, r["zones"]["cpu_adam"]) for r in offloaded])
-    host = [(sum(r["zones"].get(z, 0.0) for z in ("cpu_adam", "grad accumulate", "grad norm")), shard(r["run"]))
+    device = rate([(shard(r["run"]) * DEVICE_ADAM_BYTES_PER_PARAM, r["zones"][ADAM]) for r in rows if ADAM in r["zones"]])
+    offloaded = [r for r in rows if CPU_ADAM in r["zones"]]
+    cpu = rate([(shard(r["run"]) * CPU_ADAM_BYTES_PER_PARAM, r["zones"][CPU_ADAM]) for r in offloaded])
+    host = [(sum(r["zones"].get(z, 0.0) for z in (CPU_ADAM, GRAD_ACCUMULATE, GRAD_NORM)), shard(r["run"]))
             for r in offloaded]
     host_bytes = cpu * sum(t * p for t, p in host) / sum(p * p for t, p in host)
-    copies = rate([(2 * shard(r["run"]), r["zones"][z]) for r in offloaded for z in ("grad D2H", "param H2D")])
+    copies = rate([(2 * shard(r["run"]), r["zones"][z]) for r in offloaded for z in (GRAD_D2H, PARAM_H2D)])
     return Hardware(name=name, gpus_per_node=1, device_memory_bytes=1 << 40, device_tflops=1 / a / 1e12,
                     compute_efficiency=1.0, half_hidden=max(c / a, 1.0), device_memory_gbps=device / GB,
                     pcie_gbps=copies / GB, intra_node_gbps=copies / GB, inter_node_gbps=copies / GB,
