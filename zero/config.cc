@@ -1,9 +1,13 @@
 #include "zero/config.h"
 
 #include <cmath>
-#include <tuple>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 #include "runtime/bounds.h"
 #include "runtime/files.h"
 #include "runtime/status.h"
@@ -63,25 +67,286 @@ DType ParamDType(Precision p) {
   }
 }
 
+namespace {
+
+// [Note: the config table]
+// Every numeric field of TrainingConfig and its ZeroConfig: one row each,
+// the one home of its default, its check, its upper bound and the help its
+// error carries. WithDefaults fills from it, the Validate functions check
+// it, and their messages are made from it; the proto comments point here.
+//
+// Where a row applies: a field outside its scope is neither filled nor
+// allowed ("needs offload_optimizer.device = ...").
+enum class Scope { kAlways, kOffloadedOptimizer, kNvmeOptimizer, kNvmeParameters };
+enum class Check {
+  kAny,
+  kPositive,           // > 0
+  kNonNegative,        // >= 0
+  kAtLeastTwo,         // >= 2
+  kUnitInterval,       // in [0, 1]
+  kFiniteNonNegative,  // finite and >= 0
+  kFiniteAtLeastOne,   // finite and >= 1
+  kFinitePositive,     // finite and > 0
+};
+enum class Unit { kCount, kBytes };
+
+struct Default {
+  enum Kind { kNone, kInt, kFloat, kBool } kind = kNone;
+  int64_t i = 0;
+  double f = 0;
+  bool b = false;
+};
+constexpr Default None() { return {}; }
+constexpr Default Int(int64_t v) { return {Default::kInt, v, 0, false}; }
+constexpr Default Float(double v) { return {Default::kFloat, 0, v, false}; }
+constexpr Default Bool(bool v) { return {Default::kBool, 0, 0, v}; }
+
+struct FieldRule {
+  absl::string_view path;  // within its message: "reduce_bucket_bytes", "offload_optimizer.tile_elements"
+  Default fill;
+  Check check = Check::kAny;
+  absl::string_view help;  // what special values mean, in the error: "0: no prefetch"
+  int64_t max = 0;         // the upper bound of a field that sizes memory, threads or loops (0: none)
+  absl::string_view max_why;
+  Scope scope = Scope::kAlways;
+  Unit unit = Unit::kCount;
+  bool zero_is_off = false;  // 0 is allowed outside the scope too (it turns the feature off)
+};
+
+constexpr absl::string_view kBucket = "a bucket is one device buffer";
+
+const FieldRule kZeroRules[] = {
+    {"reduce_bucket_bytes", Int(kDefaultReduceBucketBytes), Check::kPositive, "", kMaxBucketBytes, kBucket,
+     Scope::kAlways, Unit::kBytes},
+    {"allgather_bucket_bytes", Int(kDefaultAllgatherBucketBytes), Check::kPositive, "", kMaxBucketBytes, kBucket,
+     Scope::kAlways, Unit::kBytes},
+    {"overlap_comm", Bool(true)},
+    {"prefetch_bucket_bytes", Int(kDefaultPrefetchBucketBytes), Check::kNonNegative, "0: no prefetch",
+     kMaxBucketBytes, kBucket, Scope::kAlways, Unit::kBytes},
+    {"param_persistence_threshold", Int(kDefaultParamPersistenceThreshold), Check::kNonNegative, "elements",
+     kMaxParameters, "elements; Ψ < 2^53"},
+    {"max_live_params", Int(kDefaultMaxLiveParams), Check::kPositive, "elements", kMaxParameters,
+     "elements; Ψ < 2^53"},
+    {"offload_optimizer.pin_memory", Bool(true), Check::kAny, "", 0, "", Scope::kOffloadedOptimizer},
+    {"offload_optimizer.tile_elements", Int(kDefaultOffloadTileElements), Check::kPositive, "", kMaxTileElements,
+     "a tile is two pinned buffers", Scope::kOffloadedOptimizer},
+    {"offload_optimizer.delayed_update_after_steps", Int(0), Check::kNonNegative,
+     "0: no delayed parameter update; the paper uses 40", kMaxSteps, "steps", Scope::kOffloadedOptimizer,
+     Unit::kCount, /*zero_is_off=*/true},
+    {"offload_optimizer.pinned_budget_bytes", None(), Check::kNonNegative, "0: three swap buffers", kMaxBudgetBytes,
+     "bytes", Scope::kNvmeOptimizer},
+    {"offload_param.buffer_count", Int(kDefaultParamSwapBuffers), Check::kAtLeastTwo,
+     "one buffer read while the other is copied", kMaxSwapBuffers, "each is a pinned swap buffer",
+     Scope::kNvmeParameters},
+    // Its default and range follow buffer_count (ValidateZeroConfig, WithDefaults).
+    {"offload_param.read_ahead_buffers", None(), Check::kAny, "", kMaxSwapBuffers, "at most buffer_count - 1",
+     Scope::kNvmeParameters},
+};
+
+const FieldRule kTrainingRules[] = {
+    {"seq", Int(kDefaultSeq), Check::kPositive, "", kMaxCount, "tokens"},
+    {"micro_batch", Int(1), Check::kPositive, "", kMaxCount, "sequences"},
+    {"accumulation", Int(1), Check::kPositive, "", kMaxCount, "micro-batches a step"},
+    {"schedule.warmup_steps", None(), Check::kNonNegative, "", kMaxSteps, "steps"},
+    {"schedule.decay_steps", None(), Check::kNonNegative, "0: no decay", kMaxSteps, "steps"},
+    {"schedule.min_lr_ratio", Float(kDefaultMinLrRatio), Check::kUnitInterval},
+    {"clip_norm", Float(kDefaultClipNorm), Check::kFiniteNonNegative, "0 disables clipping"},
+    {"loss_scaling.initial_scale", Float(kDefaultInitialLossScale), Check::kFiniteAtLeastOne},
+    {"loss_scaling.growth_interval", Int(kDefaultLossScaleGrowthInterval), Check::kPositive, "", kMaxSteps, "steps"},
+    {"loss_scaling.min_scale", Float(kDefaultMinLossScale), Check::kFinitePositive},
+    {"seed", Int(static_cast<int64_t>(kDefaultSeed))},
+};
+
+// The field at `path` in `m`: its message and descriptor (nested messages
+// created when `mutable_path`).
+struct Located {
+  const google::protobuf::Message* message;
+  const google::protobuf::FieldDescriptor* field;
+};
+Located Locate(const google::protobuf::Message& root, absl::string_view path) {
+  const google::protobuf::Message* m = &root;
+  for (;;) {
+    const size_t dot = path.find('.');
+    const google::protobuf::FieldDescriptor* f =
+        m->GetDescriptor()->FindFieldByName(std::string(path.substr(0, dot)));
+    if (dot == absl::string_view::npos) return {m, f};
+    m = &m->GetReflection()->GetMessage(*m, f);
+    path.remove_prefix(dot + 1);
+  }
+}
+google::protobuf::Message* LocateMutable(google::protobuf::Message& root, absl::string_view path,
+                                         const google::protobuf::FieldDescriptor** field) {
+  google::protobuf::Message* m = &root;
+  for (;;) {
+    const size_t dot = path.find('.');
+    *field = m->GetDescriptor()->FindFieldByName(std::string(path.substr(0, dot)));
+    if (dot == absl::string_view::npos) return m;
+    m = m->GetReflection()->MutableMessage(m, *field);
+    path.remove_prefix(dot + 1);
+  }
+}
+
+// A field's value as a number and as its error text shows it.
+struct Value {
+  double number = 0;
+  int64_t integer = 0;  // int64 fields: the exact value
+  std::string text;
+};
+Value Read(const Located& at) {
+  const google::protobuf::Reflection* r = at.message->GetReflection();
+  switch (at.field->cpp_type()) {
+    case google::protobuf::FieldDescriptor::CPPTYPE_INT64: {
+      const int64_t v = r->GetInt64(*at.message, at.field);
+      return {static_cast<double>(v), v, absl::StrCat(v)};
+    }
+    case google::protobuf::FieldDescriptor::CPPTYPE_UINT64: {
+      const uint64_t v = r->GetUInt64(*at.message, at.field);
+      return {static_cast<double>(v), 0, absl::StrCat(v)};
+    }
+    case google::protobuf::FieldDescriptor::CPPTYPE_FLOAT: {
+      const float v = r->GetFloat(*at.message, at.field);
+      return {v, 0, absl::StrCat(v)};
+    }
+    case google::protobuf::FieldDescriptor::CPPTYPE_BOOL: {
+      const bool v = r->GetBool(*at.message, at.field);
+      return {v ? 1.0 : 0.0, 0, v ? "true" : "false"};
+    }
+    default:
+      return {0, 0, "?"};
+  }
+}
+
+bool Passes(Check check, double v) {
+  switch (check) {
+    case Check::kAny: return true;
+    case Check::kPositive: return v > 0;
+    case Check::kNonNegative: return v >= 0;
+    case Check::kAtLeastTwo: return v >= 2;
+    case Check::kUnitInterval: return v >= 0 && v <= 1;
+    case Check::kFiniteNonNegative: return std::isfinite(v) && v >= 0;
+    case Check::kFiniteAtLeastOne: return std::isfinite(v) && v >= 1;
+    case Check::kFinitePositive: return std::isfinite(v) && v > 0;
+  }
+  return true;
+}
+
+absl::string_view Needs(Check check) {
+  switch (check) {
+    case Check::kAny: return "";
+    case Check::kPositive: return "must be > 0";
+    case Check::kNonNegative: return "must be >= 0";
+    case Check::kAtLeastTwo: return "must be >= 2";
+    case Check::kUnitInterval: return "must be in [0, 1]";
+    case Check::kFiniteNonNegative: return "must be finite and >= 0";
+    case Check::kFiniteAtLeastOne: return "must be finite and >= 1";
+    case Check::kFinitePositive: return "must be finite and > 0";
+  }
+  return "";
+}
+
+std::string DefaultText(const FieldRule& rule) {
+  switch (rule.fill.kind) {
+    case Default::kNone: return "";
+    case Default::kBool: return rule.fill.b ? "true" : "false";
+    case Default::kFloat: return absl::StrCat(rule.fill.f);
+    case Default::kInt:
+      if (rule.unit == Unit::kBytes && rule.fill.i > 0 && rule.fill.i % (int64_t{1} << 30) == 0) {
+        return absl::StrCat(rule.fill.i >> 30, " GiB");
+      }
+      if (rule.unit == Unit::kBytes && rule.fill.i > 0 && rule.fill.i % (int64_t{1} << 20) == 0) {
+        return absl::StrCat(rule.fill.i >> 20, " MiB");
+      }
+      return absl::StrCat(rule.fill.i);
+  }
+  return "";
+}
+
+// "must be > 0 (0: no prefetch; unset: 32 MiB)".
+std::string Requirement(const FieldRule& rule) {
+  std::vector<std::string> notes;
+  if (!rule.help.empty()) notes.emplace_back(rule.help);
+  if (rule.fill.kind != Default::kNone) notes.push_back(absl::StrCat("unset: ", DefaultText(rule)));
+  std::string out(Needs(rule.check));
+  if (!notes.empty()) absl::StrAppend(&out, " (", absl::StrJoin(notes, "; "), ")");
+  return out;
+}
+
+bool InScope(Scope scope, const ZeroConfig* zero) {
+  if (scope == Scope::kAlways) return true;
+  const OffloadOptimizerConfig::Device optimizer = zero->offload_optimizer().device();
+  switch (scope) {
+    case Scope::kAlways: return true;
+    case Scope::kOffloadedOptimizer: return optimizer != OffloadOptimizerConfig::NONE;
+    case Scope::kNvmeOptimizer: return optimizer == OffloadOptimizerConfig::NVME;
+    case Scope::kNvmeParameters: return zero->offload_param().device() == OffloadParamConfig::NVME;
+  }
+  return true;
+}
+
+absl::string_view ScopeNeeds(Scope scope) {
+  switch (scope) {
+    case Scope::kAlways: return "";
+    case Scope::kOffloadedOptimizer: return "needs offload_optimizer.device = CPU or NVME";
+    case Scope::kNvmeOptimizer: return "needs offload_optimizer.device = NVME";
+    case Scope::kNvmeParameters: return "needs offload_param.device = NVME";
+  }
+  return "";
+}
+
+// Every unset field of `rules` in scope set to its default.
+template <size_t N>
+void FillDefaults(google::protobuf::Message& config, const FieldRule (&rules)[N], const ZeroConfig* zero) {
+  for (const FieldRule& rule : rules) {
+    if (rule.fill.kind == Default::kNone || !InScope(rule.scope, zero)) continue;
+    const google::protobuf::FieldDescriptor* f = nullptr;
+    google::protobuf::Message* m = LocateMutable(config, rule.path, &f);
+    const google::protobuf::Reflection* r = m->GetReflection();
+    if (r->HasField(*m, f)) continue;
+    switch (f->cpp_type()) {
+      case google::protobuf::FieldDescriptor::CPPTYPE_INT64: r->SetInt64(m, f, rule.fill.i); break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_UINT64: r->SetUInt64(m, f, static_cast<uint64_t>(rule.fill.i)); break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_FLOAT: r->SetFloat(m, f, static_cast<float>(rule.fill.f)); break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_BOOL: r->SetBool(m, f, rule.fill.b); break;
+      default: break;
+    }
+  }
+}
+
+// The lower checks and scopes of `rules` (the first failure), or, with
+// `upper`, their upper bounds.
+template <size_t N>
+absl::Status CheckRules(const google::protobuf::Message& config, const FieldRule (&rules)[N], const ZeroConfig* zero,
+                        absl::string_view what, bool upper) {
+  for (const FieldRule& rule : rules) {
+    const Located at = Locate(config, rule.path);
+    const bool set = at.field->has_presence() ? at.message->GetReflection()->HasField(*at.message, at.field) : true;
+    if (!set) continue;
+    const Value v = Read(at);
+    if (upper) {
+      // Every bounded field is an int64.
+      if (rule.max > 0) MEMWALL_RETURN_IF_ERROR(AtMost(what, rule.path, v.integer, rule.max, rule.max_why));
+      continue;
+    }
+    if (!InScope(rule.scope, zero) && !(rule.zero_is_off && v.number == 0)) {
+      return BadField(what, rule.path, v.text, ScopeNeeds(rule.scope));
+    }
+    if (!Passes(rule.check, v.number)) return BadField(what, rule.path, v.text, Requirement(rule));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> ConfigTable() {
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (const FieldRule& rule : kTrainingRules) rows.emplace_back(std::string(rule.path), Requirement(rule));
+  for (const FieldRule& rule : kZeroRules) rows.emplace_back(absl::StrCat("zero.", rule.path), Requirement(rule));
+  return rows;
+}
+
 ZeroConfig WithDefaults(const ZeroConfig& c) {
   ZeroConfig out = c;
-  if (!out.has_reduce_bucket_bytes()) out.set_reduce_bucket_bytes(kDefaultReduceBucketBytes);
-  if (!out.has_allgather_bucket_bytes()) out.set_allgather_bucket_bytes(kDefaultAllgatherBucketBytes);
-  if (!out.has_overlap_comm()) out.set_overlap_comm(true);
-  if (!out.has_prefetch_bucket_bytes()) out.set_prefetch_bucket_bytes(kDefaultPrefetchBucketBytes);
-  if (!out.has_param_persistence_threshold()) {
-    out.set_param_persistence_threshold(kDefaultParamPersistenceThreshold);
-  }
-  if (!out.has_max_live_params()) out.set_max_live_params(kDefaultMaxLiveParams);
-  if (out.offload_optimizer().device() != OffloadOptimizerConfig::NONE) {
-    OffloadOptimizerConfig& o = *out.mutable_offload_optimizer();
-    if (!o.has_pin_memory()) o.set_pin_memory(true);
-    if (!o.has_tile_elements()) o.set_tile_elements(kDefaultOffloadTileElements);
-    if (!o.has_delayed_update_after_steps()) o.set_delayed_update_after_steps(0);
-  }
-  if (out.offload_param().device() == OffloadParamConfig::NVME && !out.offload_param().has_buffer_count()) {
-    out.mutable_offload_param()->set_buffer_count(kDefaultParamSwapBuffers);
-  }
+  FillDefaults(out, kZeroRules, &out);
   if (out.offload_param().device() == OffloadParamConfig::NVME && !out.offload_param().has_read_ahead_buffers()) {
     out.mutable_offload_param()->set_read_ahead_buffers(out.offload_param().buffer_count() - 1);
   }
@@ -93,59 +358,28 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c, absl::string_view what) {
     return BadField(what, field, value, need);
   };
   if (c.stage() < 0 || c.stage() > 3) return Bad("stage", c.stage(), "must be 0, 1, 2 or 3");
-  if (c.has_reduce_bucket_bytes() && c.reduce_bucket_bytes() <= 0) {
-    return Bad("reduce_bucket_bytes", c.reduce_bucket_bytes(), "must be > 0 (unset: 64 MiB)");
-  }
-  if (c.has_allgather_bucket_bytes() && c.allgather_bucket_bytes() <= 0) {
-    return Bad("allgather_bucket_bytes", c.allgather_bucket_bytes(), "must be > 0 (unset: 64 MiB)");
-  }
-  if (c.has_prefetch_bucket_bytes() && c.prefetch_bucket_bytes() < 0) {
-    return Bad("prefetch_bucket_bytes", c.prefetch_bucket_bytes(),
-               "must be >= 0 (0: no prefetch; unset: 32 MiB)");
-  }
-  if (c.has_param_persistence_threshold() && c.param_persistence_threshold() < 0) {
-    return Bad("param_persistence_threshold", c.param_persistence_threshold(),
-               "must be >= 0 elements (unset: 65536)");
-  }
-  if (c.has_max_live_params() && c.max_live_params() <= 0) {
-    return Bad("max_live_params", c.max_live_params(), "must be > 0 elements (unset: 1e9)");
-  }
   const OffloadOptimizerConfig& o = c.offload_optimizer();
   if (!OffloadOptimizerConfig::Device_IsValid(o.device())) {
     return Bad("offload_optimizer.device", o.device(), "must be NONE, CPU or NVME");
   }
-  if (o.device() == OffloadOptimizerConfig::NONE) {
-    // A setting of an optimizer that is not offloaded would be ignored.
-    if (o.has_tile_elements()) {
-      return Bad("offload_optimizer.tile_elements", o.tile_elements(), "needs offload_optimizer.device = CPU or NVME");
-    }
-    if (o.has_delayed_update_after_steps() && o.delayed_update_after_steps() != 0) {
-      return Bad("offload_optimizer.delayed_update_after_steps", o.delayed_update_after_steps(),
-                 "needs offload_optimizer.device = CPU or NVME");
-    }
+  const OffloadParamConfig& param = c.offload_param();
+  if (!OffloadParamConfig::Device_IsValid(param.device())) {
+    return Bad("offload_param.device", param.device(), "must be NONE, CPU or NVME");
   }
-  if (o.device() != OffloadOptimizerConfig::NVME) {
-    if (!o.nvme_path().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, "offload_optimizer.nvme_path = \"", o.nvme_path(),
-                                                     "\" needs offload_optimizer.device = NVME"));
-    }
-    if (o.has_pinned_budget_bytes()) {
-      return Bad("offload_optimizer.pinned_budget_bytes", o.pinned_budget_bytes(), "needs offload_optimizer.device = NVME");
-    }
-  } else {
-    if (o.nvme_path().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, "offload_optimizer.nvme_path is empty: device = NVME "
-                                                     "needs the directory of the swap files"));
-    }
-    if (o.has_pinned_budget_bytes() && o.pinned_budget_bytes() < 0) {
-      return Bad("offload_optimizer.pinned_budget_bytes", o.pinned_budget_bytes(), "must be >= 0 (0: three swap buffers)");
-    }
+  MEMWALL_RETURN_IF_ERROR(CheckRules(c, kZeroRules, &c, what, /*upper=*/false));
+  // What no single row says: the paths, the stages each placement needs,
+  // read_ahead_buffers against buffer_count.
+  if (o.device() != OffloadOptimizerConfig::NVME && !o.nvme_path().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "offload_optimizer.nvme_path = \"", o.nvme_path(),
+                                                   "\" needs offload_optimizer.device = NVME"));
   }
-  if (const OffloadParamConfig::Device p = c.offload_param().device(); p != OffloadParamConfig::NONE) {
-    if (c.stage() != 3) {
-      return Bad(absl::StrCat("offload_param.device = ", OffloadParamConfig::Device_Name(p), " with stage"), c.stage(),
-                 "needs stage 3 (only stage 3 partitions the 16-bit parameters)");
-    }
+  if (o.device() == OffloadOptimizerConfig::NVME && o.nvme_path().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "offload_optimizer.nvme_path is empty: device = NVME "
+                                                   "needs the directory of the swap files"));
+  }
+  if (const OffloadParamConfig::Device p = param.device(); p != OffloadParamConfig::NONE && c.stage() != 3) {
+    return Bad(absl::StrCat("offload_param.device = ", OffloadParamConfig::Device_Name(p), " with stage"), c.stage(),
+               "needs stage 3 (only stage 3 partitions the 16-bit parameters)");
   }
   if (!ZeroConfig::Partitioning_IsValid(c.partitioning())) {
     return Bad("partitioning", c.partitioning(), "must be CONTIGUOUS or BANDWIDTH_CENTRIC");
@@ -154,31 +388,16 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c, absl::string_view what) {
     return Bad("partitioning = BANDWIDTH_CENTRIC with stage", c.stage(),
                "needs stage 3 (below it every rank holds every parameter)");
   }
-  const OffloadParamConfig& param = c.offload_param();
-  if (!OffloadParamConfig::Device_IsValid(param.device())) {
-    return Bad("offload_param.device", param.device(), "must be NONE, CPU or NVME");
+  if (param.device() != OffloadParamConfig::NVME && !param.nvme_path().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "offload_param.nvme_path = \"", param.nvme_path(),
+                                                   "\" needs offload_param.device = NVME"));
   }
-  if (param.device() != OffloadParamConfig::NVME) {
-    if (!param.nvme_path().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, "offload_param.nvme_path = \"", param.nvme_path(),
-                                                     "\" needs offload_param.device = NVME"));
-    }
-    if (param.has_buffer_count()) {
-      return Bad("offload_param.buffer_count", param.buffer_count(), "needs offload_param.device = NVME");
-    }
-    if (param.has_read_ahead_buffers()) {
-      return Bad("offload_param.read_ahead_buffers", param.read_ahead_buffers(), "needs offload_param.device = NVME");
-    }
-  } else {
+  if (param.device() == OffloadParamConfig::NVME) {
     if (param.nvme_path().empty()) {
       return absl::InvalidArgumentError(absl::StrCat(what, "offload_param.nvme_path is empty: device = NVME "
                                                      "needs the directory of the parameter swap files"));
     }
-    if (param.has_buffer_count() && param.buffer_count() < 2) {
-      return Bad("offload_param.buffer_count", param.buffer_count(),
-                 "must be >= 2 (one buffer read while the other is copied; unset: 4)");
-    }
-    const int64_t buffers = param.has_buffer_count() ? param.buffer_count() : kDefaultParamSwapBuffers;
+    const int64_t buffers = WithDefaults(c).offload_param().buffer_count();
     if (param.has_read_ahead_buffers() && (param.read_ahead_buffers() < 0 || param.read_ahead_buffers() > buffers - 1)) {
       return Bad("offload_param.read_ahead_buffers", param.read_ahead_buffers(),
                  absl::StrCat("must be in [0, buffer_count - 1 = ", buffers - 1,
@@ -190,36 +409,13 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c, absl::string_view what) {
                 "the updated 16-bit parameters straight to the file, and the device's Adam cannot"));
     }
   }
-  if (o.device() != OffloadOptimizerConfig::NONE) {
-    if (c.stage() == 0) {
-      return Bad(absl::StrCat("offload_optimizer.device = ", OffloadOptimizerConfig::Device_Name(o.device()),
-                              " with stage"),
-                 c.stage(), "needs stage 1, 2 or 3 (the offloaded optimizer steps this rank's shard)");
-    }
-    if (o.has_tile_elements() && o.tile_elements() <= 0) {
-      return Bad("offload_optimizer.tile_elements", o.tile_elements(), "must be > 0 (unset: 4 Mi)");
-    }
-    if (o.has_delayed_update_after_steps() && o.delayed_update_after_steps() < 0) {
-      return Bad("offload_optimizer.delayed_update_after_steps", o.delayed_update_after_steps(),
-                 "must be >= 0 (0: no delayed parameter update; the paper uses 40)");
-    }
+  if (o.device() != OffloadOptimizerConfig::NONE && c.stage() == 0) {
+    return Bad(absl::StrCat("offload_optimizer.device = ", OffloadOptimizerConfig::Device_Name(o.device()),
+                            " with stage"),
+               c.stage(), "needs stage 1, 2 or 3 (the offloaded optimizer steps this rank's shard)");
   }
   // Upper bounds: each of these sizes a buffer or a loop.
-  for (const auto& [field, value, limit, why] :
-       {std::tuple<absl::string_view, int64_t, int64_t, absl::string_view>{
-            "reduce_bucket_bytes", c.reduce_bucket_bytes(), kMaxBucketBytes, "a bucket is one device buffer"},
-        {"allgather_bucket_bytes", c.allgather_bucket_bytes(), kMaxBucketBytes, "a bucket is one device buffer"},
-        {"prefetch_bucket_bytes", c.prefetch_bucket_bytes(), kMaxBucketBytes, "a bucket is one device buffer"},
-        {"param_persistence_threshold", c.param_persistence_threshold(), kMaxParameters, "elements; Ψ < 2^53"},
-        {"max_live_params", c.max_live_params(), kMaxParameters, "elements; Ψ < 2^53"},
-        {"offload_optimizer.tile_elements", o.tile_elements(), kMaxTileElements, "a tile is two pinned buffers"},
-        {"offload_optimizer.delayed_update_after_steps", o.delayed_update_after_steps(), kMaxSteps, "steps"},
-        {"offload_optimizer.pinned_budget_bytes", o.pinned_budget_bytes(), kMaxBudgetBytes, "bytes"},
-        {"offload_param.buffer_count", param.buffer_count(), kMaxSwapBuffers, "each is a pinned swap buffer"},
-        {"offload_param.read_ahead_buffers", param.read_ahead_buffers(), kMaxSwapBuffers, "at most buffer_count - 1"}}) {
-    MEMWALL_RETURN_IF_ERROR(AtMost(what, field, value, limit, why));
-  }
-  return absl::OkStatus();
+  return CheckRules(c, kZeroRules, &c, what, /*upper=*/true);
 }
 
 absl::Status CheckWorldSize(int64_t configured, int launched) {
@@ -245,9 +441,7 @@ namespace memwall::zero {
 
 TrainingConfig WithDefaults(const TrainingConfig& c) {
   TrainingConfig out = c;
-  if (!out.has_seq()) out.set_seq(kDefaultSeq);
-  if (!out.has_micro_batch()) out.set_micro_batch(1);
-  if (!out.has_accumulation()) out.set_accumulation(1);
+  FillDefaults(out, kTrainingRules, &out.zero());
   if (out.precision() == PRECISION_UNSPECIFIED) out.set_precision(kDefaultPrecision);
   // Adam's defaults have one home, ops::AdamOptions.
   const ops::AdamOptions adam = AdamFromConfig(c.adam());
@@ -258,66 +452,27 @@ TrainingConfig WithDefaults(const TrainingConfig& c) {
   a.set_eps(adam.eps);
   a.set_weight_decay(adam.weight_decay);
   a.set_adamw(adam.adamw);
-  if (!out.schedule().has_min_lr_ratio()) out.mutable_schedule()->set_min_lr_ratio(kDefaultMinLrRatio);
-  if (!out.has_clip_norm()) out.set_clip_norm(kDefaultClipNorm);
-  LossScaling& ls = *out.mutable_loss_scaling();
-  if (!ls.has_initial_scale()) ls.set_initial_scale(kDefaultInitialLossScale);
-  if (!ls.has_growth_interval()) ls.set_growth_interval(kDefaultLossScaleGrowthInterval);
-  if (!ls.has_min_scale()) ls.set_min_scale(kDefaultMinLossScale);
-  if (!out.has_seed()) out.set_seed(kDefaultSeed);
   *out.mutable_zero() = WithDefaults(c.zero());
   return out;
 }
 
 absl::Status ValidateTrainingConfig(const TrainingConfig& c, absl::string_view what) {
-  auto Bad = [what](absl::string_view field, auto value, absl::string_view need) {
-    return BadField(what, field, value, need);
-  };
-  if (c.has_seq() && c.seq() <= 0) return Bad("seq", c.seq(), "must be > 0 (unset: 128)");
-  if (c.has_micro_batch() && c.micro_batch() <= 0) return Bad("micro_batch", c.micro_batch(), "must be > 0 (unset: 1)");
-  if (c.has_accumulation() && c.accumulation() <= 0) {
-    return Bad("accumulation", c.accumulation(), "must be > 0 (unset: 1)");
-  }
-  MEMWALL_RETURN_IF_ERROR(AtMost(what, "seq", c.seq(), kMaxCount, "tokens"));
-  MEMWALL_RETURN_IF_ERROR(AtMost(what, "micro_batch", c.micro_batch(), kMaxCount, "sequences"));
-  MEMWALL_RETURN_IF_ERROR(AtMost(what, "accumulation", c.accumulation(), kMaxCount, "micro-batches a step"));
+  MEMWALL_RETURN_IF_ERROR(CheckRules(c, kTrainingRules, &c.zero(), what, /*upper=*/false));
+  MEMWALL_RETURN_IF_ERROR(CheckRules(c, kTrainingRules, &c.zero(), what, /*upper=*/true));
   // A micro-batch's tokens index its activations' rows.
+  const TrainingConfig filled = WithDefaults(c);
   if (absl::Status st = CheckedProduct(absl::StrCat(what, "tokens of a micro-batch"),
-                                       {{"micro_batch", c.has_micro_batch() ? c.micro_batch() : 1},
-                                        {"seq", c.has_seq() ? c.seq() : kDefaultSeq}},
-                                       kMaxCount)
+                                       {{"micro_batch", filled.micro_batch()}, {"seq", filled.seq()}}, kMaxCount)
                             .status();
       !st.ok()) {
     return st;
   }
   if (!Precision_IsValid(c.precision())) {
-    return Bad("precision", static_cast<int>(c.precision()), "must be FP32, BF16 or FP16 (unset: BF16)");
+    return BadField(what, "precision", static_cast<int>(c.precision()), "must be FP32, BF16 or FP16 (unset: BF16)");
   }
   if (absl::Status st = ops::ValidateAdamOptions(AdamFromConfig(c.adam()), absl::StrCat(what, "adam."));
       !st.ok()) {
     return st;
-  }
-  const LrSchedule& s = c.schedule();
-  if (s.warmup_steps() < 0) return Bad("schedule.warmup_steps", s.warmup_steps(), "must be >= 0");
-  if (s.decay_steps() < 0) return Bad("schedule.decay_steps", s.decay_steps(), "must be >= 0 (0: no decay)");
-  if (s.has_min_lr_ratio() && !(s.min_lr_ratio() >= 0 && s.min_lr_ratio() <= 1)) {
-    return Bad("schedule.min_lr_ratio", s.min_lr_ratio(), "must be in [0, 1] (unset: 0.1)");
-  }
-  if (c.has_clip_norm() && !(c.clip_norm() >= 0 && std::isfinite(c.clip_norm()))) {
-    return Bad("clip_norm", c.clip_norm(), "must be finite and >= 0 (0 disables clipping; unset: 1)");
-  }
-  const LossScaling& ls = c.loss_scaling();
-  if (ls.has_initial_scale() && !(ls.initial_scale() >= 1 && std::isfinite(ls.initial_scale()))) {
-    return Bad("loss_scaling.initial_scale", ls.initial_scale(), "must be finite and >= 1 (unset: 65536)");
-  }
-  if (ls.has_growth_interval() && ls.growth_interval() <= 0) {
-    return Bad("loss_scaling.growth_interval", ls.growth_interval(), "must be > 0 (unset: 1000)");
-  }
-  MEMWALL_RETURN_IF_ERROR(AtMost(what, "schedule.warmup_steps", s.warmup_steps(), kMaxSteps, "steps"));
-  MEMWALL_RETURN_IF_ERROR(AtMost(what, "schedule.decay_steps", s.decay_steps(), kMaxSteps, "steps"));
-  MEMWALL_RETURN_IF_ERROR(AtMost(what, "loss_scaling.growth_interval", ls.growth_interval(), kMaxSteps, "steps"));
-  if (ls.has_min_scale() && !(ls.min_scale() > 0 && std::isfinite(ls.min_scale()))) {
-    return Bad("loss_scaling.min_scale", ls.min_scale(), "must be finite and > 0 (unset: 1)");
   }
   return ValidateZeroConfig(c.zero(), absl::StrCat(what, "zero."));
 }

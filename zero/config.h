@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -20,7 +22,8 @@
 
 namespace memwall::zero {
 
-// Defaults for the unset optional fields.
+// Defaults for the unset optional fields (each read by zero/config.cc's
+// [Note: the config table], which gives its range and help).
 // Upper bounds of the fields that size buffers (runtime/bounds.h holds the
 // ones shared with other layers: Ψ, ranks, counts, steps).
 inline constexpr int64_t kMaxBucketBytes = int64_t{1} << 40;
@@ -65,6 +68,11 @@ absl::Status CheckWorldSize(int64_t configured, int launched);
 // Parses a ZeroConfig text proto (the file's contents) and validates it.
 // `origin` names the source in messages.
 absl::StatusOr<ZeroConfig> ParseZeroConfig(const std::string& text, const std::string& origin);
+
+// The rows of [Note: the config table], as paths within TrainingConfig
+// ("zero.reduce_bucket_bytes") with what their errors say a value needs
+// ("must be > 0 (unset: 64 MiB)").
+std::vector<std::pair<std::string, std::string>> ConfigTable();
 
 // `config` with every unset field set to its default (zero included).
 TrainingConfig WithDefaults(const TrainingConfig& config);

@@ -1,7 +1,11 @@
 // ZeroConfig: defaults, parsing, and a field-named error for each bad value.
 #include "zero/config.h"
 
+#include <set>
 #include <string>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
 
 #include "gtest/gtest.h"
 
@@ -233,6 +237,42 @@ TEST(TrainingConfig, IntegersAreBoundedAboveNamingFieldValueAndLimit) {
                       "zero.max_live_params = 9223372036854775807 must be <= 2^53");
   // The largest accepted values are accepted.
   EXPECT_TRUE(TrainingOptions::Parse("micro_batch: 16777215 seq: 128 accumulation: 2147483647", "t").ok());
+}
+
+// Every numeric or boolean field of a TrainingConfig (Adam's aside: their
+// home is ops::AdamOptions) has a row in the config table, so its default,
+// range and message come from one place; the rows name real fields.
+void NumericFields(const google::protobuf::Descriptor* d, const std::string& prefix, std::set<std::string>& out) {
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    const std::string path = prefix + f->name();
+    if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+      NumericFields(f->message_type(), path + ".", out);
+    } else if (f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_STRING &&
+               f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_ENUM) {
+      out.insert(path);
+    }
+  }
+}
+
+TEST(TrainingConfig, EveryNumericFieldHasOneRowInTheConfigTable) {
+  std::set<std::string> fields;
+  NumericFields(TrainingConfig::descriptor(), "", fields);
+  std::set<std::string> rows;
+  for (const auto& [path, needs] : ConfigTable()) {
+    EXPECT_TRUE(rows.insert(path).second) << path << " has two rows";
+    EXPECT_TRUE(fields.contains(path)) << path << " is not a field";
+  }
+  for (const std::string& f : fields) {
+    if (f.rfind("adam.", 0) == 0 || f == "zero.stage") continue;
+    EXPECT_TRUE(rows.contains(f)) << f << " has no row in the config table";
+  }
+  // A default's text comes from its constant.
+  for (const auto& [path, needs] : ConfigTable()) {
+    if (path == "zero.reduce_bucket_bytes") {
+      EXPECT_EQ(needs, absl::StrCat("must be > 0 (unset: ", kDefaultReduceBucketBytes >> 20, " MiB)"));
+    }
+  }
 }
 
 TEST(TrainingConfig, PrecisionNamesRoundTrip) {
