@@ -1,4 +1,4 @@
-// CPU Adam/AdamW at the memory-bandwidth limit (ZeRO-Offload §4.1, "CPU
+// CPU Adam/AdamW at the memory-bandwidth limit (ZeRO-Offload §5.1, "CPU
 // optimizer"): SIMD (AVX-512 or AVX2, chosen at run time) and multi-threaded
 // over fp32 master parameters and fp32 moments in host memory.
 //

@@ -1,4 +1,4 @@
-// ZeRO-Offload's optimizer (ATC21 §4): the rank's fp32 master weights, Adam
+// ZeRO-Offload's optimizer (ATC21 §3, §4): the rank's fp32 master weights, Adam
 // moments and 16-bit gradient shard in pinned host memory (12Ψ/N + 2Ψ/N
 // bytes), the reduced gradient pieces streamed in during backward, the step
 // run by the CPU Adam (cpu_adam/), and the updated parameters sent back to

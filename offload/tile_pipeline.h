@@ -1,4 +1,4 @@
-// ZeRO-Offload's way back to the device (ATC21 §4.2): the updated values
+// ZeRO-Offload's way back to the device (ATC21 §5.1): the updated values
 // leave the host tile by tile through two pinned staging tiles, and a copy
 // stream sends tile k to the device while the CPU fills tile k + 1 (the H2D
 // of one tile under the Adam of the next).

@@ -1,5 +1,5 @@
 // Gradient accumulation in host memory: the CpuDevice's ops::Add and
-// ZeRO-Offload's host gradient shard (ZeRO-Offload §4.2, Fig. 4) both run
+// ZeRO-Offload's host gradient shard (ZeRO-Offload §4) both run
 // this one loop, so a gradient accumulated on the host is bit for bit the
 // gradient stage 2 accumulates on the device.
 //

@@ -1,6 +1,6 @@
 // Where a rank's optimizer states live and who steps them (ZeRO §5.1: the
 // fp32 master weights and Adam's two moments, 12 bytes per parameter, of
-// the rank's shard; ZeRO-Offload §4: the same on the host, stepped by the
+// the rank's shard; ZeRO-Offload §3: the same on the host, stepped by the
 // CPU Adam). The engine talks to this interface only, so offload/ plugs in
 // without a branch per mode in zero/ (docs/architecture.md).
 //
