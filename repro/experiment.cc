@@ -1,13 +1,13 @@
 #include "repro/experiment.h"
 
-#include <fstream>
+#include <initializer_list>
 #include <set>
-#include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "models/gpt.h"
-#include "runtime/cpu_device.h"
 #include "runtime/files.h"
 #include "runtime/status.h"
 #include "zero/config.h"
@@ -22,7 +22,6 @@ absl::Status Bad(absl::string_view field, const T& value, absl::string_view need
 
 // A multi-rank sweep's model and world sizes (ZERO_MEMORY, INFINITY_PARTITION).
 absl::Status ValidateSweep(const Experiment& e) {
-  const std::string kind = Experiment::Kind_Name(e.kind());
   if (absl::Status st = models::ValidateConfig(e.model()); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("Experiment model: ", st.message()));
   }
@@ -30,7 +29,6 @@ absl::Status ValidateSweep(const Experiment& e) {
     return Bad("training.seq", e.training().seq(),
                absl::StrCat("must be in [1, model.positions = ", e.model().positions(), "]"));
   }
-  if (e.has_offload()) return Bad("offload", "{...}", absl::StrCat("must be unset for ", kind));
   if (e.world_sizes().empty()) return Bad("world_sizes", "[]", "must list at least one world size");
   for (int w : e.world_sizes()) {
     if (w < 1 || w > 64) return Bad("world_sizes", w, "must be in [1, 64] (ranks on this machine)");
@@ -56,8 +54,6 @@ absl::Status ValidateZeroMemory(const Experiment& e) {
 
 absl::Status ValidatePartition(const Experiment& e) {
   if (absl::Status st = ValidateSweep(e); !st.ok()) return st;
-  if (!e.stages().empty()) return Bad("stages", "[...]", "must be unset for INFINITY_PARTITION (it runs stage 3)");
-  if (!e.modeled().empty()) return Bad("modeled", "{...}", "must be unset for INFINITY_PARTITION");
   const zero::ZeroConfig& z = e.training().zero();
   if (z.has_offload_param() || z.partitioning() != zero::ZeroConfig::CONTIGUOUS) {
     return Bad("training.zero.offload_param/partitioning", "{...}", "must be unset: the sweep sets them");
@@ -66,10 +62,6 @@ absl::Status ValidatePartition(const Experiment& e) {
 }
 
 absl::Status ValidateMemoryTable(const Experiment& e) {
-  if (e.has_model() || e.has_offload() || !e.world_sizes().empty() || !e.stages().empty() || !e.modeled().empty()) {
-    return Bad("model/offload/world_sizes/stages/modeled", "{...}",
-               "must be unset for INFINITY_MEMORY (memory_table names the models, ranks and placements)");
-  }
   const MemoryTable& t = e.memory_table();
   if (t.models().empty()) return Bad("memory_table.models", "[]", "must name at least one model of models/configs/papers.textproto");
   if (t.ranks() < 1) return Bad("memory_table.ranks", t.ranks(), "must be >= 1");
@@ -82,10 +74,6 @@ absl::Status ValidateMemoryTable(const Experiment& e) {
 }
 
 absl::Status ValidateMaxModelTable(const Experiment& e) {
-  if (e.has_model() || e.has_offload() || !e.world_sizes().empty() || !e.stages().empty() || !e.modeled().empty()) {
-    return Bad("model/offload/world_sizes/stages/modeled", "{...}",
-               "must be unset for ZERO_MAX_MODEL (max_model_table names the device, DP and MP degrees)");
-  }
   const MaxModelTable& t = e.max_model_table();
   if (t.device_bytes() <= 0) return Bad("max_model_table.device_bytes", t.device_bytes(), "must be > 0");
   if (t.data_parallel() < 1) return Bad("max_model_table.data_parallel", t.data_parallel(), "must be >= 1");
@@ -96,13 +84,15 @@ absl::Status ValidateMaxModelTable(const Experiment& e) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateOffload(const Experiment& e) {
+// The sub-fields of `offload` only some ladder kinds read.
+struct LadderFields {
+  bool traces = false;  // write_traces
+  bool tiling = false;  // tiling_factors
+};
+
+// What every kind that walks offload.ladder over offload.modes checks.
+absl::Status ValidateLadder(const Experiment& e, LadderFields reads) {
   const std::string kind = Experiment::Kind_Name(e.kind());
-  if (e.has_model()) return Bad("model", "{...}", absl::StrCat("must be unset for ", kind, " (it runs offload.ladder)"));
-  if (!e.world_sizes().empty() || !e.stages().empty()) {
-    return Bad("world_sizes/stages", "[...]", absl::StrCat("must be unset for ", kind, " (one rank; offload.modes set the stage)"));
-  }
-  if (!e.modeled().empty()) return Bad("modeled", "{...}", absl::StrCat("must be unset for ", kind));
   const OffloadSweep& o = e.offload();
   if (o.ladder().empty()) return Bad("offload.ladder", "[]", "must list at least one model");
   int64_t previous = 0;
@@ -135,60 +125,12 @@ absl::Status ValidateOffload(const Experiment& e) {
   }
   if (o.dpu_after_steps() < 1) return Bad("offload.dpu_after_steps", o.dpu_after_steps(), "must be >= 1 (unset: 1)");
   if (o.warmup_steps() < 0) return Bad("offload.warmup_steps", o.warmup_steps(), "must be >= 0");
-  if (seen.count(OffloadSweep::OFFLOAD_DPU)) {
-    if (e.kind() == Experiment::OFFLOAD_MAX_MODEL && e.steps() < o.dpu_after_steps() + 2) {
-      return Bad("steps", e.steps(),
-                 absl::StrCat("must be >= offload.dpu_after_steps + 2 = ", o.dpu_after_steps() + 2,
-                              " so that OFFLOAD_DPU runs a delayed update"));
-    }
-    if (e.kind() == Experiment::OFFLOAD_THROUGHPUT && o.warmup_steps() < o.dpu_after_steps() + 1) {
-      return Bad("offload.warmup_steps", o.warmup_steps(),
-                 absl::StrCat("must be >= offload.dpu_after_steps + 1 = ", o.dpu_after_steps() + 1,
-                              " so that every timed OFFLOAD_DPU step has a delayed update under it"));
-    }
-  }
-  if (o.write_traces() && e.kind() != Experiment::OFFLOAD_THROUGHPUT) {
-    return Bad("offload.write_traces", "true", "is for OFFLOAD_THROUGHPUT");
-  }
+  if (o.write_traces() && !reads.traces) return Bad("offload.write_traces", "true", "is for OFFLOAD_THROUGHPUT");
+  if (!o.tiling_factors().empty() && !reads.tiling) return Bad("offload.tiling_factors", "[...]", "is for INFINITY_TILING");
   if (o.host_pinned_memory_bytes() < 0) {
     return Bad("offload.host_pinned_memory_bytes", o.host_pinned_memory_bytes(), "must be >= 0 (0: unlimited)");
   }
   if (o.tile_elements() < 0) return Bad("offload.tile_elements", o.tile_elements(), "must be >= 0 (0: 4 Mi)");
-  const bool paired = e.kind() == Experiment::INFINITY_PREFETCH || e.kind() == Experiment::INFINITY_ACTIVATION_OFFLOAD;
-  if (e.kind() == Experiment::INFINITY_TILING || paired) {
-    if (o.modes_size() != 1) return Bad("offload.modes", o.modes_size(), absl::StrCat("must name exactly one mode for ", kind));
-    if (o.modes(0) < OffloadSweep::STAGE3) {
-      return Bad("offload.modes", OffloadSweep::Mode_Name(o.modes(0)),
-                 "must be a ZeRO-3 mode (tiles, prefetch and offloaded activations are ZeRO-Infinity's)");
-    }
-  }
-  if (e.kind() == Experiment::INFINITY_PREFETCH && e.training().zero().has_prefetch_bucket_bytes() &&
-      e.training().zero().prefetch_bucket_bytes() <= 0) {
-    return Bad("training.zero.prefetch_bucket_bytes", e.training().zero().prefetch_bucket_bytes(),
-               "must be > 0 (unset: the default): INFINITY_PREFETCH compares it with no prefetch");
-  }
-  if (e.kind() == Experiment::INFINITY_ACTIVATION_OFFLOAD) {
-    for (int i = 0; i < o.ladder_size(); ++i) {
-      if (!o.ladder(i).activation_checkpointing() || o.ladder(i).offload_activations()) {
-        return Bad(absl::StrCat("offload.ladder[", i, "]"), absl::StrCat("\"", o.ladder(i).name(), "\""),
-                   "needs activation_checkpointing and offload_activations unset (the sweep sets it)");
-      }
-    }
-  }
-  if (e.kind() == Experiment::INFINITY_TILING) {
-    if (o.tiling_factors().empty()) return Bad("offload.tiling_factors", "[]", "must list at least one factor (1: untiled)");
-    for (int64_t factor : o.tiling_factors()) {
-      if (factor < 1) return Bad("offload.tiling_factors", factor, "must be >= 1");
-    }
-    for (int i = 0; i < o.ladder_size(); ++i) {
-      if (o.ladder(i).tiling() > 1) {
-        return Bad(absl::StrCat("offload.ladder[", i, "].tiling"), o.ladder(i).tiling(),
-                   "must be unset: offload.tiling_factors set it");
-      }
-    }
-  } else if (!o.tiling_factors().empty()) {
-    return Bad("offload.tiling_factors", "[...]", "is for INFINITY_TILING");
-  }
   if (o.swap_buffer_bytes() < 0) {
     return Bad("offload.swap_buffer_bytes", o.swap_buffer_bytes(), "must be >= 0 (0: three swap buffers)");
   }
@@ -201,43 +143,214 @@ absl::Status ValidateOffload(const Experiment& e) {
   return absl::OkStatus();
 }
 
+bool RunsDpu(const OffloadSweep& o) {
+  for (int mode : o.modes()) {
+    if (mode == OffloadSweep::OFFLOAD_DPU) return true;
+  }
+  return false;
+}
+
+// Tiling, prefetch and offloaded activations compare within one ZeRO-3 mode.
+absl::Status ValidateOneStage3Mode(const Experiment& e) {
+  const OffloadSweep& o = e.offload();
+  if (o.modes_size() != 1) {
+    return Bad("offload.modes", o.modes_size(),
+               absl::StrCat("must name exactly one mode for ", Experiment::Kind_Name(e.kind())));
+  }
+  if (o.modes(0) < OffloadSweep::STAGE3) {
+    return Bad("offload.modes", OffloadSweep::Mode_Name(o.modes(0)),
+               "must be a ZeRO-3 mode (tiles, prefetch and offloaded activations are ZeRO-Infinity's)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateOffloadMaxModel(const Experiment& e) {
+  MEMWALL_RETURN_IF_ERROR(ValidateLadder(e, {}));
+  const OffloadSweep& o = e.offload();
+  if (RunsDpu(o) && e.steps() < o.dpu_after_steps() + 2) {
+    return Bad("steps", e.steps(),
+               absl::StrCat("must be >= offload.dpu_after_steps + 2 = ", o.dpu_after_steps() + 2,
+                            " so that OFFLOAD_DPU runs a delayed update"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateThroughput(const Experiment& e) {
+  MEMWALL_RETURN_IF_ERROR(ValidateLadder(e, {.traces = true}));
+  const OffloadSweep& o = e.offload();
+  if (RunsDpu(o) && o.warmup_steps() < o.dpu_after_steps() + 1) {
+    return Bad("offload.warmup_steps", o.warmup_steps(),
+               absl::StrCat("must be >= offload.dpu_after_steps + 1 = ", o.dpu_after_steps() + 1,
+                            " so that every timed OFFLOAD_DPU step has a delayed update under it"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateInfinityMaxModel(const Experiment& e) { return ValidateLadder(e, {}); }
+
+absl::Status ValidateTiling(const Experiment& e) {
+  MEMWALL_RETURN_IF_ERROR(ValidateLadder(e, {.tiling = true}));
+  MEMWALL_RETURN_IF_ERROR(ValidateOneStage3Mode(e));
+  const OffloadSweep& o = e.offload();
+  if (o.tiling_factors().empty()) return Bad("offload.tiling_factors", "[]", "must list at least one factor (1: untiled)");
+  for (int64_t factor : o.tiling_factors()) {
+    if (factor < 1) return Bad("offload.tiling_factors", factor, "must be >= 1");
+  }
+  for (int i = 0; i < o.ladder_size(); ++i) {
+    if (o.ladder(i).tiling() > 1) {
+      return Bad(absl::StrCat("offload.ladder[", i, "].tiling"), o.ladder(i).tiling(),
+                 "must be unset: offload.tiling_factors set it");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePrefetch(const Experiment& e) {
+  MEMWALL_RETURN_IF_ERROR(ValidateLadder(e, {}));
+  MEMWALL_RETURN_IF_ERROR(ValidateOneStage3Mode(e));
+  const zero::ZeroConfig& z = e.training().zero();
+  if (z.has_prefetch_bucket_bytes() && z.prefetch_bucket_bytes() <= 0) {
+    return Bad("training.zero.prefetch_bucket_bytes", z.prefetch_bucket_bytes(),
+               "must be > 0 (unset: the default): INFINITY_PREFETCH compares it with no prefetch");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateActivationOffload(const Experiment& e) {
+  MEMWALL_RETURN_IF_ERROR(ValidateLadder(e, {}));
+  MEMWALL_RETURN_IF_ERROR(ValidateOneStage3Mode(e));
+  const OffloadSweep& o = e.offload();
+  for (int i = 0; i < o.ladder_size(); ++i) {
+    if (!o.ladder(i).activation_checkpointing() || o.ladder(i).offload_activations()) {
+      return Bad(absl::StrCat("offload.ladder[", i, "]"), absl::StrCat("\"", o.ladder(i).name(), "\""),
+                 "needs activation_checkpointing and offload_activations unset (the sweep sets it)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The ladder kinds' defaults: `modes` when none are given, a 1 GiB device,
+// the delayed update after one step and one warm-up step past it.
+void FillLadder(Experiment& e, std::initializer_list<OffloadSweep::Mode> modes) {
+  OffloadSweep& o = *e.mutable_offload();
+  if (o.modes().empty()) {
+    for (OffloadSweep::Mode mode : modes) o.add_modes(mode);
+  }
+  if (o.device_memory_bytes() == 0) o.set_device_memory_bytes(int64_t{1} << 30);
+  if (o.dpu_after_steps() == 0) o.set_dpu_after_steps(1);
+  if (o.warmup_steps() == 0) o.set_warmup_steps(o.dpu_after_steps() + 1);
+}
+void FillOffloadModes(Experiment& e) {
+  FillLadder(e, {OffloadSweep::STAGE0, OffloadSweep::STAGE2, OffloadSweep::OFFLOAD, OffloadSweep::OFFLOAD_DPU});
+}
+void FillInfinityModes(Experiment& e) {
+  FillLadder(e, {OffloadSweep::STAGE3, OffloadSweep::STAGE3_OFFLOAD, OffloadSweep::STAGE3_NVME});
+}
+void FillInfCpuMode(Experiment& e) { FillLadder(e, {OffloadSweep::STAGE3_OFFLOAD_CPU_PARAMS}); }
+void FillPlacements(Experiment& e) {
+  if (!e.memory_table().placements().empty()) return;
+  for (auto mode : {OffloadSweep::STAGE3, OffloadSweep::STAGE3_OFFLOAD_CPU_PARAMS, OffloadSweep::STAGE3_NVME_NVME_PARAMS}) {
+    e.mutable_memory_table()->add_placements(mode);
+  }
+}
+
+// [Note: the kind registry]
+// Every experiment kind, one row each: what it reads, its defaults, its
+// checks, its driver and its figure. Nothing else branches on a kind.
+const ExperimentKind kKinds[] = {
+    {Experiment::ZERO_MEMORY, "repro/figures/zero_memory.py", kModel | kWorldSizes | kStages | kModeled, false,
+     /*offload_in_training=*/true, nullptr, ValidateZeroMemory, DriveZeroMemory, MeasureZeroMemoryRows},
+    {Experiment::OFFLOAD_MAX_MODEL, "repro/figures/offload_max_model.py", kOffload, false, false, FillOffloadModes,
+     ValidateOffloadMaxModel, DriveOffloadMaxModel},
+    {Experiment::OFFLOAD_THROUGHPUT, "repro/figures/offload_throughput.py", kOffload, /*cuda=*/true, false, FillOffloadModes,
+     ValidateThroughput, DriveThroughput},
+    {Experiment::INFINITY_MAX_MODEL, "repro/figures/infinity_max_model.py", kOffload, false, false, FillInfinityModes,
+     ValidateInfinityMaxModel, DriveInfinityMaxModel},
+    {Experiment::INFINITY_PARTITION, "repro/figures/infinity_partition.py", kModel | kWorldSizes, false, false, nullptr,
+     ValidatePartition, DrivePartition, MeasurePartitionRows},
+    {Experiment::INFINITY_TILING, "repro/figures/infinity_tiling.py", kOffload, false, false, FillInfCpuMode, ValidateTiling,
+     DriveTiling},
+    {Experiment::INFINITY_PREFETCH, "repro/figures/infinity_prefetch.py", kOffload, false, false, FillInfCpuMode,
+     ValidatePrefetch, DrivePrefetch},
+    {Experiment::INFINITY_ACTIVATION_OFFLOAD, "repro/figures/infinity_activation_offload.py", kOffload, false, false,
+     FillInfCpuMode, ValidateActivationOffload, DriveActivationOffload},
+    {Experiment::INFINITY_MEMORY, "repro/figures/infinity_memory.py", kMemoryTable, false, false, FillPlacements,
+     ValidateMemoryTable, DriveMemoryTable},
+    {Experiment::ZERO_MAX_MODEL, "repro/figures/zero_max_model.py", kMaxModelTable, false, false, nullptr,
+     ValidateMaxModelTable, DriveMaxModelTable},
+};
+
+// Each part: its name in messages, how a set one prints, whether it is set.
+struct PartField {
+  ExperimentPart part;
+  absl::string_view name;
+  absl::string_view shown;
+  bool (*set)(const Experiment& e);
+};
+const PartField kParts[] = {
+    {kModel, "model", "{...}", [](const Experiment& e) { return e.has_model(); }},
+    {kWorldSizes, "world_sizes", "[...]", [](const Experiment& e) { return !e.world_sizes().empty(); }},
+    {kStages, "stages", "[...]", [](const Experiment& e) { return !e.stages().empty(); }},
+    {kModeled, "modeled", "{...}", [](const Experiment& e) { return !e.modeled().empty(); }},
+    {kOffload, "offload", "{...}", [](const Experiment& e) { return e.has_offload(); }},
+    {kMemoryTable, "memory_table", "{...}", [](const Experiment& e) { return e.has_memory_table(); }},
+    {kMaxModelTable, "max_model_table", "{...}", [](const Experiment& e) { return e.has_max_model_table(); }},
+};
+
 }  // namespace
+
+const ExperimentKind* FindKind(Experiment::Kind kind) {
+  for (const ExperimentKind& k : kKinds) {
+    if (k.kind == kind) return &k;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> KindNames() {
+  std::vector<std::string> names;
+  for (const ExperimentKind& k : kKinds) names.push_back(Experiment::Kind_Name(k.kind));
+  return names;
+}
 
 absl::Status ValidateExperiment(const Experiment& e) {
   if (e.name().empty() || e.name().find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos) {
     return Bad("name", absl::StrCat("\"", e.name(), "\""), "must be non-empty lower case, digits and '_' (it names results/<name>/)");
   }
-  if (e.kind() == Experiment::KIND_UNSPECIFIED) {
-    return Bad("kind", "KIND_UNSPECIFIED",
-               "must name what to run (ZERO_MEMORY, OFFLOAD_MAX_MODEL, OFFLOAD_THROUGHPUT, INFINITY_MAX_MODEL, "
-               "INFINITY_PARTITION, INFINITY_TILING, INFINITY_PREFETCH, INFINITY_ACTIVATION_OFFLOAD, INFINITY_MEMORY, "
-               "ZERO_MAX_MODEL)");
+  const ExperimentKind* kind = FindKind(e.kind());
+  if (kind == nullptr) {
+    return Bad("kind", Experiment::Kind_Name(e.kind()),
+               absl::StrCat("must name what to run (", absl::StrJoin(KindNames(), ", "), ")"));
   }
-  if (e.device() != "cpu" && !(e.device() == "cuda" && e.kind() == Experiment::OFFLOAD_THROUGHPUT)) {
+  const std::string name = Experiment::Kind_Name(e.kind());
+  if (e.device() != "cpu" && !(e.device() == "cuda" && kind->cuda)) {
+    std::vector<std::string> cuda;
+    for (const ExperimentKind& k : kKinds) {
+      if (k.cuda) cuda.push_back(Experiment::Kind_Name(k.kind));
+    }
     return Bad("device", absl::StrCat("\"", e.device(), "\""),
-               "must be cpu, or cuda for OFFLOAD_THROUGHPUT (the one kind measured on a GPU so far)");
+               absl::StrCat("must be cpu, or cuda for ", absl::StrJoin(cuda, ", "), " (measured on a GPU so far)"));
   }
   if (e.steps() <= 0) return Bad("steps", e.steps(), "must be > 0 (unset: 2)");
+  for (const PartField& part : kParts) {
+    if (!(kind->parts & part.part) && part.set(e)) {
+      std::vector<std::string> readers;
+      for (const ExperimentKind& k : kKinds) {
+        if (k.parts & part.part) readers.push_back(Experiment::Kind_Name(k.kind));
+      }
+      return Bad(part.name, part.shown,
+                 absl::StrCat("must be unset for ", name, " (read by ", absl::StrJoin(readers, ", "), ")"));
+    }
+  }
   const zero::ZeroConfig& z = e.training().zero();
   if (z.stage() != 0) {
     return Bad("training.zero.stage", z.stage(), "must be unset: the sweep's `stages` (or offload.modes) set it");
   }
-  if (e.kind() != Experiment::ZERO_MEMORY && z.has_offload_optimizer()) {
+  if (!kind->offload_in_training && z.has_offload_optimizer()) {
     return Bad("training.zero.offload_optimizer", "{...}", "must be unset: offload.modes set it");
   }
   // The trainer's own checks, each naming its field under `training.`.
   if (absl::Status st = zero::ValidateTrainingConfig(e.training(), "Experiment training."); !st.ok()) return st;
-  if (e.kind() != Experiment::INFINITY_MEMORY && e.has_memory_table()) {
-    return Bad("memory_table", "{...}", "is for INFINITY_MEMORY");
-  }
-  if (e.kind() != Experiment::ZERO_MAX_MODEL && e.has_max_model_table()) {
-    return Bad("max_model_table", "{...}", "is for ZERO_MAX_MODEL");
-  }
-  if (e.kind() == Experiment::ZERO_MEMORY) return ValidateZeroMemory(e);
-  if (e.kind() == Experiment::ZERO_MAX_MODEL) return ValidateMaxModelTable(e);
-  if (e.kind() == Experiment::INFINITY_PARTITION) return ValidatePartition(e);
-  if (e.kind() == Experiment::INFINITY_MEMORY) return ValidateMemoryTable(e);
-  return ValidateOffload(e);
+  return kind->validate(e);
 }
 
 absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::string& origin) {
@@ -245,30 +358,8 @@ absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::s
   if (absl::Status st = ParseTextProto(text, origin, &e); !st.ok()) return st;
   if (e.steps() == 0) e.set_steps(2);
   if (e.device().empty()) e.set_device("cpu");
-  if (e.kind() == Experiment::INFINITY_MEMORY && e.memory_table().placements().empty()) {
-    for (auto mode : {OffloadSweep::STAGE3, OffloadSweep::STAGE3_OFFLOAD_CPU_PARAMS, OffloadSweep::STAGE3_NVME_NVME_PARAMS}) {
-      e.mutable_memory_table()->add_placements(mode);
-    }
-  }
-  if (e.kind() != Experiment::ZERO_MEMORY && e.kind() != Experiment::KIND_UNSPECIFIED &&
-      e.kind() != Experiment::INFINITY_PARTITION && e.kind() != Experiment::INFINITY_MEMORY &&
-      e.kind() != Experiment::ZERO_MAX_MODEL) {
-    OffloadSweep& o = *e.mutable_offload();
-    if (o.modes().empty() && (e.kind() == Experiment::INFINITY_TILING || e.kind() == Experiment::INFINITY_PREFETCH ||
-                              e.kind() == Experiment::INFINITY_ACTIVATION_OFFLOAD)) {
-      o.add_modes(OffloadSweep::STAGE3_OFFLOAD_CPU_PARAMS);
-    }
-    if (o.modes().empty() && e.kind() == Experiment::INFINITY_MAX_MODEL) {
-      for (auto mode : {OffloadSweep::STAGE3, OffloadSweep::STAGE3_OFFLOAD, OffloadSweep::STAGE3_NVME}) o.add_modes(mode);
-    }
-    if (o.modes().empty()) {
-      for (auto mode : {OffloadSweep::STAGE0, OffloadSweep::STAGE2, OffloadSweep::OFFLOAD, OffloadSweep::OFFLOAD_DPU}) {
-        o.add_modes(mode);
-      }
-    }
-    if (o.device_memory_bytes() == 0) o.set_device_memory_bytes(int64_t{1} << 30);
-    if (o.dpu_after_steps() == 0) o.set_dpu_after_steps(1);
-    if (o.warmup_steps() == 0) o.set_warmup_steps(o.dpu_after_steps() + 1);
+  if (const ExperimentKind* kind = FindKind(e.kind()); kind != nullptr && kind->fill_defaults != nullptr) {
+    kind->fill_defaults(e);
   }
   if (absl::Status st = ValidateExperiment(e); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(origin, ": ", st.message()));
@@ -280,25 +371,6 @@ absl::StatusOr<Experiment> ParseExperiment(const std::string& text, const std::s
 absl::StatusOr<Experiment> LoadExperiment(const std::string& path) {
   MEMWALL_ASSIGN_OR_RETURN(const std::string text, ReadRegularFile(path, "experiment"));
   return ParseExperiment(text, path);
-}
-
-zero::TrainerOptions TrainerOptionsFor(const Experiment& e, int stage, int world_size) {
-  zero::TrainerOptions o;
-  o.training = e.training();
-  o.training.mutable_zero()->set_stage(stage);
-  return o;
-}
-
-absl::StatusOr<SweepRank> JoinSweep(int world_size) {
-  SweepRank rank;
-  MEMWALL_ASSIGN_OR_RETURN(rank.device, CreateCpuDevice());
-  if (world_size == 1) {
-    rank.comm = CreateSingleProcessCommunicator();
-  } else {
-    MEMWALL_ASSIGN_OR_RETURN(rank.comm, CreateCommunicator(*rank.device));
-  }
-  MEMWALL_RETURN_IF_ERROR(zero::CheckWorldSize(world_size, rank.comm->world_size()));
-  return rank;
 }
 
 }  // namespace memwall::repro

@@ -4,6 +4,7 @@
 // that does not match the launch is zero_memory_test.sh's); and the
 // harness's quoting.
 #include "repro/experiment.h"
+#include "repro/sweep.h"
 
 #include <filesystem>
 #include <string>
@@ -161,7 +162,7 @@ TEST(Experiment, EachBadOffloadValueNamesItsField) {
   throughput.replace(throughput.find("offload {"), 9, "offload { warmup_steps: 1");
   expect(ParseExperiment(throughput, "offload.textproto").status(),
          "offload.warmup_steps = 1 must be >= offload.dpu_after_steps + 1 = 2");
-  expect(ParseOffload("training {", "stages: 2 training {"), "world_sizes/stages = [...] must be unset for OFFLOAD_MAX_MODEL");
+  expect(ParseOffload("training {", "stages: 2 training {"), "stages = [...] must be unset for OFFLOAD_MAX_MODEL");
   expect(ParseOffload("training {", "training { zero { offload_optimizer { device: CPU } }"),
          "training.zero.offload_optimizer = {...} must be unset: offload.modes set it");
   expect(ParseOffload("training {", "model { name: \"m\" layers: 1 hidden: 16 heads: 2 vocab: 32 positions: 8 } training {"),
@@ -263,7 +264,7 @@ TEST(Experiment, MemoryTableDefaultsAndRefusals) {
   refused("ranks: 16", "ranks: 16 placements: [OFFLOAD]", "memory_table.placements = OFFLOAD must be a ZeRO-3 mode");
   refused("memory_table {", "stages: 3 memory_table {", "must be unset for INFINITY_MEMORY");
   EXPECT_NE(ParseOffload("offload {", "memory_table { ranks: 1 } offload {").message().find(
-                "memory_table = {...} is for INFINITY_MEMORY"),
+                "memory_table = {...} must be unset for OFFLOAD_MAX_MODEL (read by INFINITY_MEMORY)"),
             std::string::npos);
 }
 

@@ -16,7 +16,7 @@
 #include "infinity/nvme_parameter_store.h"
 #include "offload/host_optimizer.h"
 #include "ops/ops.h"
-#include "repro/experiment.h"
+#include "repro/sweep.h"
 #include "repro/harness.h"
 #include "runtime/communicator.h"
 #include "runtime/cpu_device.h"

@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "models/data.h"
 #include "models/gpt.h"
-#include "repro/experiment.h"
+#include "repro/sweep.h"
 #include "runtime/communicator.h"
 #include "runtime/cpu_device.h"
 #include "runtime/status.h"

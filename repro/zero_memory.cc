@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "models/data.h"
 #include "models/gpt.h"
-#include "repro/experiment.h"
+#include "repro/sweep.h"
 #include "repro/harness.h"
 #include "runtime/communicator.h"
 #include "runtime/cpu_device.h"
