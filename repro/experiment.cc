@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "models/gpt.h"
+#include "repro/sweep.h"
 #include "runtime/files.h"
 #include "runtime/status.h"
 #include "zero/config.h"
@@ -66,7 +67,7 @@ absl::Status ValidateMemoryTable(const Experiment& e) {
   if (t.models().empty()) return Bad("memory_table.models", "[]", "must name at least one model of models/configs/papers.textproto");
   if (t.ranks() < 1) return Bad("memory_table.ranks", t.ranks(), "must be >= 1");
   for (int mode : t.placements()) {
-    if (mode < OffloadSweep::STAGE3) {
+    if (ModeOverlay(OffloadSweep::Mode(mode)).stage() != 3) {
       return Bad("memory_table.placements", OffloadSweep::Mode_Name(OffloadSweep::Mode(mode)), "must be a ZeRO-3 mode");
     }
   }
@@ -134,8 +135,13 @@ absl::Status ValidateLadder(const Experiment& e, LadderFields reads) {
   if (o.swap_buffer_bytes() < 0) {
     return Bad("offload.swap_buffer_bytes", o.swap_buffer_bytes(), "must be >= 0 (0: three swap buffers)");
   }
-  if (!seen.count(OffloadSweep::STAGE3_NVME) && !seen.count(OffloadSweep::STAGE3_NVME_CPU_PARAMS) &&
-      !seen.count(OffloadSweep::STAGE3_NVME_NVME_PARAMS) && (!o.nvme_path().empty() || o.swap_buffer_bytes() != 0)) {
+  bool nvme = false;  // a mode with a swap file
+  for (int mode : o.modes()) {
+    const zero::ZeroConfig& overlay = ModeOverlay(OffloadSweep::Mode(mode));
+    nvme |= overlay.offload_optimizer().device() == zero::OffloadOptimizerConfig::NVME ||
+            overlay.offload_param().device() == zero::OffloadParamConfig::NVME;
+  }
+  if (!nvme && (!o.nvme_path().empty() || o.swap_buffer_bytes() != 0)) {
     return Bad(o.nvme_path().empty() ? "offload.swap_buffer_bytes" : "offload.nvme_path",
                o.nvme_path().empty() ? absl::StrCat(o.swap_buffer_bytes()) : absl::StrCat("\"", o.nvme_path(), "\""),
                "needs an NVMe mode (STAGE3_NVME, STAGE3_NVME_CPU_PARAMS, STAGE3_NVME_NVME_PARAMS)");
@@ -145,7 +151,7 @@ absl::Status ValidateLadder(const Experiment& e, LadderFields reads) {
 
 bool RunsDpu(const OffloadSweep& o) {
   for (int mode : o.modes()) {
-    if (mode == OffloadSweep::OFFLOAD_DPU) return true;
+    if (ModeOverlay(OffloadSweep::Mode(mode)).offload_optimizer().delayed_update_after_steps() > 0) return true;
   }
   return false;
 }
@@ -157,7 +163,7 @@ absl::Status ValidateOneStage3Mode(const Experiment& e) {
     return Bad("offload.modes", o.modes_size(),
                absl::StrCat("must name exactly one mode for ", Experiment::Kind_Name(e.kind())));
   }
-  if (o.modes(0) < OffloadSweep::STAGE3) {
+  if (ModeOverlay(o.modes(0)).stage() != 3) {
     return Bad("offload.modes", OffloadSweep::Mode_Name(o.modes(0)),
                "must be a ZeRO-3 mode (tiles, prefetch and offloaded activations are ZeRO-Infinity's)");
   }

@@ -134,58 +134,6 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
 
 }  // namespace
 
-std::string ModeName(Mode mode) {
-  switch (mode) {
-    case OffloadSweep::STAGE0: return "stage0";
-    case OffloadSweep::STAGE2: return "stage2";
-    case OffloadSweep::OFFLOAD: return "stage2+offload";
-    case OffloadSweep::OFFLOAD_DPU: return "stage2+offload+dpu";
-    case OffloadSweep::STAGE3: return "stage3";
-    case OffloadSweep::STAGE3_OFFLOAD: return "stage3+offload";
-    case OffloadSweep::STAGE3_NVME: return "stage3+nvme";
-    case OffloadSweep::STAGE3_OFFLOAD_CPU_PARAMS: return "stage3+offload+params";
-    case OffloadSweep::STAGE3_NVME_CPU_PARAMS: return "stage3+nvme+params";
-    case OffloadSweep::STAGE3_NVME_NVME_PARAMS: return "stage3+nvme+nvme-params";
-    default: return "unspecified";
-  }
-}
-
-zero::TrainerOptions OffloadTrainerOptions(const Experiment& e, Mode mode) {
-  const int stage = mode == OffloadSweep::STAGE0 ? 0 : mode >= OffloadSweep::STAGE3 ? 3 : 2;
-  zero::TrainerOptions o = TrainerOptionsFor(e, stage, 1);
-  zero::OffloadOptimizerConfig& offload = *o.training.mutable_zero()->mutable_offload_optimizer();
-  if (mode == OffloadSweep::OFFLOAD || mode == OffloadSweep::OFFLOAD_DPU || mode == OffloadSweep::STAGE3_OFFLOAD ||
-      mode == OffloadSweep::STAGE3_OFFLOAD_CPU_PARAMS) {
-    offload.set_device(zero::OffloadOptimizerConfig::CPU);
-  }
-  if (mode == OffloadSweep::STAGE3_OFFLOAD_CPU_PARAMS || mode == OffloadSweep::STAGE3_NVME_CPU_PARAMS) {
-    o.training.mutable_zero()->mutable_offload_param()->set_device(zero::OffloadParamConfig::CPU);
-  }
-  if (mode == OffloadSweep::STAGE3_NVME || mode == OffloadSweep::STAGE3_NVME_CPU_PARAMS ||
-      mode == OffloadSweep::STAGE3_NVME_NVME_PARAMS) {
-    offload.set_device(zero::OffloadOptimizerConfig::NVME);
-    const char* tmp = std::getenv("TMPDIR");
-    offload.set_nvme_path(!e.offload().nvme_path().empty() ? e.offload().nvme_path()
-                          : tmp != nullptr && *tmp != '\0'  ? tmp
-                                                            : "/tmp");
-    if (e.offload().swap_buffer_bytes() > 0) offload.set_pinned_budget_bytes(e.offload().swap_buffer_bytes());
-  }
-  if (mode == OffloadSweep::STAGE3_NVME_NVME_PARAMS) {
-    zero::OffloadParamConfig& params = *o.training.mutable_zero()->mutable_offload_param();
-    params.set_device(zero::OffloadParamConfig::NVME);
-    params.set_nvme_path(offload.nvme_path());
-  }
-  if (offload.device() == zero::OffloadOptimizerConfig::NONE) {
-    o.training.mutable_zero()->clear_offload_optimizer();
-  } else if (e.offload().tile_elements() > 0) {
-    offload.set_tile_elements(e.offload().tile_elements());
-  }
-  if (mode == OffloadSweep::OFFLOAD_DPU) {
-    o.training.mutable_zero()->mutable_offload_optimizer()->set_delayed_update_after_steps(e.offload().dpu_after_steps());
-  }
-  return o;
-}
-
 std::string MaxModelCsv(const OffloadRow& r) {
   return absl::StrCat(CsvField(r.model), ",", r.params, ",", r.layers, ",", r.hidden, ",", r.mode, ",",
                       r.fits ? "yes" : "no", ",", r.steps, ",", Cell(r.device_peak_bytes), ",",

@@ -40,17 +40,10 @@
 #include "engine/estimate.h"
 #include "absl/status/statusor.h"
 #include "repro/experiment.pb.h"
+#include "repro/sweep.h"
 #include "zero/trainer.h"
 
 namespace memwall::repro {
-
-// "stage0", "stage2", "stage2+offload", "stage2+offload+dpu", "stage3",
-// "stage3+offload", "stage3+nvme".
-std::string ModeName(OffloadSweep::Mode mode);
-
-// The trainer options of (experiment, mode): the training block, the
-// experiment's ZeroConfig with the mode's stage and offload settings.
-zero::TrainerOptions OffloadTrainerOptions(const Experiment& e, OffloadSweep::Mode mode);
 
 // The estimator's input for a run of `config` with `options` over `ranks`
 // ranks: the offloaded optimizer's and NVMe parameter store's plans picked

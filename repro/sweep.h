@@ -27,6 +27,26 @@ struct SweepRank {
 };
 absl::StatusOr<SweepRank> JoinSweep(int world_size);
 
+// [Note: offload modes]
+// An OffloadSweep mode is a name for a ZeroConfig overlay in the trainer's
+// own vocabulary (zero/zero_config.proto), one table row each:
+//   STAGE0                     "stage0"                   stage: 0
+//   OFFLOAD_DPU                "stage2+offload+dpu"       stage: 2 offload_optimizer { device: CPU
+//                                                         delayed_update_after_steps: (the sweep's) }
+//   STAGE3_NVME_NVME_PARAMS    "stage3+nvme+nvme-params"  stage: 3 offload_optimizer { device: NVME }
+//                                                         offload_param { device: NVME }
+// and so on (sweep.cc). The sweep's own settings fill what the overlay
+// leaves to the machine: the swap directory, the swap buffers' budget, the
+// tile, the delayed update's start.
+//
+// The mode's name in CSV rows and logs ("stage2+offload").
+std::string ModeName(OffloadSweep::Mode mode);
+// The mode's overlay alone (defaults unfilled).
+const zero::ZeroConfig& ModeOverlay(OffloadSweep::Mode mode);
+// The trainer options of (experiment, mode): the experiment's training
+// config with the mode's overlay and the sweep's settings.
+zero::TrainerOptions OffloadTrainerOptions(const Experiment& e, OffloadSweep::Mode mode);
+
 }  // namespace memwall::repro
 
 #endif  // MEMWALL_REPRO_SWEEP_H_
