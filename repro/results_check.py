@@ -1,0 +1,52 @@
+"""What the repro tests share: run //repro:run on an experiment, read what it
+wrote by its CSV headers, and check the figure and the provenance record.
+
+The tests check results independently of the code that wrote them: each
+recomputes what a row must hold from the row's own columns, named by the
+header, never by position."""
+import csv
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+
+def runner_from_argv():
+    """The runner's path: the test's first argument (Bazel's $(location :run)),
+    removed so that unittest sees its own."""
+    if len(sys.argv) < 2:
+        raise SystemExit("usage: TEST RUNNER [unittest arguments]")
+    return sys.argv.pop(1)
+
+
+def results_root():
+    return os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "results")
+
+
+def run(runner, experiment, *flags):
+    """Runs the runner on `experiment`; (exit code, stdout + stderr)."""
+    done = subprocess.run([runner, experiment, f"--results_dir={results_root()}", *flags],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sys.stdout.write(done.stdout)
+    return done.returncode, done.stdout
+
+
+def rows(path):
+    """A CSV's rows as dicts keyed by its header."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+class ResultsTest(unittest.TestCase):
+    """A test of one experiment's results/<name>/."""
+
+    def assert_figure_and_provenance(self, directory):
+        with open(os.path.join(directory, "figure.png"), "rb") as handle:
+            self.assertEqual(handle.read(4), b"\x89PNG", "figure.png is not a PNG")
+        with open(os.path.join(directory, "provenance.json"), encoding="utf-8") as handle:
+            provenance = json.load(handle)
+        for key in ("experiment", "commit", "date", "command", "machine", "measured_or_modeled", "files"):
+            self.assertIn(key, provenance)
+        for key in ("cpu", "cores", "memory_gib", "gpu"):
+            self.assertIn(key, provenance["machine"])
