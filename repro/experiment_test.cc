@@ -1,7 +1,7 @@
 // Experiments: the checked-in files parse; every bad value is an
 // InvalidArgument naming its field (the list: stage 4, zero or
 // negative bucket sizes, a negative persistence threshold; a world size
-// that does not match the launch is zero_memory_test.sh's); and the
+// that does not match the launch is zero_memory_test.py's); and the
 // harness's quoting.
 #include "repro/experiment.h"
 #include "repro/sweep.h"

@@ -24,9 +24,10 @@ def results_root():
     return os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "results")
 
 
-def run(runner, experiment, *flags):
-    """Runs the runner on `experiment`; (exit code, stdout + stderr)."""
-    done = subprocess.run([runner, experiment, f"--results_dir={results_root()}", *flags],
+def run(runner, experiment, *flags, results_dir=None):
+    """Runs the runner on `experiment`, writing under `results_dir`
+    (results_root() by default); (exit code, stdout + stderr)."""
+    done = subprocess.run([runner, experiment, f"--results_dir={results_dir or results_root()}", *flags],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     sys.stdout.write(done.stdout)
     return done.returncode, done.stdout
