@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "infinity/nvme_state_store.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"

@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "infinity/nvme_state_store.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"

@@ -34,7 +34,6 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "infinity/nvme_state_store.h"
 #include "engine/estimate.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
