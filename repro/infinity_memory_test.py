@@ -25,9 +25,7 @@ CPU, NVME = "stage3+offload+params", "stage3+nvme+nvme-params"
 
 class InfinityMemory(results_check.ResultsTest):
     def test_formulas_and_placements(self):
-        code, _ = results_check.run(RUNNER, "repro/testdata/infinity_memory_ci.textproto")
-        self.assertEqual(code, 0)
-        directory = os.path.join(results_check.results_root(), "infinity_memory_ci")
+        directory = self.run_experiment(RUNNER, "repro/testdata/infinity_memory_ci.textproto")
         by_model = {}
         for r in results_check.rows(os.path.join(directory, "data.csv")):
             by_model.setdefault(r["model"], []).append(r)

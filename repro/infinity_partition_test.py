@@ -26,9 +26,7 @@ POSITIVE = ["gathers_per_step", "gathered_bytes_per_step", "gather_seconds_per_s
 
 class InfinityPartition(results_check.ResultsTest):
     def test_both_partitionings_gather_the_same_bytes(self):
-        code, _ = results_check.run(RUNNER, "repro/testdata/infinity_partition_ci.textproto")
-        self.assertEqual(code, 0)
-        directory = os.path.join(results_check.results_root(), "infinity_partition_ci")
+        directory = self.run_experiment(RUNNER, "repro/testdata/infinity_partition_ci.textproto")
         seen = {}
         for r in results_check.rows(os.path.join(directory, "data.csv")):
             self.assertEqual(r["source"], "measured")

@@ -33,30 +33,26 @@ SWAP = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "swap")
 
 class InfinityMaxModel(results_check.ResultsTest):
     def test_nvme_offload_trains_larger_models(self):
-        code, _ = results_check.run(RUNNER, "repro/testdata/infinity_max_model_ci.textproto")
-        self.assertEqual(code, 0)
-        directory = os.path.join(results_check.results_root(), "infinity_max_model_ci")
-        largest, refused, why, fits, done, peak, params = {}, {}, {}, set(), set(), {}, {}
-        for r in results_check.rows(os.path.join(directory, "data.csv")):
-            mode, model, psi = r["mode"], r["model"], int(r["params"])
-            self.assertNotIn(mode, done, f"{mode}: a row after its refusal")
-            if r["fits"] == "no":
-                done.add(mode)
-                self.assertIn("does not fit", r["reason"], f"{mode} {model}")
-                refused[mode], why[mode] = model, r["reason"]
-                continue
-            device, pinned = int(r["device_peak_bytes"]), int(r["host_pinned_peak_bytes"])
-            self.assertLessEqual(device, DEVICE, f"{mode} {model}: device peak")
-            self.assertLessEqual(pinned, PINNED, f"{mode} {model}: pinned peak")
-            largest[mode] = max(largest.get(mode, 0), psi)
-            fits.add((mode, model))
-            if mode == "stage3+nvme":
-                self.assertLess(pinned, 12 * psi, f"{mode} {model}")
-            if mode == "stage3+offload":
-                self.assertGreaterEqual(pinned, 14 * psi, f"{mode} {model}")
-            if mode == "stage3+offload+params":
-                self.assertGreaterEqual(pinned, 16 * psi, f"{mode} {model}")
-            peak[(mode, model)], params[model] = pinned, psi
+        directory = self.run_experiment(RUNNER, "repro/testdata/infinity_max_model_ci.textproto")
+        largest, refused, why, fits, peak, params = {}, {}, {}, set(), {}, {}
+        walks = self.ladder_walks(results_check.rows(os.path.join(directory, "data.csv")), lambda r: r["mode"])
+        for mode, (trained, refusal) in walks.items():
+            if refusal is not None:
+                refused[mode], why[mode] = refusal["model"], refusal["reason"]
+            for r in trained:
+                model, psi = r["model"], int(r["params"])
+                device, pinned = int(r["device_peak_bytes"]), int(r["host_pinned_peak_bytes"])
+                self.assertLessEqual(device, DEVICE, f"{mode} {model}: device peak")
+                self.assertLessEqual(pinned, PINNED, f"{mode} {model}: pinned peak")
+                largest[mode] = max(largest.get(mode, 0), psi)
+                fits.add((mode, model))
+                if mode == "stage3+nvme":
+                    self.assertLess(pinned, 12 * psi, f"{mode} {model}")
+                if mode == "stage3+offload":
+                    self.assertGreaterEqual(pinned, 14 * psi, f"{mode} {model}")
+                if mode == "stage3+offload+params":
+                    self.assertGreaterEqual(pinned, 16 * psi, f"{mode} {model}")
+                peak[(mode, model)], params[model] = pinned, psi
         self.assertIn("stage3+offload", refused, "CPU offload refuses a model")
         self.assertIn("pinned", why["stage3+offload"])
         self.assertIn(("stage3+nvme", refused["stage3+offload"]), fits, "NVMe trains what CPU offload refuses")

@@ -43,25 +43,21 @@ class OffloadRepro(results_check.ResultsTest):
                                   r"--results_dir=")
 
     def test_max_model(self):
-        code, _ = results_check.run(RUNNER, "repro/testdata/offload_max_model_ci.textproto")
-        self.assertEqual(code, 0)
-        directory = os.path.join(results_check.results_root(), "offload_max_model_ci")
-        largest, refused, fits, done = {}, {}, set(), set()
-        for r in results_check.rows(os.path.join(directory, "data.csv")):
-            mode, model, psi = r["mode"], r["model"], int(r["params"])
-            self.assertNotIn(mode, done, f"{mode}: a row after its refusal")
-            if r["fits"] == "no":
-                done.add(mode)
-                self.assertIn("does not fit", r["reason"], f"{mode} {model}")
-                refused[mode] = model
-                continue
-            device, host = int(r["device_peak_bytes"]), int(r["host_pinned_peak_bytes"])
-            self.assertLessEqual(device, BUDGET, f"{mode} {model}: device peak")
-            largest[mode] = max(largest.get(mode, 0), psi)
-            fits.add((mode, model))
-            if "offload" in mode:
-                self.assertTrue(2 * psi <= device < 16 * psi, f"{mode} {model}: device peak {device}")
-                self.assertGreaterEqual(host, (16 if "dpu" in mode else 14) * psi, f"{mode} {model}: pinned peak")
+        directory = self.run_experiment(RUNNER, "repro/testdata/offload_max_model_ci.textproto")
+        largest, refused, fits = {}, {}, set()
+        walks = self.ladder_walks(results_check.rows(os.path.join(directory, "data.csv")), lambda r: r["mode"])
+        for mode, (trained, refusal) in walks.items():
+            if refusal is not None:
+                refused[mode] = refusal["model"]
+            for r in trained:
+                model, psi = r["model"], int(r["params"])
+                device, host = int(r["device_peak_bytes"]), int(r["host_pinned_peak_bytes"])
+                self.assertLessEqual(device, BUDGET, f"{mode} {model}: device peak")
+                largest[mode] = max(largest.get(mode, 0), psi)
+                fits.add((mode, model))
+                if "offload" in mode:
+                    self.assertTrue(2 * psi <= device < 16 * psi, f"{mode} {model}: device peak {device}")
+                    self.assertGreaterEqual(host, (16 if "dpu" in mode else 14) * psi, f"{mode} {model}: pinned peak")
         self.assertLessEqual(16 * largest["stage0"], BUDGET)
         self.assertIn("stage0", refused, "stage 0 refuses a model")
         self.assertIn(("stage2+offload", refused["stage0"]), fits, "offload trains what stage 0 refuses")
@@ -75,9 +71,7 @@ class OffloadRepro(results_check.ResultsTest):
         self.assert_command(directory)
 
     def test_throughput(self):
-        code, _ = results_check.run(RUNNER, "repro/testdata/offload_throughput_ci.textproto")
-        self.assertEqual(code, 0)
-        directory = os.path.join(results_check.results_root(), "offload_throughput_ci")
+        directory = self.run_experiment(RUNNER, "repro/testdata/offload_throughput_ci.textproto")
         data = results_check.rows(os.path.join(directory, "data.csv"))
         fit = {(r["model"], r["mode"]): r["fits"] == "yes" for r in data}
         for mode in MODES:

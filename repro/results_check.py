@@ -42,6 +42,29 @@ def rows(path):
 class ResultsTest(unittest.TestCase):
     """A test of one experiment's results/<name>/."""
 
+    def run_experiment(self, runner, experiment):
+        """Runs `experiment` (a file named <name>.textproto), which must
+        succeed; its results/<name>/ directory."""
+        code, _ = run(runner, experiment)
+        self.assertEqual(code, 0, f"the runner on {experiment}")
+        return os.path.join(results_root(), os.path.basename(experiment)[:-len(".textproto")])
+
+    def ladder_walks(self, data, key):
+        """Rows of max-model walks, one walk per value of `key(row)`: each
+        goes up its ladder and stops at its first refusal, whose reason says
+        "does not fit". {walk: (the rows that trained, the refusal or None)}."""
+        walks = {}
+        for r in data:
+            trained, refusal = walks.setdefault(key(r), ([], [None]))
+            where = f"{key(r)} {r['model']}"
+            self.assertIsNone(refusal[0], f"{where}: a row after its walk's refusal")
+            if r["fits"] == "no":
+                self.assertIn("does not fit", r["reason"], where)
+                refusal[0] = r
+            else:
+                trained.append(r)
+        return {k: (trained, refusal[0]) for k, (trained, refusal) in walks.items()}
+
     def assert_figure_and_provenance(self, directory):
         with open(os.path.join(directory, "figure.png"), "rb") as handle:
             self.assertEqual(handle.read(4), b"\x89PNG", "figure.png is not a PNG")

@@ -26,9 +26,7 @@ def bytes_per_parameter(stage, n=64):
 
 class ZeroMaxModel(results_check.ResultsTest):
     def test_the_estimator_gives_table_2(self):
-        code, _ = results_check.run(RUNNER, "repro/testdata/zero_max_model_ci.textproto")
-        self.assertEqual(code, 0)
-        directory = os.path.join(results_check.results_root(), "zero_max_model_ci")
+        directory = self.run_experiment(RUNNER, "repro/testdata/zero_max_model_ci.textproto")
         data = results_check.rows(os.path.join(directory, "data.csv"))
         self.assertEqual(len(data), 24)
         best, order = {}, {}

@@ -27,9 +27,7 @@ def formula(stage, psi, n):
 
 class ZeroMemory(results_check.ResultsTest):
     def test_measured_estimated_and_paper_bytes_agree(self):
-        code, _ = results_check.run(RUNNER, EXPERIMENT)
-        self.assertEqual(code, 0)
-        directory = os.path.join(results_check.results_root(), "zero_memory")
+        directory = self.run_experiment(RUNNER, EXPERIMENT)
         data = results_check.rows(os.path.join(directory, "data.csv"))
         sweep = {}
         for r in data:
