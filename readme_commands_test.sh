@@ -11,7 +11,7 @@
 #                           (here it runs 2 steps to write the weights)
 #   *_benchmark             timing, not correctness
 #   //repro:<experiment>, //repro:run  their own tests on CI-size experiments
-#                           (zero_memory_test, offload_repro_test, ...)
+#                           (zero_memory_test, offload_max_model_test, ...)
 #   //zero:consolidate      needs a sharded checkpoint; checkpoint_phases_test
 # //repro:estimate exits 1 when a run does not fit (a README may show one
 # that does not): that counts as run when it says DOES NOT FIT.

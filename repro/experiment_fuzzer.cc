@@ -1,5 +1,5 @@
-// Fuzz target: experiment files (repro/experiments/*.textproto, what
-// `bazel run //repro:run -- NAME` reads; repro/experiment.h).
+// Fuzz target: experiment files (repro/<paper>/<result>/*.textproto, what
+// `./bazelw run //repro:run -- FILE` reads; repro/experiment.h).
 // Promises checked on every input:
 //   - a refusal is InvalidArgument naming the file;
 //   - an accepted experiment, its defaults filled, prints and parses back

@@ -11,24 +11,31 @@
 
 #include "gtest/gtest.h"
 #include "repro/harness.h"
-#include "repro/offload.h"
 #include "zero/config.h"
 #include "runtime/files.h"
 
 namespace memwall::repro {
 namespace {
 
+// Every experiment of every result folder parses, and names its results
+// for its place: repro/<paper>/<result>/experiment.textproto writes
+// results/<paper>_<result>/, a sibling X.textproto results/<paper>_<result>_X/.
 TEST(Experiment, CheckedInExperimentsParse) {
   int n = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("repro/experiments")) {
-    auto e = LoadExperiment(entry.path().string());
-    EXPECT_TRUE(e.ok()) << entry.path() << ": " << e.status();
+  for (const auto& entry : std::filesystem::recursive_directory_iterator("repro")) {
+    const std::filesystem::path& path = entry.path();
+    if (path.extension() != ".textproto") continue;
+    auto e = LoadExperiment(path.string());
+    EXPECT_TRUE(e.ok()) << path << ": " << e.status();
+    const std::filesystem::path folder = path.parent_path().lexically_relative("repro");
+    std::string want = folder.parent_path().string() + "_" + folder.filename().string();
+    if (path.stem() != "experiment") want += "_" + path.stem().string();
     if (e.ok()) {
-      EXPECT_EQ(e->name() + ".textproto", entry.path().filename().string());
+      EXPECT_EQ(e->name(), want) << path;
     }
     ++n;
   }
-  EXPECT_GE(n, 1);
+  EXPECT_GE(n, 20);
 }
 
 constexpr char kGood[] = R"pb(
@@ -305,8 +312,8 @@ TEST(Experiment, InfinityModesAndTheirOptions) {
 }
 
 TEST(Experiment, CiSizedExperimentsParse) {
-  for (const char* path : {"repro/testdata/offload_max_model_ci.textproto", "repro/testdata/offload_throughput_ci.textproto",
-                           "repro/testdata/infinity_max_model_ci.textproto"}) {
+  for (const char* path : {"repro/offload/max_model/ci.textproto", "repro/offload/throughput/ci.textproto",
+                           "repro/infinity/max_model/ci.textproto"}) {
     auto e = LoadExperiment(path);
     EXPECT_TRUE(e.ok()) << path << ": " << e.status();
   }

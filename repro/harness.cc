@@ -6,9 +6,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "runtime/files.h"
+#include "runtime/status.h"
 
 namespace memwall::repro {
 namespace {
@@ -21,6 +26,55 @@ int Shell(const std::string& command) {
 
 }  // namespace
 
+absl::StatusOr<std::string> ResultsDir(const Experiment& e, const RunContext& run) {
+  const std::string dir = absl::StrCat(run.results_root, "/", e.name());
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  std::printf("%s: %s\n", e.name().c_str(), e.description().c_str());
+  return dir;
+}
+
+Provenance ProvenanceOf(const Experiment& e, const RunContext& run) {
+  Provenance p;
+  p.experiment = e.name();
+  p.description = e.description();
+  p.paper = e.paper();
+  p.command = run.command;
+  p.files = {{"figure.png", absl::StrCat("drawn by ", run.figure_script, " from data.csv")},
+             {"experiment", std::filesystem::path(run.experiment_path).lexically_relative(WorkspaceDir()).string()}};
+  return p;
+}
+
+absl::StatusOr<std::string> SweepWorldSizes(const Experiment& e, const RunContext& run, const std::string& dir,
+                                            MeasureRowsFn measure_rows) {
+  std::string csv;
+  for (size_t i = 0; i < static_cast<size_t>(e.world_sizes_size()); ++i) {
+    const int world = e.world_sizes(i);
+    std::printf("[%zu/%d] %d rank%s%s\n", i + 1, e.world_sizes_size(), world, world == 1 ? "" : "s",
+                e.stages().empty() ? "" : absl::StrCat(", stages ", absl::StrJoin(e.stages(), ", ")).c_str());
+    std::fflush(stdout);
+    if (world == 1) {
+      MEMWALL_ASSIGN_OR_RETURN(const std::string rows, measure_rows(e, 1));
+      csv += rows;
+      continue;
+    }
+    const std::string rows_file = absl::StrCat(dir, "/.rows_np", world, ".csv");
+    MEMWALL_ASSIGN_OR_RETURN(const std::string self, SelfPath());
+    MEMWALL_RETURN_IF_ERROR(LaunchRanks(
+        world, {self, run.experiment_path, "--worker",
+                absl::StrCat("--world_size=", world), absl::StrCat("--rows_out=", rows_file)}));
+    std::ifstream in(rows_file);
+    if (!in) return absl::InternalError(absl::StrCat("the ", world, "-rank run wrote no rows to ", rows_file));
+    std::stringstream text;
+    text << in.rdbuf();
+    csv += text.str();
+    std::error_code ec;
+    std::filesystem::remove(rows_file, ec);
+  }
+  return csv;
+}
+
 std::string CsvField(const std::string& value) {
   if (value.find_first_of(",\"\n") == std::string::npos) return value;
   std::string out = "\"";
@@ -30,6 +84,9 @@ std::string CsvField(const std::string& value) {
   }
   return out + "\"";
 }
+
+std::string CsvCell(int64_t v) { return v < 0 ? "" : absl::StrCat(v); }
+std::string CsvCell(double v, const char* format) { return v < 0 ? "" : absl::StrFormat(format, v); }
 
 absl::Status RunFigureScript(const std::string& script, const std::vector<std::string>& args) {
   std::string python;

@@ -7,6 +7,7 @@ header, never by position."""
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import unittest
@@ -33,6 +34,12 @@ def run(runner, experiment, *flags, results_dir=None):
     return done.returncode, done.stdout
 
 
+def experiment_name(path):
+    """The `name` an experiment text proto gives (its results/<name>/)."""
+    with open(path, encoding="utf-8") as handle:
+        return re.search(r'^\s*name:\s*"([^"]+)"', handle.read(), re.M).group(1)
+
+
 def rows(path):
     """A CSV's rows as dicts keyed by its header."""
     with open(path, newline="", encoding="utf-8") as handle:
@@ -43,11 +50,18 @@ class ResultsTest(unittest.TestCase):
     """A test of one experiment's results/<name>/."""
 
     def run_experiment(self, runner, experiment):
-        """Runs `experiment` (a file named <name>.textproto), which must
-        succeed; its results/<name>/ directory."""
+        """Runs `experiment` (a text proto), which must succeed; the
+        results/<name>/ directory of the name it gives."""
         code, _ = run(runner, experiment)
         self.assertEqual(code, 0, f"the runner on {experiment}")
-        return os.path.join(results_root(), os.path.basename(experiment)[:-len(".textproto")])
+        return os.path.join(results_root(), experiment_name(experiment))
+
+    def assert_command(self, directory, experiment):
+        """provenance.json's command is the one a user types to regenerate
+        these results: the runner on `experiment` into the same root."""
+        with open(os.path.join(directory, "provenance.json"), encoding="utf-8") as handle:
+            command = json.load(handle)["command"]
+        self.assertRegex(command, r"^\./bazelw run //repro:run -- " + re.escape(experiment) + " --results_dir=")
 
     def ladder_walks(self, data, key):
         """Rows of max-model walks, one walk per value of `key(row)`: each

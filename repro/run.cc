@@ -1,7 +1,8 @@
-// //repro:run: runs one experiment (repro/experiments/*.textproto) and
-// writes results/<name>/{data.csv, figure.png, provenance.json}.
+// //repro:run: runs one experiment (a result folder's text proto,
+// repro/<paper>/<result>/*.textproto) and writes
+// results/<name>/{data.csv, figure.png, provenance.json}.
 //
-//   ./bazelw run //repro:run -- repro/experiments/zero_memory.textproto
+//   ./bazelw run //repro:run -- repro/zero/memory/experiment.textproto
 //   ./bazelw run //repro:zero_memory          (the same, named)
 //   ./bazelw run //repro:offload_max_model    (ZeRO-Offload Figure 7)
 //   ./bazelw run //repro:offload_throughput   (ZeRO-Offload Figure 8)
@@ -23,7 +24,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "repro/drivers.h"
+#include "repro/harness.h"
 #include "repro/experiment.h"
 #include "runtime/files.h"
 #include "runtime/launch.h"

@@ -4,7 +4,10 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "google/protobuf/text_format.h"
+#include "models/gpt.h"
+#include "repro/kind.h"
 #include "runtime/cpu_device.h"
 #include "runtime/status.h"
 #include "zero/config.h"
@@ -106,6 +109,21 @@ absl::StatusOr<SweepRank> JoinSweep(int world_size) {
   }
   MEMWALL_RETURN_IF_ERROR(zero::CheckWorldSize(world_size, rank.comm->world_size()));
   return rank;
+}
+
+absl::Status ValidateSweep(const Experiment& e) {
+  if (absl::Status st = models::ValidateConfig(e.model()); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("Experiment model: ", st.message()));
+  }
+  if (e.training().seq() > e.model().positions()) {
+    return BadField("training.seq", e.training().seq(),
+                    absl::StrCat("must be in [1, model.positions = ", e.model().positions(), "]"));
+  }
+  if (e.world_sizes().empty()) return BadField("world_sizes", "[]", "must list at least one world size");
+  for (int w : e.world_sizes()) {
+    if (w < 1 || w > 64) return BadField("world_sizes", w, "must be in [1, 64] (ranks on this machine)");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace memwall::repro

@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "repro/experiment.pb.h"
 #include "runtime/communicator.h"
@@ -26,6 +27,11 @@ struct SweepRank {
   bool root() const { return comm->rank() == 0; }
 };
 absl::StatusOr<SweepRank> JoinSweep(int world_size);
+
+// What every multi-rank sweep checks (ZERO_MEMORY, INFINITY_PARTITION):
+// its model, training.seq within the model's positions, and world sizes
+// in [1, 64].
+absl::Status ValidateSweep(const Experiment& e);
 
 // [Note: offload modes]
 // An OffloadSweep mode is a name for a ZeroConfig overlay in the trainer's

@@ -76,7 +76,7 @@ class DocCheck(unittest.TestCase):
             for m in path.finditer(text):
                 p = m.group(1)
                 if text[m.end():m.end() + 1] in "<*{$" or re.search(r"/[A-Z]+(\.|/|$)", p):
-                    continue  # a pattern (results/<name>/, repro/experiments/NAME.textproto)
+                    continue  # a pattern (results/<name>/, repro/<paper>/<result>/)
                 if not self.exists(p, f):
                     missing.append(f"{f}: {p}")
             for m in bare_md.finditer(text):

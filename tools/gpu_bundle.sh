@@ -6,7 +6,7 @@
 #
 #   tools/gpu_bundle.sh [OUT_DIR]          (default: gpu_bundle/, git-ignored)
 #   OUT_DIR/run.sh RESULTS_DIR [NAME...]   (on the GPU machine)
-#   source OUT_DIR/env.sh; OUT_DIR/bin/repro_run --results_dir=DIR repro/experiments/X.textproto
+#   source OUT_DIR/env.sh; OUT_DIR/bin/repro_run --results_dir=DIR repro/<paper>/<result>/experiment.textproto
 #                                          (an experiment on the GPU machine, from a checkout's root)
 #
 # Contents: bin/ (our code linked statically; repro_run is //repro:run),

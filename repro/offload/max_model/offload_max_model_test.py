@@ -1,0 +1,76 @@
+"""//repro:offload_max_model end to end in CI size (ci.textproto beside this
+file: a 32 MiB CpuDevice, one rank), then what it wrote, checked
+independently of the code that wrote it:
+  - per mode the ladder is walked in order and stops at the first refusal,
+    whose reason says "does not fit"; every model that trained peaked within
+    the budget;
+  - stage 0's largest model has 16Ψ within the budget, the first it refuses
+    trains under offload, and offload's largest is at least 4x stage 0's;
+  - offload's device peak is at least 2Ψ and below 16Ψ; its pinned host peak
+    is at least 14Ψ (master 4, Adam 8, gradients 2), 16Ψ with DPU (a second
+    gradient buffer);
+  - summary.csv's ratio is the largest offload Ψ over stage 0's, recomputed;
+and it writes a PNG and provenance.json whose command regenerates them.
+Then bad input: a ladder that does not grow exits 2 naming the field; an
+unwritable results dir exits 1."""
+import os
+import re
+import unittest
+
+import results_check
+
+RUNNER = results_check.runner_from_argv()
+BUDGET = 33554432
+EXPERIMENT = "repro/offload/max_model/ci.textproto"
+
+
+class OffloadMaxModel(results_check.ResultsTest):
+    def test_max_model(self):
+        directory = self.run_experiment(RUNNER, EXPERIMENT)
+        largest, refused, fits = {}, {}, set()
+        walks = self.ladder_walks(results_check.rows(os.path.join(directory, "data.csv")), lambda r: r["mode"])
+        for mode, (trained, refusal) in walks.items():
+            if refusal is not None:
+                refused[mode] = refusal["model"]
+            for r in trained:
+                model, psi = r["model"], int(r["params"])
+                device, host = int(r["device_peak_bytes"]), int(r["host_pinned_peak_bytes"])
+                self.assertLessEqual(device, BUDGET, f"{mode} {model}: device peak")
+                largest[mode] = max(largest.get(mode, 0), psi)
+                fits.add((mode, model))
+                if "offload" in mode:
+                    self.assertTrue(2 * psi <= device < 16 * psi, f"{mode} {model}: device peak {device}")
+                    self.assertGreaterEqual(host, (16 if "dpu" in mode else 14) * psi, f"{mode} {model}: pinned peak")
+        self.assertLessEqual(16 * largest["stage0"], BUDGET)
+        self.assertIn("stage0", refused, "stage 0 refuses a model")
+        self.assertIn(("stage2+offload", refused["stage0"]), fits, "offload trains what stage 0 refuses")
+        self.assertIn(("stage2+offload+dpu", refused["stage0"]), fits, "DPU trains what stage 0 refuses")
+        self.assertGreaterEqual(largest["stage2+offload"], 4 * largest["stage0"])
+        summary = {r["mode"]: r for r in results_check.rows(os.path.join(directory, "summary.csv"))
+                   if r["source"] == "measured"}
+        self.assertEqual(summary["stage2+offload"]["ratio_to_stage0"],
+                         f"{largest['stage2+offload'] / largest['stage0']:.3f}")
+        self.assert_figure_and_provenance(directory)
+        self.assert_command(directory, EXPERIMENT)
+
+    def test_bad_input(self):
+        tmp = os.environ["TEST_TMPDIR"]
+        with open(EXPERIMENT, encoding="utf-8") as handle:
+            text = handle.read().replace('name: "t2" layers: 8', 'name: "t2" layers: 2')
+        bad = os.path.join(tmp, "bad.textproto")
+        with open(bad, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        code, out = results_check.run(RUNNER, bad)
+        self.assertEqual(code, 2)
+        self.assertTrue(re.search(r'offload\.ladder\[1\] \("t2"\) = .* parameters must be larger than the model '
+                                  r"before it", out), out)
+        blocker = os.path.join(tmp, "file")
+        open(blocker, "w").close()
+        code, out = results_check.run(RUNNER, EXPERIMENT,
+                                      results_dir=f"{blocker}/sub")
+        self.assertEqual(code, 1)
+        self.assertIn(f"cannot create {blocker}/sub/offload_max_model_ci", out)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,59 @@
+"""//repro:offload_throughput end to end in CI size (ci.textproto beside
+this file: a 32 MiB CpuDevice, one rank), then what it wrote, checked
+independently of the code that wrote it:
+  - the small model trains in every mode, the large one only offloaded;
+  - tokens/s x step seconds = the tokens of a step; TFLOPS = 6Ψ + attention
+    per token (within [0.9, 1.5] of 6Ψ x tokens/s); fraction_of_gemm =
+    tflops / gemm_tflops; device idle in [0, 1];
+  - a Chrome trace per step (warm-up and timed) of every run that fit, with
+    the mode's zones (adam / cpu_adam / cpu_adam (delayed)), none for one
+    that did not;
+and it writes a PNG and provenance.json whose command regenerates them."""
+import os
+import unittest
+
+import results_check
+
+RUNNER = results_check.runner_from_argv()
+EXPERIMENT = "repro/offload/throughput/ci.textproto"
+MODES = ["stage0", "stage2", "stage2+offload", "stage2+offload+dpu"]
+
+
+class OffloadThroughput(results_check.ResultsTest):
+    def test_throughput(self):
+        directory = self.run_experiment(RUNNER, EXPERIMENT)
+        data = results_check.rows(os.path.join(directory, "data.csv"))
+        fit = {(r["model"], r["mode"]): r["fits"] == "yes" for r in data}
+        for mode in MODES:
+            self.assertTrue(fit.get(("t1", mode)), f"t1 trains under {mode}")
+            self.assertEqual(fit.get(("t5", mode)), mode.startswith("stage2+offload"), f"t5 under {mode}")
+        tokens = 64 * 1 * 1  # seq x micro-batch x accumulation, one rank
+        for r in data:
+            key = f"{r['model']} {r['mode']}"
+            traces = os.path.join(directory, "traces", f"{r['model']}_{r['mode']}")
+            if r["fits"] != "yes":
+                self.assertFalse(os.path.exists(traces), f"{key}: traces for a run that did not fit")
+                continue
+            tps, sec, tf, gemm = (float(r[k]) for k in ("tokens_per_second", "step_seconds", "tflops", "gemm_tflops"))
+            self.assertLessEqual(abs(tps * sec / tokens - 1), 0.01, f"{key}: tokens/s x seconds")
+            six = 6 * int(r["params"]) * tps / 1e12
+            self.assertTrue(0.9 <= tf / six <= 1.5, f"{key}: tflops {tf} vs 6 psi x tokens/s {six}")
+            self.assertLessEqual(abs(float(r["fraction_of_gemm"]) - tf / gemm), 1e-3, key)
+            self.assertTrue(0 <= float(r["device_idle_fraction"]) <= 1, key)
+            self.assertEqual(sorted(os.listdir(traces)), [f"step_{k}.json" for k in (1, 2, 3, 4)], key)
+            with open(os.path.join(traces, "step_4.json"), encoding="utf-8") as handle:
+                last = handle.read()
+            want = {"stage0": '"adam"', "stage2": '"adam"', "stage2+offload": '"cpu_adam"',
+                    "stage2+offload+dpu": '"cpu_adam (delayed)"'}[r["mode"]]
+            self.assertIn('"name": ' + want, last, key)
+            self.assertIn('"forward+backward"', last, key)
+            if r["mode"].startswith("stage2+offload"):
+                self.assertIn('"grad D2H"', last, key)
+            else:
+                self.assertNotIn("cpu_adam", last, key)
+        self.assert_figure_and_provenance(directory)
+        self.assert_command(directory, EXPERIMENT)
+
+
+if __name__ == "__main__":
+    unittest.main()
