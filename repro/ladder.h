@@ -1,5 +1,5 @@
 // The ladder experiments' shared measurement (ZeRO-Offload §6.2,
-// ZeRO-Infinity §8.1): one rank on one device, the models of
+// ZeRO-Infinity §8.5, §8.6): one rank on one device, the models of
 // `offload.ladder` (growing in size) under the ZeroConfig overlays of
 // `offload.modes` ([Note: offload modes], sweep.h).
 //

@@ -82,7 +82,7 @@ absl::Status DrivePaired(const Experiment& e, const RunContext& run, const Paire
       feature.without_then_with,
       "; tokens/s over the timed steps, device and pinned host peaks from the allocators' accounts, the device-idle "
       "fraction from the timeline. Absolute rates on the CpuDevice are not a GPU's: compare the ratios. The paper's "
-      "figure (ZeRO-Infinity §8.1) has no rows here: its gain comes from PCIe and NVMe links a CpuDevice does not have");
+      "figure (ZeRO-Infinity §8.6) has no rows here: its gain comes from PCIe and NVMe links a CpuDevice does not have");
   p.files["data.csv"] = "one row per (model, without / with the feature), OFFLOAD_THROUGHPUT's columns";
   p.files["summary.csv"] = "per model: throughput and device peak with the feature over without";
   MEMWALL_RETURN_IF_ERROR(WriteProvenance(dir + "/provenance.json", p));

@@ -1,4 +1,4 @@
-// The paired ladder experiments (ZeRO-Infinity §8.1, Figures 6d and 6e):
+// The paired ladder experiments (ZeRO-Infinity §8.6, Figures 6d and 6e):
 // per ladder model, the throughput measurement (ladder.h) of the one
 // ZeRO-3 mode without a feature, then with it. Each result names its
 // feature: infinity/prefetch (overlap-centric prefetch) and

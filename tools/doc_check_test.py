@@ -5,6 +5,9 @@
   - every [Note: X] cited has exactly one definition (a comment line that
     holds it alone, or with a parenthetical: "// [Note: X] (ZeRO §5.1)");
   - no code or doc carries issue numbers: docs are for users;
+  - every paper section cited ("ZeRO §5.2", a bare "§6.1" in a paper's
+    package) is in docs/papers.md's outline of that paper, and a figure or
+    table cited beside it ("§8.5, Figure 6a") belongs to that section;
   - the layers of docs/architecture.md hold: no library file includes (or,
     in Python, imports) a package listed below its own; tests, fuzzers and
     benchmarks are users, and may enter through any layer.
@@ -114,6 +117,74 @@ class DocCheck(unittest.TestCase):
         found = [f"{f}: {m.group(0)}" for f, text in self.prose.items()
                  for m in re.finditer(r"\b[Ii]ssues? #?\d+", text)]
         self.assertEqual(found, [], "docs are for users: no issue numbers in code or docs")
+
+
+# A paper's name in prose, and the paper it names.
+PAPER_NAMES = re.compile(r"ZeRO-Offload|ZeRO-Infinity|ZeRO-R\b|ZeRO-DP\b|ZeRO(?![-\w])|ATC21|SC21|SC20")
+PAPER_OF_NAME = {"ZeRO-Offload": "ZeRO-Offload", "ATC21": "ZeRO-Offload", "ZeRO-Infinity": "ZeRO-Infinity",
+                 "SC21": "ZeRO-Infinity", "ZeRO": "ZeRO", "ZeRO-R": "ZeRO", "ZeRO-DP": "ZeRO", "SC20": "ZeRO"}
+# The paper a package's bare "§N" means (its README maps that paper to files).
+PAPER_OF_PACKAGE = {"zero": "ZeRO", "offload": "ZeRO-Offload", "cpu_adam": "ZeRO-Offload",
+                    "infinity": "ZeRO-Infinity"}
+SECTION = re.compile(r"§(\d+(?:\.\d+)*)(?:,? *(?:and|\(?)? *(Figure|Fig\.|Table)s? ?(\d+[a-e]?))?")
+
+
+def outlines():
+    """docs/papers.md: {paper: {section: [figures and tables]}}."""
+    with open("docs/papers.md", encoding="utf-8") as handle:
+        text = handle.read()
+    result = {}
+    for block in re.split(r"^## ", text, flags=re.M)[1:]:
+        paper = block.split()[0]
+        sections = {}
+        for m in re.finditer(r"^\| (\d+(?:\.\d+)*) \| [^|]+ \|([^|\n]*)\|", block, re.M):
+            sections[m.group(1)] = [f.strip() for f in m.group(2).split(",") if f.strip()]
+        result[paper] = sections
+    return result
+
+
+class PaperSections(unittest.TestCase):
+    def test_every_cited_section_is_in_the_papers_outline(self):
+        papers = outlines()
+        self.assertEqual(sorted(papers), ["ZeRO", "ZeRO-Infinity", "ZeRO-Offload"])
+        self.assertIn("Figure 2", papers["ZeRO"]["10.2"])
+        prose = DocCheck.prose if hasattr(DocCheck, "prose") else None
+        if prose is None:
+            DocCheck.setUpClass()
+            prose = DocCheck.prose
+        unknown, misplaced, cited = [], [], 0
+        for f, text in prose.items():
+            if f == "docs/papers.md" or f.startswith("results/"):
+                continue
+            package_paper = PAPER_OF_PACKAGE.get(f.split("/")[0])
+            lines = text.splitlines()
+            for i, line in enumerate(lines):
+                for m in SECTION.finditer(line):
+                    # The paper named last before it on its line, or at the
+                    # end of the line before when the citation opens its line.
+                    before = line[:m.start()]
+                    if not before.strip(" (|*-") and i > 0:
+                        before = lines[i - 1][-30:]
+                    names = [n for n in PAPER_NAMES.finditer(before)]
+                    paper = PAPER_OF_NAME[names[-1].group(0)] if names else package_paper
+                    if paper is None:
+                        continue  # a § of something else
+                    cited += 1
+                    section = m.group(1)
+                    if section not in papers[paper]:
+                        unknown.append(f"{f}: {paper} §{section}")
+                        continue
+                    if m.group(2):
+                        kind = "Table" if m.group(2) == "Table" else "Figure"
+                        exact, whole = f"{kind} {m.group(3)}", f"{kind} {m.group(3).rstrip('abcde')}"
+                        branch = [s for s in papers[paper]
+                                  if s == section or section.startswith(s + ".") or s.startswith(section + ".")]
+                        if not any(exact in papers[paper][s] or whole in papers[paper][s] for s in branch):
+                            misplaced.append(f"{f}: {paper} §{section}, {exact}")
+        self.assertGreater(cited, 100)
+        self.maxDiff = None
+        self.assertEqual(unknown, [], "sections cited that docs/papers.md's outline of the paper does not have")
+        self.assertEqual(misplaced, [], "figures or tables cited beside a section that does not present them")
 
 
 # Test code: tests, their helpers and victims, fuzzers, benchmarks.

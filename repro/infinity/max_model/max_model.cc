@@ -6,7 +6,7 @@
 namespace memwall::repro {
 
 std::string InfinityMaxModelSummaryCsv(const std::vector<OffloadRow>& rows) {
-  // ZeRO-Infinity §8.1, Figure 6a: one DGX-2 (16 V100 32 GB, 1.5 TB host
+  // ZeRO-Infinity §8.5, Figure 6a: one DGX-2 (16 V100 32 GB, 1.5 TB host
   // memory, 28 TB NVMe). ZeRO-Inf-CPU moves the parameters and the
   // optimizer states to the CPU (stage3+offload+params here); ZeRO-Inf-NVMe
   // moves both to NVMe (stage3+nvme+nvme-params). The paper's ratios are
@@ -29,7 +29,7 @@ absl::Status ValidateInfinityMaxModel(const Experiment& e) { return ValidateLadd
 absl::Status DriveInfinityMaxModel(const Experiment& e, const RunContext& run) {
   return DriveMaxModelWalk(e, run,
                            {InfinityMaxModelSummaryCsv, "; stage3+nvme's swap files on the machine's disk",
-                            "ZeRO-Infinity §8.1, Figure 6a (one DGX-2: ZeRO-3 20B, ZeRO-Inf-CPU 70B, ZeRO-Inf-NVMe "
+                            "ZeRO-Infinity §8.5, Figure 6a (one DGX-2: ZeRO-3 20B, ZeRO-Inf-CPU 70B, ZeRO-Inf-NVMe "
                             "1T; here stage3+offload+params and stage3+nvme+nvme-params)",
                             "stage3+offload"});
 }

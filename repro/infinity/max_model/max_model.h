@@ -1,4 +1,4 @@
-// The INFINITY_MAX_MODEL experiment (ZeRO-Infinity §8.1, Figure 6a): the
+// The INFINITY_MAX_MODEL experiment (ZeRO-Infinity §8.5, Figure 6a): the
 // ladder's max-model walk (ladder.h) for ZeRO-3, + CPU offload of the
 // optimizer states, + NVMe offload of them (infinity/nvme_optimizer.h),
 // each offload also with the 16-bit parameters on the host, and NVMe

@@ -1,4 +1,4 @@
-// The INFINITY_PARTITION experiment (ZeRO-Infinity §6.1, Figure 6c): stage 3
+// The INFINITY_PARTITION experiment (ZeRO-Infinity §6.1; §8.6, Figure 6c): stage 3
 // with the 16-bit parameters and the optimizer on the host (ZeRO-Inf-CPU),
 // for every world size of the sweep and both partitionings:
 //   contiguous         ZeRO's: rank r owns one flat range; a module is

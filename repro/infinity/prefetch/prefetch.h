@@ -1,4 +1,4 @@
-// The INFINITY_PREFETCH experiment (ZeRO-Infinity §6.2, Figure 6d): overlap-centric
+// The INFINITY_PREFETCH experiment (ZeRO-Infinity §6.2; §8.6, Figure 6d): overlap-centric
 // prefetch, off
 // against on for each ladder model in one ZeRO-3 mode (paired.h).
 #ifndef MEMWALL_REPRO_INFINITY_PREFETCH_PREFETCH_H_

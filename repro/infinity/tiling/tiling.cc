@@ -103,7 +103,7 @@ std::string TilingSummaryCsv(const std::vector<TilingRow>& rows) {
     absl::StrAppend(&csv, key.first, ",", key.second, ",", r ? CsvField(r->model) : "", ",", r ? r->hidden : 0, ",",
                     r && base ? absl::StrFormat("%.3f", double(r->hidden) / double(base->hidden)) : "", "\n");
   }
-  // ZeRO-Infinity §8.1 (Figure 6b): one 32 GB V100.
+  // ZeRO-Infinity §8.5 (Figure 6b): one 32 GB V100.
   return absl::StrCat(csv, "1,paper,,8192,1.000\n16,paper,,65536,8.000\n");
 }
 
@@ -143,7 +143,7 @@ absl::Status DriveTiling(const Experiment& e, const RunContext& run) {
       ModeName(e.offload().modes(0)), ", the model's projections tiled by the row's factor; fits = every training "
       "step completed; peaks from the allocators' accounts. source=estimator: engine/estimate.h's totals and "
       "verdict under the same budgets, nothing run. summary.csv: the largest hidden size per (factor, source) "
-      "below its first refusal, and the paper's one-V100 points (ZeRO-Infinity §8.1, Figure 6b: 8K untiled, 64K "
+      "below its first refusal, and the paper's one-V100 points (ZeRO-Infinity §8.5, Figure 6b: 8K untiled, 64K "
       "at factor 16)");
   p.files["data.csv"] = "per tiling factor: the estimator's verdict on every ladder model it divides, then the measured walk";
   p.files["summary.csv"] = "per (tiling factor, source) the largest hidden size and its ratio to the untiled one";

@@ -1,4 +1,4 @@
-// The INFINITY_TILING experiment (ZeRO-Infinity §5.1.3, Figure 6b):
+// The INFINITY_TILING experiment (ZeRO-Infinity §5.1.3; §8.5, Figure 6b):
 // memory-centric tiling against the largest hidden size one device trains.
 #ifndef MEMWALL_REPRO_INFINITY_TILING_TILING_H_
 #define MEMWALL_REPRO_INFINITY_TILING_TILING_H_
