@@ -28,9 +28,15 @@ namespace {
 // (repro/<paper>/<result>/): what it reads, its defaults, its checks, its
 // driver and its figure. Nothing else branches on a kind.
 const ExperimentKind* const kKinds[] = {
-    &kZeroMemoryKind,         &kOffloadMaxModelKind,    &kOffloadThroughputKind,
-    &kInfinityMaxModelKind,   &kInfinityPartitionKind,  &kInfinityTilingKind,
-    &kInfinityPrefetchKind,   &kInfinityActivationOffloadKind, &kInfinityMemoryKind,
+    &kZeroMemoryKind,
+    &kOffloadMaxModelKind,
+    &kOffloadThroughputKind,
+    &kInfinityMaxModelKind,
+    &kInfinityPartitionKind,
+    &kInfinityTilingKind,
+    &kInfinityPrefetchKind,
+    &kInfinityActivationOffloadKind,
+    &kInfinityMemoryKind,
     &kZeroMaxModelKind,
 };
 

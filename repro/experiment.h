@@ -10,8 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "repro/kind.h"
 #include "repro/experiment.pb.h"
+#include "repro/kind.h"
 
 namespace memwall::repro {
 
