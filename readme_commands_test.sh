@@ -5,10 +5,11 @@
 # runfiles tree), BUILD_WORKING_DIRECTORY names the directory the user typed
 # the command in (a stand-in for the repository root), and relative paths on
 # the command line must be found there. Placeholders are filled in
-# (F.safetensors: weights the quickstart wrote; N: 4; FILE: data/quickstart.txt).
+# (F.safetensors: weights //:train wrote; N: 4; FILE: data/quickstart.txt).
 # Commands left out, and why:
-#   //repro:quickstart      300 steps (~90 s); its short run is quickstart_test
-#                           (here it runs 2 steps to write the weights)
+#   //:train with no flags  300 steps (~90 s); its short run is train_test
+#                           (here it runs 2 steps to write the weights); a
+#                           //:train command with --steps runs as shown
 #   *_benchmark             timing, not correctness
 #   //repro:<experiment>, //repro:run  their own tests on CI-size experiments
 #                           (zero_memory_test, offload_max_model_test, ...)
@@ -26,9 +27,9 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 # Weights for //models:evaluate, written through a relative --out.
 (cd "$root" && BUILD_WORKING_DIRECTORY="$user" BUILD_WORKSPACE_DIRECTORY="$user" \
-  repro/quickstart --steps=2 --device=cpu --out=out/quickstart > "$TEST_TMPDIR/quickstart.log" 2>&1) ||
-  { cat "$TEST_TMPDIR/quickstart.log"; fail "quickstart --out=out/quickstart"; }
-[[ -f "$user/out/quickstart/model.safetensors" ]] || fail "a relative --out did not land in the user's directory"
+  train/train --steps=2 --device=cpu --out=out/train > "$TEST_TMPDIR/train.log" 2>&1) ||
+  { cat "$TEST_TMPDIR/train.log"; fail "train --out=out/train"; }
+[[ -f "$user/out/train/model.safetensors" ]] || fail "a relative --out did not land in the user's directory"
 
 ran=()
 while IFS= read -r line; do
@@ -38,16 +39,18 @@ while IFS= read -r line; do
   args=("${words[@]:3}")
   [[ ${args[0]:-} == "--" ]] && args=("${args[@]:1}")
   case "$target" in
-    //repro:quickstart|//repro:zero_memory|//repro:offload_*|//repro:run|*_benchmark|//zero:consolidate)
+    //:train) [[ " ${args[*]} " == *" --steps="* ]] || { echo "skip: $target (300 steps)"; continue; } ;;
+    //repro:zero_memory|//repro:offload_*|//repro:run|*_benchmark|//zero:consolidate)
       echo "skip: $target"; continue ;;
   esac
   for i in "${!args[@]}"; do
-    a=${args[$i]//F.safetensors/out/quickstart/model.safetensors}
+    a=${args[$i]//F.safetensors/out/train/model.safetensors}
     a=${a//=FILE/=data/quickstart.txt}
     args[$i]=${a//=N/=4}
   done
   bin="$root/${target#//}"
   bin=${bin/://}
+  [[ $target == //:train ]] && bin="$root/train/train"   # the alias's binary
   echo "run: $target ${args[*]}"
   (cd "$elsewhere" && BUILD_WORKING_DIRECTORY="$user" BUILD_WORKSPACE_DIRECTORY="$user" \
     "$bin" "${args[@]}" > "$TEST_TMPDIR/out.log" 2>&1)

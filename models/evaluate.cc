@@ -1,8 +1,12 @@
 // //models:evaluate: the mean next-token cross-entropy of a GPT-2 safetensors
 // file on a text, with the byte-level tokenizer (token id = byte value).
 //
-//   ./bazelw run //models:evaluate -- --weights=FILE.safetensors --heads=N
-//       --text=FILE [--seq=N] [--device=auto|cpu|cuda]      (one command line)
+//   ./bazelw run //models:evaluate -- --weights=FILE.safetensors --text=FILE
+//       [--heads=N] [--seq=N] [--device=auto|cpu|cuda]      (one command line)
+//
+// The head count comes from the file (memwall's metadata, or the
+// config.json beside it); --heads is for files that record none, and one
+// that contradicts the record is refused.
 //
 // The text is cut into consecutive windows of seq + 1 tokens that overlap by
 // one, so every token after the first is predicted exactly once; the last
@@ -14,6 +18,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "models/data.h"
 #include "models/flat_storage.h"
@@ -24,7 +29,7 @@
 #include "runtime/status.h"
 
 ABSL_FLAG(std::string, weights, "", "GPT-2 weights (.safetensors, Hugging Face names)");
-ABSL_FLAG(int64_t, heads, 0, "attention heads (not recorded in the tensors)");
+ABSL_FLAG(int64_t, heads, 0, "attention heads (default: recorded with the weights; needed only for a file without them)");
 ABSL_FLAG(std::string, text, "", "text file to evaluate on (bytes are tokens)");
 ABSL_FLAG(int64_t, seq, 0, "tokens per window (default: the positions in the file)");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda");
@@ -33,8 +38,8 @@ namespace memwall::models {
 namespace {
 
 absl::StatusOr<double> Evaluate() {
-  if (absl::GetFlag(FLAGS_weights).empty() || absl::GetFlag(FLAGS_text).empty() || absl::GetFlag(FLAGS_heads) <= 0) {
-    return absl::InvalidArgumentError("--weights, --text and --heads (> 0) are required");
+  if (absl::GetFlag(FLAGS_weights).empty() || absl::GetFlag(FLAGS_text).empty() || absl::GetFlag(FLAGS_heads) < 0) {
+    return absl::InvalidArgumentError("--weights and --text are required (and --heads, when given, > 0)");
   }
   const std::string weights = UserPath(absl::GetFlag(FLAGS_weights), std::getenv);
   const std::string text = UserPath(absl::GetFlag(FLAGS_text), std::getenv);
@@ -89,6 +94,9 @@ absl::StatusOr<double> Evaluate() {
 }  // namespace memwall::models
 
 int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "the mean next-token loss of GPT-2 weights on a text.\n"
+      "  evaluate --weights=FILE.safetensors --text=FILE [--heads=N] [--seq=N] [--device=auto|cpu|cuda]");
   absl::ParseCommandLine(argc, argv);
   const absl::StatusOr<double> loss = memwall::models::Evaluate();
   if (!loss.ok()) {

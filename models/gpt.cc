@@ -5,16 +5,20 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "models/layers.h"
 #include "ops/ops.h"
 #include "runtime/bounds.h"
 #include "runtime/files.h"
+#include "runtime/launch.h"
 #include "runtime/status.h"
 #include "runtime/thread_pool.h"
 
@@ -345,6 +349,51 @@ absl::StatusOr<GptConfig> FindConfig(const GptConfigList& list, absl::string_vie
     absl::StrAppend(&names, names.empty() ? "" : ", ", c.name());
   }
   return absl::NotFoundError(absl::StrCat("no model config named '", name, "'; have: ", names));
+}
+
+absl::StatusOr<GptConfig> ResolveModel(const std::string& model, const std::string& entry) {
+  if (model.empty()) return absl::InvalidArgumentError("no model given: a config file or a model name");
+  std::error_code ec;
+  const bool looks_like_path = model.find('/') != std::string::npos || absl::EndsWith(model, ".textproto") ||
+                               absl::EndsWith(model, ".pbtxt");
+  if (looks_like_path || std::filesystem::exists(model, ec)) {
+    MEMWALL_ASSIGN_OR_RETURN(const std::string text, ReadRegularFile(model, "model config file"));
+    GptConfig one;
+    if (entry.empty() && ParseTextProto(text, model, &one).ok() && !one.name().empty() && one.layers() > 0) {
+      if (absl::Status st = ValidateConfig(one); !st.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(model, ": ", st.message()));
+      }
+      return one;
+    }
+    MEMWALL_ASSIGN_OR_RETURN(const GptConfigList list, ParseConfigs(text, model));
+    if (!entry.empty()) return FindConfig(list, entry);
+    if (list.configs_size() == 1) return list.configs(0);
+    std::vector<std::string> names;
+    for (const GptConfig& c : list.configs()) names.push_back(c.name());
+    return absl::InvalidArgumentError(absl::StrCat(model, " lists ", list.configs_size(),
+                                                   " models; pick one by name (", absl::StrJoin(names, ", "), ")"));
+  }
+  if (!entry.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", model, "' is not a file, so it cannot have an entry '",
+                                                   entry, "'"));
+  }
+  std::vector<std::string> names;
+  for (const char* path : kProjectModelLists) {
+    absl::StatusOr<GptConfigList> list = LoadConfigs(ProjectFile(path));
+    if (!list.ok()) continue;
+    for (const GptConfig& c : list->configs()) {
+      if (c.name() == model) return c;
+      names.push_back(c.name());
+    }
+  }
+  if (names.empty()) {
+    return absl::NotFoundError(absl::StrCat("model '", model, "' is neither a file nor a name: the project's lists (",
+                                            kProjectModelLists[0], ", ...) are not under ",
+                                            std::filesystem::current_path(ec).string(),
+                                            ", the binary's runfiles or the workspace; give a config file"));
+  }
+  return absl::NotFoundError(absl::StrCat("model '", model, "' is neither a file nor a model name; the names are: ",
+                                          absl::StrJoin(names, ", ")));
 }
 
 // ---- Initialization -------------------------------------------------------

@@ -94,6 +94,18 @@ absl::StatusOr<GptConfigList> LoadConfigs(const std::string& path);
 absl::StatusOr<GptConfigList> ParseConfigs(const std::string& text, const std::string& origin);
 absl::StatusOr<GptConfig> FindConfig(const GptConfigList& list, absl::string_view name);
 
+// The project's model lists, relative to the repository root (and to the
+// runfiles tree of a target that has //models:configs as data).
+inline constexpr const char* kProjectModelLists[] = {"models/configs/gpt.textproto", "models/configs/papers.textproto"};
+
+// A tool's --model: the path of a GptConfig or GptConfigList text proto
+// (`entry` picks a list's entry; a one-entry list needs none), or else the
+// name of an entry in the project's lists (`quickstart`, `gpt_1.3b`,
+// `offload_10b`, ...). `model` is used as given: a caller resolves a
+// relative path first (runtime/launch.h's UserPath). Errors name what was
+// looked for and list the names there are.
+absl::StatusOr<GptConfig> ResolveModel(const std::string& model, const std::string& entry = "");
+
 
 // Sum of per-token losses over the tokens whose target is >= 0.
 struct LossSum {

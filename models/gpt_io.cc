@@ -2,14 +2,20 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <optional>
 #include <set>
 #include <vector>
 
+#include "google/protobuf/struct.pb.h"
 #include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "models/layers.h"
+#include "runtime/files.h"
 #include "runtime/status.h"
 
 namespace memwall::models {
@@ -132,6 +138,64 @@ std::map<std::string, std::string> ExportMetadata(const GptConfig& config) {
   return {{"format", "pt"}, {kConfigKey, text}};
 }
 
+std::string HfConfigJson(const GptConfig& c) {
+  return absl::StrCat("{\n",
+                      "  \"architectures\": [\"GPT2LMHeadModel\"],\n",
+                      "  \"model_type\": \"gpt2\",\n",
+                      "  \"n_layer\": ", c.layers(), ",\n",
+                      "  \"n_embd\": ", c.hidden(), ",\n",
+                      "  \"n_head\": ", c.heads(), ",\n",
+                      "  \"n_inner\": null,\n",
+                      "  \"vocab_size\": ", c.vocab(), ",\n",
+                      "  \"n_positions\": ", c.positions(), ",\n",
+                      "  \"n_ctx\": ", c.positions(), ",\n",
+                      "  \"activation_function\": \"gelu_new\",\n",
+                      "  \"layer_norm_epsilon\": ", kLayerNormEps, ",\n",
+                      "  \"tie_word_embeddings\": true,\n",
+                      "  \"torch_dtype\": \"float32\"\n",
+                      "}\n");
+}
+
+namespace {
+std::string ConfigJsonBeside(const std::string& weights_path) {
+  return (std::filesystem::path(weights_path).parent_path() / "config.json").string();
+}
+}  // namespace
+
+absl::Status WriteHfConfig(const GptConfig& config, const std::string& weights_path) {
+  return WriteFileAtomically(ConfigJsonBeside(weights_path), HfConfigJson(config));
+}
+
+absl::StatusOr<int64_t> RecordedHeads(const SafetensorsFile& file) {
+  std::optional<int64_t> from_metadata, from_json;
+  if (auto it = file.metadata().find(kConfigKey); it != file.metadata().end()) {
+    GptConfig saved;
+    if (google::protobuf::TextFormat::ParseFromString(it->second, &saved) && saved.heads() > 0) {
+      from_metadata = saved.heads();
+    }
+  }
+  const std::string json_path = ConfigJsonBeside(file.path());
+  std::error_code ec;
+  if (std::filesystem::exists(json_path, ec)) {
+    MEMWALL_ASSIGN_OR_RETURN(const std::string json, ReadRegularFile(json_path, "Hugging Face config"));
+    google::protobuf::Struct root;
+    if (!google::protobuf::util::JsonStringToMessage(json, &root).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(json_path, " is not JSON"));
+    }
+    if (auto n = root.fields().find("n_head"); n != root.fields().end() && n->second.has_number_value()) {
+      from_json = static_cast<int64_t>(n->second.number_value());
+    }
+  }
+  if (from_metadata && from_json && *from_metadata != *from_json) {
+    return absl::InvalidArgumentError(absl::StrCat(file.path(), " records ", *from_metadata, " heads but ", json_path,
+                                                   " says n_head = ", *from_json));
+  }
+  if (from_metadata) return *from_metadata;
+  if (from_json) return *from_json;
+  return absl::NotFoundError(absl::StrCat(file.path(), " records no head count (no ", kConfigKey,
+                                          " metadata, no n_head in a config.json beside it)"));
+}
+
 absl::Status ExportGpt(Gpt& model, Device& device, const std::string& path) {
   std::vector<float> values;
   Stream& s = device.compute_stream();
@@ -168,7 +232,8 @@ absl::Status ExportGpt(Gpt& model, const std::vector<float>& values, const std::
     }
     tensors.push_back({p.name, DType::kF32, p.shape, p.values.data()});
   }
-  return WriteSafetensors(path, tensors, ExportMetadata(model.config()));
+  MEMWALL_RETURN_IF_ERROR(WriteSafetensors(path, tensors, ExportMetadata(model.config())));
+  return WriteHfConfig(model.config(), path);
 }
 
 namespace {
@@ -310,6 +375,18 @@ absl::StatusOr<GptConfig> InferGptConfig(const SafetensorsFile& file, int64_t he
   c.set_hidden(wte->shape[1]);
   c.set_vocab(wte->shape[0]);
   c.set_positions(wpe->shape[0]);
+  absl::StatusOr<int64_t> recorded = RecordedHeads(file);
+  if (!recorded.ok() && recorded.status().code() != absl::StatusCode::kNotFound) return recorded.status();
+  if (heads == 0) {
+    if (!recorded.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(recorded.status().message(), "; give the head count (--heads)"));
+    }
+    heads = *recorded;
+  } else if (recorded.ok() && *recorded != heads) {
+    return absl::InvalidArgumentError(absl::StrCat("heads = ", heads, " contradicts the ", *recorded,
+                                                   " heads recorded with ", file.path(),
+                                                   " (drop --heads to use the recorded count)"));
+  }
   c.set_heads(heads);
   c.set_source("inferred from " + file.path());
   MEMWALL_RETURN_IF_ERROR(ValidateConfig(c));

@@ -41,6 +41,19 @@ absl::StatusOr<std::vector<LogicalParameter>> JoinTiles(Gpt& model, const std::v
 absl::Status ExportGpt(Gpt& model, Device& device, const std::string& path);
 // The metadata every export writes for `config` (//zero:consolidate too).
 std::map<std::string, std::string> ExportMetadata(const GptConfig& config);
+// Hugging Face's config.json for `config` (GPT2Config: model_type "gpt2",
+// n_layer, n_embd, n_head, vocab_size, n_positions, the tanh GELU and
+// LayerNorm epsilon memwall's GPT computes with, a tied LM head).
+std::string HfConfigJson(const GptConfig& config);
+// Writes HfConfigJson beside `weights_path`: DIR/config.json for
+// DIR/F.safetensors, so the directory loads with from_pretrained. Every
+// export writes one.
+absl::Status WriteHfConfig(const GptConfig& config, const std::string& weights_path);
+// The head count recorded with a weights file: its memwall_gpt_config
+// metadata, else the n_head of the config.json beside it; NotFound when
+// neither says (a bare tensor file), InvalidArgument when they disagree or
+// config.json is not readable JSON.
+absl::StatusOr<int64_t> RecordedHeads(const SafetensorsFile& file);
 // The same layout from flat fp32 host values in Module::Parameters() order
 // (a trainer's master weights, say): `values` holds every parameter, back to
 // back.
@@ -60,8 +73,10 @@ absl::Status ExportGpt(Gpt& model, const std::vector<float>& values, const std::
 absl::Status ImportGpt(const SafetensorsFile& file, Gpt& model, Device& device);
 
 // The config a file holds: layers from the h.N blocks, hidden and vocabulary
-// from wte, positions from wpe; `heads` cannot be read from the tensors.
-absl::StatusOr<GptConfig> InferGptConfig(const SafetensorsFile& file, int64_t heads);
+// from wte, positions from wpe; heads, which the tensors cannot show, from
+// RecordedHeads when `heads` is 0. A `heads` that contradicts the recorded
+// count, or 0 with nothing recorded, is an InvalidArgument saying which.
+absl::StatusOr<GptConfig> InferGptConfig(const SafetensorsFile& file, int64_t heads = 0);
 
 }  // namespace memwall::models
 

@@ -1,7 +1,7 @@
 // memwall.estimate, memwall.Trainer and memwall.model_config: the memory
 // estimator and the ZeRO trainer over the trainer's own TrainingConfig text
-// proto (zero/training_config.proto), as //repro:estimate and
-// //repro:quickstart use them.
+// proto (zero/training_config.proto), as //repro:estimate and //:train use
+// them.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 

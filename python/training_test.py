@@ -1,6 +1,6 @@
 """memwall.estimate, memwall.Trainer and memwall.load/save_safetensors
 against the C++ tools: the estimate equals //repro:estimate's JSON; a Python
-trainer's losses and exported weights equal //repro:quickstart's on the same
+trainer's losses and exported weights equal //:train's on the same
 config (1 rank and 2 ranks under mpirun); a checkpoint saved and loaded in
 Python continues the run exactly."""
 import json
@@ -22,14 +22,14 @@ STEPS = 3
 
 
 def quickstart_config(model_text, steps):
-    """//repro:quickstart's TrainingConfig (repro/quickstart.cc sets these)."""
+    """//:train's TrainingConfig when no --config is given (train/train.cc sets these)."""
     positions = int(re.search(r"positions: (\d+)", model_text).group(1))
     return (f"seq: {positions} micro_batch: 8 precision: BF16 adam {{ lr: 0.002 weight_decay: 0.01 }} "
             f"schedule {{ warmup_steps: 20 decay_steps: {steps} }}")
 
 
 def run_quickstart(out, ranks=1):
-    cmd = ["repro/quickstart", f"--steps={STEPS}", "--device=cpu", f"--out={out}"]
+    cmd = ["train/train", f"--steps={STEPS}", "--device=cpu", f"--out={out}"]
     if ranks > 1:
         cmd = ["tools/mpi_test_runner.sh", str(ranks)] + cmd
     text = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -94,7 +94,7 @@ class TrainerTest(unittest.TestCase):
         self.config = quickstart_config(self.model, STEPS)
         self.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
 
-    def test_losses_and_weights_equal_the_quickstart_tool(self):
+    def test_losses_and_weights_equal_the_train_command(self):
         trainer = memwall.Trainer(self.model, self.config, data=TEXT)
         losses = [trainer.step()["loss"] for _ in range(STEPS)]
         self.assertEqual(trainer.steps, STEPS)
@@ -188,7 +188,7 @@ class TrainerTest(unittest.TestCase):
         self.assertIn("memwall.Trainer is in use by another thread", refused[0])
         self.assertEqual(trainer.steps, done[0], "every step that ran counted once")
 
-    def test_two_ranks_under_mpirun_equal_the_quickstart_tool(self):
+    def test_two_ranks_under_mpirun_equal_the_train_command(self):
         script = os.path.join(self.tmp, "two_ranks.py")
         with open(script, "w") as f:
             f.write(f"""

@@ -25,6 +25,8 @@ absl::string_view CommBackendName(CommBackend backend) {
       return "mpi";
     case CommBackend::kNccl:
       return "nccl";
+    case CommBackend::kTcp:
+      return "tcp";
   }
   return "unknown";
 }
@@ -165,7 +167,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Device& device,
     if (launch.world_size == 1) {
       backend = CommBackend::kSingleProcess;
     } else {
-      backend = device.kind() == DeviceKind::kCuda ? CommBackend::kNccl : CommBackend::kMpi;
+      backend = device.kind() == DeviceKind::kCuda        ? CommBackend::kNccl
+                : launch.launcher == Launcher::kTorchrun ? CommBackend::kTcp
+                                                         : CommBackend::kMpi;
     }
   }
   switch (backend) {
@@ -180,6 +184,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Device& device,
       return comm_internal::CreateMpiCommunicator(device);
     case CommBackend::kNccl:
       return comm_internal::CreateNcclCommunicator(device);
+    case CommBackend::kTcp:
+      return comm_internal::CreateTcpCommunicator(device);
     case CommBackend::kAuto:
       break;
   }

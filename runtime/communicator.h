@@ -5,7 +5,11 @@
 //   OpenMPI         host memory (the CpuDevice, pinned host buffers); used by
 //                   CI and every multi-rank CPU test
 //   NCCL            CUDA device memory; the unique id is broadcast over MPI
-//                   when world size > 1
+//                   when MPI runs the job, over TCP (MASTER_ADDR:MASTER_PORT)
+//                   otherwise
+//   TCP             host memory, through rank 0 at MASTER_ADDR:MASTER_PORT:
+//                   CpuDevice jobs started by a torchrun-style launcher
+//                   (runtime/tcp_communicator.cc)
 // Rank and world size come from the launcher (runtime/launch.h).
 //
 // [Note: block distribution]
@@ -43,7 +47,7 @@ struct ShardRange {
 };
 ShardRange BlockShard(size_t n, int world_size, int rank);
 
-enum class CommBackend { kAuto, kSingleProcess, kMpi, kNccl };
+enum class CommBackend { kAuto, kSingleProcess, kMpi, kNccl, kTcp };
 absl::string_view CommBackendName(CommBackend backend);
 
 // Collectives are enqueued on the given stream and run later: the
@@ -104,7 +108,8 @@ class Communicator {
 // a job never hangs in one; mpirun then ends the others.
 //
 // kAuto: a single process when the launch has one rank; otherwise NCCL for a
-// CUDA device and MPI for the CpuDevice. Requesting a backend that was not
+// CUDA device, and for the CpuDevice MPI under mpirun or srun and TCP under
+// a torchrun-style launch. Requesting a backend that was not
 // built in, or one that cannot reach `device`'s memory, is an error. The
 // world size MPI reports must match the launcher's (else InvalidArgument).
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(

@@ -6,11 +6,18 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/communicator.h"
+#include "runtime/launch.h"
 
 namespace memwall::comm_internal {
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(Device& device);
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(Device& device);
+// Host memory over TCP, rank 0 at the launch's MASTER_ADDR:MASTER_PORT
+// (runtime/tcp_communicator.cc).
+absl::StatusOr<std::unique_ptr<Communicator>> CreateTcpCommunicator(Device& device);
+// Broadcasts `bytes` bytes from rank 0 over a TCP rendezvous at the
+// launch's MASTER_ADDR:MASTER_PORT (NCCL bootstrap without MPI).
+absl::Status TcpBroadcastBytes(const LaunchInfo& launch, void* data, size_t bytes);
 
 // Initializes MPI once per process (MPI_THREAD_MULTIPLE) and finalizes it at
 // exit. Returns this process's rank and size in MPI_COMM_WORLD.

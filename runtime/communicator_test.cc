@@ -1,5 +1,6 @@
 // Collectives on the CpuDevice. The same binary runs as a plain test (single
-// process backend) and under mpirun with 1, 2 and 4 ranks (MPI backend):
+// process backend), under mpirun with 1, 2 and 4 ranks (MPI backend) and as
+// 2 and 3 processes with torchrun-style variables (TCP backend):
 // every rank computes what every other rank sent from (rank, index), so the
 // expected result needs no communication.
 #include "runtime/communicator.h"
@@ -22,9 +23,10 @@ class CommunicatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
     device_ = *CreateCpuDevice();
-    const CommBackend backend = CurrentLaunch().launcher == Launcher::kSingleProcess
-                                    ? CommBackend::kSingleProcess
-                                    : CommBackend::kMpi;
+    const Launcher launcher = CurrentLaunch().launcher;
+    const CommBackend backend = launcher == Launcher::kSingleProcess ? CommBackend::kSingleProcess
+                                : launcher == Launcher::kTorchrun    ? CommBackend::kTcp
+                                                                     : CommBackend::kMpi;
     auto comm = CreateCommunicator(*device_, backend);
     ASSERT_TRUE(comm.ok()) << comm.status();
     comm_ = *std::move(comm);

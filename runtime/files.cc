@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -270,6 +271,29 @@ absl::Status CheckNoRemovedFields(const std::string& text, const std::string& or
 
 }  // namespace
 
+namespace {
+
+// The values of the enum field `name` in `message` or a message under it
+// (the first found, breadth first), as "NONE, CPU, NVME"; "" when there is
+// none.
+std::string EnumValuesOf(const google::protobuf::Descriptor* message, const std::string& name) {
+  std::vector<const google::protobuf::Descriptor*> queue = {message};
+  for (size_t i = 0; i < queue.size() && i < 256; ++i) {
+    for (int f = 0; f < queue[i]->field_count(); ++f) {
+      const google::protobuf::FieldDescriptor* field = queue[i]->field(f);
+      if (field->name() == name && field->enum_type() != nullptr) {
+        std::vector<std::string> values;
+        for (int v = 0; v < field->enum_type()->value_count(); ++v) values.push_back(field->enum_type()->value(v)->name());
+        return absl::StrJoin(values, ", ");
+      }
+      if (field->message_type() != nullptr) queue.push_back(field->message_type());
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 absl::Status ParseTextProto(const std::string& text, const std::string& origin,
                             google::protobuf::Message* out) {
   google::protobuf::TextFormat::Parser parser;
@@ -277,9 +301,18 @@ absl::Status ParseTextProto(const std::string& text, const std::string& origin,
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(text, out)) {
     const std::string field = FieldAt(text, errors.line, errors.column);
+    // "Unknown enumeration value of "GPU" for field "device"": list the values.
+    std::string enum_field;
+    if (const size_t at = errors.first.find("enumeration value of"); at != std::string::npos) {
+      const size_t begin = errors.first.find("for field \"", at);
+      const size_t end = begin == std::string::npos ? begin : errors.first.find('"', begin + 11);
+      if (end != std::string::npos) enum_field = errors.first.substr(begin + 11, end - begin - 11);
+    }
+    const std::string values = enum_field.empty() ? "" : EnumValuesOf(out->GetDescriptor(), enum_field);
     return absl::InvalidArgumentError(absl::StrCat(origin, ": not a ", out->GetDescriptor()->name(),
                                                    " text proto: ", errors.first,
-                                                   field.empty() ? "" : absl::StrCat(" (the value of ", field, ")")));
+                                                   field.empty() ? "" : absl::StrCat(" (the value of ", field, ")"),
+                                                   values.empty() ? "" : absl::StrCat("; ", enum_field, " is one of ", values)));
   }
   return CheckNoRemovedFields(text, origin, out->GetDescriptor());
 }

@@ -3,9 +3,12 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/status.h"
 
 namespace memwall {
 namespace {
@@ -39,49 +42,104 @@ absl::string_view LauncherName(Launcher launcher) {
       return "mpirun (OpenMPI)";
     case Launcher::kSlurm:
       return "Slurm";
+    case Launcher::kTorchrun:
+      return "torchrun-style variables";
   }
   return "unknown";
 }
 
-absl::StatusOr<LaunchInfo> DiscoverLaunch(
-    const std::function<const char*(const char*)>& getenv) {
+namespace {
+
+// One launcher's three variables.
+struct LauncherVars {
+  Launcher launcher;
+  const char* rank;
+  const char* size;
+  const char* local;
+};
+constexpr LauncherVars kOpenMpiVars = {Launcher::kOpenMpi, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                       "OMPI_COMM_WORLD_LOCAL_RANK"};
+constexpr LauncherVars kSlurmVars = {Launcher::kSlurm, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"};
+constexpr LauncherVars kTorchrunVars = {Launcher::kTorchrun, "RANK", "WORLD_SIZE", "LOCAL_RANK"};
+
+// The launch `vars` describe; every variable checked.
+absl::StatusOr<LaunchInfo> Read(const LauncherVars& vars, const std::function<const char*(const char*)>& getenv) {
   LaunchInfo info;
-  info.host = HostName();
-  const char* rank_var = nullptr;
-  const char* size_var = nullptr;
-  const char* local_var = nullptr;
-  if (getenv("OMPI_COMM_WORLD_SIZE") != nullptr) {
-    info.launcher = Launcher::kOpenMpi;
-    rank_var = "OMPI_COMM_WORLD_RANK";
-    size_var = "OMPI_COMM_WORLD_SIZE";
-    local_var = "OMPI_COMM_WORLD_LOCAL_RANK";
-  } else if (getenv("SLURM_NTASKS") != nullptr && getenv("SLURM_PROCID") != nullptr) {
-    info.launcher = Launcher::kSlurm;
-    rank_var = "SLURM_PROCID";
-    size_var = "SLURM_NTASKS";
-    local_var = "SLURM_LOCALID";
-  } else {
-    return info;
-  }
-  auto size = ReadInt(getenv, size_var, 1);
+  info.launcher = vars.launcher;
+  auto size = ReadInt(getenv, vars.size, 1);
   if (!size.ok()) return size.status();
-  auto rank = ReadInt(getenv, rank_var, 0);
+  auto rank = ReadInt(getenv, vars.rank, 0);
   if (!rank.ok()) return rank.status();
-  auto local = ReadInt(getenv, local_var, 0);
+  auto local = ReadInt(getenv, vars.local, 0);
   if (!local.ok()) return local.status();
   if (*size < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("environment variable ", size_var, "=", *size,
-                     ": world size must be at least 1"));
+        absl::StrCat("environment variable ", vars.size, "=", *size, ": world size must be at least 1"));
   }
   if (*rank >= *size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "environment variable ", rank_var, "=", *rank,
-        " is outside [0, ", *size, ") given by ", size_var));
+    return absl::InvalidArgumentError(absl::StrCat("environment variable ", vars.rank, "=", *rank,
+                                                   " is outside [0, ", *size, ") given by ", vars.size));
   }
   info.world_size = *size;
   info.rank = *rank;
   info.local_rank = *local;
+  return info;
+}
+
+absl::StatusOr<LaunchInfo> ReadTorchrun(const std::function<const char*(const char*)>& getenv) {
+  for (const char* needed : {"RANK", "WORLD_SIZE"}) {
+    if (getenv(needed) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "environment variable ", getenv("RANK") != nullptr ? "RANK" : "WORLD_SIZE", " is set but ", needed,
+          " is not: a torchrun-style launch sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT"));
+    }
+  }
+  MEMWALL_ASSIGN_OR_RETURN(LaunchInfo info, Read(kTorchrunVars, getenv));
+  if (getenv("LOCAL_RANK") == nullptr) info.local_rank = info.rank;  // one node
+  if (info.world_size > 1) {
+    for (const char* needed : {"MASTER_ADDR", "MASTER_PORT"}) {
+      if (getenv(needed) == nullptr || *getenv(needed) == 0) {
+        return absl::InvalidArgumentError(absl::StrCat("environment variable ", needed, " is not set: RANK and WORLD_SIZE=",
+                                                       info.world_size, " need MASTER_ADDR and MASTER_PORT (where rank 0 listens)"));
+      }
+    }
+    auto port = ReadInt(getenv, "MASTER_PORT", 0);
+    if (!port.ok()) return port.status();
+    if (*port < 1 || *port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("environment variable MASTER_PORT=", *port, " is not a port (1 to 65535)"));
+    }
+    info.master_addr = getenv("MASTER_ADDR");
+    info.master_port = *port;
+  }
+  return info;
+}
+
+}  // namespace
+
+absl::StatusOr<LaunchInfo> DiscoverLaunch(
+    const std::function<const char*(const char*)>& getenv) {
+  std::optional<LaunchInfo> mpi, torchrun, slurm;
+  if (getenv(kOpenMpiVars.size) != nullptr) {
+    MEMWALL_ASSIGN_OR_RETURN(mpi, Read(kOpenMpiVars, getenv));
+  }
+  if (getenv("RANK") != nullptr || getenv("WORLD_SIZE") != nullptr) {
+    MEMWALL_ASSIGN_OR_RETURN(torchrun, ReadTorchrun(getenv));
+  }
+  if (getenv(kSlurmVars.size) != nullptr && getenv(kSlurmVars.rank) != nullptr) {
+    MEMWALL_ASSIGN_OR_RETURN(slurm, Read(kSlurmVars, getenv));
+  }
+  if (mpi && torchrun && (mpi->rank != torchrun->rank || mpi->world_size != torchrun->world_size)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "two launchers disagree: OMPI_COMM_WORLD_RANK=", mpi->rank, " OMPI_COMM_WORLD_SIZE=", mpi->world_size,
+        " but RANK=", torchrun->rank, " WORLD_SIZE=", torchrun->world_size,
+        "; unset RANK and WORLD_SIZE under mpirun (or do not start torchrun under mpirun)"));
+  }
+  LaunchInfo info = mpi ? *mpi : torchrun ? *torchrun : slurm ? *slurm : LaunchInfo();
+  if (mpi && torchrun) {  // they agree: MPI runs the job, torchrun's rendezvous is at hand
+    info.master_addr = torchrun->master_addr;
+    info.master_port = torchrun->master_port;
+  }
+  info.host = HostName();
   return info;
 }
 
@@ -95,6 +153,25 @@ const LaunchInfo& CurrentLaunch() {
     return fallback;
   }();
   return *launch;
+}
+
+std::string ProjectFile(const std::string& relative) {
+  std::vector<std::string> roots = {"."};
+  if (const char* runfiles = std::getenv("RUNFILES_DIR"); runfiles != nullptr && *runfiles != 0) {
+    roots.push_back(std::string(runfiles) + "/memwall");
+  }
+  char exe[4096] = {0};
+  if (const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1); n > 0) {
+    roots.push_back(std::string(exe, size_t(n)) + ".runfiles/memwall");
+  }
+  if (const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY"); workspace != nullptr && *workspace != 0) {
+    roots.push_back(workspace);
+  }
+  for (const std::string& root : roots) {
+    const std::string path = root == "." ? relative : root + "/" + relative;
+    if (access(path.c_str(), R_OK) == 0) return path;
+  }
+  return relative;
 }
 
 std::string UserPath(const std::string& path,

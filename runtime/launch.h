@@ -1,9 +1,17 @@
 // Where this process sits in a job: rank, world size and host, discovered
 // from the launcher's environment.
 //
-//   mpirun (OpenMPI)  OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK
-//   Slurm (srun)      SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID
-//   neither           a single process: rank 0 of 1
+//   mpirun (OpenMPI)     OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK
+//   Slurm (srun)         SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID
+//   torchrun-style       RANK / WORLD_SIZE / LOCAL_RANK, with MASTER_ADDR and
+//                        MASTER_PORT (where rank 0 listens; runtime/communicator.h)
+//   none of them         a single process: rank 0 of 1
+//
+// Launchers nest: mpirun inside a Slurm allocation, torchrun under srun.
+// The innermost one, the one that started this process, wins: torchrun's
+// variables over Slurm's, OpenMPI's over Slurm's. torchrun's and OpenMPI's
+// together must agree (rank and world size), else the launch is refused
+// naming both.
 #ifndef MEMWALL_RUNTIME_LAUNCH_H_
 #define MEMWALL_RUNTIME_LAUNCH_H_
 
@@ -15,7 +23,7 @@
 
 namespace memwall {
 
-enum class Launcher { kSingleProcess, kOpenMpi, kSlurm };
+enum class Launcher { kSingleProcess, kOpenMpi, kSlurm, kTorchrun };
 
 absl::string_view LauncherName(Launcher launcher);
 
@@ -25,11 +33,16 @@ struct LaunchInfo {
   int world_size = 1;
   int local_rank = 0;
   std::string host;
+  // torchrun-style launches: where rank 0 listens.
+  std::string master_addr;
+  int master_port = 0;
 };
 
 // Reads the launch from `getenv` (a parameter so tests can script it).
 // A launcher variable that is present but malformed (not an integer, rank out
-// of [0, world_size)) is an InvalidArgument naming the variable.
+// of [0, world_size), a missing partner such as RANK without WORLD_SIZE or
+// MASTER_ADDR) is an InvalidArgument naming the variable; so are
+// launchers that disagree.
 absl::StatusOr<LaunchInfo> DiscoverLaunch(
     const std::function<const char*(const char*)>& getenv);
 
@@ -44,6 +57,14 @@ const LaunchInfo& CurrentLaunch();
 // from the runfiles tree Bazel runs the binary in.
 std::string UserPath(const std::string& path,
                      const std::function<const char*(const char*)>& getenv);
+
+// A file of the project's own (models/configs/gpt.textproto,
+// data/quickstart.txt), by its path from the repository root: found under
+// the working directory, the binary's runfiles tree (RUNFILES_DIR, or
+// <binary>.runfiles/memwall), or the workspace `bazel run` was started from
+// (BUILD_WORKSPACE_DIRECTORY), in that order; `relative` unchanged when
+// none holds it (so an error names the path as the user knows it).
+std::string ProjectFile(const std::string& relative);
 
 }  // namespace memwall
 

@@ -180,7 +180,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(Device& dev
                            DiscoverLaunch([](const char* n) { return std::getenv(n); }));
   int rank = 0, size = 1;
   ncclUniqueId id;
-  if (launch.world_size > 1) {
+  if (launch.world_size > 1 && launch.launcher == Launcher::kTorchrun) {
+    // No MPI: the id travels over TCP from rank 0 at MASTER_ADDR:MASTER_PORT.
+    rank = launch.rank;
+    size = launch.world_size;
+    if (rank == 0) MEMWALL_NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
+    MEMWALL_RETURN_IF_ERROR(TcpBroadcastBytes(launch, &id, sizeof(id)));
+  } else if (launch.world_size > 1) {
     MEMWALL_RETURN_IF_ERROR(EnsureMpiInitialized(&rank, &size));
     if (size != launch.world_size) {
       return absl::InvalidArgumentError(absl::StrCat("MPI world size ", size, " but ",

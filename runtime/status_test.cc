@@ -75,6 +75,49 @@ TEST(LaunchTest, OpenMpiWinsOverSlurmWhenBothArePresent) {
   EXPECT_EQ(info->world_size, 2);
 }
 
+TEST(LaunchTest, ReadsTorchrunStyleVariables) {
+  auto info = Discover({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"},
+                        {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->launcher, Launcher::kTorchrun);
+  EXPECT_EQ(info->rank, 1);
+  EXPECT_EQ(info->world_size, 2);
+  EXPECT_EQ(info->local_rank, 1);
+  EXPECT_EQ(info->master_addr, "127.0.0.1");
+  EXPECT_EQ(info->master_port, 29500);
+  // torchrun under srun: torchrun started this process, so it wins.
+  auto nested = Discover({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "node0"},
+                          {"MASTER_PORT", "29500"}, {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}});
+  ASSERT_TRUE(nested.ok()) << nested.status();
+  EXPECT_EQ(nested->launcher, Launcher::kTorchrun);
+  EXPECT_EQ(nested->rank, 5);
+  // One rank needs no rendezvous.
+  EXPECT_TRUE(Discover({{"RANK", "0"}, {"WORLD_SIZE", "1"}}).ok());
+}
+
+TEST(LaunchTest, IncompleteOrConflictingLaunchesNameTheVariables) {
+  auto no_size = Discover({{"RANK", "0"}});
+  EXPECT_EQ(no_size.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(no_size.status().message().find("RANK is set but WORLD_SIZE is not"), std::string::npos)
+      << no_size.status();
+  auto no_master = Discover({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29500"}});
+  EXPECT_NE(no_master.status().message().find("MASTER_ADDR is not set"), std::string::npos) << no_master.status();
+  auto bad_port = Discover({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}});
+  EXPECT_NE(bad_port.status().message().find("MASTER_PORT=70000 is not a port"), std::string::npos)
+      << bad_port.status();
+  auto conflict = Discover({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"RANK", "1"},
+                            {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+  EXPECT_EQ(conflict.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(conflict.status().message().find("OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 but RANK=1 WORLD_SIZE=2"),
+            std::string::npos)
+      << conflict.status();
+  // Agreeing launchers are one launch: MPI's.
+  auto agree = Discover({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"RANK", "1"},
+                         {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+  ASSERT_TRUE(agree.ok()) << agree.status();
+  EXPECT_EQ(agree->launcher, Launcher::kOpenMpi);
+}
+
 TEST(LaunchTest, MalformedEnvironmentNamesTheVariable) {
   auto bad_int = Discover({{"OMPI_COMM_WORLD_RANK", "x1"}, {"OMPI_COMM_WORLD_SIZE", "2"}});
   EXPECT_EQ(bad_int.status().code(), absl::StatusCode::kInvalidArgument);

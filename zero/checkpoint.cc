@@ -867,6 +867,7 @@ absl::StatusOr<std::string> ConsolidateCheckpoint(const std::string& path, const
     MEMWALL_RETURN_IF_ERROR(writer->Append(one.data(), one.size() * sizeof(float)));
   }
   MEMWALL_RETURN_IF_ERROR(writer->Finish());
+  if (meta.has_model()) MEMWALL_RETURN_IF_ERROR(models::WriteHfConfig(meta.model(), out));
   return step_dir;
 }
 

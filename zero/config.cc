@@ -470,6 +470,9 @@ absl::Status ValidateTrainingConfig(const TrainingConfig& c, absl::string_view w
   if (!Precision_IsValid(c.precision())) {
     return BadField(what, "precision", static_cast<int>(c.precision()), "must be FP32, BF16 or FP16 (unset: BF16)");
   }
+  if (!LrSchedule::Decay_IsValid(c.schedule().decay())) {
+    return BadField(what, "schedule.decay", static_cast<int>(c.schedule().decay()), "must be COSINE or LINEAR");
+  }
   if (absl::Status st = ops::ValidateAdamOptions(AdamFromConfig(c.adam()), absl::StrCat(what, "adam."));
       !st.ok()) {
     return st;

@@ -61,6 +61,7 @@ TEST(ZeroConfig, EachBadValueNamesItsField) {
   ExpectError("stage: 2 offload_optimizer { device: CPU delayed_update_after_steps: -1 }",
               "offload_optimizer.delayed_update_after_steps = -1 must be >= 0");
   ExpectError("stage: 2 offload_optimizer { device: GPU }", "Unknown enumeration value of \"GPU\" for field \"device\"");
+  ExpectError("stage: 2 offload_optimizer { device: GPU }", "device is one of NONE, CPU, NVME");
   ExpectError("stage: 2 bucket: 3", "line 1 column 16: Message type \"memwall.zero.ZeroConfig\" has no field named \"bucket\"");
   ExpectError("stage: two", "not a ZeroConfig text proto");
   ExpectError("stage: 2 offload_optimizer { delayed_update_after_steps: 40 }",
@@ -172,6 +173,8 @@ TEST(TrainingConfig, EachBadValueNamesItsField) {
   ExpectTrainingError("accumulation: 0", "TrainingConfig accumulation = 0 must be > 0");
   ExpectTrainingError("precision: 9", "TrainingConfig precision = 9 must be FP32, BF16 or FP16");
   ExpectTrainingError("precision: fp8", "Unknown enumeration value of \"fp8\" for field \"precision\"");
+  ExpectTrainingError("precision: fp8", "precision is one of PRECISION_UNSPECIFIED, FP32, BF16, FP16");
+  ExpectTrainingError("schedule { decay: 7 }", "TrainingConfig schedule.decay = 7 must be COSINE or LINEAR");
   ExpectTrainingError("adam { lr: inf }", "TrainingConfig adam.lr = inf");
   ExpectTrainingError("adam { beta2: 1.5 }", "TrainingConfig adam.beta2 = 1.5 must be in [0, 1)");
   ExpectTrainingError("adam { eps: 0 }", "TrainingConfig adam.eps = 0");

@@ -251,8 +251,11 @@ float Trainer::LearningRate(int64_t step) const {
   if (training_->schedule().decay_steps() <= training_->schedule().warmup_steps()) return static_cast<float>(lr);
   const double progress = std::min(1.0, double(step - training_->schedule().warmup_steps()) /
                                             double(training_->schedule().decay_steps() - training_->schedule().warmup_steps()));
-  const double cosine = 0.5 * (1.0 + std::cos(3.141592653589793 * progress));
-  return static_cast<float>(lr * (training_->schedule().min_lr_ratio() + (1.0 - training_->schedule().min_lr_ratio()) * cosine));
+  // The fraction of the way from min_lr_ratio * lr back up to lr.
+  const double remaining = training_->schedule().decay() == LrSchedule::LINEAR
+                               ? 1.0 - progress
+                               : 0.5 * (1.0 + std::cos(3.141592653589793 * progress));
+  return static_cast<float>(lr * (training_->schedule().min_lr_ratio() + (1.0 - training_->schedule().min_lr_ratio()) * remaining));
 }
 
 absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {

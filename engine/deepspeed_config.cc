@@ -1,0 +1,591 @@
+#include "engine/deepspeed_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "runtime/status.h"
+#include "zero/config.h"
+
+namespace memwall::engine {
+namespace {
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+using zero::OffloadOptimizerConfig;
+using zero::OffloadParamConfig;
+using zero::TrainingConfig;
+
+// Keys memwall has no counterpart for, and what to do instead.
+const std::map<std::string, std::string>& Refusals() {
+  static const auto* refusals = new std::map<std::string, std::string>{
+      {"amp", "use \"bf16\": {\"enabled\": true} or the \"fp16\" block"},
+      {"aio", "delete the block: memwall's I/O engine sizes its blocks and queues itself (infinity/aio.h)"},
+      {"zero_optimization.offload_optimizer.buffer_count",
+       "give the NVMe swap buffers' pinned bytes instead (--set='zero { offload_optimizer { pinned_budget_bytes: N } }')"},
+      {"zero_optimization.offload_optimizer.ratio", "memwall offloads the whole optimizer; delete the key"},
+      {"zero_optimization.offload_param.buffer_size",
+       "swap buffers hold zero_optimization.sub_group_size elements (offload_optimizer.tile_elements)"},
+      {"zero_optimization.offload_param.max_in_cpu", "memwall keeps no host cache of NVMe parameters; delete the key"},
+      {"zero_optimization.stage3_max_reuse_distance",
+       "memwall releases a gathered module after its use; bound them with stage3_max_live_parameters"},
+      {"zero_optimization.zero_hpz_partition_size", "ZeRO++ is not implemented; delete the key"},
+      {"zero_optimization.zero_quantized_weights", "ZeRO++ is not implemented; delete the key"},
+      {"zero_optimization.zero_quantized_gradients", "ZeRO++ is not implemented; delete the key"},
+      {"zero_optimization.elastic_checkpoint",
+       "memwall's checkpoints re-partition to any world size by themselves; delete the key"},
+      {"activation_checkpointing.partition_activations",
+       "memwall does not partition activation checkpoints; set it to false"},
+      {"flops_profiler", "the progress line reports TFLOPS; --trace_dir writes a Chrome trace per step"},
+      {"tensorboard", "read the step log (OUT/train.log)"},
+      {"wandb", "read the step log (OUT/train.log)"},
+      {"csv_monitor", "read the step log (OUT/train.log)"},
+      {"comms_logger", "--trace_dir writes every collective to a Chrome trace"},
+      {"compression_training", "not implemented; delete the block"},
+      {"data_efficiency", "not implemented; delete the block"},
+      {"sparse_attention", "not implemented; delete the block"},
+      {"pipeline", "memwall is data parallel only; delete the block"},
+      {"communication_data_type", "memwall reduces gradients in the parameters' type; delete the key"},
+      {"prescale_gradients", "memwall divides the loss, not the gradients; delete the key"},
+      {"gradient_predivide_factor", "memwall divides the loss, not the gradients; delete the key"},
+  };
+  return *refusals;
+}
+
+// Walks the JSON object, translating each key it knows and collecting a
+// refusal for every key it cannot honour.
+class Translator {
+ public:
+  explicit Translator(DeepSpeedTranslation& out) : out_(out) {}
+
+  void Refuse(const std::string& key, const std::string& why) { refused_.push_back(absl::StrCat(key, ": ", why)); }
+  const std::vector<std::string>& refused() const { return refused_; }
+
+  void Line(const std::string& key, const Value& v, const std::string& becomes) {
+    out_.lines.push_back(absl::StrCat(key, " = ", Show(v), " -> ", becomes));
+  }
+  bool HasLine(absl::string_view key) const {
+    for (const std::string& line : out_.lines) {
+      if (absl::StartsWith(line, absl::StrCat(key, " "))) return true;
+    }
+    return false;
+  }
+  void Note(const std::string& key, const std::string& becomes) {
+    out_.lines.push_back(absl::StrCat(key, " (absent) -> ", becomes));
+  }
+
+  static std::string Show(const Value& v) {
+    switch (v.kind_case()) {
+      case Value::kNumberValue: {
+        const double d = v.number_value();
+        if (d == std::floor(d) && std::fabs(d) < 1e15) return absl::StrCat(static_cast<int64_t>(d));
+        return absl::StrCat(d);
+      }
+      case Value::kStringValue: return absl::StrCat("\"", v.string_value(), "\"");
+      case Value::kBoolValue: return v.bool_value() ? "true" : "false";
+      case Value::kNullValue: return "null";
+      case Value::kListValue: {
+        std::vector<std::string> items;
+        for (const Value& item : v.list_value().values()) items.push_back(Show(item));
+        return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
+      }
+      default: return "{...}";
+    }
+  }
+
+  // Typed reads; a wrong type is refused by name and yields nothing.
+  std::optional<double> Number(const std::string& key, const Value& v) {
+    if (v.kind_case() == Value::kStringValue && v.string_value() == "auto") {
+      Refuse(key, "\"auto\" is filled in by the Hugging Face Trainer; write the number");
+      return std::nullopt;
+    }
+    if (v.kind_case() != Value::kNumberValue || !std::isfinite(v.number_value())) {
+      Refuse(key, absl::StrCat("must be a number, not ", Show(v)));
+      return std::nullopt;
+    }
+    return v.number_value();
+  }
+  // A whole number in [lo, hi].
+  std::optional<int64_t> Integer(const std::string& key, const Value& v, int64_t lo, int64_t hi) {
+    const std::optional<double> d = Number(key, v);
+    if (!d) return std::nullopt;
+    if (*d != std::floor(*d) || *d < double(lo) || *d > double(hi)) {
+      Refuse(key, absl::StrCat("must be a whole number in [", lo, ", ", hi, "], not ", Show(v)));
+      return std::nullopt;
+    }
+    return static_cast<int64_t>(*d);
+  }
+  std::optional<bool> Bool(const std::string& key, const Value& v) {
+    if (v.kind_case() != Value::kBoolValue) {
+      Refuse(key, absl::StrCat("must be true or false, not ", Show(v)));
+      return std::nullopt;
+    }
+    return v.bool_value();
+  }
+  std::optional<std::string> String(const std::string& key, const Value& v) {
+    if (v.kind_case() != Value::kStringValue) {
+      Refuse(key, absl::StrCat("must be a string, not ", Show(v)));
+      return std::nullopt;
+    }
+    return v.string_value();
+  }
+  const Struct* Object(const std::string& key, const Value& v) {
+    if (v.kind_case() != Value::kStructValue) {
+      Refuse(key, absl::StrCat("must be an object, not ", Show(v)));
+      return nullptr;
+    }
+    return &v.struct_value();
+  }
+  // A key that only keeps memwall's behaviour at `expected`: accepted at
+  // that value, refused with `why` otherwise.
+  void Only(const std::string& key, const Value& v, bool expected, const std::string& why) {
+    const std::optional<bool> b = Bool(key, v);
+    if (!b) return;
+    if (*b != expected) return Refuse(key, why);
+    Line(key, v, "memwall's behaviour");
+  }
+
+  // Calls `handle(key, value)` for each entry of `object` (keys prefixed by
+  // `prefix`) whose key `handlers` lists; the rest are refused.
+  using Handler = std::function<void(const std::string&, const Value&)>;
+  void Walk(const Struct& object, const std::string& prefix, const std::map<std::string, Handler>& handlers) {
+    std::vector<std::string> names;  // in order, so the lines and refusals read the same every time
+    for (const auto& field : object.fields()) names.push_back(field.first);
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names) {
+      const Value& value = object.fields().at(name);
+      const std::string key = prefix + name;
+      if (auto h = handlers.find(name); h != handlers.end()) {
+        h->second(key, value);
+      } else if (auto r = Refusals().find(key); r != Refusals().end()) {
+        if (value.kind_case() == Value::kStructValue && value.struct_value().fields().count("enabled") &&
+            value.struct_value().fields().at("enabled").bool_value() == false) {
+          Line(key, value, "disabled: nothing to do");
+        } else {
+          Refuse(key, r->second);
+        }
+      } else {
+        Refuse(key, "not a DeepSpeed key memwall knows (docs/deepspeed.md lists those it translates)");
+      }
+    }
+  }
+
+ private:
+  DeepSpeedTranslation& out_;
+  std::vector<std::string> refused_;
+};
+
+std::string BytesLine(const char* field, int64_t elements, int64_t bytes_per_element) {
+  return absl::StrCat(field, ": ", elements * bytes_per_element, " (", elements, " elements x ", bytes_per_element,
+                      " bytes)");
+}
+
+}  // namespace
+
+absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view json, absl::string_view origin) {
+  Struct root;
+  google::protobuf::util::JsonParseOptions parse;
+  if (const auto st = google::protobuf::util::JsonStringToMessage(std::string(json), &root, parse); !st.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": not a DeepSpeed JSON config (a JSON object): ", st.ToString()));
+  }
+  DeepSpeedTranslation out;
+  TrainingConfig& t = out.training;
+  Translator tr(out);
+  const auto& top = root.fields();
+
+  // Precision first: it gives the bucket sizes' bytes per element.
+  bool fp16 = false, bf16 = false;
+  auto enabled = [&](const char* block) {
+    auto it = top.find(block);
+    if (it == top.end() || it->second.kind_case() != Value::kStructValue) return false;
+    auto e = it->second.struct_value().fields().find("enabled");
+    return e != it->second.struct_value().fields().end() && e->second.kind_case() == Value::kBoolValue &&
+           e->second.bool_value();
+  };
+  fp16 = enabled("fp16");
+  bf16 = enabled("bf16") || enabled("bfloat16");
+  if (fp16 && bf16) tr.Refuse("fp16.enabled", "bf16 is enabled too; enable one of them");
+  t.set_precision(fp16 ? zero::FP16 : bf16 ? zero::BF16 : zero::FP32);
+  if (!fp16 && !bf16) tr.Note("fp16, bf16", "precision: FP32 (DeepSpeed's default; memwall's is BF16)");
+  const int64_t c = fp16 || bf16 ? 2 : 4;  // bytes of a 16-bit (or fp32) parameter or gradient
+
+  auto& zero = *t.mutable_zero();
+  auto& opt = *zero.mutable_offload_optimizer();
+  auto& param = *zero.mutable_offload_param();
+  auto offload_device = [&](const std::string& key, const Value& v, auto set) {
+    const std::optional<std::string> s = tr.String(key, v);
+    if (!s) return;
+    const std::string d = absl::AsciiStrToLower(*s);
+    if (d == "cpu" || d == "nvme" || d == "none") {
+      set(d);
+      tr.Line(key, v, absl::StrCat("device: ", absl::AsciiStrToUpper(d)));
+    } else {
+      tr.Refuse(key, absl::StrCat("must be \"cpu\", \"nvme\" or \"none\", not ", Translator::Show(v)));
+    }
+  };
+  using H = Translator::Handler;
+  const std::map<std::string, H> offload_optimizer = {
+      {"device", [&](auto& k, auto& v) {
+         offload_device(k, v, [&](const std::string& d) {
+           opt.set_device(d == "cpu" ? OffloadOptimizerConfig::CPU
+                                     : d == "nvme" ? OffloadOptimizerConfig::NVME : OffloadOptimizerConfig::NONE);
+         });
+       }},
+      {"nvme_path", [&](auto& k, auto& v) {
+         if (auto s = tr.String(k, v)) opt.set_nvme_path(*s), tr.Line(k, v, "zero.offload_optimizer.nvme_path");
+       }},
+      {"pin_memory", [&](auto& k, auto& v) {
+         if (auto b = tr.Bool(k, v)) opt.set_pin_memory(*b), tr.Line(k, v, "zero.offload_optimizer.pin_memory");
+       }},
+      {"pipeline_read", [&](auto& k, auto& v) { tr.Only(k, v, true, "memwall always overlaps swap-in with the step; set it to true or delete it"); }},
+      {"pipeline_write", [&](auto& k, auto& v) { tr.Only(k, v, true, "memwall always overlaps swap-out with the step; set it to true or delete it"); }},
+      {"pipeline", [&](auto& k, auto& v) { tr.Only(k, v, true, "memwall always pipelines NVMe swaps; set it to true or delete it"); }},
+      {"fast_init", [&](auto& k, auto& v) { tr.Only(k, v, false, "memwall initializes the swap files one way; set it to false or delete it"); }},
+  };
+  const std::map<std::string, H> offload_param = {
+      {"device", [&](auto& k, auto& v) {
+         offload_device(k, v, [&](const std::string& d) {
+           param.set_device(d == "cpu" ? OffloadParamConfig::CPU
+                                       : d == "nvme" ? OffloadParamConfig::NVME : OffloadParamConfig::NONE);
+         });
+       }},
+      {"nvme_path", [&](auto& k, auto& v) {
+         if (auto s = tr.String(k, v)) param.set_nvme_path(*s), tr.Line(k, v, "zero.offload_param.nvme_path");
+       }},
+      {"pin_memory", [&](auto& k, auto& v) { tr.Only(k, v, true, "memwall's parameter stores are always pinned; set it to true or delete it"); }},
+      {"buffer_count", [&](auto& k, auto& v) {
+         if (auto n = tr.Integer(k, v, 2, zero::kMaxSwapBuffers)) {
+           param.set_buffer_count(*n), tr.Line(k, v, "zero.offload_param.buffer_count");
+         }
+       }},
+  };
+  auto bucket = [&](const char* field, void (zero::ZeroConfig::*set)(int64_t), int64_t max_elements) {
+    return [&, field, set, max_elements](const std::string& k, const Value& v) {
+      if (auto n = tr.Integer(k, v, 1, max_elements)) {
+        (zero.*set)(*n * c);
+        tr.Line(k, v, BytesLine(field, *n, c));
+      }
+    };
+  };
+  const int64_t max_bucket_elements = zero::kMaxBucketBytes / 4;
+  const std::map<std::string, H> zero_optimization = {
+      {"stage", [&](auto& k, auto& v) {
+         if (auto n = tr.Integer(k, v, 0, 3)) zero.set_stage(int32_t(*n)), tr.Line(k, v, "zero.stage");
+       }},
+      {"reduce_bucket_size", bucket("zero.reduce_bucket_bytes", &zero::ZeroConfig::set_reduce_bucket_bytes, max_bucket_elements)},
+      {"allgather_bucket_size",
+       bucket("zero.allgather_bucket_bytes", &zero::ZeroConfig::set_allgather_bucket_bytes, max_bucket_elements)},
+      {"stage3_prefetch_bucket_size",
+       bucket("zero.prefetch_bucket_bytes", &zero::ZeroConfig::set_prefetch_bucket_bytes, max_bucket_elements)},
+      {"stage3_param_persistence_threshold", [&](auto& k, auto& v) {
+         if (auto n = tr.Integer(k, v, 0, int64_t{1} << 53)) {
+           zero.set_param_persistence_threshold(*n), tr.Line(k, v, "zero.param_persistence_threshold (elements)");
+         }
+       }},
+      {"stage3_max_live_parameters", [&](auto& k, auto& v) {
+         if (auto n = tr.Integer(k, v, 1, int64_t{1} << 53)) {
+           zero.set_max_live_params(*n), tr.Line(k, v, "zero.max_live_params (elements)");
+         }
+       }},
+      {"sub_group_size", [&](auto& k, auto& v) {
+         if (auto n = tr.Integer(k, v, 1, zero::kMaxTileElements)) {
+           opt.set_tile_elements(*n), tr.Line(k, v, "zero.offload_optimizer.tile_elements (the offloaded optimizer's sub-group)");
+         }
+       }},
+      {"overlap_comm", [&](auto& k, auto& v) {
+         if (auto b = tr.Bool(k, v)) zero.set_overlap_comm(*b), tr.Line(k, v, "zero.overlap_comm");
+       }},
+      {"contiguous_gradients", [&](auto& k, auto& v) { tr.Only(k, v, true, "memwall's reduced gradients are always one contiguous shard; set it to true"); }},
+      {"allgather_partitions", [&](auto& k, auto& v) { tr.Only(k, v, true, "memwall always all-gathers the updated partitions; set it to true"); }},
+      {"reduce_scatter", [&](auto& k, auto& v) { tr.Only(k, v, true, "memwall always reduces gradients to their owners; set it to true"); }},
+      {"round_robin_gradients", [&](auto& k, auto& v) { tr.Only(k, v, false, "not implemented; set it to false"); }},
+      {"load_from_fp32_weights", [&](auto& k, auto& v) { tr.Only(k, v, true, "memwall's checkpoints always hold the fp32 master weights; set it to true"); }},
+      {"stage3_gather_16bit_weights_on_model_save", [&](auto& k, auto& v) {
+         if (tr.Bool(k, v)) tr.Line(k, v, "nothing: the train command's --export writes the full fp32 weights");
+       }},
+      {"stage3_gather_fp16_weights_on_model_save", [&](auto& k, auto& v) {
+         if (tr.Bool(k, v)) tr.Line(k, v, "nothing: the train command's --export writes the full fp32 weights");
+       }},
+      {"ignore_unused_parameters", [&](auto& k, auto& v) { tr.Only(k, v, true, "every GPT parameter is used; set it to true"); }},
+      {"offload_optimizer", [&](auto& k, auto& v) {
+         if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", offload_optimizer);
+       }},
+      {"offload_param", [&](auto& k, auto& v) {
+         if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", offload_param);
+       }},
+  };
+
+  const std::map<std::string, H> fp16_block = {
+      {"enabled", [&](auto& k, auto& v) { if (tr.Bool(k, v)) tr.Line(k, v, absl::StrCat("precision: ", zero::PrecisionName(t.precision()))); }},
+      {"loss_scale", [&](auto& k, auto& v) {
+         if (auto d = tr.Number(k, v)) {
+           if (*d != 0) return tr.Refuse(k, "memwall scales the loss dynamically only; set it to 0");
+           tr.Line(k, v, "dynamic loss scaling");
+         }
+       }},
+      {"initial_scale_power", [&](auto& k, auto& v) {
+         if (auto n = tr.Integer(k, v, 0, 127)) {
+           t.mutable_loss_scaling()->set_initial_scale(std::ldexp(1.0f, int(*n)));
+           tr.Line(k, v, absl::StrCat("loss_scaling.initial_scale: ", std::ldexp(1.0, int(*n))));
+         }
+       }},
+      {"loss_scale_window", [&](auto& k, auto& v) {
+         if (auto n = tr.Integer(k, v, 1, int64_t{1} << 40)) {
+           t.mutable_loss_scaling()->set_growth_interval(*n), tr.Line(k, v, "loss_scaling.growth_interval");
+         }
+       }},
+      {"min_loss_scale", [&](auto& k, auto& v) {
+         if (auto d = tr.Number(k, v)) {
+           t.mutable_loss_scaling()->set_min_scale(float(*d)), tr.Line(k, v, "loss_scaling.min_scale");
+         }
+       }},
+      {"hysteresis", [&](auto& k, auto& v) {
+         if (auto n = tr.Integer(k, v, 1, 1 << 20)) {
+           if (*n != 1) return tr.Refuse(k, "memwall halves the scale at every overflow (hysteresis 1); set it to 1");
+           tr.Line(k, v, "memwall's behaviour");
+         }
+       }},
+      {"consecutive_hysteresis", [&](auto& k, auto& v) { tr.Only(k, v, false, "memwall halves the scale at every overflow; set it to false"); }},
+      {"auto_cast", [&](auto& k, auto& v) { tr.Only(k, v, false, "memwall's GPT runs in the parameters' type; set it to false"); }},
+  };
+  const std::map<std::string, H> bf16_block = {
+      {"enabled", [&](auto& k, auto& v) { if (tr.Bool(k, v)) tr.Line(k, v, absl::StrCat("precision: ", zero::PrecisionName(t.precision()))); }},
+      {"immediate_grad_update", [&](auto& k, auto& v) { if (tr.Bool(k, v)) tr.Line(k, v, "nothing: gradients accumulate in the parameters' type"); }},
+  };
+
+  auto& adam = *t.mutable_adam();
+  std::optional<bool> adam_w_mode;
+  std::string optimizer_type;
+  const std::map<std::string, H> optimizer_params = {
+      {"lr", [&](auto& k, auto& v) { if (auto d = tr.Number(k, v)) adam.set_lr(float(*d)), tr.Line(k, v, "adam.lr"); }},
+      {"eps", [&](auto& k, auto& v) { if (auto d = tr.Number(k, v)) adam.set_eps(float(*d)), tr.Line(k, v, "adam.eps"); }},
+      {"weight_decay", [&](auto& k, auto& v) {
+         if (auto d = tr.Number(k, v)) adam.set_weight_decay(float(*d)), tr.Line(k, v, "adam.weight_decay");
+       }},
+      {"betas", [&](auto& k, auto& v) {
+         if (v.kind_case() != Value::kListValue || v.list_value().values_size() != 2) {
+           return tr.Refuse(k, absl::StrCat("must be a list of two numbers, not ", Translator::Show(v)));
+         }
+         auto b1 = tr.Number(k, v.list_value().values(0)), b2 = tr.Number(k, v.list_value().values(1));
+         if (b1 && b2) adam.set_beta1(float(*b1)), adam.set_beta2(float(*b2)), tr.Line(k, v, "adam.beta1, adam.beta2");
+       }},
+      {"adam_w_mode", [&](auto& k, auto& v) { if (auto b = tr.Bool(k, v)) adam_w_mode = *b; }},
+      {"torch_adam", [&](auto& k, auto& v) { if (tr.Bool(k, v)) tr.Line(k, v, "nothing: memwall has one Adam (cpu_adam/ on the host)"); }},
+      {"amsgrad", [&](auto& k, auto& v) { tr.Only(k, v, false, "AMSGrad is not implemented; set it to false"); }},
+  };
+  const std::map<std::string, H> optimizer = {
+      {"type", [&](auto& k, auto& v) {
+         if (auto s = tr.String(k, v)) {
+           optimizer_type = absl::AsciiStrToLower(*s);
+           if (optimizer_type != "adam" && optimizer_type != "adamw") {
+             tr.Refuse(k, absl::StrCat("memwall's optimizer is Adam or AdamW, not ", Translator::Show(v)));
+           }
+         }
+       }},
+      {"params", [&](auto& k, auto& v) {
+         if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", optimizer_params);
+       }},
+  };
+
+  auto& schedule = *t.mutable_schedule();
+  std::string scheduler_type;
+  std::optional<std::string> warmup_type;
+  const std::map<std::string, H> scheduler_params = {
+      {"warmup_min_lr", [&](auto& k, auto& v) {
+         if (auto d = tr.Number(k, v)) {
+           if (*d != 0) return tr.Refuse(k, "memwall's warmup starts from 0; set it to 0");
+           tr.Line(k, v, "memwall's behaviour (warmup from 0)");
+         }
+       }},
+      {"warmup_max_lr", [&](auto& k, auto& v) {
+         if (auto d = tr.Number(k, v)) adam.set_lr(float(*d)), tr.Line(k, v, "adam.lr (the schedule's peak)");
+       }},
+      {"warmup_num_steps", [&](auto& k, auto& v) {
+         if (auto n = tr.Integer(k, v, 0, int64_t{1} << 40)) schedule.set_warmup_steps(*n), tr.Line(k, v, "schedule.warmup_steps");
+       }},
+      {"total_num_steps", [&](auto& k, auto& v) {
+         if (auto n = tr.Integer(k, v, 0, int64_t{1} << 40)) schedule.set_decay_steps(*n), tr.Line(k, v, "schedule.decay_steps");
+       }},
+      {"warmup_type", [&](auto& k, auto& v) {
+         if (auto s = tr.String(k, v)) {
+           warmup_type = *s;
+           if (*s != "linear") return tr.Refuse(k, "memwall's warmup is linear; set it to \"linear\"");
+           tr.Line(k, v, "memwall's linear warmup");
+         }
+       }},
+      {"warmup_min_ratio", [&](auto& k, auto& v) {
+         if (auto d = tr.Number(k, v)) {
+           if (*d != 0) return tr.Refuse(k, "memwall's warmup starts from 0; set it to 0");
+           tr.Line(k, v, "memwall's behaviour (warmup from 0)");
+         }
+       }},
+      {"cos_min_ratio", [&](auto& k, auto& v) {
+         if (auto d = tr.Number(k, v)) schedule.set_min_lr_ratio(float(*d)), tr.Line(k, v, "schedule.min_lr_ratio");
+       }},
+      {"last_batch_iteration", [&](auto& k, auto& v) {
+         if (auto n = tr.Integer(k, v, -1, -1)) tr.Line(k, v, "memwall's behaviour (the step comes from a checkpoint)");
+       }},
+  };
+  const std::map<std::string, H> scheduler = {
+      {"type", [&](auto& k, auto& v) {
+         if (auto s = tr.String(k, v)) {
+           scheduler_type = *s;
+           if (*s == "WarmupLR") {
+             schedule.set_decay_steps(0), tr.Line(k, v, "linear warmup, then a constant lr (schedule.decay_steps: 0)");
+           } else if (*s == "WarmupDecayLR") {
+             schedule.set_decay(zero::LrSchedule::LINEAR), schedule.set_min_lr_ratio(0);
+             tr.Line(k, v, "linear warmup, then linear decay to 0 (schedule.decay: LINEAR, min_lr_ratio: 0)");
+           } else if (*s == "WarmupCosineLR") {
+             schedule.set_decay(zero::LrSchedule::COSINE), tr.Line(k, v, "linear warmup, then cosine decay (schedule.decay: COSINE)");
+           } else {
+             tr.Refuse(k, absl::StrCat("memwall's schedules are WarmupLR, WarmupDecayLR and WarmupCosineLR, not ",
+                                       Translator::Show(v)));
+           }
+         }
+       }},
+      {"params", [&](auto& k, auto& v) {
+         if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", scheduler_params);
+       }},
+  };
+
+  const std::map<std::string, H> activation_checkpointing = {
+      {"cpu_checkpointing", [&](auto& k, auto& v) {
+         if (auto b = tr.Bool(k, v)) out.offload_activations = *b, tr.Line(k, v, "GptConfig.offload_activations");
+       }},
+      {"contiguous_memory_optimization", [&](auto& k, auto& v) {
+         if (tr.Bool(k, v)) tr.Line(k, v, "nothing: checkpoints live in one planned buffer");
+       }},
+      {"number_checkpoints", [&](auto& k, auto& v) {
+         if (tr.Integer(k, v, 0, int64_t{1} << 20)) tr.Line(k, v, "nothing: memwall checkpoints every layer");
+       }},
+      {"synchronize_checkpoint_boundary", [&](auto& k, auto& v) { tr.Only(k, v, false, "not implemented; set it to false"); }},
+      {"profile", [&](auto& k, auto& v) { tr.Only(k, v, false, "--trace_dir writes a Chrome trace; set it to false"); }},
+  };
+
+  const std::map<std::string, H> top_level = {
+      {"train_batch_size", [&](auto& k, auto& v) {
+         if (auto n = tr.Integer(k, v, 1, int64_t{1} << 40)) {
+           out.train_batch_size = *n, tr.Line(k, v, "checked: micro_batch x accumulation x ranks");
+         }
+       }},
+      {"train_micro_batch_size_per_gpu", [&](auto& k, auto& v) {
+         if (auto n = tr.Integer(k, v, 1, int64_t{1} << 31)) t.set_micro_batch(*n), tr.Line(k, v, "micro_batch");
+       }},
+      {"gradient_accumulation_steps", [&](auto& k, auto& v) {
+         if (auto n = tr.Integer(k, v, 1, int64_t{1} << 31)) t.set_accumulation(*n), tr.Line(k, v, "accumulation");
+       }},
+      {"gradient_clipping", [&](auto& k, auto& v) {
+         if (auto d = tr.Number(k, v)) t.set_clip_norm(float(*d)), tr.Line(k, v, "clip_norm");
+       }},
+      {"steps_per_print", [&](auto& k, auto& v) {
+         if (auto n = tr.Integer(k, v, 1, int64_t{1} << 40)) out.steps_per_print = *n, tr.Line(k, v, "a progress line every N steps");
+       }},
+      {"wall_clock_breakdown", [&](auto& k, auto& v) {
+         if (tr.Bool(k, v)) tr.Line(k, v, "nothing: every step's log line has its breakdown");
+       }},
+      {"zero_allow_untested_optimizer", [&](auto& k, auto& v) { if (tr.Bool(k, v)) tr.Line(k, v, "nothing"); }},
+      {"zero_force_ds_cpu_optimizer", [&](auto& k, auto& v) { if (tr.Bool(k, v)) tr.Line(k, v, "nothing: offload always steps with memwall's CPU Adam"); }},
+      {"fp16", [&](auto& k, auto& v) { if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", fp16_block); }},
+      {"bf16", [&](auto& k, auto& v) { if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", bf16_block); }},
+      {"bfloat16", [&](auto& k, auto& v) { if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", bf16_block); }},
+      {"zero_optimization", [&](auto& k, auto& v) { if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", zero_optimization); }},
+      {"optimizer", [&](auto& k, auto& v) { if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", optimizer); }},
+      {"scheduler", [&](auto& k, auto& v) { if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", scheduler); }},
+      {"activation_checkpointing", [&](auto& k, auto& v) {
+         if (const Struct* s = tr.Object(k, v)) {
+           out.activation_checkpointing = true;
+           tr.Line(k, v, "GptConfig.activation_checkpointing: true");
+           tr.Walk(*s, k + ".", activation_checkpointing);
+         }
+       }},
+  };
+  tr.Walk(root, "", top_level);
+
+  // What DeepSpeed assumes where a key is absent, when memwall's default differs.
+  if (!t.has_clip_norm()) {
+    t.set_clip_norm(0), tr.Note("gradient_clipping", "clip_norm: 0, no clipping (DeepSpeed's default; memwall's is 1.0)");
+  }
+  if (!optimizer_type.empty()) {
+    // DeepSpeed's "Adam" is AdamW unless adam_w_mode is false.
+    const bool adamw = optimizer_type == "adamw" || adam_w_mode.value_or(true);
+    if (optimizer_type == "adamw" && adam_w_mode == false) {
+      tr.Refuse("optimizer.params.adam_w_mode", "AdamW has decoupled weight decay; use \"type\": \"Adam\" for L2");
+    }
+    adam.set_adamw(adamw);
+    out.lines.push_back(absl::StrCat("optimizer.type = \"", optimizer_type, "\"",
+                                     adam_w_mode ? absl::StrCat(", adam_w_mode = ", *adam_w_mode ? "true" : "false") : "",
+                                     " -> adam.adamw: ", adamw ? "true" : "false"));
+  } else if (top.count("optimizer")) {
+    tr.Refuse("optimizer.type", "is missing; give \"Adam\" or \"AdamW\"");
+  } else {
+    tr.Note("optimizer", "memwall's Adam with its defaults (ops/adam_options.h)");
+  }
+  if (fp16 && !tr.HasLine("fp16.hysteresis")) {
+    tr.Note("fp16.hysteresis", "1: the scale halves at every overflow (DeepSpeed's default is 2)");
+  }
+  if (!scheduler_type.empty()) {
+    if (!warmup_type) {
+      tr.Refuse("scheduler.params.warmup_type",
+                "is absent, and DeepSpeed's default is \"log\"; memwall's warmup is linear: add \"warmup_type\": \"linear\"");
+    }
+    if (scheduler_type != "WarmupLR" && schedule.decay_steps() == 0) {
+      tr.Refuse("scheduler.params.total_num_steps", absl::StrCat(scheduler_type, " needs it"));
+    }
+    if (scheduler_type != "WarmupCosineLR" && !adam.has_lr()) {
+      adam.set_lr(0.001f), tr.Note("scheduler.params.warmup_max_lr", "adam.lr: 0.001 (DeepSpeed's default)");
+    }
+    if (scheduler_type == "WarmupCosineLR" && !schedule.has_min_lr_ratio()) {
+      schedule.set_min_lr_ratio(0.0001f);
+      tr.Note("scheduler.params.cos_min_ratio", "schedule.min_lr_ratio: 0.0001 (DeepSpeed's default)");
+    }
+  }
+  if (top.count("scheduler") == 0) {
+    schedule.set_warmup_steps(0), schedule.set_decay_steps(0);
+    tr.Note("scheduler", "a constant lr (no warmup, no decay)");
+  }
+
+  if (!tr.refused().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": ", tr.refused().size(),
+                                                   tr.refused().size() == 1 ? " key" : " keys",
+                                                   " memwall cannot honour:\n  ", absl::StrJoin(tr.refused(), "\n  ")));
+  }
+  MEMWALL_RETURN_IF_ERROR(zero::ValidateTrainingConfig(t, absl::StrCat(origin, " as TrainingConfig ")));
+  return out;
+}
+
+absl::Status CheckTrainBatchSize(DeepSpeedTranslation& translation, int world_size) {
+  if (translation.train_batch_size == 0) return absl::OkStatus();
+  TrainingConfig& t = translation.training;
+  const int64_t micro = t.has_micro_batch() ? t.micro_batch() : 1;
+  const int64_t per_step = micro * world_size;
+  if (!t.has_accumulation()) {
+    if (translation.train_batch_size % per_step != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "train_batch_size ", translation.train_batch_size, " is not a multiple of train_micro_batch_size_per_gpu ",
+          micro, " x ", world_size, " ranks"));
+    }
+    t.set_accumulation(translation.train_batch_size / per_step);
+    translation.lines.push_back(absl::StrCat("gradient_accumulation_steps (absent) -> accumulation: ",
+                                             t.accumulation(), " (train_batch_size / (micro batch x ranks))"));
+    return absl::OkStatus();
+  }
+  if (per_step * t.accumulation() != translation.train_batch_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train_batch_size ", translation.train_batch_size, " != train_micro_batch_size_per_gpu ", micro,
+        " x gradient_accumulation_steps ", t.accumulation(), " x ", world_size, " ranks = ",
+        per_step * t.accumulation()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace memwall::engine

@@ -1,0 +1,185 @@
+// DeepSpeed JSON configs: each key becomes the memwall field that does the
+// same thing (in memwall's units), DeepSpeed's defaults are stated where
+// they differ, and every key memwall cannot honour is refused by name.
+#include "engine/deepspeed_config.h"
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "zero/config.h"
+
+namespace memwall::engine {
+namespace {
+
+absl::StatusOr<DeepSpeedTranslation> Translate(const std::string& json) {
+  return TranslateDeepSpeedConfig(json, "ds_config.json");
+}
+
+void ExpectRefused(const std::string& json, const std::string& key, const std::string& says) {
+  auto t = Translate(json);
+  ASSERT_FALSE(t.ok()) << json;
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string message(t.status().message());
+  EXPECT_TRUE(absl::StrContains(message, "ds_config.json")) << message;
+  EXPECT_TRUE(absl::StrContains(message, key + ": ")) << message;
+  EXPECT_TRUE(absl::StrContains(message, says)) << message;
+}
+
+TEST(DeepSpeedConfig, TranslatesTheZeroOffloadTutorialConfig) {
+  // The shape of DeepSpeed's ZeRO-Offload tutorial config: stage 2, the
+  // optimizer on the CPU, bf16, buckets in elements.
+  auto t = Translate(R"({
+    "train_batch_size": 32,
+    "train_micro_batch_size_per_gpu": 4,
+    "gradient_accumulation_steps": 4,
+    "gradient_clipping": 1.0,
+    "steps_per_print": 10,
+    "bf16": {"enabled": true},
+    "zero_optimization": {
+      "stage": 2,
+      "offload_optimizer": {"device": "cpu", "pin_memory": true},
+      "allgather_partitions": true,
+      "allgather_bucket_size": 2e8,
+      "overlap_comm": true,
+      "reduce_scatter": true,
+      "reduce_bucket_size": 5e8,
+      "contiguous_gradients": true
+    },
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}},
+    "scheduler": {"type": "WarmupDecayLR",
+                  "params": {"warmup_min_lr": 0, "warmup_max_lr": 6e-4, "warmup_num_steps": 100,
+                             "total_num_steps": 1000, "warmup_type": "linear"}}
+  })");
+  ASSERT_TRUE(t.ok()) << t.status();
+  const zero::TrainingConfig& c = t->training;
+  EXPECT_EQ(c.precision(), zero::BF16);
+  EXPECT_EQ(c.micro_batch(), 4);
+  EXPECT_EQ(c.accumulation(), 4);
+  EXPECT_FLOAT_EQ(c.clip_norm(), 1.0f);
+  EXPECT_EQ(c.zero().stage(), 2);
+  EXPECT_EQ(c.zero().offload_optimizer().device(), zero::OffloadOptimizerConfig::CPU);
+  EXPECT_TRUE(c.zero().offload_optimizer().pin_memory());
+  // Elements x 2 bytes in bf16.
+  EXPECT_EQ(c.zero().allgather_bucket_bytes(), int64_t{400000000});
+  EXPECT_EQ(c.zero().reduce_bucket_bytes(), int64_t{1000000000});
+  EXPECT_TRUE(c.zero().overlap_comm());
+  EXPECT_TRUE(c.adam().adamw());
+  EXPECT_FLOAT_EQ(c.adam().beta2(), 0.95f);
+  EXPECT_FLOAT_EQ(c.adam().weight_decay(), 0.1f);
+  // The scheduler's peak is the lr DeepSpeed trains with.
+  EXPECT_FLOAT_EQ(c.adam().lr(), 6e-4f);
+  EXPECT_EQ(c.schedule().warmup_steps(), 100);
+  EXPECT_EQ(c.schedule().decay_steps(), 1000);
+  EXPECT_EQ(c.schedule().decay(), zero::LrSchedule::LINEAR);
+  EXPECT_FLOAT_EQ(c.schedule().min_lr_ratio(), 0.0f);
+  EXPECT_EQ(t->train_batch_size, 32);
+  EXPECT_EQ(t->steps_per_print, 10);
+  const std::string lines = absl::StrJoin(t->lines, "\n");
+  EXPECT_TRUE(absl::StrContains(lines, "zero_optimization.reduce_bucket_size = 500000000 -> zero.reduce_bucket_bytes: "
+                                       "1000000000 (500000000 elements x 2 bytes)"))
+      << lines;
+  EXPECT_TRUE(zero::ValidateTrainingConfig(c).ok());
+  // 4 x 4 x 2 ranks = 32; on 4 ranks it is 64.
+  EXPECT_TRUE(CheckTrainBatchSize(*t, 2).ok());
+  const absl::Status four = CheckTrainBatchSize(*t, 4);
+  EXPECT_TRUE(absl::StrContains(four.message(), "train_batch_size 32 != train_micro_batch_size_per_gpu 4 x "
+                                                "gradient_accumulation_steps 4 x 4 ranks = 64"))
+      << four;
+}
+
+TEST(DeepSpeedConfig, BucketBytesFollowThePrecision) {
+  auto fp32 = Translate(R"({"zero_optimization": {"stage": 1, "reduce_bucket_size": 1000}})");
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  EXPECT_EQ(fp32->training.precision(), zero::FP32);
+  EXPECT_EQ(fp32->training.zero().reduce_bucket_bytes(), 4000);
+  auto fp16 = Translate(R"({"fp16": {"enabled": true, "initial_scale_power": 12, "loss_scale_window": 500,
+                                     "min_loss_scale": 2, "loss_scale": 0},
+                            "zero_optimization": {"stage": 3, "reduce_bucket_size": 1000,
+                                                  "stage3_prefetch_bucket_size": 300,
+                                                  "stage3_param_persistence_threshold": 77,
+                                                  "stage3_max_live_parameters": 1e6,
+                                                  "sub_group_size": 4096,
+                                                  "offload_param": {"device": "cpu", "pin_memory": true},
+                                                  "offload_optimizer": {"device": "cpu"}}})");
+  ASSERT_TRUE(fp16.ok()) << fp16.status();
+  const zero::TrainingConfig& c = fp16->training;
+  EXPECT_EQ(c.precision(), zero::FP16);
+  EXPECT_EQ(c.zero().reduce_bucket_bytes(), 2000);
+  EXPECT_EQ(c.zero().prefetch_bucket_bytes(), 600);
+  EXPECT_EQ(c.zero().param_persistence_threshold(), 77);
+  EXPECT_EQ(c.zero().max_live_params(), 1000000);
+  EXPECT_EQ(c.zero().offload_optimizer().tile_elements(), 4096);
+  EXPECT_EQ(c.zero().offload_param().device(), zero::OffloadParamConfig::CPU);
+  EXPECT_FLOAT_EQ(c.loss_scaling().initial_scale(), 4096.0f);
+  EXPECT_EQ(c.loss_scaling().growth_interval(), 500);
+  EXPECT_FLOAT_EQ(c.loss_scaling().min_scale(), 2.0f);
+}
+
+TEST(DeepSpeedConfig, StatesDeepSpeedsDefaultsWhereMemwallsDiffer) {
+  auto t = Translate(R"({"train_micro_batch_size_per_gpu": 2})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  // No gradient_clipping: DeepSpeed does not clip; no fp16/bf16 block: fp32;
+  // no scheduler: a constant lr.
+  EXPECT_FLOAT_EQ(t->training.clip_norm(), 0.0f);
+  EXPECT_EQ(t->training.precision(), zero::FP32);
+  EXPECT_EQ(t->training.schedule().warmup_steps(), 0);
+  EXPECT_EQ(t->training.schedule().decay_steps(), 0);
+  const std::string lines = absl::StrJoin(t->lines, "\n");
+  EXPECT_TRUE(absl::StrContains(lines, "gradient_clipping (absent) -> clip_norm: 0")) << lines;
+  EXPECT_TRUE(absl::StrContains(lines, "precision: FP32 (DeepSpeed's default")) << lines;
+  // Adam without adam_w_mode is AdamW in DeepSpeed.
+  auto adam = Translate(R"({"optimizer": {"type": "Adam", "params": {"lr": 1e-3}}})");
+  ASSERT_TRUE(adam.ok()) << adam.status();
+  EXPECT_TRUE(adam->training.adam().adamw());
+  auto l2 = Translate(R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false}}})");
+  ASSERT_TRUE(l2.ok()) << l2.status();
+  EXPECT_FALSE(l2->training.adam().adamw());
+  // train_batch_size without gradient_accumulation_steps gives the accumulation.
+  auto derived = Translate(R"({"train_batch_size": 24, "train_micro_batch_size_per_gpu": 3})");
+  ASSERT_TRUE(derived.ok());
+  ASSERT_TRUE(CheckTrainBatchSize(*derived, 2).ok());
+  EXPECT_EQ(derived->training.accumulation(), 4);
+  EXPECT_FALSE(CheckTrainBatchSize(*derived, 5).ok());
+}
+
+TEST(DeepSpeedConfig, RefusesEachKeyItCannotHonourByName) {
+  ExpectRefused(R"({"zero_optimization": {"stage": 2, "round_robin_gradients": true}})",
+                "zero_optimization.round_robin_gradients", "set it to false");
+  ExpectRefused(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "max_in_cpu": 1e9}}})",
+                "zero_optimization.offload_param.max_in_cpu", "no host cache");
+  ExpectRefused(R"({"zero_optimization": {"offload_optimizer": {"device": "gpu"}}})",
+                "zero_optimization.offload_optimizer.device", "must be \"cpu\", \"nvme\" or \"none\"");
+  ExpectRefused(R"({"fp16": {"enabled": true, "loss_scale": 128}})", "fp16.loss_scale", "dynamically only");
+  ExpectRefused(R"({"fp16": {"enabled": true, "hysteresis": 2}})", "fp16.hysteresis", "set it to 1");
+  ExpectRefused(R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})", "fp16.enabled", "enable one of them");
+  ExpectRefused(R"({"optimizer": {"type": "Lamb"}})", "optimizer.type", "Adam or AdamW");
+  ExpectRefused(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}})",
+                "scheduler.params.warmup_type", "DeepSpeed's default is \"log\"");
+  ExpectRefused(R"({"scheduler": {"type": "OneCycle"}})", "scheduler.type", "WarmupLR, WarmupDecayLR");
+  ExpectRefused(R"({"aio": {"block_size": 1048576}})", "aio", "infinity/aio.h");
+  ExpectRefused(R"({"tensorboard": {"enabled": true}})", "tensorboard", "step log");
+  ExpectRefused(R"({"train_micro_batch_size_per_gpu": "auto"})", "train_micro_batch_size_per_gpu",
+                "Hugging Face Trainer");
+  ExpectRefused(R"({"train_micro_batch_size_per_gpu": 2.5})", "train_micro_batch_size_per_gpu", "whole number");
+  ExpectRefused(R"({"zero_optimization": {"stage": 4}})", "zero_optimization.stage", "[0, 3]");
+  ExpectRefused(R"({"zero_optimisation": {"stage": 2}})", "zero_optimisation", "not a DeepSpeed key memwall knows");
+  // Every refusal at once, in key order.
+  auto both = Translate(R"({"zero_optimization": {"round_robin_gradients": true}, "amp": {"enabled": true}})");
+  ASSERT_FALSE(both.ok());
+  EXPECT_TRUE(absl::StrContains(both.status().message(), "2 keys memwall cannot honour:\n  amp: ")) << both.status();
+  // A disabled monitor is harmless.
+  EXPECT_TRUE(Translate(R"({"tensorboard": {"enabled": false}})").ok());
+  // Not JSON, or not an object.
+  ExpectRefused("{\"stage\": ", "", "not a DeepSpeed JSON config");
+  EXPECT_FALSE(Translate("[1, 2]").ok());
+  // A value memwall's own checks refuse comes back under the file's name.
+  auto nvme = Translate(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}})");
+  ASSERT_FALSE(nvme.ok());
+  EXPECT_TRUE(absl::StrContains(nvme.status().message(), "ds_config.json as TrainingConfig zero.offload_optimizer.nvme_path"))
+      << nvme.status();
+}
+
+}  // namespace
+}  // namespace memwall::engine

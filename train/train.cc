@@ -1,0 +1,324 @@
+// //:train: train a GPT with any ZeRO stage and placement, save and resume
+// sharded checkpoints, export Hugging Face files. With no flags it is the
+// quickstart: the 0.8M-parameter `quickstart` GPT on data/quickstart.txt.
+//
+//   ./bazelw run //:train -- [--model=NAME|FILE] [--data=FILE]
+//       [--config=TRAINING.textproto] [--set='zero { stage: 2 }'] [--deepspeed_config=ds_config.json]
+//       [--steps=N] [--out=DIR] [--save_every=N] [--save_dir=DIR] [--resume[=latest|PATH]]
+//       [--export=DIR] [--device=auto|cpu|cuda] [--share_gpus] [--trace_dir=DIR]
+//
+// Under mpirun, srun or a torchrun-style launcher every process runs this
+// same command; each is one data-parallel rank (runtime/launch.h), on the
+// GPU of its local rank. One step reads like the algorithm: the trainer's
+// Step (zero/trainer.h), a progress line, a checkpoint every --save_every
+// steps; the end exports the fp32 master weights.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "engine/deepspeed_config.h"
+#include "engine/engine.h"
+#include "models/data.h"
+#include "models/gpt.h"
+#include "runtime/best_device.h"
+#include "runtime/communicator.h"
+#include "runtime/files.h"
+#include "runtime/launch.h"
+#include "runtime/status.h"
+#include "runtime/timeline.h"
+#include "zero/checkpoint.h"
+#include "zero/config.h"
+#include "zero/trainer.h"
+
+ABSL_FLAG(std::string, model, "quickstart",
+          "a model name from models/configs/ (quickstart, gpt_125m, gpt_1.3b, offload_10b, ...) or a GptConfig file");
+ABSL_FLAG(std::string, model_name, "", "the entry to use when --model is a file listing several");
+ABSL_FLAG(std::string, data, "", "training text, its bytes the tokens (default: the project's data/quickstart.txt)");
+ABSL_FLAG(std::string, config, "", "TrainingConfig text proto (zero/training_config.proto); default: the quickstart's");
+ABSL_FLAG(std::string, set, "", "TrainingConfig fields over the config, e.g. 'zero { stage: 2 } micro_batch: 4'");
+ABSL_FLAG(std::string, deepspeed_config, "", "a DeepSpeed JSON config instead of --config (docs/deepspeed.md)");
+ABSL_FLAG(std::string, checkpointing, "", "activation checkpointing: true or false (default: the model's)");
+ABSL_FLAG(int64_t, steps, 300, "train until this many optimizer steps are done (a resumed run counts its past steps)");
+ABSL_FLAG(std::string, out, "", "output directory: train.log, the export (default: <workspace>/out/train)");
+ABSL_FLAG(int64_t, save_every, 0, "save a sharded checkpoint every N steps and at the end (0: never)");
+ABSL_FLAG(std::string, save_dir, "", "checkpoint directory (default: <out>/checkpoints)");
+ABSL_FLAG(std::string, resume, "",
+          "'latest': the newest complete checkpoint under --save_dir (none: start fresh); or a step directory");
+ABSL_FLAG(std::string, export, "", "directory for model.safetensors and config.json (default: <out>; 'none': skip)");
+ABSL_FLAG(std::string, device, "auto", "auto (CUDA if a GPU is visible), cpu or cuda");
+ABSL_FLAG(bool, share_gpus, false, "let several local ranks share a GPU (else more local ranks than GPUs is refused)");
+ABSL_FLAG(std::string, trace_dir, "", "write each step's Chrome trace here (one file per step and rank)");
+ABSL_FLAG(int64_t, print_every, 0, "a progress line every N steps (default: 20 lines a run, or steps_per_print)");
+
+namespace memwall::train {
+namespace {
+
+constexpr char kProjectText[] = "data/quickstart.txt";
+
+// The quickstart's training settings: what runs with no --config.
+constexpr char kQuickstartTraining[] = R"pb(
+  micro_batch: 8
+  precision: BF16
+  adam { lr: 2e-3 weight_decay: 0.01 }
+  schedule { warmup_steps: 20 }
+)pb";
+
+// A path flag as the user meant it (runtime/launch.h's UserPath).
+std::string UserFlag(const std::string& value) { return UserPath(value, std::getenv); }
+
+std::string OutDir() {
+  if (!absl::GetFlag(FLAGS_out).empty()) return UserFlag(absl::GetFlag(FLAGS_out));
+  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");  // `bazel run`: beside the sources
+  return absl::StrCat(workspace != nullptr ? workspace : ".", "/out/train");
+}
+
+// What the run trains with, and where each setting came from.
+struct Settings {
+  zero::TrainingConfig training;
+  std::vector<std::string> translation;  // a DeepSpeed config's, line by line
+  int64_t print_every = 0;
+  // The model's side of a DeepSpeed activation_checkpointing block.
+  std::optional<bool> checkpointing, offload_activations;
+};
+
+absl::StatusOr<Settings> LoadSettings(const models::GptConfig& model, int world_size, int64_t steps) {
+  Settings s;
+  const std::string config = absl::GetFlag(FLAGS_config), ds = absl::GetFlag(FLAGS_deepspeed_config);
+  if (!config.empty() && !ds.empty()) {
+    return absl::InvalidArgumentError("give --config or --deepspeed_config, not both");
+  }
+  if (!ds.empty()) {
+    const std::string path = UserFlag(ds);
+    MEMWALL_ASSIGN_OR_RETURN(const std::string json, ReadRegularFile(path, "--deepspeed_config"));
+    MEMWALL_ASSIGN_OR_RETURN(engine::DeepSpeedTranslation t, engine::TranslateDeepSpeedConfig(json, path));
+    MEMWALL_RETURN_IF_ERROR(engine::CheckTrainBatchSize(t, world_size));
+    if (t.activation_checkpointing && !absl::GetFlag(FLAGS_checkpointing).empty()) {
+      return absl::InvalidArgumentError("--checkpointing and the DeepSpeed config's activation_checkpointing: give one");
+    }
+    s.training = t.training;
+    s.translation = t.lines;
+    s.checkpointing = t.activation_checkpointing;
+    s.offload_activations = t.offload_activations;
+    s.print_every = t.steps_per_print;
+  } else if (!config.empty()) {
+    const std::string path = UserFlag(config);
+    MEMWALL_ASSIGN_OR_RETURN(const std::string text, ReadRegularFile(path, "--config"));
+    MEMWALL_RETURN_IF_ERROR(ParseTextProto(text, path, &s.training));
+  } else {
+    MEMWALL_RETURN_IF_ERROR(ParseTextProto(kQuickstartTraining, "the quickstart's settings", &s.training));
+    s.training.mutable_schedule()->set_decay_steps(steps);
+  }
+  if (const std::string set = absl::GetFlag(FLAGS_set); !set.empty()) {
+    zero::TrainingConfig over;
+    MEMWALL_RETURN_IF_ERROR(ParseTextProto(set, "--set", &over));
+    s.training.MergeFrom(over);
+  }
+  if (!s.training.has_seq()) s.training.set_seq(model.positions());
+  if (absl::GetFlag(FLAGS_print_every) > 0) s.print_every = absl::GetFlag(FLAGS_print_every);
+  return s;
+}
+
+// "stage 2, optimizer on CPU (+DPU after 40 steps), parameters on device".
+std::string Placements(const zero::TrainingOptions& t) {
+  const zero::ZeroConfig& z = t->zero();
+  std::string line = absl::StrCat("stage ", z.stage(), ", optimizer states on ",
+                                  zero::OffloadOptimizerConfig::Device_Name(z.offload_optimizer().device()));
+  if (z.offload_optimizer().device() != zero::OffloadOptimizerConfig::NONE &&
+      z.offload_optimizer().delayed_update_after_steps() > 0) {
+    absl::StrAppend(&line, " (delayed update after ", z.offload_optimizer().delayed_update_after_steps(), " steps)");
+  }
+  if (z.stage() == 3) {
+    absl::StrAppend(&line, ", parameters on ", zero::OffloadParamConfig::Device_Name(z.offload_param().device()),
+                    z.partitioning() == zero::ZeroConfig::BANDWIDTH_CENTRIC ? ", bandwidth-centric" : "");
+  }
+  absl::StrReplaceAll({{"on NONE", "on the device"}}, &line);
+  return line;
+}
+
+absl::Status Main() {
+  const int64_t steps = absl::GetFlag(FLAGS_steps);
+  if (steps <= 0) return absl::InvalidArgumentError(absl::StrCat("--steps=", steps, " must be > 0"));
+  if (absl::GetFlag(FLAGS_save_every) < 0) return absl::InvalidArgumentError("--save_every must be >= 0");
+  MEMWALL_ASSIGN_OR_RETURN(const LaunchInfo launch, DiscoverLaunch(std::getenv));
+  MEMWALL_ASSIGN_OR_RETURN(models::GptConfig config,
+                           models::ResolveModel(absl::GetFlag(FLAGS_model).find('/') != std::string::npos
+                                                    ? UserFlag(absl::GetFlag(FLAGS_model))
+                                                    : absl::GetFlag(FLAGS_model),
+                                                absl::GetFlag(FLAGS_model_name)));
+  MEMWALL_ASSIGN_OR_RETURN(Settings settings, LoadSettings(config, launch.world_size, steps));
+  if (settings.checkpointing) config.set_activation_checkpointing(*settings.checkpointing);
+  if (settings.offload_activations) config.set_offload_activations(*settings.offload_activations);
+  if (const std::string c = absl::GetFlag(FLAGS_checkpointing); c == "true" || c == "false") {
+    config.set_activation_checkpointing(c == "true");
+  } else if (!c.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--checkpointing='", c, "' is not true or false"));
+  }
+  const std::string data_path =
+      absl::GetFlag(FLAGS_data).empty() ? ProjectFile(kProjectText) : UserFlag(absl::GetFlag(FLAGS_data));
+  MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<models::TokenSource> data, models::ByteTextSource(data_path));
+  MEMWALL_ASSIGN_OR_RETURN(auto device,
+                           CreateDeviceForRank(absl::GetFlag(FLAGS_device), launch, absl::GetFlag(FLAGS_share_gpus)));
+  MEMWALL_ASSIGN_OR_RETURN(auto comm, CreateCommunicator(*device));
+  MEMWALL_ASSIGN_OR_RETURN(auto model, models::Gpt::Create(config));
+  const bool rank0 = comm->rank() == 0;
+  const int64_t save_every = absl::GetFlag(FLAGS_save_every);
+  const std::string out = OutDir();
+  const std::string save_dir = absl::GetFlag(FLAGS_save_dir).empty() ? out + "/checkpoints"
+                                                                     : UserFlag(absl::GetFlag(FLAGS_save_dir));
+  const std::string trace_dir = absl::GetFlag(FLAGS_trace_dir).empty()
+                                    ? ""
+                                    : absl::StrCat(UserFlag(absl::GetFlag(FLAGS_trace_dir)), "/rank_", comm->rank());
+  for (const std::string& dir : {out, trace_dir}) {
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+    if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  }
+
+  Timeline timeline;  // the device-idle fraction and breakdown of each step
+  zero::TrainerOptions options;
+  options.training = settings.training;
+  options.timeline = &timeline;
+  options.trace_dir = trace_dir;
+  MEMWALL_ASSIGN_OR_RETURN(auto trainer, engine::CreateTrainer(*model, *device, *comm, options));
+  const zero::TrainingOptions& t = trainer->training();
+
+  if (rank0) {
+    for (const std::string& line : settings.translation) std::printf("deepspeed_config: %s\n", line.c_str());
+    std::printf("train: %s (%lld layers, hidden %lld, %lld heads, %lld parameters%s) on %s, %d %s (%s)\n",
+                config.name().c_str(), (long long)config.layers(), (long long)config.hidden(),
+                (long long)config.heads(), (long long)models::CountParameters(config),
+                config.activation_checkpointing() ? ", activation checkpointing" : "", device->name().c_str(),
+                comm->world_size(), comm->world_size() == 1 ? "rank" : "ranks",
+                std::string(LauncherName(launch.launcher)).c_str());
+    std::printf("train: %s; %s; %lld steps of %lld sequences x %lld tokens (micro-batch %lld x accumulation %lld x "
+                "%d ranks) from %s\n",
+                Placements(t).c_str(), std::string(zero::PrecisionName(t->precision())).c_str(), (long long)steps,
+                (long long)(t->micro_batch() * t->accumulation() * comm->world_size()), (long long)t->seq(),
+                (long long)t->micro_batch(), (long long)t->accumulation(), comm->world_size(),
+                data->description().c_str());
+    std::fflush(stdout);  // before the progress lines on stderr
+  }
+
+  // Resume: the newest complete checkpoint, or the one named. A run that
+  // would save over checkpoints it did not resume from stops now, not at
+  // its first save.
+  if (absl::GetFlag(FLAGS_resume).empty() && save_every > 0) {
+    if (absl::StatusOr<std::string> old = zero::LatestCheckpoint(save_dir); old.ok()) {
+      return absl::AlreadyExistsError(absl::StrCat(save_dir, " holds checkpoints (the latest ", *old,
+                                                   "): pass --resume to continue from it, or another --save_dir"));
+    }
+  }
+  if (const std::string resume = absl::GetFlag(FLAGS_resume); !resume.empty()) {
+    std::string step_dir;
+    if (resume == "latest") {
+      absl::StatusOr<std::string> latest = zero::LatestCheckpoint(save_dir);
+      if (latest.ok()) {
+        step_dir = *latest;
+      } else if (latest.status().code() != absl::StatusCode::kNotFound) {
+        return latest.status();
+      } else if (rank0) {
+        std::printf("train: no complete checkpoint under %s: starting at step 0\n", save_dir.c_str());
+      }
+    } else {
+      step_dir = UserFlag(resume);
+    }
+    if (!step_dir.empty()) {
+      MEMWALL_RETURN_IF_ERROR(trainer->Load(step_dir));
+      if (rank0) std::printf("train: resumed from %s at step %lld\n", step_dir.c_str(), (long long)trainer->steps_done());
+    }
+  }
+
+  std::ofstream log;
+  const std::string log_path = out + "/train.log";
+  if (rank0) {
+    log.open(log_path, trainer->steps_done() > 0 ? std::ios::app : std::ios::trunc);
+    if (!log) return absl::PermissionDeniedError(absl::StrCat("cannot write ", log_path));
+  }
+  const bool tty = rank0 && isatty(STDERR_FILENO);
+  const int64_t every = settings.print_every > 0 ? settings.print_every : std::max<int64_t>(1, steps / 20);
+  double first = NAN, last = NAN;
+  while (trainer->steps_done() < steps) {
+    MEMWALL_ASSIGN_OR_RETURN(const zero::StepStats st, trainer->Step(*data));
+    timeline.Clear();
+    if (std::isnan(first)) first = st.loss;
+    last = st.loss;
+    const std::string line = trainer->LogLine(st);
+    if (rank0) {
+      log << line << "\n" << std::flush;
+      const int percent = int(100 * st.step / steps);
+      if (tty) {  // one progress line, rewritten in place
+        std::fprintf(stderr, "\r\033[K[%3d%%] %s", percent, line.c_str());
+        if (st.step == steps) std::fprintf(stderr, "\n");
+      } else if (st.step % every == 0 || st.step == 1 || st.step == steps) {
+        std::fprintf(stderr, "[%3d%%] %s\n", percent, line.c_str());
+      }
+    }
+    if (save_every > 0 && (st.step % save_every == 0 || st.step == steps)) {
+      MEMWALL_ASSIGN_OR_RETURN(const std::string saved, trainer->Save(save_dir));
+      if (rank0) log << "saved " << saved << "\n" << std::flush;
+    }
+  }
+
+  std::string exported;
+  if (const std::string e = absl::GetFlag(FLAGS_export); e != "none") {
+    const std::string dir = e.empty() ? out : UserFlag(e);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+    // Every step's update in the weights, a delayed one included.
+    MEMWALL_RETURN_IF_ERROR(trainer->ApplyPendingUpdate());
+    exported = dir + "/model.safetensors";
+    MEMWALL_RETURN_IF_ERROR(trainer->Export(exported));
+  }
+  if (rank0) {
+    if (!std::isnan(first)) {
+      std::printf("first loss %.4f, last loss %.4f (uniform over the vocabulary: %.4f)\n", first, last,
+                  std::log(double(config.vocab())));
+    }
+    std::printf("log:         %s\n", log_path.c_str());
+    if (save_every > 0) std::printf("checkpoints: %s (resume with --resume)\n", save_dir.c_str());
+    if (!exported.empty()) {
+      std::printf("weights:     %s (+ config.json)\n", exported.c_str());
+      std::printf("evaluate:    ./bazelw run //models:evaluate -- --weights=%s --text=%s\n", exported.c_str(),
+                  std::filesystem::absolute(data_path).string().c_str());
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace memwall::train
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "train a GPT with ZeRO stages 0-3, ZeRO-Offload and ZeRO-Infinity placements; with no flags, the "
+      "quickstart.\n"
+      "  train [--model=NAME|FILE] [--data=FILE] [--config=FILE | --deepspeed_config=FILE.json] [--set='...']\n"
+      "        [--steps=N] [--out=DIR] [--save_every=N] [--save_dir=DIR] [--resume[=latest|PATH]] [--export=DIR]\n"
+      "  Under mpirun, srun or torchrun-style variables each process is one rank.");
+  // A bare --resume means the latest checkpoint.
+  std::vector<char*> args(argv, argv + argc);
+  static char kResumeLatest[] = "--resume=latest";
+  for (char*& arg : args) {
+    if (std::strcmp(arg, "--resume") == 0 || std::strcmp(arg, "-resume") == 0) arg = kResumeLatest;
+  }
+  absl::ParseCommandLine(int(args.size()), args.data());
+  if (absl::Status st = memwall::train::Main(); !st.ok()) {
+    std::fprintf(stderr, "train: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,81 @@
+#!/bin/bash
+# The training command end to end on 2 ranks under mpirun, stage 2 with the
+# optimizer on the CPU (ZeRO-Offload):
+#   1. an uninterrupted run of 24 steps, saving every 4: the reference;
+#   2. the same command killed (SIGKILL, every rank) once step 8 is saved,
+#      then run again with --resume: it resumes from a saved step and ends
+#      with the reference's weights, byte for byte;
+#   3. the same run from a DeepSpeed JSON config that says the same things:
+#      the translation is printed and the weights are the reference's;
+#   4. torchrun-style variables (RANK, WORLD_SIZE, MASTER_ADDR, ...) and no
+#      MPI: the job trains as 2 ranks (TCP backend) and ends with the
+#      reference's weights;
+#   5. the export carries config.json, and //models:evaluate refuses a
+#      --heads that contradicts it.
+# Usage: train_resume_test.sh TRAIN EVALUATE MPI_RUNNER TORCHRUN_RUNNER
+set -uo pipefail
+train="$PWD/$1" evaluate="$PWD/$2" mpi="$PWD/$3" torchrun="$PWD/$4"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+fail() { echo "FAIL: $*"; exit 1; }
+flags=(--steps=24 --save_every=4 --device=cpu --set='zero { stage: 2 offload_optimizer { device: CPU } }')
+
+echo "=== 1. uninterrupted"
+"$mpi" 2 "$train" "${flags[@]}" --out="$tmp/ref" > "$tmp/ref.log" 2>&1 || { cat "$tmp/ref.log"; fail "reference run"; }
+grep -q "stage 2, optimizer states on CPU" "$tmp/ref.log" || { cat "$tmp/ref.log"; fail "no placement line"; }
+grep -q "2 ranks" "$tmp/ref.log" || fail "the reference did not run on 2 ranks"
+[[ -f "$tmp/ref/checkpoints/step_00000024/COMPLETE" ]] || fail "no checkpoint at step 24"
+
+echo "=== 2. killed after step 8 is saved, then --resume"
+setsid "$mpi" 2 "$train" "${flags[@]}" --out="$tmp/killed" > "$tmp/killed.log" 2>&1 &
+job=$!
+for _ in $(seq 600); do
+  [[ -f "$tmp/killed/checkpoints/step_00000008/COMPLETE" ]] && break
+  sleep 0.1
+done
+kill -KILL -- "-$job" 2>/dev/null
+wait "$job" 2>/dev/null
+[[ -f "$tmp/killed/checkpoints/step_00000008/COMPLETE" ]] || { cat "$tmp/killed.log"; fail "step 8 was never saved"; }
+[[ ! -f "$tmp/killed/model.safetensors" ]] || fail "the run finished before it was killed: nothing was resumed"
+"$mpi" 2 "$train" "${flags[@]}" --out="$tmp/killed" --resume > "$tmp/resumed.log" 2>&1 ||
+  { cat "$tmp/resumed.log"; fail "resumed run"; }
+grep -E "resumed from .*step_000000(08|12|16|20) at step" "$tmp/resumed.log" || { cat "$tmp/resumed.log"; fail "did not resume"; }
+cmp "$tmp/ref/model.safetensors" "$tmp/killed/model.safetensors" || fail "the resumed weights differ from the uninterrupted run's"
+
+echo "=== 3. the same run from a DeepSpeed config"
+cat > "$tmp/ds_config.json" <<'JSON'
+{
+  "train_micro_batch_size_per_gpu": 8,
+  "gradient_accumulation_steps": 1,
+  "train_batch_size": 16,
+  "gradient_clipping": 1.0,
+  "bf16": {"enabled": true},
+  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true}},
+  "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.01}},
+  "scheduler": {"type": "WarmupCosineLR",
+                "params": {"total_num_steps": 24, "warmup_num_steps": 20, "warmup_type": "linear",
+                           "warmup_min_ratio": 0, "cos_min_ratio": 0.1}}
+}
+JSON
+"$mpi" 2 "$train" --steps=24 --device=cpu --deepspeed_config="$tmp/ds_config.json" --out="$tmp/ds" > "$tmp/ds.log" 2>&1 ||
+  { cat "$tmp/ds.log"; fail "DeepSpeed config run"; }
+grep -q "deepspeed_config: zero_optimization.stage = 2 -> zero.stage" "$tmp/ds.log" || { cat "$tmp/ds.log"; fail "no translation printed"; }
+cmp "$tmp/ref/model.safetensors" "$tmp/ds/model.safetensors" || fail "the DeepSpeed config trained other weights"
+echo '{"zero_optimization": {"stage": 2, "round_robin_gradients": true}}' > "$tmp/bad.json"
+"$train" --steps=1 --device=cpu --deepspeed_config="$tmp/bad.json" --out="$tmp/bad" > "$tmp/bad.log" 2>&1 && fail "a key memwall cannot honour was accepted"
+grep -q "zero_optimization.round_robin_gradients: not implemented; set it to false" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "refusal"; }
+
+echo "=== 4. torchrun-style variables"
+"$torchrun" 2 "$train" "${flags[@]}" --save_every=0 --out="$tmp/torchrun" > "$tmp/torchrun.log" 2>&1 ||
+  { cat "$tmp/torchrun.log"; fail "torchrun-style run"; }
+grep -q "2 ranks (torchrun-style variables)" "$tmp/torchrun.log" || { cat "$tmp/torchrun.log"; fail "did not train as 2 ranks"; }
+cmp "$tmp/ref/model.safetensors" "$tmp/torchrun/model.safetensors" || fail "torchrun-style weights differ from mpirun's"
+
+echo "=== 5. self-describing export"
+grep -q '"n_head": 4' "$tmp/ref/config.json" || fail "config.json lacks n_head"
+"$evaluate" --weights="$tmp/ref/model.safetensors" --text=data/quickstart.txt --device=cpu > "$tmp/eval.log" 2>&1 ||
+  { cat "$tmp/eval.log"; fail "evaluate without --heads"; }
+grep -q "^loss=" "$tmp/eval.log" || fail "no loss"
+"$evaluate" --weights="$tmp/ref/model.safetensors" --heads=8 --text=data/quickstart.txt --device=cpu > "$tmp/eval8.log" 2>&1 &&
+  fail "evaluate took --heads=8 for a 4-head model"
+grep -q "heads = 8 contradicts the 4 heads recorded" "$tmp/eval8.log" || { cat "$tmp/eval8.log"; fail "wrong refusal"; }
+echo PASS

@@ -1,0 +1,47 @@
+#!/bin/bash
+# The training command with no flags but --steps (the quickstart, shortened):
+# it trains, the loss falls, it writes a log line per step and a
+# safetensors file with its config.json, and //models:evaluate reads that
+# file back and reports a loss on the same text close to the trainer's last
+# one (two independent paths to the same number).
+set -euo pipefail
+out="$TEST_TMPDIR/train"
+train/train --steps=60 --device=cpu --out="$out" > "$TEST_TMPDIR/stdout" 2> "$TEST_TMPDIR/stderr"
+cat "$TEST_TMPDIR/stdout"
+[[ $(wc -l < "$out/train.log") -eq 60 ]] || { echo "expected 60 log lines"; exit 1; }
+grep -q '"n_head": 4' "$out/config.json" || { echo "no config.json beside the weights"; exit 1; }
+read -r first last < <(sed -n 's/^first loss \([0-9.]*\), last loss \([0-9.]*\).*/\1 \2/p' "$TEST_TMPDIR/stdout")
+echo "first=$first last=$last"
+awk -v f="$first" -v l="$last" 'BEGIN { exit !(f > 5.0 && l < 0.8 * f) }' || { echo "loss did not fall"; exit 1; }
+eval_out=$(models/evaluate --weights="$out/model.safetensors" --text=data/quickstart.txt --device=cpu 2> "$TEST_TMPDIR/eval_stderr")
+echo "$eval_out"
+loss=$(echo "$eval_out" | tail -1 | sed -n 's/^loss=\([0-9.]*\)$/\1/p')
+[[ -n "$loss" ]] || { echo "evaluate did not print loss=<value> last"; exit 1; }
+# The trained weights fit the text: within 25% of the last training loss
+# (bf16 training vs fp32 evaluation over every window, not a sampled batch).
+awk -v e="$loss" -v l="$last" 'BEGIN { exit !(e < 1.25 * l && e > 0.75 * l) }' || { echo "evaluate loss $loss vs last training loss $last"; exit 1; }
+# Bad input is a clear error, not a crash.
+if models/evaluate --weights="$out/missing.safetensors" --heads=4 --text=data/quickstart.txt 2> "$TEST_TMPDIR/err"; then
+  echo "missing weights accepted"; exit 1
+fi
+grep -q "safetensors file .*missing.safetensors does not exist" "$TEST_TMPDIR/err"
+# Bad flags name themselves.
+if train/train --steps=0 --device=cpu --out="$out" 2> "$TEST_TMPDIR/err"; then echo "--steps=0 accepted"; exit 1; fi
+grep -q -- "--steps=0 must be > 0" "$TEST_TMPDIR/err"
+if train/train --model=no_such_model --device=cpu --out="$out" 2> "$TEST_TMPDIR/err"; then echo "a bad model accepted"; exit 1; fi
+grep -q "model 'no_such_model' is neither a file nor a model name; the names are: gpt_125m" "$TEST_TMPDIR/err"
+if train/train --set='zero { offload_optimizer { device: GPU } }' --device=cpu --out="$out" 2> "$TEST_TMPDIR/err"; then
+  echo "a bad enum accepted"; exit 1
+fi
+grep -q "device is one of NONE, CPU, NVME" "$TEST_TMPDIR/err"
+if train/train --resume="$out/no_such_step" --steps=1 --device=cpu --out="$out" 2> "$TEST_TMPDIR/err"; then
+  echo "a missing checkpoint accepted"; exit 1
+fi
+grep -q "no_such_step" "$TEST_TMPDIR/err"
+# Saving over checkpoints it did not resume from is refused before training.
+train/train --steps=2 --save_every=2 --device=cpu --out="$out/saved" > /dev/null 2>&1
+if train/train --steps=2 --save_every=2 --device=cpu --out="$out/saved" 2> "$TEST_TMPDIR/err"; then
+  echo "saved over old checkpoints"; exit 1
+fi
+grep -q "holds checkpoints (the latest .*step_00000002): pass --resume" "$TEST_TMPDIR/err"
+echo PASS
