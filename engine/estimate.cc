@@ -6,8 +6,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/engine.h"
+#include "google/protobuf/text_format.h"
 #include "models/gpt.h"
 #include "runtime/status.h"
+#include "zero/config.h"
 #include "zero/stage_plan.h"
 
 namespace memwall::engine {
@@ -66,11 +68,66 @@ absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& in) {
   e.fits_host = in.host_bytes == 0 || e.host_bytes <= in.host_bytes;
   e.fits_disk = in.disk_bytes == 0 || e.nvme_bytes <= in.disk_bytes;
   e.fits = e.fits_device && e.fits_host && e.fits_disk;
+  e.assumed = composition->training.config();
+  e.checkpointing = activations.checkpointing;
   return e;
 }
 
+std::vector<Suggestion> SuggestPlacements(const EstimateInput& in) {
+  const zero::TrainingConfig& t = in.training;
+  const int stage = t.zero().stage();
+  const bool optimizer_off = t.zero().offload_optimizer().device() != zero::OffloadOptimizerConfig::NONE;
+  std::vector<std::string> overlays;
+  for (int s = stage + 1; s <= 3; ++s) overlays.push_back(absl::StrCat("zero { stage: ", s, " }"));
+  if (!optimizer_off) {
+    overlays.push_back(absl::StrCat("zero { stage: ", std::max(stage, 2), " offload_optimizer { device: CPU } }"));
+  }
+  if (t.zero().offload_param().device() == zero::OffloadParamConfig::NONE) {
+    overlays.push_back("zero { stage: 3 offload_optimizer { device: CPU } offload_param { device: CPU } }");
+  }
+  if (t.zero().offload_optimizer().device() != zero::OffloadOptimizerConfig::NVME) {
+    overlays.push_back("zero { stage: 3 offload_optimizer { device: NVME nvme_path: \"/local_nvme\" } "
+                       "offload_param { device: CPU } }");
+  }
+  std::vector<Suggestion> out;
+  auto consider = [&](const std::string& set, EstimateInput changed) {
+    absl::StatusOr<Estimate> e = EstimateMemory(changed);
+    if (e.ok() && e->fits) out.push_back({set, *std::move(e)});
+  };
+  for (const std::string& overlay : overlays) {
+    zero::TrainingConfig over;
+    if (!google::protobuf::TextFormat::ParseFromString(overlay, &over)) continue;
+    EstimateInput changed = in;
+    changed.training.MergeFrom(over);
+    consider(overlay, changed);
+  }
+  const bool checkpointing = in.checkpointing.value_or(in.model.has_value() && in.model->activation_checkpointing());
+  if (in.model.has_value() && !checkpointing) {
+    EstimateInput changed = in;
+    changed.checkpointing = true;
+    consider("activation checkpointing (--checkpointing=true)", changed);
+  }
+  return out;
+}
+
+std::string Estimate::AssumedText() const {
+  const zero::ZeroConfig& z = assumed.zero();
+  std::string text = absl::StrCat("seq ", assumed.seq(), ", micro-batch ", assumed.micro_batch(), ", accumulation ",
+                                  assumed.accumulation(), ", ", zero::PrecisionName(assumed.precision()));
+  if (activations_counted) absl::StrAppend(&text, ", activation checkpointing ", checkpointing ? "on" : "off");
+  absl::StrAppend(&text, ", stage ", z.stage());
+  if (z.offload_optimizer().device() != zero::OffloadOptimizerConfig::NONE) {
+    absl::StrAppend(&text, ", optimizer states on ", zero::OffloadOptimizerConfig::Device_Name(z.offload_optimizer().device()));
+  }
+  if (z.offload_param().device() != zero::OffloadParamConfig::NONE) {
+    absl::StrAppend(&text, ", parameters on ", zero::OffloadParamConfig::Device_Name(z.offload_param().device()));
+  }
+  return text;
+}
+
 std::string Estimate::ToText() const {
-  std::string out = absl::StrFormat("parameters: %d\nper rank, device memory:\n", params);
+  std::string out = absl::StrFormat("assumed: %s (change with --set or --config)\nparameters: %d\nper rank, device memory:\n",
+                                    AssumedText(), params);
   for (int t = 0; t < kNumMemoryTags; ++t) {
     if (device[t] == 0) continue;
     absl::StrAppendFormat(&out, "  %-18s %s\n", MemoryTagName(static_cast<MemoryTag>(t)),
@@ -100,6 +157,7 @@ std::string Estimate::ToText() const {
   verdict(device_budget, fits_device, "device memory");
   verdict(host_budget, fits_host, "pinned host memory");
   verdict(disk_budget, fits_disk, "disk (NVMe swap files)");
+  if (!budgeted()) out += "no budget given (--device_bytes, --host_bytes, --disk_bytes): bytes only, no verdict\n";
   return out;
 }
 
@@ -119,7 +177,11 @@ std::string Estimate::ToJson() const {
                       ", \"device_budget_bytes\": ", device_budget,
                       ", \"host_budget_bytes\": ", host_budget,
                       ", \"disk_budget_bytes\": ", disk_budget,
-                      ", \"fits\": ", fits ? "true" : "false",
+                      ", \"assumed\": {\"seq\": ", assumed.seq(), ", \"micro_batch\": ", assumed.micro_batch(),
+                      ", \"accumulation\": ", assumed.accumulation(), ", \"precision\": \"",
+                      zero::PrecisionName(assumed.precision()), "\", \"checkpointing\": ",
+                      checkpointing ? "true" : "false", ", \"stage\": ", assumed.zero().stage(), "}",
+                      ", \"fits\": ", !budgeted() ? "null" : fits ? "true" : "false",
                       ", \"fits_device\": ", fits_device ? "true" : "false",
                       ", \"fits_host\": ", fits_host ? "true" : "false",
                       ", \"fits_disk\": ", fits_disk ? "true" : "false",

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "models/gpt_config.pb.h"
@@ -65,15 +66,26 @@ struct Estimate {
   std::array<int64_t, kNumMemoryTags> nvme{};    // NVMe swap files per rank, by tag (NVMe offload)
   int64_t nvme_bytes = 0;                // their sum
   bool activations_counted = false;      // false with --params alone
+  // What the estimate assumed: the training config with every default
+  // filled (seq, micro_batch, accumulation, precision, the stage and its
+  // placements) and whether activations were checkpointed.
+  zero::TrainingConfig assumed;
+  bool checkpointing = false;
   int64_t device_budget = 0, host_budget = 0, disk_budget = 0;
-  // Each total within its budget (true without one), and all three.
+  // Each total within its budget (true without one), and all three. With
+  // no budget at all there is no verdict: the text says so and the JSON's
+  // "fits" is null.
   bool fits_device = true, fits_host = true, fits_disk = true;
   bool fits = true;
+  bool budgeted() const { return device_budget > 0 || host_budget > 0 || disk_budget > 0; }
 
   int64_t of(MemoryTag tag) const { return device[static_cast<int>(tag)]; }
   int64_t host_of(MemoryTag tag) const { return host[static_cast<int>(tag)]; }
-  // One line per tag, then totals and the verdict.
+  // What was assumed, one line per tag, then totals and the verdict.
   std::string ToText() const;
+  // "seq 1024, micro-batch 10, accumulation 1, bf16, activation
+  // checkpointing on, stage 2, optimizer states on CPU".
+  std::string AssumedText() const;
   // {"params": ..., "model_states_bytes_per_rank": ..., "total_device_bytes_per_rank": ...,
   //  "host_bytes_per_rank": ..., "fits": ..., "fits_device": ..., "fits_host": ...,
   //  "fits_disk": ..., "device_bytes_per_rank_by_tag": {...}, ...}
@@ -83,6 +95,20 @@ struct Estimate {
 // Checks every input (engine::Compose's preconditions; budgets >= 0) and
 // estimates; an error names what is wrong, after "memory estimate: ".
 absl::StatusOr<Estimate> EstimateMemory(const EstimateInput& input);
+
+// A change of placement that would make a run fit its budgets: the
+// TrainingConfig fields to add (text proto, as --set takes them) and the
+// estimate with them.
+struct Suggestion {
+  std::string set;
+  Estimate estimate;
+};
+// For a run that does not fit: the placements that would, in the order one
+// tries them (the next ZeRO stages, the optimizer on the CPU, the
+// parameters on the CPU too, the optimizer states on NVMe, activation
+// checkpointing), each only when it is a change. NVMe suggestions name
+// the path "/local_nvme", a stand-in for the user's drive.
+std::vector<Suggestion> SuggestPlacements(const EstimateInput& input);
 
 }  // namespace memwall::engine
 

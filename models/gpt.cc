@@ -371,7 +371,7 @@ absl::StatusOr<GptConfig> ResolveModel(const std::string& model, const std::stri
     std::vector<std::string> names;
     for (const GptConfig& c : list.configs()) names.push_back(c.name());
     return absl::InvalidArgumentError(absl::StrCat(model, " lists ", list.configs_size(),
-                                                   " models; pick one by name (", absl::StrJoin(names, ", "), ")"));
+                                                   " models; pick one with --model_name (", absl::StrJoin(names, ", "), ")"));
   }
   if (!entry.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("model '", model, "' is not a file, so it cannot have an entry '",

@@ -1,7 +1,7 @@
 // //repro:estimate: how much device memory, pinned host memory and NVMe one
 // rank needs, before launching (engine/estimate.h).
 //
-//   ./bazelw run //repro:estimate -- (--params=N | --model=FILE.textproto [--model_name=NAME])
+//   ./bazelw run //repro:estimate -- (--params=N | --model=NAME|FILE.textproto [--model_name=NAME])
 //       --ranks=N [--config=TRAINING.textproto] [--set='zero { stage: 2 } micro_batch: 4']
 //       [--checkpointing=true|false] [--device_bytes=N] [--host_bytes=N] [--disk_bytes=N]
 //       [--format=text|json]
@@ -10,14 +10,18 @@
 // (zero/training_config.proto: seq, micro_batch, precision, zero with its
 // stage and offload_optimizer, ...): --config is a file of it, --set fields
 // of it written inline and merged over the file; every unset field takes the
-// trainer's default. A relative --model or --config is taken from the
-// directory `bazel run` was started in. --model takes a GptConfig text
-// proto, or a GptConfigList (for example models/configs/papers.textproto)
-// with --model_name picking an entry.
+// trainer's default, and the output's first line says what was assumed. A
+// relative --model or --config is taken from the directory `bazel run` was
+// started in. --model takes a model name from models/configs/
+// (offload_10b, gpt_1.3b, ...), a GptConfig text proto, or a GptConfigList
+// with --model_name picking an entry (models::ResolveModel). --params takes
+// 10e9 as well as 10000000000.
 // Exits 0 with the estimate (one JSON object with --format=json), 1 when
 // the run does not fit --device_bytes, --host_bytes (pinned) or
 // --disk_bytes (NVMe offload's swap files), each budget per rank and the
-// verdict said for each, 2 on bad input.
+// verdict said for each, followed by the placements that would fit; 2 on
+// bad input. Without a budget there is no verdict ("fits": null).
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -28,15 +32,18 @@
 #include "engine/estimate.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/text_format.h"
 #include "models/gpt.h"
 #include "runtime/files.h"
 #include "runtime/launch.h"
+#include "runtime/memory.h"
 #include "runtime/status.h"
 
-ABSL_FLAG(int64_t, params, 0, "parameter count (model states only); or give --model");
-ABSL_FLAG(std::string, model, "", "GptConfig or GptConfigList text proto");
+ABSL_FLAG(std::string, params, "", "parameter count, e.g. 10e9 (model states only); or give --model");
+ABSL_FLAG(std::string, model, "", "a model name from models/configs/ (offload_10b, ...) or a GptConfig(List) file");
 ABSL_FLAG(std::string, model_name, "", "entry of a GptConfigList given to --model");
 ABSL_FLAG(int64_t, ranks, 1, "data-parallel ranks");
 ABSL_FLAG(std::string, config, "", "TrainingConfig text proto file (zero/training_config.proto)");
@@ -52,22 +59,6 @@ namespace {
 
 absl::StatusOr<std::string> ReadFile(const std::string& flag, const std::string& path) {
   return ReadRegularFile(path, absl::StrCat("--", flag));
-}
-
-absl::StatusOr<models::GptConfig> LoadModel(const std::string& path, const std::string& name) {
-  MEMWALL_ASSIGN_OR_RETURN(const std::string text, ReadFile("model", path));
-  models::GptConfig one;
-  if (name.empty() && google::protobuf::TextFormat::ParseFromString(text, &one)) {
-    MEMWALL_RETURN_IF_ERROR(models::ValidateConfig(one));
-    return one;
-  }
-  MEMWALL_ASSIGN_OR_RETURN(models::GptConfigList list, models::LoadConfigs(path));
-  if (name.empty()) {
-    if (list.configs_size() == 1) return list.configs(0);
-    return absl::InvalidArgumentError(absl::StrCat(path, " lists ", list.configs_size(),
-                                                   " models; pick one with --model_name"));
-  }
-  return models::FindConfig(list, name);
 }
 
 // --config, then --set over it; checked by the estimator, as the trainer
@@ -87,18 +78,30 @@ absl::StatusOr<TrainingConfig> LoadTraining() {
   return config;
 }
 
+// What to print after a verdict of DOES NOT FIT (text format).
+std::string& suggestions() {
+  static std::string* text = new std::string;
+  return *text;
+}
+
 absl::StatusOr<engine::Estimate> Run() {
   engine::EstimateInput in;
-  const std::string model = absl::GetFlag(FLAGS_model);
-  if (model.empty() == (absl::GetFlag(FLAGS_params) <= 0)) {
-    return absl::InvalidArgumentError("give exactly one of --params=N (> 0) and --model=FILE");
+  const std::string model = absl::GetFlag(FLAGS_model), params = absl::GetFlag(FLAGS_params);
+  if (model.empty() == params.empty()) {
+    return absl::InvalidArgumentError("give exactly one of --params=N and --model=NAME|FILE");
   }
   if (!model.empty()) {
-    MEMWALL_ASSIGN_OR_RETURN(models::GptConfig config,
-                             LoadModel(UserPath(model, std::getenv), absl::GetFlag(FLAGS_model_name)));
+    const std::string spec = model.find('/') != std::string::npos ? UserPath(model, std::getenv) : model;
+    MEMWALL_ASSIGN_OR_RETURN(models::GptConfig config, models::ResolveModel(spec, absl::GetFlag(FLAGS_model_name)));
     in.model = config;
+  } else {
+    double count = 0;
+    if (!absl::SimpleAtod(params, &count) || !(count >= 1) || count != std::floor(count) || count >= 9.2e18) {
+      return absl::InvalidArgumentError(absl::StrCat("--params=", params, " is not a whole number of parameters "
+                                                     "(10000000000 or 10e9)"));
+    }
+    in.params = static_cast<int64_t>(count);
   }
-  in.params = absl::GetFlag(FLAGS_params);
   in.ranks = absl::GetFlag(FLAGS_ranks);
   MEMWALL_ASSIGN_OR_RETURN(in.training, LoadTraining());
   const std::string ckpt = absl::GetFlag(FLAGS_checkpointing);
@@ -114,13 +117,33 @@ absl::StatusOr<engine::Estimate> Run() {
   if (format != "text" && format != "json") {
     return absl::InvalidArgumentError(absl::StrCat("--format=", format, " is not text or json"));
   }
-  return engine::EstimateMemory(in);
+  MEMWALL_ASSIGN_OR_RETURN(engine::Estimate estimate, engine::EstimateMemory(in));
+  if (!estimate.fits) {
+    std::vector<engine::Suggestion> fit = engine::SuggestPlacements(in);
+    if (format == "text") {
+      std::string text = fit.empty() ? "no placement memwall has fits these budgets: fewer parameters per rank "
+                                       "(more ranks), a smaller micro-batch or sequence\n"
+                                     : "would fit:\n";
+      for (const engine::Suggestion& s : fit) {
+        absl::StrAppend(&text, "  --set='", s.set, "'  device ", FormatBytes(s.estimate.total_device_bytes),
+                        ", pinned host ", FormatBytes(s.estimate.host_bytes),
+                        s.estimate.nvme_bytes > 0 ? absl::StrCat(", NVMe ", FormatBytes(s.estimate.nvme_bytes)) : "",
+                        "\n");
+      }
+      suggestions() = text;
+    }
+  }
+  return estimate;
 }
 
 }  // namespace
 }  // namespace memwall::zero
 
 int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "how much device memory, pinned host memory and NVMe one rank needs, before launching.\n"
+      "  estimate (--params=N | --model=NAME|FILE [--model_name=NAME]) [--ranks=N] [--config=FILE] [--set='...']\n"
+      "           [--checkpointing=true|false] [--device_bytes=N] [--host_bytes=N] [--disk_bytes=N] [--format=text|json]");
   absl::ParseCommandLine(argc, argv);
   auto estimate = memwall::zero::Run();
   if (!estimate.ok()) {
@@ -130,7 +153,7 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_format) == "json") {
     std::printf("%s\n", estimate->ToJson().c_str());
   } else {
-    std::printf("%s", estimate->ToText().c_str());
+    std::printf("%s%s", estimate->ToText().c_str(), memwall::zero::suggestions().c_str());
   }
   return estimate->fits ? 0 : 1;
 }

@@ -16,7 +16,21 @@ for key in model_states_bytes_per_rank total_device_bytes_per_rank host_bytes_pe
   [[ "$json" == *"\"$key\": "* ]] || fail "no $key"
 done
 [[ "$json" == *'"model_states_bytes_per_rank": 31406250000'* ]] || fail "stage 1 model states"
-[[ "$json" == *'"fits": true'* ]] || fail "no budget means it fits"
+[[ "$json" == *'"fits": null'* ]] || fail "no budget must give no verdict"
+[[ "$json" == *'"assumed": {"seq": 128, "micro_batch": 1, "accumulation": 1, "precision": "bf16", "checkpointing": false, "stage": 1}'* ]] \
+  || fail "the JSON does not say what it assumed"
+text=$($bin --params=7.5e9 --ranks=64 --set='zero { stage: 1 }') || fail "--params=7.5e9: exit $?"
+[[ "$text" == *"parameters: 7500000000"* ]] || fail "7.5e9 is not 7500000000: $text"
+[[ "$text" == *"assumed: seq 128, micro-batch 1, accumulation 1, bf16, stage 1"* ]] || fail "no assumptions: $text"
+[[ "$text" == *"no budget given"* && "$text" != *"fits in"* && "$text" != *"DOES NOT FIT"* ]] || fail "a verdict without a budget: $text"
+err=$($bin --params=1.5 2>&1); code=$?
+[[ $code -eq 2 && "$err" == *"--params=1.5 is not a whole number"* ]] || fail "--params=1.5: $err"
+text=$($bin --model=offload_10b --ranks=1 --set='zero { stage: 2 offload_optimizer { device: CPU } } micro_batch: 10 seq: 1024' \
+  --device_bytes=34359738368); code=$?
+[[ $code -eq 1 && "$text" == *"assumed: seq 1024, micro-batch 10, accumulation 1, bf16, activation checkpointing on, stage 2, optimizer states on CPU"* ]] \
+  || fail "offload_10b by name at seq 1024: exit $code: $text"
+[[ "$text" == *"would fit:"*"--set='zero { stage: 3 offload_optimizer { device: CPU } offload_param { device: CPU } }'  device "* ]] \
+  || fail "DOES NOT FIT suggests no placement: $text"
 
 text=$($bin --model=models/configs/papers.textproto --model_name=offload_10b --ranks=1 \
   --set='zero { stage: 2 } micro_batch: 10 seq: 1024' --device_bytes=34359738368)
