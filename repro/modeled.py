@@ -115,11 +115,14 @@ def main(name, points, paper_ref, description, argv):
     their figure and provenance."""
     ap = argparse.ArgumentParser(description=f"{paper_ref}, modeled: {description}")
     ap.add_argument("--hardware", default="v100_dgx2", help="a file of python/memwall/hardware/ or a path")
-    ap.add_argument("--results_dir", default="", help="default: <workspace>/results")
+    ap.add_argument("--results_dir", default="",
+                    help="default: <workspace>/out/results (--results_dir=results for the tracked results/)")
     args = ap.parse_args(argv)
     workspace = memwall.workspace_dir()
     hw = perf_model.load_hardware(args.hardware)
-    out = os.path.join(args.results_dir or os.path.join(workspace, "results"), name)
+    # A relative --results_dir is the user's: from where `bazel run` started.
+    results_dir = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", ""), args.results_dir) if args.results_dir else ""
+    out = os.path.join(results_dir or os.path.join(workspace, "out", "results"), name)
     os.makedirs(out, exist_ok=True)
     rows = points(hw)
     with open(os.path.join(out, "data.csv"), "w", newline="") as f:

@@ -129,10 +129,12 @@ def fit_v100(hw):
 
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--results_dir", default="", help="default: <workspace>/results")
+    ap.add_argument("--results_dir", default="",
+                    help="default: <workspace>/out/results (--results_dir=results for the tracked results/)")
     args = ap.parse_args(argv)
     workspace = memwall.workspace_dir()
-    out = os.path.join(args.results_dir or os.path.join(workspace, "results"), NAME)
+    results_dir = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", ""), args.results_dir) if args.results_dir else ""
+    out = os.path.join(results_dir or os.path.join(workspace, "out", "results"), NAME)
     os.makedirs(out, exist_ok=True)
 
     train = measured_rows(workspace, TRAIN, "fit")

@@ -24,6 +24,16 @@ def bytes_per_parameter(stage, n=64):
 
 
 class ZeroMaxModel(results_check.ResultsTest):
+    def test_experiments_run_by_name_and_an_unknown_name_lists_them(self):
+        code, out = results_check.run(RUNNER, "zero_max_model_ci")
+        self.assertEqual(code, 0, out)
+        self.assertTrue(os.path.exists(os.path.join(results_check.results_root(), "zero_max_model_ci", "data.csv")))
+        code, out = results_check.run(RUNNER, "zero_max_modle")
+        self.assertEqual(code, 2, out)
+        self.assertIn("no experiment file or name 'zero_max_modle'; the experiments are: ", out)
+        self.assertIn("zero_max_model_ci", out)
+        self.assertIn("offload_throughput", out)
+
     def test_the_estimator_gives_table_2(self):
         directory = self.run_experiment(RUNNER, "repro/zero/max_model/ci.textproto")
         data = results_check.rows(os.path.join(directory, "data.csv"))
