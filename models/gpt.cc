@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -351,9 +352,11 @@ absl::StatusOr<GptConfig> FindConfig(const GptConfigList& list, absl::string_vie
   return absl::NotFoundError(absl::StrCat("no model config named '", name, "'; have: ", names));
 }
 
-absl::StatusOr<GptConfig> ResolveModel(const std::string& model, const std::string& entry) {
-  if (model.empty()) return absl::InvalidArgumentError("no model given: a config file or a model name");
+absl::StatusOr<GptConfig> ResolveModel(const std::string& given, const std::string& entry) {
+  if (given.empty()) return absl::InvalidArgumentError("no model given: a config file or a model name");
   std::error_code ec;
+  const std::string user_path = UserPath(given, std::getenv);
+  const std::string model = std::filesystem::exists(user_path, ec) ? user_path : given;
   const bool looks_like_path = model.find('/') != std::string::npos || absl::EndsWith(model, ".textproto") ||
                                absl::EndsWith(model, ".pbtxt");
   if (looks_like_path || std::filesystem::exists(model, ec)) {

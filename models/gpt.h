@@ -101,9 +101,9 @@ inline constexpr const char* kProjectModelLists[] = {"models/configs/gpt.textpro
 // A tool's --model: the path of a GptConfig or GptConfigList text proto
 // (`entry` picks a list's entry; a one-entry list needs none), or else the
 // name of an entry in the project's lists (`quickstart`, `gpt_1.3b`,
-// `offload_10b`, ...). `model` is used as given: a caller resolves a
-// relative path first (runtime/launch.h's UserPath). Errors name what was
-// looked for and list the names there are.
+// `offload_10b`, ...). A relative path is the user's: taken from where
+// `bazel run` started (runtime/launch.h's UserPath) when a file is there.
+// Errors name what was looked for and list the names there are.
 absl::StatusOr<GptConfig> ResolveModel(const std::string& model, const std::string& entry = "");
 
 

@@ -78,21 +78,33 @@ absl::StatusOr<TrainingConfig> LoadTraining() {
   return config;
 }
 
-// What to print after a verdict of DOES NOT FIT (text format).
-std::string& suggestions() {
-  static std::string* text = new std::string;
-  return *text;
+// The estimate, and for a run that does not fit, the placements that would.
+struct Result {
+  engine::Estimate estimate;
+  std::vector<engine::Suggestion> fit;
+};
+
+// "would fit:" and a line per suggestion (or what to try when none fits).
+std::string SuggestionsText(const std::vector<engine::Suggestion>& fit) {
+  std::string text = fit.empty() ? "no placement memwall has fits these budgets: fewer parameters per rank "
+                                   "(more ranks), a smaller micro-batch or sequence\n"
+                                 : "would fit:\n";
+  for (const engine::Suggestion& s : fit) {
+    absl::StrAppend(&text, "  --set='", s.set, "'  device ", FormatBytes(s.estimate.total_device_bytes),
+                    ", pinned host ", FormatBytes(s.estimate.host_bytes),
+                    s.estimate.nvme_bytes > 0 ? absl::StrCat(", NVMe ", FormatBytes(s.estimate.nvme_bytes)) : "", "\n");
+  }
+  return text;
 }
 
-absl::StatusOr<engine::Estimate> Run() {
+absl::StatusOr<Result> Run() {
   engine::EstimateInput in;
   const std::string model = absl::GetFlag(FLAGS_model), params = absl::GetFlag(FLAGS_params);
   if (model.empty() == params.empty()) {
     return absl::InvalidArgumentError("give exactly one of --params=N and --model=NAME|FILE");
   }
   if (!model.empty()) {
-    const std::string spec = model.find('/') != std::string::npos ? UserPath(model, std::getenv) : model;
-    MEMWALL_ASSIGN_OR_RETURN(models::GptConfig config, models::ResolveModel(spec, absl::GetFlag(FLAGS_model_name)));
+    MEMWALL_ASSIGN_OR_RETURN(models::GptConfig config, models::ResolveModel(model, absl::GetFlag(FLAGS_model_name)));
     in.model = config;
   } else {
     double count = 0;
@@ -117,23 +129,10 @@ absl::StatusOr<engine::Estimate> Run() {
   if (format != "text" && format != "json") {
     return absl::InvalidArgumentError(absl::StrCat("--format=", format, " is not text or json"));
   }
-  MEMWALL_ASSIGN_OR_RETURN(engine::Estimate estimate, engine::EstimateMemory(in));
-  if (!estimate.fits) {
-    std::vector<engine::Suggestion> fit = engine::SuggestPlacements(in);
-    if (format == "text") {
-      std::string text = fit.empty() ? "no placement memwall has fits these budgets: fewer parameters per rank "
-                                       "(more ranks), a smaller micro-batch or sequence\n"
-                                     : "would fit:\n";
-      for (const engine::Suggestion& s : fit) {
-        absl::StrAppend(&text, "  --set='", s.set, "'  device ", FormatBytes(s.estimate.total_device_bytes),
-                        ", pinned host ", FormatBytes(s.estimate.host_bytes),
-                        s.estimate.nvme_bytes > 0 ? absl::StrCat(", NVMe ", FormatBytes(s.estimate.nvme_bytes)) : "",
-                        "\n");
-      }
-      suggestions() = text;
-    }
-  }
-  return estimate;
+  Result result;
+  MEMWALL_ASSIGN_OR_RETURN(result.estimate, engine::EstimateMemory(in));
+  if (!result.estimate.fits) result.fit = engine::SuggestPlacements(in);
+  return result;
 }
 
 }  // namespace
@@ -145,15 +144,17 @@ int main(int argc, char** argv) {
       "  estimate (--params=N | --model=NAME|FILE [--model_name=NAME]) [--ranks=N] [--config=FILE] [--set='...']\n"
       "           [--checkpointing=true|false] [--device_bytes=N] [--host_bytes=N] [--disk_bytes=N] [--format=text|json]");
   absl::ParseCommandLine(argc, argv);
-  auto estimate = memwall::zero::Run();
-  if (!estimate.ok()) {
-    std::fprintf(stderr, "estimate: %s\n", std::string(estimate.status().message()).c_str());
+  auto result = memwall::zero::Run();
+  if (!result.ok()) {
+    std::fprintf(stderr, "estimate: %s\n", std::string(result.status().message()).c_str());
     return 2;
   }
+  const memwall::engine::Estimate& estimate = result->estimate;
   if (absl::GetFlag(FLAGS_format) == "json") {
-    std::printf("%s\n", estimate->ToJson().c_str());
+    std::printf("%s\n", estimate.ToJson().c_str());
   } else {
-    std::printf("%s%s", estimate->ToText().c_str(), memwall::zero::suggestions().c_str());
+    std::printf("%s%s", estimate.ToText().c_str(),
+                estimate.fits ? "" : memwall::zero::SuggestionsText(result->fit).c_str());
   }
-  return estimate->fits ? 0 : 1;
+  return estimate.fits ? 0 : 1;
 }

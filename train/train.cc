@@ -154,10 +154,7 @@ absl::Status Main() {
   if (absl::GetFlag(FLAGS_save_every) < 0) return absl::InvalidArgumentError("--save_every must be >= 0");
   MEMWALL_ASSIGN_OR_RETURN(const LaunchInfo launch, DiscoverLaunch(std::getenv));
   MEMWALL_ASSIGN_OR_RETURN(models::GptConfig config,
-                           models::ResolveModel(absl::GetFlag(FLAGS_model).find('/') != std::string::npos
-                                                    ? UserFlag(absl::GetFlag(FLAGS_model))
-                                                    : absl::GetFlag(FLAGS_model),
-                                                absl::GetFlag(FLAGS_model_name)));
+                           models::ResolveModel(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_model_name)));
   MEMWALL_ASSIGN_OR_RETURN(Settings settings, LoadSettings(config, launch.world_size, steps));
   if (settings.checkpointing) config.set_activation_checkpointing(*settings.checkpointing);
   if (settings.offload_activations) config.set_offload_activations(*settings.offload_activations);

@@ -38,6 +38,12 @@ if train/train --resume="$out/no_such_step" --steps=1 --device=cpu --out="$out" 
   echo "a missing checkpoint accepted"; exit 1
 fi
 grep -q "no_such_step" "$TEST_TMPDIR/err"
+# A model file named bare, as a user types it in their directory.
+mkdir -p "$TEST_TMPDIR/user"
+printf 'name: "mine" layers: 1 hidden: 64 heads: 2 vocab: 256 positions: 32\n' > "$TEST_TMPDIR/user/mine.textproto"
+BUILD_WORKING_DIRECTORY="$TEST_TMPDIR/user" train/train --model=mine.textproto --steps=1 --device=cpu \
+  --out="$out/mine" > "$TEST_TMPDIR/mine.log" 2>&1 || { cat "$TEST_TMPDIR/mine.log"; echo "a bare model file"; exit 1; }
+grep -q "train: mine (1 layers, hidden 64, 2 heads" "$TEST_TMPDIR/mine.log"
 # Saving over checkpoints it did not resume from is refused before training.
 train/train --steps=2 --save_every=2 --device=cpu --out="$out/saved" > /dev/null 2>&1
 if train/train --steps=2 --save_every=2 --device=cpu --out="$out/saved" 2> "$TEST_TMPDIR/err"; then
