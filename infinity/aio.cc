@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/status.h"
 
 namespace memwall::infinity {
 
@@ -44,19 +45,22 @@ absl::Status ValidateAioOptions(const AioOptions& o) {
 
 namespace {
 
-// The status of a failed transfer, by errno.
+// The status of a failed transfer, by errno (which it carries: WithErrno).
 absl::Status IoError(int err, const std::string& what) {
   const std::string message = absl::StrCat(what, ": ", std::strerror(err), " (errno ", err, ")");
-  switch (err) {
-    case ENOSPC:
-    case EDQUOT: return absl::ResourceExhaustedError(message);
-    case EIO: return absl::DataLossError(message);
-    case ENOENT: return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM: return absl::PermissionDeniedError(message);
-    case EINVAL: return absl::InvalidArgumentError(message);
-    default: return absl::InternalError(message);
-  }
+  auto code = [&] {
+    switch (err) {
+      case ENOSPC:
+      case EDQUOT: return absl::StatusCode::kResourceExhausted;
+      case EIO: return absl::StatusCode::kDataLoss;
+      case ENOENT: return absl::StatusCode::kNotFound;
+      case EACCES:
+      case EPERM: return absl::StatusCode::kPermissionDenied;
+      case EINVAL: return absl::StatusCode::kInvalidArgument;
+      default: return absl::StatusCode::kInternal;
+    }
+  };
+  return WithErrno(absl::Status(code(), message), err);
 }
 
 struct File {

@@ -349,7 +349,7 @@ absl::StatusOr<GptConfig> FindConfig(const GptConfigList& list, absl::string_vie
     if (c.name() == name) return c;
     absl::StrAppend(&names, names.empty() ? "" : ", ", c.name());
   }
-  return absl::NotFoundError(absl::StrCat("no model config named '", name, "'; have: ", names));
+  return absl::InvalidArgumentError(absl::StrCat("no model config named '", name, "'; have: ", names));
 }
 
 absl::StatusOr<GptConfig> ResolveModel(const std::string& given, const std::string& entry) {

@@ -92,6 +92,7 @@ MemoryPlan ActivationPlan(const GptConfig& config, int64_t micro_batch, int64_t 
 absl::StatusOr<GptConfigList> LoadConfigs(const std::string& path);
 // The same for text already read (`origin` names it in errors).
 absl::StatusOr<GptConfigList> ParseConfigs(const std::string& text, const std::string& origin);
+// The entry called `name`; an unknown name is InvalidArgument listing them.
 absl::StatusOr<GptConfig> FindConfig(const GptConfigList& list, absl::string_view name);
 
 // The project's model lists, relative to the repository root (and to the

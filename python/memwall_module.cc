@@ -1,9 +1,10 @@
-// The `memwall` Python extension (_memwall; the package memwall/__init__.py
-// re-exports it): thin pybind11 glue over plain
-// cc_libraries. memwall.dtype (runtime/dtype.h), memwall.cpu_adam
-// (cpu_adam/cpu_adam.h) and build_info() here; estimate, Trainer and
-// model_config in training.cc; load/save_safetensors in safetensors.cc;
-// write_provenance and workspace_dir in repro.cc.
+// The extension memwall._memwall (the package memwall/ re-exports it): thin
+// pybind11 glue over plain cc_libraries. memwall.dtype (runtime/dtype.h),
+// memwall.cpu_adam (cpu_adam/cpu_adam.h) and build_info() here; estimate,
+// Trainer, model_config and latest_checkpoint in training.cc;
+// load/save_safetensors in safetensors.cc; write_provenance and
+// workspace_dir in provenance.cc; configs from dicts in arguments.cc; a
+// failed Status's Python exception in errors.cc.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -25,8 +26,7 @@ namespace {
 py::array_t<uint16_t> FromFloat32(
     const py::array_t<float, py::array::c_style | py::array::forcecast>& x, DType dtype) {
   py::array_t<uint16_t> out(x.request().shape);
-  absl::Status s = Convert(x.data(), DType::kF32, out.mutable_data(), dtype, x.size());
-  if (!s.ok()) throw std::runtime_error(std::string(s.message()));
+  python::ThrowIfError(Convert(x.data(), DType::kF32, out.mutable_data(), dtype, x.size()));
   return out;
 }
 
@@ -34,8 +34,7 @@ py::array_t<uint16_t> FromFloat32(
 py::array_t<float> ToFloat32(
     const py::array_t<uint16_t, py::array::c_style | py::array::forcecast>& x, DType dtype) {
   py::array_t<float> out(x.request().shape);
-  absl::Status s = Convert(x.data(), dtype, out.mutable_data(), DType::kF32, x.size());
-  if (!s.ok()) throw std::runtime_error(std::string(s.message()));
+  python::ThrowIfError(Convert(x.data(), dtype, out.mutable_data(), DType::kF32, x.size()));
   return out;
 }
 
@@ -173,6 +172,7 @@ struct PyAdamW : PyAdam {
 PYBIND11_MODULE(_memwall, m) {
   using memwall::DType;
   m.doc() = "memwall: ZeRO, ZeRO-Offload and ZeRO-Infinity in C++";
+  memwall::python::RegisterStatusErrors();
   py::module_ dtype = m.def_submodule("dtype", "fp32 <-> fp16/bf16 conversions (runtime/dtype.h)");
   dtype.def("float32_to_fp16", [](const py::array_t<float, py::array::c_style | py::array::forcecast>& x) {
     return memwall::FromFloat32(x, DType::kF16);

@@ -20,7 +20,8 @@ namespace {
 
 // Every tensor as a numpy array of its shape: F32 float32, F16 float16, I32
 // int32, BF16 widened to float32 (exactly; numpy has no bfloat16).
-py::dict Load(const std::string& path) {
+py::dict Load(py::handle path_arg) {
+  const std::string path = PathFromPython(path_arg, "path");
   absl::StatusOr<models::SafetensorsFile> file;
   {
     py::gil_scoped_release release;
@@ -49,7 +50,8 @@ py::dict Load(const std::string& path) {
   return out;
 }
 
-void Save(const std::string& path, const py::dict& tensors, const std::map<std::string, std::string>& metadata) {
+void Save(py::handle path_arg, const py::dict& tensors, const std::map<std::string, std::string>& metadata) {
+  const std::string path = PathFromPython(path_arg, "path");
   std::vector<py::array> arrays;  // C-contiguous copies, alive until written
   std::vector<models::SafetensorsTensor> out;
   for (const auto& [key, value] : tensors) {

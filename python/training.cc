@@ -5,10 +5,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <filesystem>
 #include <memory>
 #include <mutex>
-#include <stdexcept>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "engine/engine.h"
@@ -23,6 +24,7 @@
 #include "runtime/files.h"
 #include "runtime/timeline.h"
 #include "runtime/status.h"
+#include "zero/checkpoint.h"
 #include "zero/trainer.h"
 
 namespace py = pybind11;
@@ -30,39 +32,42 @@ namespace py = pybind11;
 namespace memwall::python {
 namespace {
 
-template <typename T>
-T Unwrap(absl::StatusOr<T> v) {
-  ThrowIfError(v.status());
-  return std::move(*v);
+zero::TrainingConfig TrainingFromPython(py::handle config, const py::dict& fields) {
+  zero::TrainingConfig training;
+  MessageFromPython(config, fields, "config", &training);
+  return training;
 }
 
-absl::StatusOr<zero::TrainingConfig> ReadTraining(const std::string& text) {
-  zero::TrainingConfig config;
-  MEMWALL_RETURN_IF_ERROR(ParseTextProto(text, "config", &config));
-  return config;
+models::GptConfig ModelFromPython(py::handle model) {
+  models::GptConfig gpt;
+  MessageFromPython(model, py::dict(), "model", &gpt);
+  ThrowIfError(models::ValidateConfig(gpt));
+  return gpt;
 }
-
-absl::StatusOr<models::GptConfig> ReadModel(const std::string& text) {
-  models::GptConfig model;
-  MEMWALL_RETURN_IF_ERROR(ParseTextProto(text, "model", &model));
-  MEMWALL_RETURN_IF_ERROR(models::ValidateConfig(model));
-  return model;
-}
-
-zero::TrainingConfig ParseTraining(const std::string& text) { return Unwrap(ReadTraining(text)); }
-models::GptConfig ParseModel(const std::string& text) { return Unwrap(ReadModel(text)); }
 
 py::object FromJson(const std::string& json) { return py::module_::import("json").attr("loads")(json); }
 
-py::dict Estimate(const std::string& config, const std::optional<std::string>& model, int64_t params, int64_t ranks,
-                  std::optional<bool> checkpointing, int64_t device_bytes, int64_t host_bytes,
-                  int64_t disk_bytes) {
+// params: an int, or a float with an integral value (10e9).
+int64_t ParamsFromPython(py::handle params) {
+  if (PyFloat_Check(params.ptr())) {
+    const double x = params.cast<double>();
+    if (!(x >= 0 && x < 9.007199254740992e15 && x == double(int64_t(x)))) {
+      throw py::value_error("params = " + std::string(py::repr(params)) + " must be a whole number below 2^53");
+    }
+    return int64_t(x);
+  }
+  return params.cast<int64_t>();
+}
+
+py::dict Estimate(py::handle config, py::handle model, py::handle params, int64_t ranks,
+                  std::optional<bool> checkpointing, int64_t device_bytes, int64_t host_bytes, int64_t disk_bytes,
+                  const py::kwargs& fields) {
   engine::EstimateInput in;
-  if (model.has_value() == (params > 0)) throw py::value_error("give exactly one of model= and params= (> 0)");
-  if (model) in.model = ParseModel(*model);
-  in.params = params;
+  in.params = ParamsFromPython(params);
+  if (!model.is_none() == (in.params > 0)) throw py::value_error("give exactly one of model= and params= (> 0)");
+  if (!model.is_none()) in.model = ModelFromPython(model);
   in.ranks = ranks;
-  in.training = ParseTraining(config);
+  in.training = TrainingFromPython(config, fields);
   in.checkpointing = checkpointing;
   in.device_bytes = device_bytes;
   in.host_bytes = host_bytes;
@@ -71,8 +76,8 @@ py::dict Estimate(const std::string& config, const std::optional<std::string>& m
   return FromJson(e.ToJson());
 }
 
-std::string ModelConfig(const std::string& path, const std::string& name) {
-  const models::GptConfigList list = Unwrap(models::LoadConfigs(path));
+std::string ModelConfig(py::handle path, const std::string& name) {
+  const models::GptConfigList list = Unwrap(models::LoadConfigs(PathFromPython(path, "path")));
   return Unwrap(models::FindConfig(list, name)).DebugString();
 }
 
@@ -95,18 +100,20 @@ class Exclusive {
 // The trainer and everything it runs on, destroyed in reverse order.
 class PyTrainer {
  public:
-  PyTrainer(const std::string& model, const std::string& config, const std::string& data,
-            const std::string& device) {
+  PyTrainer(py::handle model, py::handle config, py::handle data, const std::string& device,
+            const py::kwargs& fields) {
+    // Python arguments first (a wrong one raises before anything starts).
+    const models::GptConfig gpt = ModelFromPython(model);
+    zero::TrainerOptions options;
+    options.training = TrainingFromPython(config, fields);
+    const std::string data_path = PathFromPython(data, "data");
     device_ = Unwrap(CreateDeviceByName(device));
     comm_ = Unwrap(CreateCommunicator(*device_));
-    // Each rank reads its own arguments (a path may be bad on one rank
-    // only); the ranks agree on the outcome before any other collective, so
-    // one rank's error is every rank's instead of a wait for the watchdog.
-    zero::TrainerOptions options;
+    // Each rank reads its own files (a path may be bad on one rank only);
+    // the ranks agree on the outcome before any other collective, so one
+    // rank's error is every rank's instead of a wait for the watchdog.
     const absl::Status local = [&]() -> absl::Status {
-      MEMWALL_ASSIGN_OR_RETURN(const models::GptConfig gpt, ReadModel(model));
-      MEMWALL_ASSIGN_OR_RETURN(options.training, ReadTraining(config));
-      MEMWALL_ASSIGN_OR_RETURN(data_, models::ByteTextSource(data));
+      MEMWALL_ASSIGN_OR_RETURN(data_, models::ByteTextSource(data_path));
       MEMWALL_ASSIGN_OR_RETURN(model_, models::Gpt::Create(gpt));
       return absl::OkStatus();
     }();
@@ -136,19 +143,22 @@ class PyTrainer {
     return d;
   }
 
-  std::string Save(const std::string& dir) {
+  std::string Save(py::handle dir_arg) {
+    const std::string dir = PathFromPython(dir_arg, "dir");
     Exclusive one(busy_);
     py::gil_scoped_release release;
     return Unwrap(trainer_->Save(dir));
   }
 
-  void Load(const std::string& step_dir) {
+  void Load(py::handle step_dir_arg) {
+    const std::string step_dir = PathFromPython(step_dir_arg, "step_dir");
     Exclusive one(busy_);
     py::gil_scoped_release release;
     ThrowIfError(trainer_->Load(step_dir));
   }
 
-  void Export(const std::string& path) {
+  void Export(py::handle path_arg) {
+    const std::string path = PathFromPython(path_arg, "path");
     Exclusive one(busy_);
     py::gil_scoped_release release;
     ThrowIfError(trainer_->Export(path));  // every rank: rank 0 writes, every rank gets its Status
@@ -177,30 +187,32 @@ class PyTrainer {
 }  // namespace
 
 void BindTraining(py::module_& m) {
-  m.def("estimate", &Estimate, py::arg("config") = "", py::kw_only(), py::arg("model") = py::none(),
+  m.def("estimate", &Estimate, py::arg("config") = py::none(), py::kw_only(), py::arg("model") = py::none(),
         py::arg("params") = 0, py::arg("ranks") = 1, py::arg("checkpointing") = py::none(),
         py::arg("device_bytes") = 0, py::arg("host_bytes") = 0, py::arg("disk_bytes") = 0,
         R"(The memory one rank needs, before anything is launched (engine/estimate.h).
 
-config: the run's TrainingConfig as a text proto (zero/training_config.proto),
-  e.g. 'micro_batch: 4 zero { stage: 3 offload_optimizer { device: CPU } }';
-  unset fields take the trainer's defaults.
-model: a GptConfig text proto (models/gpt_config.proto; memwall.model_config
-  reads one from a list), or params=N for model states alone.
+config: the run's TrainingConfig (zero/training_config.proto) as a text proto
+  ('micro_batch: 4 zero { stage: 3 }') or a dict ({"micro_batch": 4,
+  "zero": {"stage": 3}}); further keyword arguments are fields merged over it
+  (micro_batch=4, zero={"stage": 3}). Unset fields take the trainer's defaults.
+model: a GptConfig (models/gpt_config.proto) as a text proto or a dict
+  (memwall.model_config reads one from a list), or params=N (10e9 too) for
+  model states alone.
 ranks: data-parallel ranks. checkpointing: override the model's setting.
 device_bytes, host_bytes, disk_bytes: budgets per rank to check (0: none).
 
 Returns the estimate as a dict: params, model_states_bytes_per_rank,
 total_device_bytes_per_rank, host_bytes_per_rank, nvme_bytes_per_rank, bytes by
-tag for each space, and fits / fits_device / fits_host / fits_disk. The same
-numbers as `./bazelw run //repro:estimate -- --format=json`. Bad input raises
-ValueError naming the field.)");
-  m.def("count_parameters", [](const std::string& model) { return models::CountParameters(ParseModel(model)); },
-        py::arg("model"), "Ψ of a GptConfig text proto, as the engine counts it (models::CountParameters).");
+tag for each space, what was assumed, and fits (None without a budget). The
+same numbers as `./bazelw run //repro:estimate -- --format=json`. Bad input
+raises ValueError naming the field.)");
+  m.def("count_parameters", [](py::handle model) { return models::CountParameters(ModelFromPython(model)); },
+        py::arg("model"), "Ψ of a GptConfig (text proto or dict), as the engine counts it (models::CountParameters).");
   m.def(
       "model_shape",
-      [](const std::string& model) {
-        const models::GptConfig c = ParseModel(model);
+      [](py::handle model) {
+        const models::GptConfig c = ModelFromPython(model);
         py::dict d;
         d["layers"] = c.layers();
         d["hidden"] = c.hidden();
@@ -211,11 +223,11 @@ ValueError naming the field.)");
         return d;
       },
       py::arg("model"),
-      "The sizes of a GptConfig text proto (checked): layers, hidden, heads, vocab, positions, "
+      "The sizes of a GptConfig, text proto or dict (checked): layers, hidden, heads, vocab, positions, "
       "activation_checkpointing.");
   m.def(
       "forward_flops_per_token",
-      [](const std::string& model, int64_t seq) { return models::ForwardFlopsPerToken(ParseModel(model), seq); },
+      [](py::handle model, int64_t seq) { return models::ForwardFlopsPerToken(ModelFromPython(model), seq); },
       py::arg("model"), py::arg("seq"),
       "Forward FLOPs of one token at sequence length `seq` (models::ForwardFlopsPerToken, the count the trainer's "
       "TFLOPS use): 2 x the matmul parameters + causal attention. A training step is 3x, plus one forward per token "
@@ -245,19 +257,35 @@ ValueError naming the field.)");
         "The name a timeline zone has in step breakdowns and traces (runtime/timeline.h).");
   m.def("model_config", &ModelConfig, py::arg("path"), py::arg("name"),
         "The GptConfig text proto of entry `name` in a GptConfigList file (e.g. models/configs/gpt.textproto).");
+  m.def(
+      "latest_checkpoint",
+      [](py::handle dir) -> std::optional<std::string> {
+        const std::string path = PathFromPython(dir, "dir");
+        if (!std::filesystem::exists(path)) return std::nullopt;
+        absl::StatusOr<std::string> latest = zero::LatestCheckpoint(path);
+        if (!latest.ok() && latest.status().code() == absl::StatusCode::kNotFound) return std::nullopt;
+        return Unwrap(std::move(latest));
+      },
+      py::arg("dir"),
+      "The complete checkpoint with the highest step under `dir` (what Trainer.save wrote there), or None when "
+      "`dir` does not exist or holds none; pass it to Trainer.load to resume.");
   py::class_<PyTrainer>(m, "Trainer", R"(The ZeRO trainer (zero/trainer.h) with every placement of the config.
 
-Trainer(model, config="", *, data, device="cpu")
-  model: a GptConfig text proto (see memwall.model_config).
-  config: the TrainingConfig text proto: seq, micro_batch, precision, adam,
-    schedule, zero { stage, offload_optimizer, offload_param, ... }.
+Trainer(model, config=None, *, data, device="cpu", **fields)
+  model: a GptConfig as a text proto or a dict (memwall.model_config reads
+    one from a list).
+  config: the TrainingConfig as a text proto or a dict: seq, micro_batch,
+    accumulation, precision, adam, schedule, zero { stage,
+    offload_optimizer, offload_param, ... }; keyword arguments are fields
+    merged over it (micro_batch=8, zero={"stage": 2}).
   data: a text file whose bytes are the tokens (the model's vocabulary must
-    cover 256).
+    cover 256); memwall.QUICKSTART_TEXT is one.
   device: "cpu" (the CpuDevice), "cuda" or "auto".
 Under `mpirun -np N python3 ...` every rank builds its own Trainer and the
 ranks train data-parallel, as the C++ tools do.)")
-      .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&>(),
-           py::arg("model"), py::arg("config") = "", py::kw_only(), py::arg("data"), py::arg("device") = "cpu")
+      .def(py::init<py::handle, py::handle, py::handle, const std::string&, const py::kwargs&>(),
+           py::arg("model"), py::arg("config") = py::none(), py::kw_only(), py::arg("data"),
+           py::arg("device") = "cpu")
       .def("step", &PyTrainer::Step,
            "One optimizer step over the next global batch. Returns a dict: step, loss, lr, grad_norm, skipped, "
            "loss_scale, seconds, tokens, tokens_per_second, tflops, log (the trainer's log line).")

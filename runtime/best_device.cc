@@ -11,7 +11,7 @@ namespace memwall {
 
 absl::StatusOr<int> CudaOrdinalForRank(int local_rank, int gpus, bool share_gpus) {
   if (local_rank < 0) return absl::InvalidArgumentError(absl::StrCat("local rank ", local_rank, " is negative"));
-  if (gpus <= 0) return absl::FailedPreconditionError("no GPU is visible");
+  if (gpus <= 0) return absl::UnavailableError("no GPU is visible");
   if (local_rank < gpus) return local_rank;
   if (share_gpus) return local_rank % gpus;
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");

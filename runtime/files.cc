@@ -34,8 +34,8 @@ absl::Status WriteError(absl::string_view what, const std::string& tmp, const st
   const int err = errno;
   const std::string message = absl::StrCat(what, " ", tmp, " failed: ", std::strerror(err), "; ", path,
                                            " is left as it was");
-  if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(message);
-  return absl::DataLossError(message);
+  if (err == ENOSPC || err == EDQUOT) return WithErrno(absl::ResourceExhaustedError(message), err);
+  return WithErrno(absl::DataLossError(message), err);
 }
 
 // Keeps protobuf's first parse error (line, column, message) instead of
@@ -138,7 +138,8 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path, absl::strin
     if (n < 0) {
       const int err = errno;
       ::close(fd);
-      return absl::DataLossError(absl::StrCat("reading ", what, " ", path, " failed: ", std::strerror(err)));
+      return WithErrno(absl::DataLossError(absl::StrCat("reading ", what, " ", path, " failed: ", std::strerror(err))),
+                       err);
     }
     if (n == 0) break;  // shrank since fstat: what is there
     done += size_t(n);

@@ -25,7 +25,16 @@ absl::Status ErrorAt(absl::StatusCode code, absl::string_view message,
                      const char* file, int line);
 
 // Returns `status` with `context` and ": " before its message; ok stays ok.
+// Payloads (WithErrno's included) are kept.
 absl::Status Annotate(const absl::Status& status, absl::string_view context);
+
+// A failed system call's errno, carried as a payload so that a caller can
+// tell "the disk is full" (ResourceExhausted with ENOSPC) from "does not fit
+// in memory" (ResourceExhausted alone); the Python bindings raise OSError
+// for a Status that carries one.
+absl::Status WithErrno(absl::Status status, int err);
+// The errno WithErrno attached, or 0.
+int ErrnoOf(const absl::Status& status);
 
 namespace status_internal {
 inline absl::Status AsStatus(absl::Status s) { return s; }

@@ -1,5 +1,6 @@
 #include "runtime/status.h"
 
+#include <cerrno>
 #include <map>
 #include <string>
 
@@ -184,6 +185,18 @@ TEST(StatusTest, ErrorAtSaysRankHostAndLine) {
   EXPECT_NE(m.find("] ncclAllReduce: 7"), std::string::npos) << m;
   EXPECT_EQ(Annotate(s, "step 3").message().substr(0, 8), "step 3: ");
   EXPECT_TRUE(Annotate(absl::OkStatus(), "x").ok());
+}
+
+TEST(StatusTest, ErrnoTravelsWithTheStatusThroughAnnotate) {
+  const absl::Status full = WithErrno(absl::ResourceExhaustedError("writing x failed"), ENOSPC);
+  EXPECT_EQ(ErrnoOf(full), ENOSPC);
+  EXPECT_EQ(ErrnoOf(absl::ResourceExhaustedError("does not fit")), 0);  // memory, not a disk
+  const absl::Status annotated = Annotate(full, "saving step 4");
+  EXPECT_EQ(annotated.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(annotated.message(), "saving step 4: writing x failed");
+  EXPECT_EQ(ErrnoOf(annotated), ENOSPC);
+  EXPECT_TRUE(WithErrno(absl::OkStatus(), EIO).ok());
+  EXPECT_EQ(ErrnoOf(WithErrno(absl::OkStatus(), EIO)), 0);  // an ok Status carries nothing
 }
 
 }  // namespace

@@ -1,17 +1,22 @@
 """memwall: ZeRO, ZeRO-Offload and ZeRO-Infinity in C++, from Python.
 
     import memwall
-    memwall.estimate('zero { stage: 3 }', model=memwall.model_config(path, 'zero_100b'), ranks=64)
-    trainer = memwall.Trainer(model, 'micro_batch: 8', data='data/quickstart.txt')
+    model = {"layers": 2, "hidden": 64, "heads": 4, "vocab": 256, "positions": 64}
+    memwall.estimate(model=model, ranks=2, seq=64, zero={"stage": 2})   # bytes per rank, before launching
+    trainer = memwall.Trainer(model, data=memwall.QUICKSTART_TEXT, seq=64, micro_batch=8)
     trainer.step()                      # {'loss': ..., 'tokens_per_second': ..., ...}
     memwall.cpu_adam.Adam(params)       # the SIMD CPU Adam of ZeRO-Offload
     memwall.perf_model.predict(run, memwall.perf_model.load_hardware("v100_dgx2"))
 
-Everything but perf_model is the C++ extension _memwall, re-exported here;
-perf_model is Python over memwall.estimate.
+Configs are text protos, dicts or keyword arguments; arrays are numpy's.
+Errors: ValueError (bad input), OSError and its subclasses (files),
+MemoryError (does not fit), RuntimeError (the rest). python/README.md has
+the whole tour.
 """
 import os as _os
 import sys as _sys
+
+__version__ = "0.1.0"
 
 # OpenMPI loads its plugins with dlopen and needs libmpi's symbols global;
 # Python loads extensions with RTLD_LOCAL. Under mpirun, load the extension
@@ -19,14 +24,17 @@ import sys as _sys
 if any(k.startswith("OMPI_COMM_WORLD") for k in _os.environ):
     _flags = _sys.getdlopenflags()
     _sys.setdlopenflags(_flags | _os.RTLD_GLOBAL)
-    import _memwall  # noqa: F401 (loaded global here; the names come below)
+    from memwall import _memwall  # noqa: F401 (loaded global here; the names come below)
     _sys.setdlopenflags(_flags)
 
-from _memwall import (Trainer, Zone, build_info, count_parameters, cpu_adam, dtype, estimate, forward_flops_per_token,
-                      load_safetensors, model_config, model_shape, save_safetensors, workspace_dir, write_provenance,
-                      zone_name)
-from memwall import perf_model
+from memwall._memwall import (Trainer, Zone, build_info, count_parameters, estimate, forward_flops_per_token,
+                              latest_checkpoint, load_safetensors, model_config, model_shape, save_safetensors,
+                              workspace_dir, write_provenance, zone_name)
+from memwall import cpu_adam, dtype, perf_model
 
-__all__ = ["Trainer", "Zone", "build_info", "count_parameters", "cpu_adam", "dtype", "estimate", "forward_flops_per_token",
-           "load_safetensors", "model_config", "model_shape", "perf_model", "save_safetensors", "workspace_dir",
-           "write_provenance", "zone_name"]
+# The quickstart's training text (data/quickstart.txt in the source tree).
+QUICKSTART_TEXT = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "data", "quickstart.txt")
+
+__all__ = ["QUICKSTART_TEXT", "Trainer", "Zone", "build_info", "count_parameters", "cpu_adam", "dtype", "estimate",
+           "forward_flops_per_token", "latest_checkpoint", "load_safetensors", "model_config", "model_shape",
+           "perf_model", "save_safetensors", "workspace_dir", "write_provenance", "zone_name"]

@@ -58,7 +58,7 @@ import json
 import os
 from typing import Dict, Optional
 
-import _memwall
+from memwall import _memwall
 
 GB = 1e9
 # The trainer's zone names (runtime/timeline.h), the keys of measured

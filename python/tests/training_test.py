@@ -122,7 +122,7 @@ class TrainerTest(unittest.TestCase):
         b.load(step_dir)
         self.assertEqual(b.steps, 1)
         self.assertEqual([b.step()["loss"] for _ in range(2)], want)
-        with self.assertRaisesRegex(ValueError, "missing_dir"):
+        with self.assertRaisesRegex(FileNotFoundError, "missing_dir"):
             b.load(os.path.join(self.tmp, "missing_dir"))
 
     def test_saving_under_the_delayed_update_does_not_change_the_run(self):
@@ -150,7 +150,7 @@ class TrainerTest(unittest.TestCase):
         self.assertEqual([resumed.step()["loss"] for _ in range(3)], want[2:])
 
     def test_bad_input_names_what_is_wrong(self):
-        with self.assertRaisesRegex(ValueError, "no_such.txt"):
+        with self.assertRaisesRegex(FileNotFoundError, "no_such.txt"):
             memwall.Trainer(self.model, self.config, data="no_such.txt")
         with self.assertRaisesRegex(ValueError, "micro_batch"):
             memwall.Trainer(self.model, "micro_batch: -1", data=TEXT)
@@ -219,7 +219,7 @@ rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
 try:
     memwall.Trainer({self.model!r}, {self.config!r}, data={TEXT!r} if rank == 0 else "no_such_dir/text.txt")
     print("CREATED", rank)
-except ValueError as e:
+except FileNotFoundError as e:
     print("REFUSED", rank, e)
 """)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))

@@ -1,0 +1,153 @@
+"""The Python surface (python/README.md): a config as a text proto, a dict
+or keyword arguments is the same config (the same estimate, the same
+losses); every kind of failure raises its documented exception; paths may be
+os.PathLike; latest_checkpoint finds what save wrote; the submodules import
+as modules."""
+import errno
+import importlib
+import os
+import pathlib
+import tempfile
+import unittest
+
+import numpy as np
+
+import memwall
+
+MODEL_TEXT = "layers: 2 hidden: 64 heads: 4 vocab: 256 positions: 64"
+MODEL = {"layers": 2, "hidden": 64, "heads": 4, "vocab": 256, "positions": 64}
+TEXT = "data/quickstart.txt"
+
+
+class ConfigFormsTest(unittest.TestCase):
+    def test_text_dict_and_keywords_give_the_same_estimate(self):
+        text = ("seq: 64 micro_batch: 4 precision: FP16 zero { stage: 3 offload_optimizer { device: CPU } "
+                "offload_param { device: NVME nvme_path: '/tmp' } }")
+        want = memwall.estimate(text, model=MODEL_TEXT, ranks=4)
+        as_dict = {"seq": 64, "micro_batch": 4, "precision": "fp16",
+                   "zero": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                            "offload_param": {"device": "NVME", "nvme_path": pathlib.Path("/tmp")}}}
+        self.assertEqual(memwall.estimate(as_dict, model=MODEL, ranks=4), want)
+        self.assertEqual(memwall.estimate(model=MODEL, ranks=4, **as_dict), want)
+        # Keywords merge over the config, field by field, as --set does.
+        merged = memwall.estimate({"seq": 64, "micro_batch": 4, "zero": {"stage": 3}}, model=MODEL, ranks=4,
+                                  precision="FP16", zero={"offload_optimizer": {"device": "CPU"},
+                                                          "offload_param": {"device": "NVME", "nvme_path": "/tmp"}})
+        self.assertEqual(merged, want)
+        # A numpy scalar is a number; None leaves a field unset.
+        self.assertEqual(memwall.estimate(text, model=MODEL, ranks=4, micro_batch=np.int64(4), seed=None), want)
+        self.assertEqual(memwall.estimate(params=10e9, ranks=64), memwall.estimate(params=10**10, ranks=64))
+
+    def test_a_trainer_from_keywords_trains_as_one_from_text(self):
+        text = memwall.Trainer(MODEL_TEXT, "seq: 32 micro_batch: 2 zero { stage: 2 }", data=TEXT)
+        words = memwall.Trainer(MODEL, data=pathlib.Path(TEXT), seq=32, micro_batch=2, zero={"stage": 2})
+        self.assertEqual([text.step()["loss"] for _ in range(3)], [words.step()["loss"] for _ in range(3)])
+
+    def test_a_wrong_field_type_or_value_is_named(self):
+        cases = [
+            ({"zero": {"stagee": 2}}, r"config: zero.stagee is not a field of ZeroConfig; its fields are stage, "),
+            ({"zero": {"offload_optimizer": {"device": "cup"}}},
+             r"config: zero.offload_optimizer.device = 'cup' is not one of NONE, CPU, NVME"),
+            ({"micro_batch": "4"}, r"config: micro_batch = '4' must be an integer, not str"),
+            ({"micro_batch": 4.0}, r"config: micro_batch = 4.0 must be an integer, not float"),
+            ({"micro_batch": True}, r"config: micro_batch = True must be an integer, not bool"),
+            ({"micro_batch": 2**64}, r"config: micro_batch = 18446744073709551616 is outside \["),
+            ({"adam": {"lr": "0.1"}}, r"config: adam.lr = '0.1' must be a number, not str"),
+            ({"adam": {"adamw": 1}}, r"config: adam.adamw = 1 must be True or False, not int"),
+            ({"zero": 2}, r"config: zero must be a dict of ZeroConfig's fields, not int"),
+            ({1: 2}, r"config: has a key 1 that is not a field name"),
+            ({"micro_batch": -1}, r"micro_batch = -1 must be > 0"),  # the config's own validation
+        ]
+        for config, message in cases:
+            with self.subTest(config=config), self.assertRaisesRegex(ValueError, message):
+                memwall.estimate(config, model=MODEL, seq=64)
+        with self.assertRaisesRegex(ValueError, r"model: headz is not a field of GptConfig"):
+            memwall.estimate(model=dict(MODEL, headz=4))
+        with self.assertRaisesRegex(TypeError, r"config must be a text proto \(str\), a dict of TrainingConfig"):
+            memwall.estimate([("seq", 64)], model=MODEL)
+        with self.assertRaisesRegex(TypeError, r"data must be a str or os.PathLike, not int"):
+            memwall.Trainer(MODEL, data=3)
+
+
+class ErrorsTest(unittest.TestCase):
+    """Each row of python/README.md's table of errors."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+
+    def trainer(self):
+        return memwall.Trainer(MODEL, data=TEXT, seq=32, micro_batch=2)
+
+    def test_files_are_os_errors_with_errno(self):
+        with self.assertRaises(FileNotFoundError) as e:
+            memwall.Trainer(MODEL, data=os.path.join(self.tmp, "no_such.txt"), seq=32)
+        self.assertEqual(e.exception.errno, errno.ENOENT)
+        self.assertIn("no_such.txt does not exist", str(e.exception))
+        t = self.trainer()
+        t.step()
+        with self.assertRaisesRegex(FileNotFoundError, "no checkpoint at .*missing"):
+            t.load(os.path.join(self.tmp, "missing"))
+        step_dir = t.save(pathlib.Path(self.tmp) / "ckpt")
+        with self.assertRaises(FileExistsError) as e:  # nothing saved over
+            t.save(os.path.join(self.tmp, "ckpt"))
+        self.assertEqual(e.exception.errno, errno.EEXIST)
+        # A damaged checkpoint: OSError EIO, not ValueError.
+        shard = os.path.join(step_dir, "rank_00000.shard")
+        with open(shard, "r+b") as f:
+            f.truncate(os.path.getsize(shard) // 2)
+        with self.assertRaises(OSError) as e:
+            self.trainer().load(step_dir)
+        self.assertEqual(e.exception.errno, errno.EIO, e.exception)
+        self.assertIn("rank_00000.shard", str(e.exception))
+
+    def test_bad_values_are_value_errors(self):
+        with self.assertRaisesRegex(ValueError, "seq = 128 exceeds the model's 64 positions"):
+            memwall.Trainer(MODEL, data=TEXT)  # the default seq, stated
+        with self.assertRaisesRegex(ValueError, "no model config named 'nope'"):
+            memwall.model_config("models/configs/gpt.textproto", "nope")
+
+    def test_not_fitting_is_a_memory_error(self):
+        huge = dict(MODEL, layers=96, hidden=12288, heads=96)  # 175B: more than this machine's memory
+        with self.assertRaisesRegex(MemoryError, "does not fit"):
+            memwall.Trainer(huge, data=TEXT, seq=32)
+
+    def test_no_gpu_is_a_runtime_error(self):
+        try:
+            memwall.Trainer(MODEL, data=TEXT, seq=32, device="cuda")
+        except RuntimeError as e:
+            self.assertRegex(str(e), "CUDA")
+            return
+        self.skipTest("a GPU is visible: device='cuda' works here")
+
+
+class PackageTest(unittest.TestCase):
+    def test_submodules_import_as_modules(self):
+        adam = importlib.import_module("memwall.cpu_adam")
+        self.assertIs(adam.AdamW, memwall.cpu_adam.AdamW)
+        from memwall.dtype import bf16_to_float32, float32_to_bf16
+        np.testing.assert_array_equal(bf16_to_float32(float32_to_bf16(np.float32([1.5, -2.0]))), [1.5, -2.0])
+        self.assertEqual(memwall._memwall.__name__, "memwall._memwall")
+        with open(memwall.QUICKSTART_TEXT, "rb") as a, open(TEXT, "rb") as b:
+            self.assertEqual(a.read(), b.read())
+
+    def test_latest_checkpoint_finds_what_save_wrote(self):
+        tmp = pathlib.Path(tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR")))
+        self.assertIsNone(memwall.latest_checkpoint(tmp / "none"))
+        t = memwall.Trainer(MODEL, data=TEXT, seq=32, micro_batch=2)
+        saved = []
+        for _ in range(2):
+            t.step()
+            saved.append(t.save(tmp))
+        self.assertEqual(memwall.latest_checkpoint(tmp), saved[-1])
+        resumed = memwall.Trainer(MODEL, data=TEXT, seq=32, micro_batch=2)
+        resumed.load(memwall.latest_checkpoint(tmp))
+        self.assertEqual(resumed.steps, 2)
+        self.assertEqual(resumed.step()["loss"], t.step()["loss"])
+        path = tmp / "w.safetensors"
+        t.export(path)
+        self.assertTrue((tmp / "config.json").exists())
+        self.assertIn("wte.weight", memwall.load_safetensors(path))
+
+
+if __name__ == "__main__":
+    unittest.main()
