@@ -1,7 +1,10 @@
 #include "models/data.h"
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/files.h"
 #include "runtime/status.h"
@@ -20,6 +23,23 @@ class BytesSource : public TokenSource {
 
  private:
   std::string bytes_;
+  std::string description_;
+};
+
+class Uint16Source : public TokenSource {
+ public:
+  Uint16Source(std::vector<uint16_t> ids, std::string description)
+      : ids_(std::move(ids)),
+        vocab_(ids_.empty() ? 0 : int64_t{*std::max_element(ids_.begin(), ids_.end())} + 1),
+        description_(std::move(description)) {}
+  int64_t size() const override { return static_cast<int64_t>(ids_.size()); }
+  int64_t vocab() const override { return vocab_; }
+  int32_t token(int64_t i) const override { return ids_[i]; }
+  std::string description() const override { return description_; }
+
+ private:
+  std::vector<uint16_t> ids_;
+  int64_t vocab_;
   std::string description_;
 };
 
@@ -48,6 +68,31 @@ class Synthetic : public TokenSource {
 absl::StatusOr<std::unique_ptr<TokenSource>> ByteTextSource(const std::string& path) {
   MEMWALL_ASSIGN_OR_RETURN(std::string text, ReadRegularFile(path, "text file", kMaxTextBytes));
   return ByteStringSource(std::move(text), path);
+}
+
+absl::StatusOr<std::unique_ptr<TokenSource>> Uint16TokenSource(const std::string& path) {
+  MEMWALL_ASSIGN_OR_RETURN(const std::string bytes, ReadRegularFile(path, "token file", kMaxTextBytes));
+  if (bytes.size() % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("token file ", path, " is ", bytes.size(),
+                                                   " bytes, not a whole number of uint16 token ids"));
+  }
+  std::vector<uint16_t> ids(bytes.size() / 2);
+  for (size_t i = 0; i < ids.size(); ++i) {  // little-endian on any host
+    ids[i] = uint16_t(uint8_t(bytes[2 * i]) | uint8_t(bytes[2 * i + 1]) << 8);
+  }
+  return std::make_unique<Uint16Source>(std::move(ids), path);
+}
+
+absl::StatusOr<DataFormat> ParseDataFormat(absl::string_view name) {
+  if (name == "auto") return DataFormat::kAuto;
+  if (name == "text") return DataFormat::kText;
+  if (name == "uint16") return DataFormat::kUint16;
+  return absl::InvalidArgumentError(absl::StrCat("data format '", name, "' is not one of auto, text, uint16"));
+}
+
+absl::StatusOr<std::unique_ptr<TokenSource>> OpenTokenSource(const std::string& path, DataFormat format) {
+  if (format == DataFormat::kAuto) format = absl::EndsWith(path, ".bin") ? DataFormat::kUint16 : DataFormat::kText;
+  return format == DataFormat::kUint16 ? Uint16TokenSource(path) : ByteTextSource(path);
 }
 
 std::unique_ptr<TokenSource> ByteStringSource(std::string text, std::string description) {

@@ -1,8 +1,11 @@
 // Token data for training and evaluation.
 //
 // A TokenSource is a sequence of token ids: the bytes of a text file
-// (the byte-level tokenizer: token id = byte value, vocabulary 256) or a
-// synthetic stream (a hash of the position, for throughput runs).
+// (the byte-level tokenizer: token id = byte value, vocabulary 256), a
+// token file (ids from any tokenizer, e.g. GPT-2's BPE, as little-endian
+// uint16 with no header: nanoGPT's train.bin, or numpy's
+// `np.array(ids, np.uint16).tofile(path)`), or a synthetic stream (a hash of
+// the position, for throughput runs).
 //
 // Sampling is a pure function of the step, so it is deterministic, needs no
 // state to resume (restart at step s and the data continues where it was)
@@ -22,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace memwall::models {
 
@@ -40,6 +44,18 @@ inline constexpr int64_t kMaxTextBytes = int64_t{1} << 34;
 // The bytes of a file as tokens: a regular file of at most kMaxTextBytes,
 // else a Status naming the path and what it is (runtime/files.h).
 absl::StatusOr<std::unique_ptr<TokenSource>> ByteTextSource(const std::string& path);
+// The ids of a token file (above) of at most kMaxTextBytes; vocab() is the
+// largest id + 1. A file of an odd number of bytes is refused.
+absl::StatusOr<std::unique_ptr<TokenSource>> Uint16TokenSource(const std::string& path);
+
+// How a training file's bytes are tokens. kAuto: a name ending in ".bin" is
+// a token file, anything else text.
+enum class DataFormat { kAuto, kText, kUint16 };
+// "auto", "text" or "uint16"; anything else is InvalidArgument listing them.
+absl::StatusOr<DataFormat> ParseDataFormat(absl::string_view name);
+// The training data at `path`, read as `format` says.
+absl::StatusOr<std::unique_ptr<TokenSource>> OpenTokenSource(const std::string& path, DataFormat format);
+
 // Bytes already in memory (tests).
 std::unique_ptr<TokenSource> ByteStringSource(std::string text, std::string description);
 // `size` pseudo-random tokens in [0, vocab), a function of (seed, index).

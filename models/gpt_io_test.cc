@@ -436,5 +436,66 @@ TEST(Data, RefusesBadLayoutsAndShortTexts) {
   EXPECT_EQ(ByteTextSource("/nonexistent/text.txt").status().code(), absl::StatusCode::kNotFound);
 }
 
+// A token file holds little-endian uint16 ids with no header; read back,
+// its ids are what was written, its vocabulary the largest + 1, and the
+// bytes of a text written as uint16 ids are the text's own tokens.
+TEST(Data, TokenFilesReadLittleEndianUint16) {
+  const std::vector<uint16_t> ids = {50256, 0, 1, 258, 65535, 7};
+  std::string bytes;
+  for (uint16_t id : ids) bytes += {char(id & 0xff), char(id >> 8)};
+  const std::string path = TempPath("tokens.bin");
+  {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+  }
+  auto source = OpenTokenSource(path, DataFormat::kAuto);  // ".bin": a token file
+  ASSERT_TRUE(source.ok()) << source.status();
+  ASSERT_EQ((*source)->size(), int64_t(ids.size()));
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ((*source)->token(int64_t(i)), ids[i]) << i;
+  EXPECT_EQ((*source)->vocab(), 65536);
+  auto as_text = OpenTokenSource(path, DataFormat::kText);
+  ASSERT_TRUE(as_text.ok());
+  EXPECT_EQ((*as_text)->size(), int64_t(bytes.size()));
+  EXPECT_EQ((*as_text)->vocab(), 256);
+
+  // The text "hello world" as ids equals the text as bytes, window for window.
+  const std::string hello = "hello world";
+  std::string wide;
+  for (char c : hello) wide += {c, '\0'};
+  const std::string hello_path = TempPath("hello.tokens");
+  {
+    FILE* f = std::fopen(hello_path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(wide.data(), 1, wide.size(), f);
+    std::fclose(f);
+  }
+  auto tokens = OpenTokenSource(hello_path, DataFormat::kUint16);
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  auto text = ByteStringSource(hello, "hello");
+  const BatchLayout l{4, 2, 1, 1};
+  std::vector<int32_t> a(8), at(8), b(8), bt(8);
+  for (int64_t step = 0; step < 5; ++step) {
+    ASSERT_TRUE(FillMicroBatch(**tokens, l, step, 0, 0, a.data(), at.data()).ok());
+    ASSERT_TRUE(FillMicroBatch(*text, l, step, 0, 0, b.data(), bt.data()).ok());
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(at, bt);
+  }
+
+  // An odd size, an unknown format: refused, named.
+  {
+    FILE* f = std::fopen(path.c_str(), "ab");
+    ASSERT_NE(f, nullptr);
+    std::fputc(1, f);
+    std::fclose(f);
+  }
+  const absl::Status odd = OpenTokenSource(path, DataFormat::kAuto).status();
+  EXPECT_EQ(odd.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(odd.message().find("is 13 bytes, not a whole number of uint16 token ids"), std::string::npos) << odd;
+  const absl::Status format = ParseDataFormat("u16").status();
+  EXPECT_NE(format.message().find("data format 'u16' is not one of auto, text, uint16"), std::string::npos) << format;
+}
+
 }  // namespace
 }  // namespace memwall::models

@@ -100,20 +100,21 @@ class Exclusive {
 // The trainer and everything it runs on, destroyed in reverse order.
 class PyTrainer {
  public:
-  PyTrainer(py::handle model, py::handle config, py::handle data, const std::string& device,
-            const py::kwargs& fields) {
+  PyTrainer(py::handle model, py::handle config, py::handle data, const std::string& data_format,
+            const std::string& device, const py::kwargs& fields) {
     // Python arguments first (a wrong one raises before anything starts).
     const models::GptConfig gpt = ModelFromPython(model);
     zero::TrainerOptions options;
     options.training = TrainingFromPython(config, fields);
     const std::string data_path = PathFromPython(data, "data");
+    const models::DataFormat format = Unwrap(models::ParseDataFormat(data_format));
     device_ = Unwrap(CreateDeviceByName(device));
     comm_ = Unwrap(CreateCommunicator(*device_));
     // Each rank reads its own files (a path may be bad on one rank only);
     // the ranks agree on the outcome before any other collective, so one
     // rank's error is every rank's instead of a wait for the watchdog.
     const absl::Status local = [&]() -> absl::Status {
-      MEMWALL_ASSIGN_OR_RETURN(data_, models::ByteTextSource(data_path));
+      MEMWALL_ASSIGN_OR_RETURN(data_, models::OpenTokenSource(data_path, format));
       MEMWALL_ASSIGN_OR_RETURN(model_, models::Gpt::Create(gpt));
       return absl::OkStatus();
     }();
@@ -271,7 +272,7 @@ raises ValueError naming the field.)");
       "`dir` does not exist or holds none; pass it to Trainer.load to resume.");
   py::class_<PyTrainer>(m, "Trainer", R"(The ZeRO trainer (zero/trainer.h) with every placement of the config.
 
-Trainer(model, config=None, *, data, device="cpu", **fields)
+Trainer(model, config=None, *, data, data_format="auto", device="cpu", **fields)
   model: a GptConfig as a text proto or a dict (memwall.model_config reads
     one from a list).
   config: the TrainingConfig as a text proto or a dict: seq, micro_batch,
@@ -279,13 +280,17 @@ Trainer(model, config=None, *, data, device="cpu", **fields)
     offload_optimizer, offload_param, ... }; keyword arguments are fields
     merged over it (micro_batch=8, zero={"stage": 2}).
   data: a text file whose bytes are the tokens (the model's vocabulary must
-    cover 256); memwall.QUICKSTART_TEXT is one.
+    cover 256; memwall.QUICKSTART_TEXT is one), or a token file of
+    little-endian uint16 ids with no header (np.array(ids,
+    np.uint16).tofile(path); nanoGPT's train.bin).
+  data_format: "auto" (a name ending in .bin is a token file), "text" or
+    "uint16".
   device: "cpu" (the CpuDevice), "cuda" or "auto".
 Under `mpirun -np N python3 ...` every rank builds its own Trainer and the
 ranks train data-parallel, as the C++ tools do.)")
-      .def(py::init<py::handle, py::handle, py::handle, const std::string&, const py::kwargs&>(),
+      .def(py::init<py::handle, py::handle, py::handle, const std::string&, const std::string&, const py::kwargs&>(),
            py::arg("model"), py::arg("config") = py::none(), py::kw_only(), py::arg("data"),
-           py::arg("device") = "cpu")
+           py::arg("data_format") = "auto", py::arg("device") = "cpu")
       .def("step", &PyTrainer::Step,
            "One optimizer step over the next global batch. Returns a dict: step, loss, lr, grad_norm, skipped, "
            "loss_scale, seconds, tokens, tokens_per_second, tflops, log (the trainer's log line).")

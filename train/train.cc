@@ -2,7 +2,7 @@
 // sharded checkpoints, export Hugging Face files. With no flags it is the
 // quickstart: the 0.8M-parameter `quickstart` GPT on data/quickstart.txt.
 //
-//   ./bazelw run //:train -- [--model=NAME|FILE] [--data=FILE]
+//   ./bazelw run //:train -- [--model=NAME|FILE] [--data=FILE] [--data_format=auto|text|uint16]
 //       [--config=TRAINING.textproto] [--set='zero { stage: 2 }'] [--deepspeed_config=ds_config.json]
 //       [--steps=N] [--out=DIR] [--save_every=N] [--save_dir=DIR] [--resume[=latest|PATH]]
 //       [--export=DIR] [--device=auto|cpu|cuda] [--share_gpus] [--trace_dir=DIR]
@@ -46,7 +46,12 @@
 ABSL_FLAG(std::string, model, "quickstart",
           "a model name from models/configs/ (quickstart, gpt_125m, gpt_1.3b, offload_10b, ...) or a GptConfig file");
 ABSL_FLAG(std::string, model_name, "", "the entry to use when --model is a file listing several");
-ABSL_FLAG(std::string, data, "", "training text, its bytes the tokens (default: the project's data/quickstart.txt)");
+ABSL_FLAG(std::string, data, "",
+          "training data: a text file, its bytes the tokens, or a token file of uint16 ids (default: the project's "
+          "data/quickstart.txt)");
+ABSL_FLAG(std::string, data_format, "auto",
+          "how --data's bytes are tokens: text, uint16 (little-endian ids, no header: nanoGPT's train.bin), or auto "
+          "(uint16 for a name ending in .bin, else text)");
 ABSL_FLAG(std::string, config, "", "TrainingConfig text proto (zero/training_config.proto); default: the quickstart's");
 ABSL_FLAG(std::string, set, "", "TrainingConfig fields over the config, e.g. 'zero { stage: 2 } micro_batch: 4'");
 ABSL_FLAG(std::string, deepspeed_config, "", "a DeepSpeed JSON config instead of --config (docs/deepspeed.md)");
@@ -165,7 +170,8 @@ absl::Status Main() {
   }
   const std::string data_path =
       absl::GetFlag(FLAGS_data).empty() ? ProjectFile(kProjectText) : UserFlag(absl::GetFlag(FLAGS_data));
-  MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<models::TokenSource> data, models::ByteTextSource(data_path));
+  MEMWALL_ASSIGN_OR_RETURN(const models::DataFormat format, models::ParseDataFormat(absl::GetFlag(FLAGS_data_format)));
+  MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<models::TokenSource> data, models::OpenTokenSource(data_path, format));
   MEMWALL_ASSIGN_OR_RETURN(auto device,
                            CreateDeviceForRank(absl::GetFlag(FLAGS_device), launch, absl::GetFlag(FLAGS_share_gpus)));
   MEMWALL_ASSIGN_OR_RETURN(auto comm, CreateCommunicator(*device));

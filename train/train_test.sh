@@ -3,7 +3,8 @@
 # it trains, the loss falls, it writes a log line per step and a
 # safetensors file with its config.json, and //models:evaluate reads that
 # file back and reports a loss on the same text close to the trainer's last
-# one (two independent paths to the same number).
+# one (two independent paths to the same number). A token file of the
+# text's bytes trains exactly as the text.
 set -euo pipefail
 out="$TEST_TMPDIR/train"
 train/train --steps=60 --device=cpu --out="$out" > "$TEST_TMPDIR/stdout" 2> "$TEST_TMPDIR/stderr"
@@ -50,4 +51,22 @@ if train/train --steps=2 --save_every=2 --device=cpu --out="$out/saved" 2> "$TES
   echo "saved over old checkpoints"; exit 1
 fi
 grep -q "holds checkpoints (the latest .*step_00000002): pass --resume" "$TEST_TMPDIR/err"
+# A token file of the text's bytes as uint16 ids trains exactly as the text.
+/usr/bin/python3 -c 'import sys; open(sys.argv[2], "wb").write(b"".join(bytes([c, 0]) for c in open(sys.argv[1], "rb").read()))' \
+  data/quickstart.txt "$TEST_TMPDIR/quickstart.bin"
+train/train --steps=3 --device=cpu --out="$out/text" > "$TEST_TMPDIR/text.log" 2>&1
+train/train --steps=3 --device=cpu --out="$out/tokens" --data="$TEST_TMPDIR/quickstart.bin" > "$TEST_TMPDIR/tokens.log" 2>&1 ||
+  { cat "$TEST_TMPDIR/tokens.log"; echo "a token file"; exit 1; }
+text_losses=$(grep -o "first loss .*, last loss [0-9.]*" "$TEST_TMPDIR/text.log")
+[[ -n "$text_losses" && "$(grep -o "first loss .*, last loss [0-9.]*" "$TEST_TMPDIR/tokens.log")" == "$text_losses" ]] ||
+  { echo "the token file trained differently: $(grep "first loss" "$TEST_TMPDIR/tokens.log") vs $text_losses"; exit 1; }
+# Text read as ids: ids beyond the model's vocabulary are refused, named.
+if train/train --steps=1 --device=cpu --out="$out/wrong" --data=data/quickstart.txt --data_format=uint16 2> "$TEST_TMPDIR/err"; then
+  echo "text read as token ids accepted"; exit 1
+fi
+grep -q "quickstart.txt has a vocabulary of [0-9]*; the model's is 256" "$TEST_TMPDIR/err"
+if train/train --steps=1 --device=cpu --out="$out/wrong" --data_format=u16 2> "$TEST_TMPDIR/err"; then
+  echo "a bad --data_format accepted"; exit 1
+fi
+grep -q "data format 'u16' is not one of auto, text, uint16" "$TEST_TMPDIR/err"
 echo PASS

@@ -43,6 +43,15 @@ class ConfigFormsTest(unittest.TestCase):
         words = memwall.Trainer(MODEL, data=pathlib.Path(TEXT), seq=32, micro_batch=2, zero={"stage": 2})
         self.assertEqual([text.step()["loss"] for _ in range(3)], [words.step()["loss"] for _ in range(3)])
 
+    def test_a_token_file_trains_as_its_text(self):
+        tokens = os.path.join(tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR")), "quickstart.bin")
+        np.fromfile(TEXT, np.uint8).astype("<u2").tofile(tokens)
+        text = memwall.Trainer(MODEL, data=TEXT, seq=32, micro_batch=2)
+        ids = memwall.Trainer(MODEL, data=tokens, seq=32, micro_batch=2)  # ".bin": uint16 ids
+        self.assertEqual([text.step()["loss"] for _ in range(2)], [ids.step()["loss"] for _ in range(2)])
+        with self.assertRaisesRegex(ValueError, "data format 'u16' is not one of auto, text, uint16"):
+            memwall.Trainer(MODEL, data=tokens, data_format="u16", seq=32)
+
     def test_a_wrong_field_type_or_value_is_named(self):
         cases = [
             ({"zero": {"stagee": 2}}, r"config: zero.stagee is not a field of ZeroConfig; its fields are stage, "),
