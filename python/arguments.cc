@@ -213,8 +213,12 @@ std::string PathFromPython(py::handle path, const std::string& what) {
     throw py::type_error(absl::StrCat(what, " must be a str or os.PathLike, not ", TypeName(path)));
   }
   const py::object o = py::reinterpret_steal<py::object>(fs);
-  if (PyBytes_Check(o.ptr())) return std::string(PyBytes_AS_STRING(o.ptr()), PyBytes_GET_SIZE(o.ptr()));
-  return o.cast<std::string>();
+  std::string out = PyBytes_Check(o.ptr()) ? std::string(PyBytes_AS_STRING(o.ptr()), PyBytes_GET_SIZE(o.ptr()))
+                                           : o.cast<std::string>();
+  // The system calls would stop at the byte and name another file (Python's
+  // own open() refuses it the same way).
+  if (out.find('\0') != std::string::npos) throw py::value_error(what + ": embedded null byte");
+  return out;
 }
 
 }  // namespace memwall::python

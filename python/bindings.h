@@ -54,7 +54,8 @@ T Unwrap(absl::StatusOr<T> v) {
 void MessageFromPython(pybind11::handle config, const pybind11::dict& fields, const std::string& origin,
                        google::protobuf::Message* out);
 
-// A path argument: str or os.PathLike; anything else raises TypeError.
+// A path argument: str or os.PathLike; anything else raises TypeError, and
+// one holding a NUL byte ValueError.
 std::string PathFromPython(pybind11::handle path, const std::string& what);
 
 void RegisterStatusErrors();                 // errors.cc: StatusError -> the exception above

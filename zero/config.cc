@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -372,6 +373,14 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c, absl::string_view what) {
   if (o.device() != OffloadOptimizerConfig::NVME && !o.nvme_path().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(what, "offload_optimizer.nvme_path = \"", o.nvme_path(),
                                                    "\" needs offload_optimizer.device = NVME"));
+  }
+  // A NUL would end the path early at the system calls: swap files under
+  // another directory, or a file where the directory was meant.
+  for (const auto& [field, path] : {std::pair<const char*, const std::string*>{"offload_optimizer", &o.nvme_path()},
+                                    {"offload_param", &param.nvme_path()}}) {
+    if (path->find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(what, field, ".nvme_path holds a NUL byte"));
+    }
   }
   if (o.device() == OffloadOptimizerConfig::NVME && o.nvme_path().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(what, "offload_optimizer.nvme_path is empty: device = NVME "

@@ -69,6 +69,10 @@ TEST(ZeroConfig, EachBadValueNamesItsField) {
   ExpectError("stage: 2 offload_optimizer { tile_elements: 8 }",
               "offload_optimizer.tile_elements = 8 needs offload_optimizer.device = CPU");
   ExpectError("stage: 2 offload_optimizer { device: NVME }", "offload_optimizer.nvme_path is empty");
+  ExpectError("stage: 2 offload_optimizer { device: NVME nvme_path: \"/tmp\\0x\" }",
+              "offload_optimizer.nvme_path holds a NUL byte");
+  ExpectError("stage: 3 offload_param { device: NVME nvme_path: \"/tmp/a\\0b\" }",
+              "offload_param.nvme_path holds a NUL byte");
   ExpectError("stage: 2 offload_optimizer { device: CPU nvme_path: \"/nvme\" }",
               "offload_optimizer.nvme_path = \"/nvme\" needs offload_optimizer.device = NVME");
   ExpectError("stage: 2 offload_optimizer { device: CPU pinned_budget_bytes: 100 }",

@@ -76,6 +76,11 @@ class ConfigFormsTest(unittest.TestCase):
             memwall.estimate([("seq", 64)], model=MODEL)
         with self.assertRaisesRegex(TypeError, r"data must be a str or os.PathLike, not int"):
             memwall.Trainer(MODEL, data=3)
+        # A NUL would end the path early at the system call: another file.
+        with self.assertRaisesRegex(ValueError, "data: embedded null byte"):
+            memwall.Trainer(MODEL, data=TEXT + "\0.ignored", seq=32)
+        with self.assertRaisesRegex(ValueError, "nvme_path: embedded null byte"):
+            memwall.estimate(model=MODEL, seq=64, zero={"offload_optimizer": {"device": "NVME", "nvme_path": "/tmp\0x"}})
 
 
 class ErrorsTest(unittest.TestCase):
