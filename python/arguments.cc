@@ -27,6 +27,12 @@ namespace {
 std::string TypeName(py::handle v) { return py::str(py::type::handle_of(v).attr("__name__")); }
 std::string Repr(py::handle v) { return py::repr(v); }
 
+// A dict, or any collections.abc.Mapping.
+bool IsMapping(py::handle v) {
+  static const py::object* mapping = new py::object(py::module_::import("collections.abc").attr("Mapping"));
+  return py::isinstance(v, *mapping);
+}
+
 // Fills `msg` from the mapping `fields`; `path` is the message's place in
 // the top-level one ("" at the top, "zero." below it).
 class Filler {
@@ -70,12 +76,6 @@ class Filler {
   }
 
  private:
-  static bool IsMapping(py::handle v) {
-    static const py::object* mapping =
-        new py::object(py::module_::import("collections.abc").attr("Mapping"));
-    return py::isinstance(v, *mapping);
-  }
-
   absl::Status Bad(const std::string& where, const std::string& what) const {
     return absl::InvalidArgumentError(absl::StrCat(origin_, ": ", where, where.empty() ? "" : " ", what));
   }
@@ -194,7 +194,7 @@ void MessageFromPython(py::handle config, const py::dict& fields, const std::str
   if (py::isinstance<py::str>(config)) {
     ThrowIfError(ParseTextProto(config.cast<std::string>(), origin, out));
   } else if (!config.is_none()) {
-    if (!py::isinstance(config, py::module_::import("collections.abc").attr("Mapping"))) {
+    if (!IsMapping(config)) {
       throw py::type_error(absl::StrCat(origin, " must be a text proto (str), a dict of ", out->GetDescriptor()->name(),
                                         "'s fields, or None; not ", TypeName(config)));
     }

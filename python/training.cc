@@ -5,7 +5,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -261,9 +260,7 @@ raises ValueError naming the field.)");
   m.def(
       "latest_checkpoint",
       [](py::handle dir) -> std::optional<std::string> {
-        const std::string path = PathFromPython(dir, "dir");
-        if (!std::filesystem::exists(path)) return std::nullopt;
-        absl::StatusOr<std::string> latest = zero::LatestCheckpoint(path);
+        absl::StatusOr<std::string> latest = zero::LatestCheckpoint(PathFromPython(dir, "dir"));
         if (!latest.ok() && latest.status().code() == absl::StatusCode::kNotFound) return std::nullopt;
         return Unwrap(std::move(latest));
       },
