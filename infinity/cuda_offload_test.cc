@@ -7,7 +7,8 @@
 // the forward and backward run and how the copies between host and device
 // are made (cudaMemcpyAsync on pinned memory against memcpy), so the losses
 // and the weights must agree to the tolerance of the kernels' summation
-// orders (zero/trainer_test.cc's CudaTrainer test, there for stage 0).
+// orders (zero/testing.h's ExpectCloseTraining; zero/trainer_test.cc's
+// CudaTrainer test, there for stage 0).
 // Skips without a GPU.
 #include <unistd.h>
 
@@ -96,20 +97,7 @@ TEST(CudaOffload, EveryPlacementMatchesTheCpuDevice) {
       const zero::test::Outcome gpu = Train(*CreateCudaDevice(), Options(p, precision, gpu_dir), kSteps, what + " (cuda)");
       ASSERT_EQ(gpu.losses.size(), size_t{kSteps});
       ASSERT_EQ(cpu.losses.size(), size_t{kSteps});
-      // fp32: cuBLAS and the fused attention sum in other orders. bf16:
-      // those differences can flip the rounding of a 16-bit value.
-      const double tol = precision == Precision::FP32 ? 1e-4 : 1e-2;
-      for (int i = 0; i < kSteps; ++i) {
-        EXPECT_NEAR(gpu.losses[i], cpu.losses[i], tol * cpu.losses[i]) << "step " << i + 1;
-        EXPECT_EQ(gpu.skipped[i], cpu.skipped[i]) << "step " << i + 1;
-      }
-      ASSERT_EQ(gpu.weights.size(), cpu.weights.size());
-      double diff = 0, norm = 0;
-      for (size_t i = 0; i < cpu.weights.size(); ++i) {
-        diff += (double(gpu.weights[i]) - cpu.weights[i]) * (double(gpu.weights[i]) - cpu.weights[i]);
-        norm += double(cpu.weights[i]) * cpu.weights[i];
-      }
-      EXPECT_LT(std::sqrt(diff / norm), tol) << "weights after " << kSteps << " steps";
+      zero::test::ExpectCloseTraining(gpu, cpu, precision == Precision::FP32 ? 1e-4 : 1e-2, what);
       // Where the states live is the placement's, not the device's: no
       // Adam moments on the GPU, nor master weights when the parameters it
       // computes with are 16-bit (in fp32 they are the master weights).

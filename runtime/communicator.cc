@@ -1,5 +1,8 @@
 #include "runtime/communicator.h"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/communicator_internal.h"
 #include "runtime/launch.h"
@@ -29,6 +32,14 @@ absl::string_view CommBackendName(CommBackend backend) {
       return "tcp";
   }
   return "unknown";
+}
+
+absl::StatusOr<CommBackend> ParseCommBackend(absl::string_view name) {
+  for (CommBackend b : {CommBackend::kAuto, CommBackend::kMpi, CommBackend::kNccl, CommBackend::kTcp}) {
+    if (name == CommBackendName(b)) return b;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("communication backend '", name, "' is not one of auto, mpi, nccl, tcp"));
 }
 
 namespace {
@@ -159,19 +170,45 @@ class SingleProcessCommunicator final : public Communicator {
 
 }  // namespace
 
+size_t MinStagingBytes(int world_size) {
+  return std::max<size_t>(4096, (static_cast<size_t>(world_size) + 1) * SizeOf(DType::kF32));
+}
+
+std::string Communicator::Describe() const {
+  return absl::StrCat(CommBackendName(backend()), host_staged() ? ", host-staged" : "");
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Device& device,
-                                                                  CommBackend backend) {
+                                                                  const CommOptions& options) {
   MEMWALL_ASSIGN_OR_RETURN(const LaunchInfo launch,
                            DiscoverLaunch([](const char* n) { return std::getenv(n); }));
+  const CommBackend host_backend =
+      launch.launcher == Launcher::kTorchrun ? CommBackend::kTcp : CommBackend::kMpi;
+  CommBackend backend = options.backend;
   if (backend == CommBackend::kAuto) {
     if (launch.world_size == 1) {
       backend = CommBackend::kSingleProcess;
+    } else if (device.kind() == DeviceKind::kCuda && !options.ranks_share_device) {
+      backend = CommBackend::kNccl;
     } else {
-      backend = device.kind() == DeviceKind::kCuda        ? CommBackend::kNccl
-                : launch.launcher == Launcher::kTorchrun ? CommBackend::kTcp
-                                                         : CommBackend::kMpi;
+      backend = host_backend;
     }
   }
+  if (backend == CommBackend::kNccl && options.ranks_share_device) {
+    return absl::InvalidArgumentError(
+        "NCCL needs a GPU of its own for every rank, but the ranks share a device: use the mpi "
+        "or tcp backend (or auto), which stage device memory through pinned host buffers");
+  }
+  // The host backends read host memory only: a GPU's goes through staging.
+  const bool staged = options.force_host_staging ||
+                      (device.kind() != DeviceKind::kCpu && backend != CommBackend::kSingleProcess);
+  if (staged && options.staging_bytes < MinStagingBytes(launch.world_size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staging_bytes ", options.staging_bytes, " is under the ",
+                     MinStagingBytes(launch.world_size), " a host-staged communicator of ",
+                     launch.world_size, " ranks needs"));
+  }
+  std::unique_ptr<Communicator> comm;
   switch (backend) {
     case CommBackend::kSingleProcess:
       if (launch.world_size != 1) {
@@ -179,17 +216,34 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Device& device,
             "single-process communicator requested but ", LauncherName(launch.launcher),
             " launched ", launch.world_size, " ranks"));
       }
-      return CreateSingleProcessCommunicator();
-    case CommBackend::kMpi:
-      return comm_internal::CreateMpiCommunicator(device);
-    case CommBackend::kNccl:
-      return comm_internal::CreateNcclCommunicator(device);
-    case CommBackend::kTcp:
-      return comm_internal::CreateTcpCommunicator(device);
-    case CommBackend::kAuto:
+      comm = CreateSingleProcessCommunicator();
       break;
+    case CommBackend::kMpi: {
+      MEMWALL_ASSIGN_OR_RETURN(comm, comm_internal::CreateMpiCommunicator(device));
+      break;
+    }
+    case CommBackend::kNccl:
+      if (options.force_host_staging) {
+        return absl::InvalidArgumentError(
+            "NCCL reads device memory itself: host staging is for the mpi and tcp backends");
+      }
+      return comm_internal::CreateNcclCommunicator(device);
+    case CommBackend::kTcp: {
+      MEMWALL_ASSIGN_OR_RETURN(comm, comm_internal::CreateTcpCommunicator(device));
+      break;
+    }
+    case CommBackend::kAuto:
+      return absl::InternalError("unreachable");
   }
-  return absl::InternalError("unreachable");
+  if (!staged) return comm;
+  return comm_internal::CreateHostStagedCommunicator(std::move(comm), device, options.staging_bytes);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Device& device,
+                                                                  CommBackend backend) {
+  CommOptions options;
+  options.backend = backend;
+  return CreateCommunicator(device, options);
 }
 
 std::unique_ptr<Communicator> CreateSingleProcessCommunicator() {

@@ -10,6 +10,8 @@
 //   TCP             host memory, through rank 0 at MASTER_ADDR:MASTER_PORT:
 //                   CpuDevice jobs started by a torchrun-style launcher
 //                   (runtime/tcp_communicator.cc)
+//   host-staged     MPI or TCP over device memory, through pinned host
+//                   buffers: ranks that share a GPU ([Note: host staging])
 // Rank and world size come from the launcher (runtime/launch.h).
 //
 // [Note: block distribution]
@@ -23,6 +25,19 @@
 // MPI backend (so |error| <= 2^-8 |sum| for bf16, 2^-11 for fp16, plus fp32
 // accumulation error); NCCL rounds at every step of its ring or tree, so its
 // error is bounded by (W - 1) * 2^-8 * sum|x_r| for bf16. Tests state which.
+//
+// [Note: host staging]
+// NCCL needs a GPU of its own for every rank, so ranks that share one GPU
+// (--share_gpus; the GPU machines we test on have one) reach each other
+// through host memory instead: each collective copies its operands from the
+// device into a pinned staging buffer, runs the MPI (or TCP) collective
+// there and copies the result back, all in the stream's order, in chunks
+// of at most CommOptions::staging_bytes. A reduce-scatter or all-gather
+// chunk takes the elements [j, j + k) of every rank's block, so each chunk
+// is itself a block-distributed collective (see [Note: block distribution]).
+// Each stream that issues collectives gets one staging buffer of
+// staging_bytes, pinned host memory tagged kCommBuffers, kept until the
+// communicator is destroyed. Reductions round as the host backend does.
 #ifndef MEMWALL_RUNTIME_COMMUNICATOR_H_
 #define MEMWALL_RUNTIME_COMMUNICATOR_H_
 
@@ -49,6 +64,9 @@ ShardRange BlockShard(size_t n, int world_size, int rank);
 
 enum class CommBackend { kAuto, kSingleProcess, kMpi, kNccl, kTcp };
 absl::string_view CommBackendName(CommBackend backend);
+// "auto", "mpi", "nccl", "tcp" (a command line's choice); anything else is
+// InvalidArgument listing them.
+absl::StatusOr<CommBackend> ParseCommBackend(absl::string_view name);
 
 // Collectives are enqueued on the given stream and run later: the
 // communicator and the tensors' memory must outlive that work (synchronize
@@ -60,6 +78,11 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual CommBackend backend() const = 0;
+  // Whether device memory goes through pinned host staging buffers
+  // ([Note: host staging]).
+  virtual bool host_staged() const { return false; }
+  // "mpi", "nccl", "mpi, host-staged".
+  std::string Describe() const;
 
   // recv = op over ranks of send. send and recv have the same dtype and
   // element count; send == recv (in place) is allowed.
@@ -107,11 +130,33 @@ class Communicator {
 // exit code 75 and a line naming the collective (collective_watchdog.h), so
 // a job never hangs in one; mpirun then ends the others.
 //
-// kAuto: a single process when the launch has one rank; otherwise NCCL for a
-// CUDA device, and for the CpuDevice MPI under mpirun or srun and TCP under
-// a torchrun-style launch. Requesting a backend that was not
-// built in, or one that cannot reach `device`'s memory, is an error. The
-// world size MPI reports must match the launcher's (else InvalidArgument).
+// Default size of a stream's staging buffer ([Note: host staging]).
+inline constexpr size_t kDefaultStagingBytes = size_t{32} << 20;
+// Smallest staging buffer accepted: a page, and room for one fp32 element
+// of every rank's block plus this rank's.
+size_t MinStagingBytes(int world_size);
+
+struct CommOptions {
+  // kAuto: a single process when the launch has one rank; otherwise for a
+  // CUDA device NCCL, or MPI (TCP under a torchrun-style launch) with host
+  // staging when ranks_share_device; for the CpuDevice MPI under mpirun or
+  // srun and TCP under a torchrun-style launch.
+  CommBackend backend = CommBackend::kAuto;
+  // Several ranks of this node compute on one GPU: NCCL cannot serve them.
+  bool ranks_share_device = false;
+  // Stage through pinned host memory even where the backend could read the
+  // device's memory (tests the staging on the CpuDevice).
+  bool force_host_staging = false;
+  size_t staging_bytes = kDefaultStagingBytes;
+};
+
+// The communicator `options` ask for. MPI or TCP on a CUDA device stage
+// through host memory. Requesting a backend that was not built in, NCCL for
+// ranks that share a device, or a staging buffer under MinStagingBytes is an
+// error. The world size MPI reports must match the launcher's (else
+// InvalidArgument).
+absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Device& device,
+                                                                  const CommOptions& options);
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
     Device& device, CommBackend backend = CommBackend::kAuto);
 

@@ -15,6 +15,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(Device& dev
 // Host memory over TCP, rank 0 at the launch's MASTER_ADDR:MASTER_PORT
 // (runtime/tcp_communicator.cc).
 absl::StatusOr<std::unique_ptr<Communicator>> CreateTcpCommunicator(Device& device);
+// `host`'s collectives on `device`'s memory through pinned staging buffers
+// of `staging_bytes` (>= MinStagingBytes) each ([Note: host staging];
+// runtime/host_staged_communicator.cc).
+std::unique_ptr<Communicator> CreateHostStagedCommunicator(std::unique_ptr<Communicator> host,
+                                                           Device& device, size_t staging_bytes);
 // Broadcasts `bytes` bytes from rank 0 over a TCP rendezvous at the
 // launch's MASTER_ADDR:MASTER_PORT (NCCL bootstrap without MPI).
 absl::Status TcpBroadcastBytes(const LaunchInfo& launch, void* data, size_t bytes);

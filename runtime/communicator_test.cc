@@ -2,7 +2,15 @@
 // process backend), under mpirun with 1, 2 and 4 ranks (MPI backend) and as
 // 2 and 3 processes with torchrun-style variables (TCP backend):
 // every rank computes what every other rank sent from (rank, index), so the
-// expected result needs no communication.
+// expected result needs no communication. Each test runs twice: on the
+// backend directly, and with host staging forced through buffers small
+// enough that every count above a few hundred takes several chunks
+// ([Note: host staging]), as ranks sharing a GPU run.
+//
+// Built with MEMWALL_COMMUNICATOR_TEST_ON_CUDA (communicator_cuda_test) the
+// same tests run on each rank's GPU: NCCL directly where every rank has a
+// GPU of its own, and staged through pinned host memory. Without a GPU
+// they skip.
 #include "runtime/communicator.h"
 
 #include <cmath>
@@ -15,24 +23,54 @@
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
 #include "runtime/launch.h"
+#ifdef MEMWALL_COMMUNICATOR_TEST_ON_CUDA
+#include "runtime/best_device.h"
+#include "runtime/cuda_device.h"
+#endif
 
 namespace memwall {
 namespace {
 
-class CommunicatorTest : public ::testing::Test {
+// The backend this launch runs.
+CommBackend LaunchedBackend() {
+  const Launcher launcher = CurrentLaunch().launcher;
+  return launcher == Launcher::kSingleProcess ? CommBackend::kSingleProcess
+         : launcher == Launcher::kTorchrun    ? CommBackend::kTcp
+                                              : CommBackend::kMpi;
+}
+
+// The staging buffer of the staged runs: a page, 1024 fp32 elements.
+constexpr size_t kSmallStaging = 4096;
+
+class CommunicatorTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
+    CommOptions options;
+    options.backend = LaunchedBackend();
+    options.force_host_staging = staged();
+    options.staging_bytes = kSmallStaging;
+#ifdef MEMWALL_COMMUNICATOR_TEST_ON_CUDA
+    std::string reason;
+    const int gpus = CudaDeviceCount(&reason);
+    if (gpus == 0) GTEST_SKIP() << "needs a GPU: " << reason;
+    if (!staged() && CurrentLaunch().world_size > gpus) {
+      GTEST_SKIP() << "NCCL needs a GPU per rank: " << CurrentLaunch().world_size << " ranks, " << gpus << " GPUs";
+    }
+    if (!staged()) options.backend = CommBackend::kNccl;
+    auto device = CreateDeviceForRank("cuda", CurrentLaunch(), /*share_gpus=*/true);
+    ASSERT_TRUE(device.ok()) << device.status();
+    device_ = *std::move(device);
+#else
     device_ = *CreateCpuDevice();
-    const Launcher launcher = CurrentLaunch().launcher;
-    const CommBackend backend = launcher == Launcher::kSingleProcess ? CommBackend::kSingleProcess
-                                : launcher == Launcher::kTorchrun    ? CommBackend::kTcp
-                                                                     : CommBackend::kMpi;
-    auto comm = CreateCommunicator(*device_, backend);
+#endif
+    auto comm = CreateCommunicator(*device_, options);
     ASSERT_TRUE(comm.ok()) << comm.status();
     comm_ = *std::move(comm);
     ASSERT_EQ(comm_->world_size(), CurrentLaunch().world_size);
     ASSERT_EQ(comm_->rank(), CurrentLaunch().rank);
+    ASSERT_EQ(comm_->host_staged(), staged());
   }
+  bool staged() const { return GetParam(); }
   void TearDown() override {
     comm_.reset();
     device_.reset();
@@ -78,7 +116,7 @@ float RoundingValue(int rank, size_t i) {
 
 const size_t kCounts[] = {1, 2, 3, 5, 7, 64, 1023, 4 * 1000 + 3, 100003};
 
-TEST_F(CommunicatorTest, AllReduceSumFp32IsExact) {
+TEST_P(CommunicatorTest, AllReduceSumFp32IsExact) {
   for (size_t n : kCounts) {
     std::vector<float> mine(n);
     for (size_t i = 0; i < n; ++i) mine[i] = ExactValue(R(), i);
@@ -102,7 +140,7 @@ TEST_F(CommunicatorTest, AllReduceSumFp32IsExact) {
   }
 }
 
-TEST_F(CommunicatorTest, AllReduceSumBf16WithinStatedBound) {
+TEST_P(CommunicatorTest, AllReduceSumBf16WithinStatedBound) {
   for (size_t n : kCounts) {
     std::vector<float> mine(n);
     for (size_t i = 0; i < n; ++i) mine[i] = RoundingValue(R(), i);
@@ -125,7 +163,7 @@ TEST_F(CommunicatorTest, AllReduceSumBf16WithinStatedBound) {
   }
 }
 
-TEST_F(CommunicatorTest, Int32ReducesAndGathersExactly) {
+TEST_P(CommunicatorTest, Int32ReducesAndGathersExactly) {
   const size_t n = 1001;
   std::vector<int32_t> mine(n);
   for (size_t i = 0; i < n; ++i) mine[i] = static_cast<int32_t>(i * 1000 + R());
@@ -147,7 +185,7 @@ TEST_F(CommunicatorTest, Int32ReducesAndGathersExactly) {
   }
 }
 
-TEST_F(CommunicatorTest, AllReduceMax) {
+TEST_P(CommunicatorTest, AllReduceMax) {
   const size_t n = 1001;
   std::vector<float> mine(n);
   for (size_t i = 0; i < n; ++i) mine[i] = static_cast<float>((i * 7 + R() * 13) % 31) - 15;
@@ -165,7 +203,7 @@ TEST_F(CommunicatorTest, AllReduceMax) {
   }
 }
 
-TEST_F(CommunicatorTest, ReduceScatterGivesEachRankItsBlock) {
+TEST_P(CommunicatorTest, ReduceScatterGivesEachRankItsBlock) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (size_t n : kCounts) {
       std::vector<float> mine(n);
@@ -198,7 +236,7 @@ TEST_F(CommunicatorTest, ReduceScatterGivesEachRankItsBlock) {
   }
 }
 
-TEST_F(CommunicatorTest, ReduceScatterInPlaceIntoOwnBlock) {
+TEST_P(CommunicatorTest, ReduceScatterInPlaceIntoOwnBlock) {
   // ZeRO's layout: the reduced block lands in this rank's slice of the bucket.
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     const size_t n = 4 * 1000 + 3;
@@ -224,7 +262,7 @@ TEST_F(CommunicatorTest, ReduceScatterInPlaceIntoOwnBlock) {
   }
 }
 
-TEST_F(CommunicatorTest, AllGatherAssemblesEveryRanksBlock) {
+TEST_P(CommunicatorTest, AllGatherAssemblesEveryRanksBlock) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (size_t n : kCounts) {
       const ShardRange mine_block = BlockShard(n, W(), R());
@@ -258,7 +296,7 @@ TEST_F(CommunicatorTest, AllGatherAssemblesEveryRanksBlock) {
   }
 }
 
-TEST_F(CommunicatorTest, ReduceToEveryRootInPlaceAndNot) {
+TEST_P(CommunicatorTest, ReduceToEveryRootInPlaceAndNot) {
   const size_t n = 1003;
   for (int root = 0; root < W(); ++root) {
     for (bool in_place : {false, true}) {
@@ -283,7 +321,7 @@ TEST_F(CommunicatorTest, ReduceToEveryRootInPlaceAndNot) {
   }
 }
 
-TEST_F(CommunicatorTest, ReduceBf16RoundsOnceOnRoot) {
+TEST_P(CommunicatorTest, ReduceBf16RoundsOnceOnRoot) {
   const size_t n = 517;
   std::vector<float> mine(n);
   for (size_t i = 0; i < n; ++i) mine[i] = RoundingValue(R(), i);
@@ -301,7 +339,7 @@ TEST_F(CommunicatorTest, ReduceBf16RoundsOnceOnRoot) {
   }
 }
 
-TEST_F(CommunicatorTest, BroadcastFromEveryRoot) {
+TEST_P(CommunicatorTest, BroadcastFromEveryRoot) {
   const size_t n = 777;
   for (int root = 0; root < W(); ++root) {
     std::vector<float> mine(n);
@@ -313,7 +351,7 @@ TEST_F(CommunicatorTest, BroadcastFromEveryRoot) {
   }
 }
 
-TEST_F(CommunicatorTest, BarrierWaitsForEveryRank) {
+TEST_P(CommunicatorTest, BarrierWaitsForEveryRank) {
   // Each rank leaves a file before the barrier, later ranks later; after the
   // barrier every rank must see every file.
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -332,7 +370,7 @@ TEST_F(CommunicatorTest, BarrierWaitsForEveryRank) {
   ASSERT_TRUE(stream().Synchronize().ok());
 }
 
-TEST_F(CommunicatorTest, RejectsMismatchedArguments) {
+TEST_P(CommunicatorTest, RejectsMismatchedArguments) {
   Buffer a = *device_->Allocate(64 * 4, MemoryTag::kCommBuffers);
   const Tensor f32 = View(a, DType::kF32, 64);
   const Tensor bf16 = View(a, DType::kBF16, 64);
@@ -355,6 +393,54 @@ TEST_F(CommunicatorTest, RejectsMismatchedArguments) {
   s = comm_->Reduce(f32, View(a, DType::kF32, 63), ReduceOp::kSum, 0, stream());
   EXPECT_NE(s.message().find("recv has 63"), std::string::npos) << s;
   ASSERT_TRUE(stream().Synchronize().ok());
+}
+
+TEST_P(CommunicatorTest, StagingTakesOnePinnedBufferPerStream) {
+  const MemoryAccount& pinned = device_->pinned_host().account();
+  const size_t before = pinned.current(MemoryTag::kCommBuffers);
+  const size_t n = 3 * kSmallStaging;  // several chunks
+  Buffer buf = Upload(std::vector<float>(n, 1.0f), DType::kF32);
+  ASSERT_TRUE(comm_->AllReduce(View(buf, DType::kF32, n), View(buf, DType::kF32, n), ReduceOp::kSum,
+                               stream()).ok());
+  ASSERT_TRUE(stream().Synchronize().ok());  // the streams are not ordered otherwise
+  auto other = device_->CreateStream("other");
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_TRUE(comm_->AllReduce(View(buf, DType::kF32, n), View(buf, DType::kF32, n), ReduceOp::kSum,
+                               **other).ok());
+  ASSERT_TRUE((*other)->Synchronize().ok());
+  EXPECT_EQ(Download(buf, n, DType::kF32), std::vector<float>(n, static_cast<float>(W() * W())));
+  EXPECT_EQ(pinned.current(MemoryTag::kCommBuffers) - before, staged() ? 2 * kSmallStaging : 0)
+      << "one staging buffer for each of the two streams, none unstaged";
+}
+
+TEST_P(CommunicatorTest, StagingBufferUnderTheMinimumIsRefused) {
+  // Refused before any backend is created, so no rank waits on another.
+  CommOptions options;
+  options.backend = LaunchedBackend();
+  options.force_host_staging = true;
+  options.staging_bytes = 100;
+  auto comm = CreateCommunicator(*device_, options);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(comm.status().message().find("staging_bytes 100 is under the 4096"), std::string::npos)
+      << comm.status();
+}
+
+INSTANTIATE_TEST_SUITE_P(Backend, CommunicatorTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "HostStaged" : "Direct";
+                         });
+
+TEST(CommOptionsTest, NcclIsRefusedForRanksThatShareADevice) {
+  auto device = *CreateCpuDevice();
+  CommOptions options;
+  options.backend = CommBackend::kNccl;
+  options.ranks_share_device = true;
+  auto comm = CreateCommunicator(*device, options);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(comm.status().message().find("NCCL needs a GPU of its own"), std::string::npos)
+      << comm.status();
 }
 
 TEST(BlockShardTest, CoversEveryElementOnceInOrder) {

@@ -60,7 +60,8 @@ class MpiCommunicator final : public Communicator {
     if (t.on_host()) return absl::OkStatus();
     return absl::InvalidArgumentError(
         absl::StrCat(what, " is ", t.DebugString(),
-                     ": the MPI backend reads host memory only; use NCCL for CUDA memory"));
+                     ": the MPI backend reads host memory only (CreateCommunicator stages a GPU's through "
+                     "pinned host buffers)"));
   }
 
   absl::Status DoAllReduce(const Tensor& send, const Tensor& recv, ReduceOp op,

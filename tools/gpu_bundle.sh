@@ -10,6 +10,7 @@
 #                                          (an experiment on the GPU machine, from a checkout's root)
 #
 # Contents: bin/ (our code linked statically; repro_run is //repro:run),
+# launch.sh (starts N ranks of a binary with torchrun-style variables),
 # lib.tar.gz (unpacked by env.sh to lib/: Abseil, protobuf, OpenMPI, OpenBLAS, ... as found by ldd; also
 # libcudart, which is small and must match the build), env.sh (the library
 # path and MEMWALL_COMMIT for provenance), run.sh, MANIFEST (what was built,
@@ -19,10 +20,13 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out="${1:-gpu_bundle}"
 
-# What goes in: every test tagged `gpu`, every benchmark, the self-check.
-mapfile -t tests < <(./bazelw query --noshow_progress 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
+# What goes in: every test tagged `gpu` (a multi-rank one as its gtest
+# binary, NAME_bin, which run.sh starts at 2 ranks), every benchmark, the
+# self-check.
+mapfile -t tests < <(./bazelw query --noshow_progress 'attr(tags, "\bgpu\b", kind(cc_test, //...))' 2>/dev/null)
+mapfile -t rank_tests < <(./bazelw query --noshow_progress 'attr(tags, "\bgpu\b", kind(cc_binary, //...))' 2>/dev/null)
 mapfile -t benchmarks < <(./bazelw query --noshow_progress 'attr(tags, "\bbenchmark\b", kind(cc_binary, //...))' 2>/dev/null)
-targets=("${tests[@]}" "${benchmarks[@]}" //runtime:selfcheck)
+targets=("${tests[@]}" "${rank_tests[@]}" "${benchmarks[@]}" //runtime:selfcheck)
 echo "gpu_bundle: building ${#targets[@]} targets: ${targets[*]}" >&2
 ./bazelw build --noshow_progress "${targets[@]}"
 
@@ -35,6 +39,9 @@ done
 # The experiment runner, under a name that says so (run.sh leaves it out).
 ./bazelw build --noshow_progress //repro:run
 cp -L bazel-bin/repro/run "$out/bin/repro_run"
+# Multi-rank jobs: the GPU machine has no MPI, so ranks are started with
+# torchrun-style variables (the TCP backend, host-staged on a GPU).
+cp tools/torchrun_test_runner.sh "$out/launch.sh"
 # Symbols are not needed there and halve the binaries (the device tool
 # carries at most 64 MiB, repository included).
 chmod u+w "$out"/bin/*
@@ -49,8 +56,8 @@ done | sort -u | while read -r name path; do
   if [[ "$name" =~ $skip ]]; then continue; fi
   cp -L "$path" "$out/lib/$name"
 done
-# OpenMPI loads its components at MPI_Init; a single-rank run never calls it,
-# so the components are not bundled (no mpirun on the GPU machine either).
+# OpenMPI loads its components at MPI_Init, which only mpirun's ranks call:
+# the components are not bundled, and launch.sh's ranks use TCP instead.
 # The libraries travel compressed (Debian's OpenBLAS alone is 35 MiB, which
 # with the rest would not fit the device tool's 64 MiB); env.sh unpacks them.
 tar -C "$out" -czf "$out/lib.tar.gz" lib
@@ -99,6 +106,8 @@ cat > "$out/run.sh" <<'RUN'
 #   run.sh RESULTS_DIR [NAME...]   (default: every test, benchmark and the self-check in bin/)
 # Tests (*_test) write RESULTS_DIR/NAME.xml, benchmarks (*_benchmark)
 # RESULTS_DIR/NAME.json; every binary's output goes to RESULTS_DIR/NAME.log.
+# A multi-rank test (*_test_bin) runs as MEMWALL_RANKS ranks (default 2) on
+# this machine's GPUs through launch.sh, writing NAME_npN_rankR.xml.
 # Exits non-zero if any binary fails.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -118,12 +127,17 @@ status=0
 for name in "${names[@]}"; do
   bin="$here/bin/$name"
   args=()
+  launch=()
   case "$name" in
     *_test) args=(--gtest_output="xml:$results/$name.xml") ;;
+    *_test_bin)
+      n="${MEMWALL_RANKS:-2}"
+      launch=("$here/launch.sh" "$n")
+      args=(--gtest_output="xml:$results/${name%_bin}_np${n}_rank{rank}.xml") ;;
     *_benchmark) args=(--benchmark_out="$results/$name.json" --benchmark_out_format=json) ;;
   esac
-  echo "== $name"
-  if "$bin" "${args[@]}" > "$results/$name.log" 2>&1; then
+  echo "== $name${launch:+ (${launch[1]} ranks)}"
+  if "${launch[@]}" "$bin" "${args[@]}" > "$results/$name.log" 2>&1; then
     echo "   ok"; tail -n 3 "$results/$name.log"
   else
     echo "   FAILED (exit $?)"; tail -n 30 "$results/$name.log"; status=1

@@ -100,7 +100,8 @@ def memwall_mpi_test(name, srcs = [], deps = [], ranks = [1, 2, 4], tags = [], s
     """Runs one gtest binary under `mpirun -np N --oversubscribe` for each N.
 
     Creates `<name>_bin` and one sh_test `<name>_np<N>` per N, gathered in the
-    test_suite `<name>`.
+    test_suite `<name>`. Tagged `gpu`, it skips without a GPU here and its
+    binary goes into the GPU bundle, which runs it at 2 ranks.
     """
     native.cc_binary(
         name = name + "_bin",
@@ -108,6 +109,9 @@ def memwall_mpi_test(name, srcs = [], deps = [], ranks = [1, 2, 4], tags = [], s
         copts = MEMWALL_COPTS + copts,
         deps = deps + ["@com_google_googletest//:gtest_main", "@openmpi//:mpi"],
         testonly = True,
+        # A `gpu` binary goes into the GPU bundle (tools/gpu_bundle.sh), which
+        # runs it at several ranks with its own launcher.
+        tags = [t for t in tags if t == "gpu"],
         **kwargs
     )
     tests = []

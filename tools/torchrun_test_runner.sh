@@ -2,7 +2,9 @@
 # Starts N copies of a binary the way torchrun does, without torchrun: each
 # with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1 and a free
 # MASTER_PORT, and no MPI variables. Fails when any rank fails; each rank's
-# output is prefixed with its rank.
+# output is prefixed with its rank. "{rank}" in an argument becomes the
+# rank (--gtest_output=xml:out_rank{rank}.xml). The GPU bundle carries it
+# as launch.sh: how multi-rank jobs run on a machine without MPI.
 # Usage: torchrun_test_runner.sh N BINARY [args...]
 set -uo pipefail
 n="$1"; shift
@@ -14,8 +16,10 @@ port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));
 logs="$(mktemp -d "${TEST_TMPDIR:-/tmp}/torchrun.XXXXXX")"
 pids=()
 for ((r = 0; r < n; r++)); do
+  args=()
+  for a in "$@"; do args+=("${a//\{rank\}/$r}"); done
   RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-    "$binary" "$@" > "$logs/rank_$r.log" 2>&1 &
+    "$binary" "${args[@]}" > "$logs/rank_$r.log" 2>&1 &
   pids+=($!)
 done
 status=0

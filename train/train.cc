@@ -5,7 +5,7 @@
 //   ./bazelw run //:train -- [--model=NAME|FILE] [--data=FILE] [--data_format=auto|text|uint16]
 //       [--config=TRAINING.textproto] [--set='zero { stage: 2 }'] [--deepspeed_config=ds_config.json]
 //       [--steps=N] [--out=DIR] [--save_every=N] [--save_dir=DIR] [--resume[=latest|PATH]]
-//       [--export=DIR] [--device=auto|cpu|cuda] [--share_gpus] [--trace_dir=DIR]
+//       [--export=DIR] [--device=auto|cpu|cuda] [--share_gpus] [--comm_backend=auto|mpi|nccl|tcp] [--trace_dir=DIR]
 //
 // Under mpirun, srun or a torchrun-style launcher every process runs this
 // same command; each is one data-parallel rank (runtime/launch.h), on the
@@ -64,7 +64,12 @@ ABSL_FLAG(std::string, resume, "",
           "'latest': the newest complete checkpoint under --save_dir (none: start fresh); or a step directory");
 ABSL_FLAG(std::string, export, "", "directory for model.safetensors and config.json (default: <out>; 'none': skip)");
 ABSL_FLAG(std::string, device, "auto", "auto (CUDA if a GPU is visible), cpu or cuda");
-ABSL_FLAG(bool, share_gpus, false, "let several local ranks share a GPU (else more local ranks than GPUs is refused)");
+ABSL_FLAG(bool, share_gpus, false,
+          "let several local ranks share a GPU (else more local ranks than GPUs is refused); they communicate "
+          "through pinned host memory, as NCCL needs a GPU per rank");
+ABSL_FLAG(std::string, comm_backend, "auto",
+          "auto (NCCL on GPUs, MPI or TCP on the CPU device), mpi, nccl or tcp; mpi and tcp stage a GPU's memory "
+          "through pinned host buffers");
 ABSL_FLAG(std::string, trace_dir, "", "write each step's Chrome trace here (one file per step and rank)");
 ABSL_FLAG(int64_t, print_every, 0, "a progress line every N steps (default: 20 lines a run, or steps_per_print)");
 
@@ -174,7 +179,10 @@ absl::Status Main() {
   MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<models::TokenSource> data, models::OpenTokenSource(data_path, format));
   MEMWALL_ASSIGN_OR_RETURN(auto device,
                            CreateDeviceForRank(absl::GetFlag(FLAGS_device), launch, absl::GetFlag(FLAGS_share_gpus)));
-  MEMWALL_ASSIGN_OR_RETURN(auto comm, CreateCommunicator(*device));
+  CommOptions comm_options;
+  MEMWALL_ASSIGN_OR_RETURN(comm_options.backend, ParseCommBackend(absl::GetFlag(FLAGS_comm_backend)));
+  comm_options.ranks_share_device = absl::GetFlag(FLAGS_share_gpus) && device->kind() == DeviceKind::kCuda;
+  MEMWALL_ASSIGN_OR_RETURN(auto comm, CreateCommunicator(*device, comm_options));
   MEMWALL_ASSIGN_OR_RETURN(auto model, models::Gpt::Create(config));
   const bool rank0 = comm->rank() == 0;
   const int64_t save_every = absl::GetFlag(FLAGS_save_every);
@@ -205,7 +213,7 @@ absl::Status Main() {
                 (long long)config.heads(), (long long)models::CountParameters(config),
                 config.activation_checkpointing() ? ", activation checkpointing" : "", device->name().c_str(),
                 comm->world_size(), comm->world_size() == 1 ? "rank" : "ranks",
-                std::string(LauncherName(launch.launcher)).c_str());
+                absl::StrCat(LauncherName(launch.launcher), ", ", comm->Describe()).c_str());
     std::printf("train: %s; %s; %lld steps of %lld sequences x %lld tokens (micro-batch %lld x accumulation %lld x "
                 "%d ranks) from %s\n",
                 Placements(t).c_str(), std::string(zero::PrecisionName(t->precision())).c_str(), (long long)steps,

@@ -67,7 +67,7 @@ grep -q "zero_optimization.round_robin_gradients: not implemented; set it to fal
 echo "=== 4. torchrun-style variables"
 "$torchrun" 2 "$train" "${flags[@]}" --save_every=0 --out="$tmp/torchrun" > "$tmp/torchrun.log" 2>&1 ||
   { cat "$tmp/torchrun.log"; fail "torchrun-style run"; }
-grep -q "2 ranks (torchrun-style variables)" "$tmp/torchrun.log" || { cat "$tmp/torchrun.log"; fail "did not train as 2 ranks"; }
+grep -q "2 ranks (torchrun-style variables, tcp)" "$tmp/torchrun.log" || { cat "$tmp/torchrun.log"; fail "did not train as 2 ranks"; }
 cmp "$tmp/ref/model.safetensors" "$tmp/torchrun/model.safetensors" || fail "torchrun-style weights differ from mpirun's"
 
 echo "=== 5. self-describing export"

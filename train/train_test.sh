@@ -69,4 +69,8 @@ if train/train --steps=1 --device=cpu --out="$out/wrong" --data_format=u16 2> "$
   echo "a bad --data_format accepted"; exit 1
 fi
 grep -q "data format 'u16' is not one of auto, text, uint16" "$TEST_TMPDIR/err"
+if train/train --steps=1 --device=cpu --out="$out/wrong" --comm_backend=gloo 2> "$TEST_TMPDIR/err"; then
+  echo "a bad --comm_backend accepted"; exit 1
+fi
+grep -q "communication backend 'gloo' is not one of auto, mpi, nccl, tcp" "$TEST_TMPDIR/err"
 echo PASS

@@ -273,6 +273,38 @@ TEST_F(Stages, ExactSumsGiveStageZerosWeightsBitForBit) {
   }
 }
 
+// Ranks that share a GPU reach each other through pinned host staging
+// buffers ([Note: host staging] in runtime/communicator.h). Forced on the
+// CpuDevice, with a page of staging so every bucket takes several chunks, it
+// must change nothing: with exact cross-rank sums, every stage (and stage
+// 3's bandwidth-centric partitioning) gives the same losses and weights bit
+// for bit as on the backend directly.
+TEST_F(Stages, HostStagedCollectivesTrainBitForBitAsTheBackendDoes) {
+  CommOptions options;
+  options.force_host_staging = true;
+  options.staging_bytes = 4096;
+  auto staged = CreateCommunicator(*device_, options);
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  ASSERT_TRUE((*staged)->host_staged());
+  for (Precision precision : {Precision::FP32, Precision::BF16}) {
+    for (int stage : {0, 1, 2, 3, 4}) {
+      Case s;
+      s.stage = std::min(stage, 3);
+      s.bandwidth_centric = stage == 4;
+      s.precision = precision;
+      s.overlap = true;
+      s.micro_batch = 8 / W();
+      s.exact_sums = true;
+      s.clip = 0;
+      const Outcome want = Train(*comm_, s, 8);
+      const Outcome got = Train(**staged, s, 8);
+      ASSERT_EQ(got.losses.size(), 8u) << s.Name();
+      EXPECT_EQ(got.losses, want.losses) << s.Name() << ", host-staged";
+      EXPECT_EQ(test::CountBitDifferences(got.weights, want.weights), 0u) << s.Name() << ", host-staged";
+    }
+  }
+}
+
 // ZeRO-Infinity's bandwidth-centric partitioning (every parameter split
 // over every rank, gathered by one all-gather per parameter) against ZeRO's
 // contiguous one at stage 3: the same losses, skipped steps and weights bit

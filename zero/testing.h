@@ -154,6 +154,26 @@ inline void ExpectBitForBit(const Outcome& got, const Outcome& want, const std::
   EXPECT_EQ(CountBitDifferences(got.weights, want.weights), 0u) << what;
 }
 
+// The same training on devices whose kernels sum in other orders (a GPU
+// against the CpuDevice, cuBLAS against OpenBLAS): every loss within `tol`
+// relative, the same steps skipped, and the weights within `tol` in
+// relative RMS. fp32 holds to 1e-4; in bf16 those differences can flip the
+// rounding of a 16-bit value, so 1e-2.
+inline void ExpectCloseTraining(const Outcome& got, const Outcome& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], want.losses[i], tol * want.losses[i]) << what << ", step " << i + 1;
+    EXPECT_EQ(got.skipped[i], want.skipped[i]) << what << ", step " << i + 1;
+  }
+  ASSERT_EQ(got.weights.size(), want.weights.size()) << what;
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.weights.size(); ++i) {
+    diff += (double(got.weights[i]) - want.weights[i]) * (double(got.weights[i]) - want.weights[i]);
+    norm += double(want.weights[i]) * want.weights[i];
+  }
+  EXPECT_LT(std::sqrt(diff / norm), tol) << what << ": weights after " << want.losses.size() << " steps";
+}
+
 }  // namespace memwall::zero::test
 
 #endif  // MEMWALL_ZERO_TESTING_H_
