@@ -121,6 +121,12 @@ absl::Status CpuAdam::Check(const AdamBuffers& b, int64_t begin, int64_t end, in
   return absl::OkStatus();
 }
 
+int64_t CpuAdam::TileFor(int64_t count) const {
+  const int64_t per_thread = count / (int64_t{pool_->threads()} * kTilesPerThread);
+  // Whole cache lines of fp32 (64 B) per tile.
+  return std::max(tile_, (per_thread + 15) / 16 * 16);
+}
+
 absl::Status CpuAdam::Step(const AdamBuffers& buffers, int64_t step, float grad_scale) {
   return StepRange(buffers, 0, buffers.n, step, grad_scale);
 }
@@ -144,11 +150,12 @@ absl::Status CpuAdam::StepRange(const AdamBuffers& b, int64_t begin, int64_t end
   s.lr_weight_decay = c.lr * c.weight_decay;
   s.adamw = c.adamw;
   const internal::KernelPath path = KernelPathOf(path_);
-  const int64_t tiles = (end - begin + tile_ - 1) / tile_;
+  const int64_t tile = TileFor(end - begin);
+  const int64_t tiles = (end - begin + tile - 1) / tile;
   const size_t grad_bytes = SizeOf(b.grad_dtype);
   pool_->ParallelFor(tiles, [&](int64_t t) {
-    const int64_t first = begin + t * tile_;
-    const int64_t count = std::min(tile_, end - first);
+    const int64_t first = begin + t * tile;
+    const int64_t count = std::min(tile, end - first);
     internal::Range r;
     r.p = b.params + first;
     r.m = b.exp_avg + first;
