@@ -110,7 +110,8 @@ TEST(Experiment, EachBadValueNamesItsField) {
               "Experiment training.loss_scaling.growth_interval = 0 must be > 0");
   ExpectError("steps: -1", "Experiment steps = -1 must be > 0");
   ExpectError("device: \"tpu\"", "Experiment device = \"tpu\" must be cpu");
-  ExpectError("device: \"cuda\"", "Experiment device = \"cuda\" must be cpu, or cuda for OFFLOAD_THROUGHPUT");
+  ExpectError("device: \"cuda\"",
+              "Experiment device = \"cuda\" must be cpu, or cuda for OFFLOAD_MAX_MODEL, OFFLOAD_THROUGHPUT");
   ExpectError("name: \"Bad Name\"", "Experiment name = \"Bad Name\" must be non-empty lower case");
   ExpectError("modeled { params: 0 ranks: 1 }", "modeled.params = 0 must be > 0");
   ExpectError("modeled { params: 10 ranks: 1 paper_bytes: [1, 2] }", "modeled.paper_bytes = 2 values given");

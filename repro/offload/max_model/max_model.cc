@@ -34,7 +34,7 @@ absl::Status DriveOffloadMaxModel(const Experiment& e, const RunContext& run) {
 }  // namespace
 
 const ExperimentKind kOffloadMaxModelKind = {
-    Experiment::OFFLOAD_MAX_MODEL, "repro/offload/max_model/figure.py", kOffload, /*cuda=*/false,
+    Experiment::OFFLOAD_MAX_MODEL, "repro/offload/max_model/figure.py", kOffload, /*cuda=*/true,
     /*offload_in_training=*/false, FillOffloadModes, ValidateOffloadMaxModel, DriveOffloadMaxModel};
 
 }  // namespace memwall::repro
