@@ -35,11 +35,15 @@ absl::string_view CommBackendName(CommBackend backend) {
 }
 
 absl::StatusOr<CommBackend> ParseCommBackend(absl::string_view name) {
-  for (CommBackend b : {CommBackend::kAuto, CommBackend::kMpi, CommBackend::kNccl, CommBackend::kTcp}) {
+  constexpr CommBackend kChoices[] = {CommBackend::kAuto, CommBackend::kMpi, CommBackend::kNccl,
+                                      CommBackend::kTcp};
+  std::string names;
+  for (CommBackend b : kChoices) {
     if (name == CommBackendName(b)) return b;
+    absl::StrAppend(&names, names.empty() ? "" : ", ", CommBackendName(b));
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("communication backend '", name, "' is not one of auto, mpi, nccl, tcp"));
+      absl::StrCat("communication backend '", name, "' is not one of ", names));
 }
 
 namespace {
@@ -199,6 +203,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Device& device,
         "NCCL needs a GPU of its own for every rank, but the ranks share a device: use the mpi "
         "or tcp backend (or auto), which stage device memory through pinned host buffers");
   }
+  if (backend == CommBackend::kNccl && options.force_host_staging) {
+    return absl::InvalidArgumentError(
+        "NCCL reads device memory itself: host staging is for the mpi and tcp backends");
+  }
   // The host backends read host memory only: a GPU's goes through staging.
   const bool staged = options.force_host_staging ||
                       (device.kind() != DeviceKind::kCpu && backend != CommBackend::kSingleProcess);
@@ -223,10 +231,6 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Device& device,
       break;
     }
     case CommBackend::kNccl:
-      if (options.force_host_staging) {
-        return absl::InvalidArgumentError(
-            "NCCL reads device memory itself: host staging is for the mpi and tcp backends");
-      }
       return comm_internal::CreateNcclCommunicator(device);
     case CommBackend::kTcp: {
       MEMWALL_ASSIGN_OR_RETURN(comm, comm_internal::CreateTcpCommunicator(device));

@@ -43,32 +43,20 @@ class HostStagedCommunicator final : public Communicator {
   // of recv.
   absl::Status DoAllReduce(const Tensor& send, const Tensor& recv, ReduceOp op,
                            Stream& stream) override {
-    return Elementwise(send, recv, stream, /*copy_back=*/true, [&](const Tensor& piece) {
-      return host_->AllReduce(piece, piece, op, stream);
-    });
+    return Elementwise(send, recv, stream, /*copy_in=*/true, /*copy_back=*/true,
+                       [&](const Tensor& piece) { return host_->AllReduce(piece, piece, op, stream); });
   }
 
   absl::Status DoReduce(const Tensor& send, const Tensor& recv, ReduceOp op, int root,
                         Stream& stream) override {
-    return Elementwise(send, recv, stream, /*copy_back=*/rank() == root,
-                       [&](const Tensor& piece) {
-                         return host_->Reduce(piece, piece, op, root, stream);
-                       });
+    return Elementwise(send, recv, stream, /*copy_in=*/true, /*copy_back=*/rank() == root,
+                       [&](const Tensor& piece) { return host_->Reduce(piece, piece, op, root, stream); });
   }
 
+  // Only the root's data matters going in; everyone else's coming out.
   absl::Status DoBroadcast(const Tensor& buffer, int root, Stream& stream) override {
-    // Only the root's data matters going in; everyone else's coming out.
-    const bool root_here = rank() == root;
-    MEMWALL_ASSIGN_OR_RETURN(const Tensor stage, Staging(stream, buffer.dtype()));
-    const size_t n = buffer.numel(), k = stage.numel();
-    for (size_t done = 0; done < n; done += k) {
-      const size_t c = std::min(k, n - done);
-      const Tensor piece = stage.Slice(0, c), mine = buffer.Slice(done, c);
-      if (root_here) MEMWALL_RETURN_IF_ERROR(stream.Copy(piece.data(), mine.data(), piece.bytes()));
-      MEMWALL_RETURN_IF_ERROR(host_->Broadcast(piece, root, stream));
-      if (!root_here) MEMWALL_RETURN_IF_ERROR(stream.Copy(mine.data(), piece.data(), piece.bytes()));
-    }
-    return absl::OkStatus();
+    return Elementwise(buffer, buffer, stream, /*copy_in=*/rank() == root, /*copy_back=*/rank() != root,
+                       [&](const Tensor& piece) { return host_->Broadcast(piece, root, stream); });
   }
 
   // Chunk j takes elements [j, j + k) of every rank's block: the pieces of
@@ -148,17 +136,20 @@ class HostStagedCommunicator final : public Communicator {
     size_t longest_block;
   };
 
-  // Elementwise collectives (all-reduce, reduce): `collective` on each
-  // staged chunk in place, the result copied to recv where `copy_back`.
+  // Elementwise collectives (all-reduce, reduce, broadcast): each chunk of
+  // send staged where `copy_in`, `collective` on it in place, the result
+  // copied to recv where `copy_back`.
   template <typename Collective>
-  absl::Status Elementwise(const Tensor& send, const Tensor& recv, Stream& stream, bool copy_back,
-                           Collective collective) {
+  absl::Status Elementwise(const Tensor& send, const Tensor& recv, Stream& stream, bool copy_in,
+                           bool copy_back, Collective collective) {
     MEMWALL_ASSIGN_OR_RETURN(const Tensor stage, Staging(stream, send.dtype()));
     const size_t n = send.numel(), k = stage.numel();
     for (size_t done = 0; done < n; done += k) {
       const size_t c = std::min(k, n - done);
       const Tensor piece = stage.Slice(0, c);
-      MEMWALL_RETURN_IF_ERROR(stream.Copy(piece.data(), send.Slice(done, c).data(), piece.bytes()));
+      if (copy_in) {
+        MEMWALL_RETURN_IF_ERROR(stream.Copy(piece.data(), send.Slice(done, c).data(), piece.bytes()));
+      }
       MEMWALL_RETURN_IF_ERROR(collective(piece));
       if (copy_back) {
         MEMWALL_RETURN_IF_ERROR(stream.Copy(recv.Slice(done, c).data(), piece.data(), piece.bytes()));
