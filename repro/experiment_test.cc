@@ -170,6 +170,20 @@ TEST(Experiment, EachBadOffloadValueNamesItsField) {
   throughput.replace(throughput.find("offload {"), 9, "offload { warmup_steps: 1");
   expect(ParseExperiment(throughput, "offload.textproto").status(),
          "offload.warmup_steps = 1 must be >= offload.dpu_after_steps + 1 = 2");
+  expect(ParseOffload("offload {", "offload { micro_batches: [2, 4]"),
+         "offload.micro_batches = [...] is for OFFLOAD_THROUGHPUT");
+  expect(ParseOffload("offload {", "offload { halve_micro_batch_to_fit: true"),
+         "offload.halve_micro_batch_to_fit = true is for OFFLOAD_THROUGHPUT");
+  auto throughput_with = [](const std::string& fields) {
+    std::string text = kGoodOffload;
+    text.replace(text.find("OFFLOAD_MAX_MODEL"), 17, "OFFLOAD_THROUGHPUT");
+    text.replace(text.find("offload {"), 9, "offload { " + fields);
+    return ParseExperiment(text, "offload.textproto").status();
+  };
+  EXPECT_TRUE(throughput_with("micro_batches: [2, 4] halve_micro_batch_to_fit: true").ok());
+  expect(throughput_with("micro_batches: [2]"), "offload.micro_batches = 1 entries must give one per ladder model (2)");
+  expect(throughput_with("micro_batches: [2, 0]"), "offload.micro_batches[1] (\"b\") = 0 must be in [1, 2147483647]");
+  expect(throughput_with("micro_batches: [2, 4294967296]"), "offload.micro_batches[1] (\"b\") = 4294967296 must be in");
   expect(ParseOffload("training {", "stages: 2 training {"), "stages = [...] must be unset for OFFLOAD_MAX_MODEL");
   expect(ParseOffload("training {", "training { zero { offload_optimizer { device: CPU } }"),
          "training.zero.offload_optimizer = {...} must be unset: offload.modes set it");

@@ -19,6 +19,7 @@
 #include "ops/ops.h"
 #include "repro/sweep.h"
 #include "repro/harness.h"
+#include "runtime/bounds.h"
 #include "runtime/communicator.h"
 #include "runtime/cpu_device.h"
 #include "runtime/files.h"
@@ -80,6 +81,7 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
   auto data = models::SyntheticSource(1 << 20, config.vocab(), 11);
   Timeline timeline;
   zero::TrainerOptions options = given != nullptr ? *given : OffloadTrainerOptions(e, mode);
+  row.micro_batch = options.training.micro_batch();
   options.timeline = &timeline;
   options.trace_dir = trace_dir;
 
@@ -141,8 +143,8 @@ std::string MaxModelCsv(const OffloadRow& r) {
 
 std::string ThroughputCsv(const OffloadRow& r) {
   const double fraction = r.fits && r.gemm_tflops > 0 ? r.tflops / r.gemm_tflops : -1;
-  return absl::StrCat(CsvField(r.model), ",", r.params, ",", r.layers, ",", r.hidden, ",", r.mode, ",",
-                      r.fits ? "yes" : "no", ",", r.steps, ",", CsvCell(r.fits ? r.seconds : -1, "%.4f"), ",",
+  return absl::StrCat(CsvField(r.model), ",", r.params, ",", r.layers, ",", r.hidden, ",", r.micro_batch, ",",
+                      r.mode, ",", r.fits ? "yes" : "no", ",", r.steps, ",", CsvCell(r.fits ? r.seconds : -1, "%.4f"), ",",
                       CsvCell(r.fits ? r.tokens_per_second : -1, "%.1f"), ",", CsvCell(r.fits ? r.tflops : -1, "%.5f"),
                       ",", CsvCell(r.fits ? r.gemm_tflops : -1, "%.5f"), ",", CsvCell(fraction, "%.4f"), ",",
                       CsvCell(r.device_idle_fraction, "%.4f"), ",", CsvCell(r.device_peak_bytes), ",",
@@ -205,41 +207,58 @@ std::string LargestPerMode(const std::vector<OffloadRow>& rows, const std::vecto
   return csv;
 }
 
+int64_t MicroBatchOf(const Experiment& e, int i) {
+  const OffloadSweep& sweep = e.offload();
+  return sweep.micro_batches().empty() ? e.training().micro_batch() : sweep.micro_batches(i);
+}
+
 absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, const std::string& trace_root) {
   std::vector<OffloadRow> rows;
   const OffloadSweep& sweep = e.offload();
   for (int i = 0; i < sweep.ladder_size(); ++i) {
     const models::GptConfig& config = sweep.ladder(i);
+    const int64_t micro_batch = MicroBatchOf(e, i);
+    const int64_t tokens = micro_batch * e.training().seq();
     // The bound: the model's largest matmul, the MLP's c_fc (tokens, d) x
-    // (d, 4d), on a device of its own, before and after the model's runs
-    // (the faster: the first GEMM of a process measured 7-10x slow).
-    const zero::TrainerOptions o = OffloadTrainerOptions(e, OffloadSweep::STAGE0);
+    // (d, 4d) at the model's micro-batch, on a device of its own, before
+    // and after the model's runs (the faster: the first GEMM of a process
+    // measured 7-10x slow).
     auto gemm_rate = [&]() -> absl::StatusOr<double> {
       MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<Device> gemm_device, CreateExperimentDevice(e, 0, 0));
-      return MeasureGemmFlops(*gemm_device, zero::ParamDType(o.training.precision()), o.training.micro_batch() * o.training.seq(), config.hidden(),
+      return MeasureGemmFlops(*gemm_device, zero::ParamDType(e.training().precision()), tokens, config.hidden(),
                               4 * config.hidden(), 9);
     };
     MEMWALL_ASSIGN_OR_RETURN(const double gemm_before, gemm_rate());
     const size_t first_row = rows.size();
     for (int m = 0; m < sweep.modes_size(); ++m) {
       const Mode mode = sweep.modes(m);
-      std::printf("[%d/%d] %s (%.1fM parameters), %s\n", i * sweep.modes_size() + m + 1,
+      std::printf("[%d/%d] %s (%.1fM parameters), %s, micro-batch %lld\n", i * sweep.modes_size() + m + 1,
                   sweep.ladder_size() * sweep.modes_size(), config.name().c_str(),
-                  models::CountParameters(config) / 1e6, ModeName(mode).c_str());
+                  models::CountParameters(config) / 1e6, ModeName(mode).c_str(), (long long)micro_batch);
       std::fflush(stdout);
       std::string trace_dir;
-      if (!trace_root.empty()) {
-        trace_dir = absl::StrCat(trace_root, "/", config.name(), "_", ModeName(mode));
-        std::error_code ec;
-        std::filesystem::remove_all(trace_dir, ec);
-        std::filesystem::create_directories(trace_dir, ec);
-        if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", trace_dir, ": ", ec.message()));
+      if (!trace_root.empty()) trace_dir = absl::StrCat(trace_root, "/", config.name(), "_", ModeName(mode));
+      zero::TrainerOptions options = OffloadTrainerOptions(e, mode);
+      OffloadRow row;
+      // The listed micro-batch, then (halve_micro_batch_to_fit) half of
+      // it until one fits or 1 does not.
+      for (int64_t b = micro_batch;; b /= 2) {
+        if (!trace_dir.empty()) {
+          std::error_code ec;
+          std::filesystem::remove_all(trace_dir, ec);
+          std::filesystem::create_directories(trace_dir, ec);
+          if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", trace_dir, ": ", ec.message()));
+        }
+        options.training.set_micro_batch(b);
+        MEMWALL_ASSIGN_OR_RETURN(row, Attempt(e, config, mode, sweep.warmup_steps(), e.steps(), trace_dir, &options));
+        if (row.fits || !sweep.halve_micro_batch_to_fit() || b == 1) break;
+        std::printf("  does not fit at micro-batch %lld (%s): trying %lld\n", (long long)b, row.reason.c_str(),
+                    (long long)(b / 2));
+        std::fflush(stdout);
       }
-      MEMWALL_ASSIGN_OR_RETURN(OffloadRow row,
-                               Attempt(e, config, mode, sweep.warmup_steps(), e.steps(), trace_dir));
       if (row.fits) {
-        std::printf("  %.1f tokens/s, %.4f TFLOPS, device idle %.0f%%\n", row.tokens_per_second, row.tflops,
-                    100 * row.device_idle_fraction);
+        std::printf("  micro-batch %lld: %.1f tokens/s, %.4f TFLOPS, device idle %.0f%%\n", (long long)row.micro_batch,
+                    row.tokens_per_second, row.tflops, 100 * row.device_idle_fraction);
       } else {
         std::printf("  does not fit: %s\n", row.reason.c_str());
         if (!trace_dir.empty()) std::filesystem::remove_all(trace_dir);
@@ -250,9 +269,8 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, c
     MEMWALL_ASSIGN_OR_RETURN(const double gemm_after, gemm_rate());
     const double gemm = std::max(gemm_before, gemm_after);
     std::printf("%s: the device's GEMM rate for (%lld, %lld) x (%lld, %lld): %.4f TFLOPS (before %.4f, after %.4f)\n",
-                config.name().c_str(), (long long)(o.training.micro_batch() * o.training.seq()), (long long)config.hidden(),
-                (long long)config.hidden(), (long long)(4 * config.hidden()), gemm / 1e12, gemm_before / 1e12,
-                gemm_after / 1e12);
+                config.name().c_str(), (long long)tokens, (long long)config.hidden(), (long long)config.hidden(),
+                (long long)(4 * config.hidden()), gemm / 1e12, gemm_before / 1e12, gemm_after / 1e12);
     for (size_t r = first_row; r < rows.size(); ++r) {
       rows[r].gemm_tflops = gemm / 1e12;
       if (rows[r].fits) {
@@ -324,6 +342,22 @@ absl::Status ValidateLadder(const Experiment& e, LadderFields reads) {
   if (o.warmup_steps() < 0) return BadField("offload.warmup_steps", o.warmup_steps(), "must be >= 0");
   if (o.write_traces() && !reads.traces) return BadField("offload.write_traces", "true", "is for OFFLOAD_THROUGHPUT");
   if (!o.tiling_factors().empty() && !reads.tiling) return BadField("offload.tiling_factors", "[...]", "is for INFINITY_TILING");
+  if (!o.micro_batches().empty()) {
+    if (!reads.micro_batches) return BadField("offload.micro_batches", "[...]", "is for OFFLOAD_THROUGHPUT");
+    if (o.micro_batches_size() != o.ladder_size()) {
+      return BadField("offload.micro_batches", absl::StrCat(o.micro_batches_size(), " entries"),
+                      absl::StrCat("must give one per ladder model (", o.ladder_size(), ")"));
+    }
+    for (int i = 0; i < o.micro_batches_size(); ++i) {
+      if (o.micro_batches(i) < 1 || o.micro_batches(i) > kMaxCount) {
+        return BadField(absl::StrCat("offload.micro_batches[", i, "] (\"", o.ladder(i).name(), "\")"),
+                        o.micro_batches(i), absl::StrCat("must be in [1, ", kMaxCount, "]"));
+      }
+    }
+  }
+  if (o.halve_micro_batch_to_fit() && !reads.micro_batches) {
+    return BadField("offload.halve_micro_batch_to_fit", "true", "is for OFFLOAD_THROUGHPUT");
+  }
   if (o.host_pinned_memory_bytes() < 0) {
     return BadField("offload.host_pinned_memory_bytes", o.host_pinned_memory_bytes(), "must be >= 0 (0: unlimited)");
   }
@@ -398,7 +432,8 @@ absl::Status DriveMaxModelWalk(const Experiment& e, const RunContext& run, const
           : absl::StrCat(budget, " budget");
   std::printf("largest model per mode (%s):\n%s", budgets.c_str(), summary.c_str());
   p.measured_or_modeled = absl::StrCat(
-      "data.csv: measured, every row an attempt on a fresh CpuDevice with a ", budgets, " (one rank, no MPI",
+      "data.csv: measured, every row an attempt on a fresh ", e.device() == "cuda" ? "GPU (cuda:0) device" : "CpuDevice",
+      " with a ", budgets, " (one rank, no MPI",
       report.disk,
       "): fits = every training step completed; peaks from the device's and the pinned host allocator's "
       "accounts. summary.csv: source=measured rows derived from data.csv; source=paper rows are ",

@@ -56,6 +56,7 @@ struct OffloadRow {
   std::string model;
   int64_t params = 0;
   int64_t layers = 0, hidden = 0;
+  int64_t micro_batch = 0;
   std::string mode;
   bool fits = false;
   std::string reason;  // why not (the status's message), when !fits
@@ -77,7 +78,7 @@ inline constexpr char kMaxModelCsvHeader[] =
 std::string MaxModelCsv(const OffloadRow& row);
 
 inline constexpr char kThroughputCsvHeader[] =
-    "model,params,layers,hidden,mode,fits,timed_steps,step_seconds,tokens_per_second,tflops,gemm_tflops,"
+    "model,params,layers,hidden,micro_batch,mode,fits,timed_steps,step_seconds,tokens_per_second,tflops,gemm_tflops,"
     "fraction_of_gemm,device_idle_fraction,device_peak_bytes,host_pinned_peak_bytes,breakdown,reason,device";
 std::string ThroughputCsv(const OffloadRow& row);
 
@@ -112,8 +113,9 @@ absl::Status DriveMaxModelWalk(const Experiment& e, const RunContext& run, const
 // them (nvme_path and swap_buffer_bytes need an NVMe mode). `reads`: the
 // sub-fields only some kinds read.
 struct LadderFields {
-  bool traces = false;  // write_traces
-  bool tiling = false;  // tiling_factors
+  bool traces = false;         // write_traces
+  bool tiling = false;         // tiling_factors
+  bool micro_batches = false;  // micro_batches, halve_micro_batch_to_fit
 };
 absl::Status ValidateLadder(const Experiment& e, LadderFields reads = {});
 // Whether a mode of the sweep delays the parameter update (ZeRO-Offload's DPU).
@@ -138,7 +140,13 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
                                    int64_t warmup, int64_t timed, const std::string& trace_dir,
                                    const zero::TrainerOptions* options = nullptr);
 
-// The throughput measurement of every (ladder model, mode). `trace_root`,
+// The micro-batch ladder model `i` trains at: offload.micro_batches[i],
+// else training.micro_batch.
+int64_t MicroBatchOf(const Experiment& e, int i);
+
+// The throughput measurement of every (ladder model, mode), each at its
+// model's micro-batch (MicroBatchOf), halved until it fits when
+// offload.halve_micro_batch_to_fit. `trace_root`,
 // when not empty: each (model, mode)'s steps (warm-up and timed) write
 // trace_root/<model>_<mode>/step_<k>.json.
 absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, const std::string& trace_root);

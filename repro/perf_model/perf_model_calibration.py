@@ -83,7 +83,10 @@ def measured_rows(workspace, names, split):
             for r in csv.DictReader(f):
                 if r["fits"] != "yes":
                     continue
-                run = perf_model.Run(model=ladder[r["model"]], micro_batch=micro_batch, seq=seq, **MODES[r["mode"]])
+                # The row's own micro-batch where data.csv has the column
+                # (a per-model or halved one), else the experiment's.
+                run = perf_model.Run(model=ladder[r["model"]], micro_batch=int(r.get("micro_batch") or micro_batch),
+                                     seq=seq, **MODES[r["mode"]])
                 if perf_model._params(run.model) != int(r["params"]):
                     raise ValueError(f"{name}/{r['model']}: the model counts {perf_model._params(run.model)} "
                                      f"parameters, the run {r['params']}")

@@ -17,7 +17,7 @@ namespace memwall::repro {
 namespace {
 
 absl::Status ValidateThroughput(const Experiment& e) {
-  MEMWALL_RETURN_IF_ERROR(ValidateLadder(e, {.traces = true}));
+  MEMWALL_RETURN_IF_ERROR(ValidateLadder(e, {.traces = true, .micro_batches = true}));
   const OffloadSweep& o = e.offload();
   if (RunsDpu(o) && o.warmup_steps() < o.dpu_after_steps() + 1) {
     return BadField("offload.warmup_steps", o.warmup_steps(),
@@ -40,8 +40,9 @@ absl::Status DriveThroughput(const Experiment& e, const RunContext& run) {
   MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/data.csv", csv));
   p.measured_or_modeled = absl::StrCat(
       "measured on ", e.device() == "cuda" ? "a GPU (cuda:0)" : "a CpuDevice", " with a ", budget,
-      " budget, one rank: means over the timed steps after ",
-      e.offload().warmup_steps(), " warm-up steps; tflops = model FLOPs (3 x forward: 6 x params + attention, "
+      " budget, one rank, each model at the micro-batch in data.csv",
+      e.offload().halve_micro_batch_to_fit() ? " (its listed one, halved until it fit)" : "",
+      ": means over the timed steps after ", e.offload().warmup_steps(), " warm-up steps; tflops = model FLOPs (3 x forward: 6 x params + attention, "
       "per token) / step time; gemm_tflops = ops::Matmul on the same device for the model's (tokens, d) x "
       "(d, 4d) on a device of its own, the faster of before and after the model's runs (fastest of >= 9 "
       "calls each); device_idle_fraction = time the compute stream ran no zone, from the timeline. ",
