@@ -36,7 +36,10 @@ k = 1 with activation recomputation (checkpointing) else 0:
                the CPU Adam pass, host_bytes_per_param per parameter at
                the node's cpu_memory_gbps shared by its ranks, the
                gradients (2 bytes) down and 16-bit parameters (2 bytes) up
-               over PCIe; NVMe: 24 bytes of fp32 states read and written
+               over PCIe, and the host's other passes over the shard:
+               the gradients' accumulation into the host buffer and the
+               global norm (grad_accumulate_bytes_per_param and
+               grad_norm_bytes_per_param at the same bandwidth); NVMe: 24 bytes of fp32 states read and written
                per parameter at nvme_gbps shared by the node's ranks,
                pipelined with the CPU Adam
   parameters   offloaded (ZeRO-Infinity): each pass (forward, recompute,
@@ -44,13 +47,22 @@ k = 1 with activation recomputation (checkpointing) else 0:
                (and from NVMe), then all-gathers (bandwidth-centric
                partitioning)
 
-Overlap, as the engine schedules it: the gradient reduction and the
-gradients' copy down run under the backward pass, stage 3's gathers and the
-parameter fetches under the pass they feed (prefetch), the NVMe optimizer
-swap under the CPU Adam; the rest runs after the backward pass, unless
-delayed parameter update (ZeRO-Offload §5.2) runs the optimizer phase under
-the next step's forward and backward. A machine whose "device" shares the
-host's cores (the CpuDevice, Hardware.shares_cores) overlaps nothing.
+Overlap, as the engine schedules it (and an H100's traces show it,
+results/offload_dpu_gpu/traces/): the gradient reduction, the gradients'
+copy down and their accumulation into the host buffer run under the
+backward pass, stage 3's gathers and the parameter fetches under the pass
+they feed (prefetch), the NVMe optimizer swap and the parameters' copy up
+under the CPU Adam (the tile pipeline); the norm and the optimizer run
+after the backward pass:
+
+  step = passes + norm + max(optimizer, copy up)
+  step = max(passes, optimizer) + norm + copy up     with the delayed
+                                                     parameter update
+
+(ZeRO-Offload §5.2: the update of the step before runs under this step's
+forward and backward; its parameters go up after them). A machine whose
+"device" shares the host's cores (the CpuDevice, Hardware.shares_cores)
+overlaps nothing.
 """
 import dataclasses
 import functools
@@ -101,6 +113,10 @@ class Hardware:
     nvme_gbps: float              # per node, all its drives together
     cpu_memory_gbps: float        # per node, what a streaming pass reaches
     host_bytes_per_param: float = CPU_ADAM_BYTES_PER_PARAM  # host traffic of the offloaded optimizer step
+    # The offloaded step's other host passes, per parameter of the shard
+    # at cpu_memory_gbps (0: not modeled, as in the papers' machines):
+    grad_accumulate_bytes_per_param: float = 0.0  # gradients into the host buffer, under the backward pass
+    grad_norm_bytes_per_param: float = 0.0        # the global norm's pass, after the backward pass
     cpu_cores: int = 0            # per node (documentation)
     host_memory_bytes: int = 0    # per node
     shares_cores: bool = False    # the "device" runs on the host's cores: nothing overlaps
@@ -109,6 +125,9 @@ class Hardware:
     @property
     def compute_flops(self) -> float:
         return self.device_tflops * 1e12 * self.compute_efficiency
+
+
+_MAY_BE_ZERO = ("cpu_cores", "host_memory_bytes", "grad_accumulate_bytes_per_param", "grad_norm_bytes_per_param")
 
 
 def load_hardware(name_or_path: str) -> Hardware:
@@ -133,8 +152,11 @@ def load_hardware(name_or_path: str) -> Hardware:
         raise ValueError(f"hardware file {path}: {e}")
     for f in dataclasses.fields(Hardware):
         v = getattr(hw, f.name)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and f.name not in ("cpu_cores", "host_memory_bytes"):
-            if not v > 0:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if f.name in _MAY_BE_ZERO:
+                if not v >= 0:
+                    raise ValueError(f"hardware file {path}: {f.name} must be >= 0, got {v}")
+            elif not v > 0:
                 raise ValueError(f"hardware file {path}: {f.name} must be > 0, got {v}")
     return hw
 
@@ -285,11 +307,13 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
     pcie = hw.pcie_gbps * GB
     nvme_rank = hw.nvme_gbps * GB / per_node
     cpu_rank = hw.cpu_memory_gbps * GB / per_node
-    opt_device = opt_cpu = opt_nvme = grads_down = params_up = 0.0
+    opt_device = opt_cpu = opt_nvme = grads_down = params_up = accumulate = norm = 0.0
     if run.offload_optimizer == "none":
         opt_device = shard * DEVICE_ADAM_BYTES_PER_PARAM / (hw.device_memory_gbps * GB)
     else:
         opt_cpu = shard * hw.host_bytes_per_param / cpu_rank
+        accumulate = ga * shard * hw.grad_accumulate_bytes_per_param / cpu_rank
+        norm = shard * hw.grad_norm_bytes_per_param / cpu_rank
         grads_down = 2 * shard / pcie
         params_up = 2 * shard / pcie
         if run.offload_optimizer == "nvme":
@@ -312,6 +336,8 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
         CPU_ADAM: opt_cpu,
         "nvme_optimizer": opt_nvme,
         "grads_down": grads_down,
+        GRAD_ACCUMULATE: accumulate,
+        GRAD_NORM: norm,
         "params_up": params_up,
         "param_fetch": fetch_pass * ga + fetch_pass * passes_bwd,
         "param_nvme": nvme_pass * ga + nvme_pass * passes_bwd,
@@ -323,12 +349,20 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
         over = (lambda *t: max(t)) if run.prefetch else (lambda *t: sum(t))
         forward = over(fwd, gather_fwd * ga, fetch_fwd, nvme_fwd)
         backward = max(over(bwd, gather_bwd * ga, fetch_pass * passes_bwd, nvme_pass * passes_bwd), grad_reduce,
-                       grads_down)
-        optimizer = opt_device + max(opt_cpu, opt_nvme) + params_up + gather_after
+                       grads_down, accumulate)
         passes = forward + backward + mp_comm
-        step = max(passes, optimizer) if run.dpu else passes + optimizer
-        visible = {"forward": forward, "backward": backward, "mp_allreduce": mp_comm,
-                   "optimizer": 0.0 if run.dpu and optimizer <= passes else optimizer - (passes if run.dpu else 0.0)}
+        host_update = opt_device + max(opt_cpu, opt_nvme)
+        if run.dpu:
+            # The update of the step before runs under this step's passes;
+            # the norm, then its parameters' copy up, wait for both.
+            hidden = min(host_update, passes)
+            after = host_update - hidden + params_up + gather_after
+        else:
+            # The tile pipeline copies each tile up as the CPU Adam ends it.
+            after = max(host_update, params_up) + gather_after
+        step = passes + norm + after
+        visible = {"forward": forward, "backward": backward, "mp_allreduce": mp_comm, GRAD_NORM: norm,
+                   "optimizer": after}
     mem = memory(run, hw) if with_memory else {}
     return Prediction(step_seconds=step, phases=phases, visible=visible, flops_per_device=flops,
                       tflops_per_device=flops / step / 1e12, memory=mem, fits=bool(mem.get("fits", True)), params=psi)
@@ -399,3 +433,69 @@ def calibrate(rows, nvme_gbps: float, name: str = "calibrated") -> Hardware:
                     pcie_gbps=copies / GB, intra_node_gbps=copies / GB, inter_node_gbps=copies / GB,
                     nvme_gbps=nvme_gbps, cpu_memory_gbps=cpu / GB, host_bytes_per_param=host_bytes,
                     shares_cores=True, source="fitted by memwall.perf_model.calibrate to CpuDevice measurements")
+
+
+def calibrate_device(rows, base: Hardware, name: str) -> Hardware:
+    """`base` (a GPU machine: its datasheet and layout) with the rates its
+    measured steps show; nothing is shared (the device and the host overlap).
+
+    rows: as calibrate's, from one rank on the machine's one GPU, each with
+    "delayed" (whether the row's mode ran the delayed parameter update).
+    Fitted: the compute rate as compute_efficiency of base.device_tflops
+    and, where the rows span two or more hidden sizes, h0 (least squares on
+    seconds/flop = 1/R + (h0/R)/h; one hidden size keeps base's h0); the
+    device Adam's bandwidth (device_memory_gbps) and the CPU Adam's
+    (cpu_memory_gbps) at 28 bytes per parameter; the gradient accumulation's
+    and the norm's bytes per parameter at the CPU Adam's bandwidth; PCIe
+    from the gradients' copy down and the delayed update's parameter copy up
+    (the undelayed copy up runs tile by tile under the CPU Adam, which
+    paces it). The rest is base's."""
+    import numpy as np
+
+    def flops_of(run):
+        return _step_flops(run, run.seq or _field(run.model, "positions"))
+
+    hiddens = sorted({_field(r["run"].model, "hidden") for r in rows})
+    if len(hiddens) >= 2:
+        xs = [[1.0, 1.0 / _field(r["run"].model, "hidden")] for r in rows]
+        ys = [r["zones"][FORWARD_BACKWARD] / flops_of(r["run"]) for r in rows]
+        (a, c), *_ = np.linalg.lstsq(np.array(xs), np.array(ys), rcond=None)
+        if a <= 0 or c < 0:
+            raise ValueError("calibration: forward+backward times do not fall with the hidden size as the model assumes")
+        rate_flops, h0 = 1 / a, c / a
+    else:
+        h0 = base.half_hidden
+        h = hiddens[0]
+        rate_flops = (sum(flops_of(r["run"]) * (h + h0) / h for r in rows)
+                      / sum(r["zones"][FORWARD_BACKWARD] for r in rows))
+
+    def rate(pairs, what):  # bytes/s through the origin: sum(bytes·t) / sum(t²)
+        if not pairs:
+            raise ValueError(f"calibration: no row measures {what}")
+        return sum(b * t for b, t in pairs) / sum(t * t for b, t in pairs)
+
+    def shard(run):
+        return _params(run.model) / (run.data_parallel if run.stage >= 1 else 1)
+
+    def per_param(zone, bandwidth, rows_):  # bytes per parameter of `zone` at `bandwidth`
+        pairs = [(r["zones"][zone], shard(r["run"])) for r in rows_ if zone in r["zones"]]
+        return bandwidth * sum(t * p for t, p in pairs) / sum(p * p for t, p in pairs) if pairs else 0.0
+
+    device_adam = [(shard(r["run"]) * DEVICE_ADAM_BYTES_PER_PARAM, r["zones"][ADAM]) for r in rows if ADAM in r["zones"]]
+    device_gbps = rate(device_adam, "the device Adam") / GB if device_adam else base.device_memory_gbps
+    offloaded = [r for r in rows if CPU_ADAM in r["zones"]]
+    cpu = rate([(shard(r["run"]) * CPU_ADAM_BYTES_PER_PARAM, r["zones"][CPU_ADAM]) for r in offloaded], "the CPU Adam")
+    copies = [(2 * shard(r["run"]), r["zones"][GRAD_D2H]) for r in offloaded if GRAD_D2H in r["zones"]]
+    copies += [(2 * shard(r["run"]), r["zones"][PARAM_H2D]) for r in offloaded if r["delayed"] and PARAM_H2D in r["zones"]]
+    pcie = rate(copies, "the copies over PCIe")
+    return dataclasses.replace(
+        base, name=name, compute_efficiency=rate_flops / (base.device_tflops * 1e12), half_hidden=max(h0, 1.0),
+        device_memory_gbps=device_gbps, cpu_memory_gbps=cpu / GB, host_bytes_per_param=CPU_ADAM_BYTES_PER_PARAM,
+        grad_accumulate_bytes_per_param=per_param(GRAD_ACCUMULATE, cpu, offloaded),
+        grad_norm_bytes_per_param=per_param(GRAD_NORM, cpu, offloaded), pcie_gbps=pcie / GB, shares_cores=False)
+
+
+# The fields calibrate_device fits; a machine's file holds them as its
+# calibration wrote them (//repro:perf_model_calibration).
+DEVICE_FITTED_FIELDS = ("compute_efficiency", "half_hidden", "device_memory_gbps", "cpu_memory_gbps",
+                        "grad_accumulate_bytes_per_param", "grad_norm_bytes_per_param", "pcie_gbps")

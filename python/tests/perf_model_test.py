@@ -57,13 +57,72 @@ class PerfModelTest(unittest.TestCase):
         self.assertAlmostEqual(stage0.phases["dp_reduce"], 2 * one, delta=one * 1e-9)  # all-reduce = RS + AG
 
     def test_dpu_hides_the_optimizer_under_the_passes(self):
+        # The CPU Adam paces the tile pipeline's copy up; with the delayed
+        # update the Adam runs under the passes and the copy up after them.
         run = perf_model.Run(model=self.model, stage=2, offload_optimizer="cpu", micro_batch=10)
         plain = perf_model.predict(run, self.hw, with_memory=False)
         dpu = perf_model.predict(dataclasses.replace(run, dpu=True), self.hw, with_memory=False)
         passes = plain.visible["forward"] + plain.visible["backward"]
-        self.assertAlmostEqual(plain.step_seconds, passes + plain.visible["optimizer"])
-        self.assertAlmostEqual(dpu.step_seconds, max(passes, plain.visible["optimizer"]))
+        adam, up = plain.phases["cpu_adam"], plain.phases["params_up"]
+        self.assertAlmostEqual(up, 2 * plain.params / 12e9)
+        self.assertAlmostEqual(plain.step_seconds, passes + max(adam, up))
+        self.assertAlmostEqual(dpu.step_seconds, max(passes, adam) + up)
         self.assertLess(dpu.step_seconds, plain.step_seconds)
+
+    def test_host_passes_run_where_the_traces_put_them(self):
+        # results/offload_dpu_gpu/traces/: the gradients' accumulation into
+        # the host buffer runs under the backward pass, the norm after it
+        # and before the update, with or without the delayed update.
+        hw = dataclasses.replace(self.hw, grad_accumulate_bytes_per_param=16, grad_norm_bytes_per_param=8)
+        run = perf_model.Run(model=self.model, stage=2, offload_optimizer="cpu", micro_batch=10)
+        bare = perf_model.predict(run, self.hw, with_memory=False)
+        plain = perf_model.predict(run, hw, with_memory=False)
+        dpu = perf_model.predict(dataclasses.replace(run, dpu=True), hw, with_memory=False)
+        cpu = self.hw.cpu_memory_gbps * 1e9  # the node's, one rank
+        self.assertAlmostEqual(plain.phases["grad accumulate"], 16 * plain.params / cpu)
+        self.assertAlmostEqual(plain.phases["grad norm"], 8 * plain.params / cpu)
+        self.assertLess(plain.phases["grad accumulate"], bare.visible["backward"])  # hidden under it
+        self.assertAlmostEqual(plain.visible["backward"], bare.visible["backward"])
+        self.assertAlmostEqual(plain.step_seconds, bare.step_seconds + plain.phases["grad norm"])
+        passes = plain.visible["forward"] + plain.visible["backward"]
+        self.assertAlmostEqual(dpu.step_seconds, max(passes, plain.phases["cpu_adam"]) + plain.phases["grad norm"]
+                               + plain.phases["params_up"])
+        # The CpuDevice overlaps nothing: every phase adds.
+        shared = dataclasses.replace(hw, shares_cores=True)
+        p = perf_model.predict(run, shared, with_memory=False)
+        self.assertAlmostEqual(p.step_seconds, sum(p.phases.values()))
+
+    def test_calibrate_device_recovers_the_machine_its_steps_came_from(self):
+        # Steps predicted on a known machine, their phases as the trainer's
+        # zones, fitted back: the machine's rates come back.
+        truth = dataclasses.replace(perf_model.load_hardware("h100_box"), compute_efficiency=0.3, half_hidden=1500,
+                                    device_memory_gbps=2000, cpu_memory_gbps=120, pcie_gbps=45,
+                                    grad_accumulate_bytes_per_param=17, grad_norm_bytes_per_param=9)
+        rows = []
+        for name in ("offload_1b", "offload_4b", "offload_10b"):
+            model = memwall.model_config(PAPERS, name)
+            for mode in (dict(), dict(offload_optimizer="cpu", stage=2), dict(offload_optimizer="cpu", stage=2, dpu=True)):
+                run = perf_model.Run(model=model, micro_batch=4, seq=1024, **mode)
+                ph = perf_model.predict(run, truth, with_memory=False).phases
+                zones = {"forward+backward": ph["forward+backward"]}
+                if mode:
+                    zones.update({"cpu_adam": ph["cpu_adam"], "grad accumulate": ph["grad accumulate"],
+                                  "grad norm": ph["grad norm"], "grad D2H": ph["grads_down"],
+                                  "param H2D": ph["params_up"]})
+                else:
+                    zones["adam"] = ph["adam_device"]
+                rows.append(dict(run=run, zones=zones, delayed=mode.get("dpu", False)))
+        start = perf_model.load_hardware("h100_box")
+        got = perf_model.calibrate_device(rows, start, "fitted")
+        for field in perf_model.DEVICE_FITTED_FIELDS:
+            self.assertAlmostEqual(getattr(got, field) / getattr(truth, field), 1.0, places=6, msg=field)
+        self.assertFalse(got.shares_cores)
+        self.assertEqual(got.device_tflops, start.device_tflops)
+        # One hidden size cannot tell h0 from the rate: the start's h0 stays.
+        one = [r for r in rows if memwall.model_shape(r["run"].model)["hidden"] == 4096]
+        self.assertEqual(perf_model.calibrate_device(one, start, "one").half_hidden, start.half_hidden)
+        with self.assertRaisesRegex(ValueError, "no row measures the CPU Adam"):
+            perf_model.calibrate_device([r for r in rows if "adam" in r["zones"]], start, "x")
 
     def test_memory_is_the_estimators(self):
         run = perf_model.Run(model=self.model, ranks=8, stage=3, offload_optimizer="cpu", micro_batch=2)
@@ -108,10 +167,21 @@ class PerfModelTest(unittest.TestCase):
         with open(path) as f:
             rows = [line.rstrip("\n").split(",") for line in f][1:]
         fitted = {r[1]: float(r[2]) for r in rows if r[0] == "v100_dgx2" and r[1] in ("compute_efficiency",
-                                                                                      "half_hidden")}
-        self.assertEqual(len(fitted), 2, rows)
+                                                                                      "half_hidden", "cpu_memory_gbps")}
+        self.assertEqual(len(fitted), 3, rows)
+        self.assertAlmostEqual(self.hw.cpu_memory_gbps, fitted["cpu_memory_gbps"], delta=0.5)
         self.assertAlmostEqual(self.hw.compute_efficiency, fitted["compute_efficiency"], delta=1e-3)
         self.assertAlmostEqual(self.hw.half_hidden, fitted["half_hidden"], delta=1)
+        # The H100 box's file holds what its calibration fitted, and the
+        # 8-GPU H100 file its compute constants (the same GPU and kernels).
+        box = perf_model.load_hardware("h100_box")
+        fitted = {r[1]: float(r[2]) for r in rows if r[0] == "h100_box" and r[1] in perf_model.DEVICE_FITTED_FIELDS}
+        self.assertEqual(sorted(fitted), sorted(perf_model.DEVICE_FITTED_FIELDS), rows)
+        for field, value in fitted.items():
+            self.assertAlmostEqual(getattr(box, field) / value, 1.0, places=4, msg=field)
+        dgx = perf_model.load_hardware("h100_80gb")
+        self.assertAlmostEqual(dgx.compute_efficiency, box.compute_efficiency, delta=1e-4)
+        self.assertEqual(dgx.half_hidden, box.half_hidden)
 
 
 if __name__ == "__main__":

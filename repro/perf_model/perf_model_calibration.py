@@ -7,17 +7,26 @@
    (other shapes, ZeRO-3 with the parameters and optimizer on the host and
    on NVMe), which the fit never saw: their error is the model's held-out
    error on this machine.
-2. The V100 DGX-2 (python/memwall/hardware/v100_dgx2.json): fits
-   compute_efficiency and half_hidden to two points of ZeRO-Offload
-   Figure 8 (PyTorch 1.4B at 30 TFLOPS, ZeRO-Offload 10B at 40 TFLOPS on
+2. The GPU box (python/memwall/hardware/h100_box.json: one H100 80GB, a
+   16-core host): fits its rates (memwall.perf_model.calibrate_device) to
+   the measured steps of results/offload_throughput_h100/ and predicts
+   those of results/offload_dpu_gpu/ (another micro-batch, a 32 GB budget);
+   until offload_throughput_h100 is measured, offload_dpu_gpu's smallest
+   model is the fit and its larger one held out. Writes the fitted file
+   beside the results (h100_box.json), which the committed one must equal.
+3. The V100 DGX-2 (python/memwall/hardware/v100_dgx2.json): sets the
+   host's bandwidth from ZeRO-Offload Table 4's CPU-Adam time for the 10B,
+   then fits compute_efficiency and half_hidden to two points of
+   ZeRO-Offload Figure 8 (PyTorch 1.4B at 30 TFLOPS, ZeRO-Offload 10B at 40 TFLOPS on
    one GPU) and sets them beside the file's.
 
 Writes results/perf_model_calibration/{data.csv, calibration.csv,
-figure.png, provenance.json}.
+h100_box.json, figure.png, provenance.json}.
 """
 import argparse
 import csv
 import dataclasses
+import glob
 import json
 import os
 import re
@@ -31,6 +40,9 @@ from memwall import perf_model
 NAME = "perf_model_calibration"
 TRAIN = ("offload_throughput",)
 HELD_OUT = ("infinity_prefetch", "infinity_activation_offload")
+BOX = "h100_box"
+BOX_FIT = ("offload_throughput_h100",)
+BOX_HELD_OUT = ("offload_dpu_gpu",)
 PAPERS = "models/configs/papers.textproto"
 # ZeRO-Offload Figure 8 (the paper's numbers): one V100.
 # Micro-batch 0: the largest that fits (the paper does not give PyTorch's).
@@ -38,6 +50,9 @@ V100_POINTS = (("zero_dp_1.5b", dict(stage=0, micro_batch=0), 30.0,
                 "PyTorch DDP 1.4B (ZeRO's 34 x 1920 1.5B shape), 30 TFLOPS"),
                ("offload_10b", dict(stage=2, offload_optimizer="cpu", micro_batch=10), 40.0,
                 "ZeRO-Offload 10B (50 x 4096, Table 3's b10), 40 TFLOPS"))
+# ZeRO-Offload Table 4: the CPU Adam's step for the 10B on the DGX-2's host,
+# which sets the V100 file's cpu_memory_gbps at 28 bytes per parameter.
+V100_CPU_ADAM = ("offload_10b", 2.57, "ZeRO-Offload Table 4: CPU-Adam 10B 2.57 s")
 MODES = {
     "stage0": dict(stage=0),
     "stage2": dict(stage=2),
@@ -51,10 +66,15 @@ MODES = {
 
 
 def experiment(workspace, name):
-    """The experiment's training settings and ladder, from its text proto."""
-    paper, result = name.split("_", 1)  # results/<paper>_<result>/ from repro/<paper>/<result>/
-    with open(os.path.join(workspace, "repro", paper, result, "experiment.textproto")) as f:
-        text = f.read()
+    """The experiment's training settings and ladder, from the text proto
+    under repro/ whose name is `name` (results/<name>/)."""
+    for path in sorted(glob.glob(os.path.join(workspace, "repro", "**", "*.textproto"), recursive=True)):
+        with open(path) as f:
+            text = f.read()
+        if re.search(r'^name:\s*"%s"' % re.escape(name), text, re.M):
+            break
+    else:
+        raise ValueError(f"no experiment under repro/ is named {name}")
     seq = int(re.search(r"\bseq:\s*(\d+)", text).group(1))
     micro_batch = int(re.search(r"\bmicro_batch:\s*(\d+)", text).group(1))
     ladder = {}
@@ -91,8 +111,30 @@ def measured_rows(workspace, names, split):
                     raise ValueError(f"{name}/{r['model']}: the model counts {perf_model._params(run.model)} "
                                      f"parameters, the run {r['params']}")
                 rows.append(dict(experiment=name, model=r["model"], mode=r["mode"], run=run, split=split,
-                                 measured=float(r["step_seconds"]), zones=zones(r["breakdown"])))
+                                 measured=float(r["step_seconds"]), zones=zones(r["breakdown"]),
+                                 delayed=r["mode"].endswith("+dpu")))
     return rows
+
+
+def box_rows(workspace):
+    """The GPU box's (fit, held-out) measured steps: BOX_FIT's, BOX_HELD_OUT's
+    held out; while BOX_FIT has no results, BOX_HELD_OUT's smallest model
+    fits and its others are held out."""
+    if all(os.path.exists(os.path.join(workspace, "results", n, "data.csv")) for n in BOX_FIT):
+        return measured_rows(workspace, BOX_FIT, "fit"), measured_rows(workspace, BOX_HELD_OUT, "held-out")
+    rows = measured_rows(workspace, BOX_HELD_OUT, "fit")
+    smallest = min(perf_model._params(r["run"].model) for r in rows)
+    fit = [r for r in rows if perf_model._params(r["run"].model) == smallest]
+    held = [dict(r, split="held-out") for r in rows if perf_model._params(r["run"].model) != smallest]
+    return fit, held
+
+
+def copy_gbps(rows, zone, delayed_only=False):
+    """A copy direction's bandwidth over the rows' zones (2 bytes per
+    parameter), or None."""
+    pairs = [(2 * perf_model._params(r["run"].model), r["zones"][zone]) for r in rows
+             if zone in r["zones"] and (r["delayed"] or not delayed_only)]
+    return sum(b * t for b, t in pairs) / sum(t * t for b, t in pairs) / 1e9 if pairs else None
 
 
 def fio_read_gbps(workspace):
@@ -102,10 +144,19 @@ def fio_read_gbps(workspace):
     return max(b["fio_GBps"] for b in runs if "write:0" in b["name"])
 
 
+def v100_cpu_gbps():
+    """The host bandwidth at which the CPU Adam takes V100_CPU_ADAM's time."""
+    name, seconds, _ = V100_CPU_ADAM
+    return perf_model.CPU_ADAM_BYTES_PER_PARAM * perf_model._params(memwall.model_config(PAPERS, name)) / seconds / 1e9
+
+
 def fit_v100(hw):
-    """compute_efficiency and half_hidden that put V100_POINTS on their TFLOPS:
+    """compute_efficiency and half_hidden that put V100_POINTS on their TFLOPS
+    (with the CPU Adam at v100_cpu_gbps()):
     for each h0 on a grid, the efficiency that hits the first point
-    (bisection; TFLOPS rise with it), then the h0 that best hits the second."""
+    (bisection; TFLOPS rise with it; an h0 no efficiency up to 1 can is
+    skipped), then the h0 that best hits the second."""
+    hw = dataclasses.replace(hw, cpu_memory_gbps=v100_cpu_gbps())
     runs = []
     for name, mode, tflops, _ in V100_POINTS:
         model = memwall.model_config(PAPERS, name)
@@ -120,6 +171,8 @@ def fit_v100(hw):
 
     best = None
     for h0 in range(0, 8001, 25):
+        if tflops(h0, 1.0, runs[0][0]) < runs[0][1]:
+            continue  # no efficiency up to 1 reaches the first point
         lo, hi = 0.01, 1.0
         for _ in range(40):
             mid = (lo + hi) / 2
@@ -143,20 +196,37 @@ def main(argv):
     train = measured_rows(workspace, TRAIN, "fit")
     held = measured_rows(workspace, HELD_OUT, "held-out")
     hw = perf_model.calibrate(train, nvme_gbps=fio_read_gbps(workspace), name="dev_vm")
+    box_fit, box_held = box_rows(workspace)
+    box = perf_model.calibrate_device(box_fit, perf_model.load_hardware(BOX), BOX)
+    box_experiments = sorted({r["experiment"] for r in box_fit})
+    one_hidden = len({perf_model._field(r["run"].model, "hidden") for r in box_fit}) == 1
+    fitted = [f for f in perf_model.DEVICE_FITTED_FIELDS if not (one_hidden and f == "half_hidden")]
+    box = dataclasses.replace(box, source=(
+        "One H100 80GB HBM3 (989 TFLOPS dense bf16, 3.35 TB/s) with a 16-core Xeon host and 128 GiB, as lent "
+        "for GPU runs (results/offload_dpu_gpu/provenance.json). Fitted by //repro:perf_model_calibration to "
+        f"the measured steps of {', '.join(box_experiments)} (results/perf_model_calibration/): "
+        f"{', '.join(fitted)}" + ("; half_hidden is the file's (the steps span one hidden size)" if one_hidden else "") +
+        ". The rest is the datasheet's; nvme_gbps is assumed, not measured; intra_node_gbps and inter_node_gbps "
+        "are unused on one GPU."))
     rows = []
-    for r in train + held:
-        p = perf_model.predict(r["run"], hw, with_memory=False)
-        rows.append(dict(r, predicted=p.step_seconds, error=p.step_seconds / r["measured"] - 1))
+    for machine, hardware, group in (("dev_vm", hw, train + held), (BOX, box, box_fit + box_held)):
+        for r in group:
+            p = perf_model.predict(r["run"], hardware, with_memory=False)
+            rows.append(dict(r, machine=machine, predicted=p.step_seconds, error=p.step_seconds / r["measured"] - 1))
     with open(os.path.join(out, "data.csv"), "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["experiment", "model", "mode", "split", "params", "measured_step_seconds",
+        w.writerow(["machine", "experiment", "model", "mode", "split", "params", "micro_batch", "measured_step_seconds",
                     "predicted_step_seconds", "relative_error", "source"])
         for r in rows:
-            w.writerow([r["experiment"], r["model"], r["mode"], r["split"], perf_model._params(r["run"].model),
-                        f"{r['measured']:.4f}", f"{r['predicted']:.4f}", f"{r['error']:+.4f}", "measured,modeled"])
+            w.writerow([r["machine"], r["experiment"], r["model"], r["mode"], r["split"],
+                        perf_model._params(r["run"].model), r["run"].micro_batch, f"{r['measured']:.4f}",
+                        f"{r['predicted']:.4f}", f"{r['error']:+.4f}", "measured,modeled"])
+    with open(os.path.join(out, BOX + ".json"), "w") as f:
+        json.dump(dataclasses.asdict(box), f, indent=2)
+        f.write("\n")
 
-    def summary(split):
-        errs = [abs(r["error"]) for r in rows if r["split"] == split]
+    def summary(split, machine="dev_vm"):
+        errs = [abs(r["error"]) for r in rows if r["split"] == split and r["machine"] == machine]
         return len(errs), sum(errs) / len(errs), max(errs)
 
     v100 = perf_model.load_hardware("v100_dgx2")
@@ -172,34 +242,51 @@ def main(argv):
             n, mean, worst = summary(split)
             w.writerow(["dev_vm", f"{split} mean |error|", f"{mean:.4f}", f"{n} steps"])
             w.writerow(["dev_vm", f"{split} max |error|", f"{worst:.4f}", f"{n} steps"])
-        for field, value in (("compute_efficiency", eff), ("half_hidden", h0)):
-            w.writerow(["v100_dgx2", field, f"{value:.4g}", "fitted to ZeRO-Offload Figure 8"])
+        for field in perf_model.DEVICE_FITTED_FIELDS:
+            w.writerow([BOX, field, f"{getattr(box, field):.6g}", "fitted to " + "+".join(box_experiments)])
+        for what, gbps in (("pcie d2h gbps (gradients down)", copy_gbps(box_fit, perf_model.GRAD_D2H)),
+                           ("pcie h2d gbps (the delayed update's parameters up)",
+                            copy_gbps(box_fit, perf_model.PARAM_H2D, delayed_only=True))):
+            if gbps is not None:
+                w.writerow([BOX, what, f"{gbps:.4g}", "measured in " + "+".join(box_experiments)])
+        for split in ("fit", "held-out"):
+            n, mean, worst = summary(split, BOX)
+            w.writerow([BOX, f"{split} mean |error|", f"{mean:.4f}", f"{n} steps"])
+            w.writerow([BOX, f"{split} max |error|", f"{worst:.4f}", f"{n} steps"])
+        for field, value, how in (("cpu_memory_gbps", v100_cpu_gbps(), V100_CPU_ADAM[2] + " at 28 bytes a parameter"),
+                                  ("compute_efficiency", eff, "fitted to ZeRO-Offload Figure 8"),
+                                  ("half_hidden", h0, "fitted to ZeRO-Offload Figure 8")):
+            w.writerow(["v100_dgx2", field, f"{value:.4g}", how])
             w.writerow(["v100_dgx2", field + " (hardware file)", f"{getattr(v100, field):.4g}",
                         "python/memwall/hardware/v100_dgx2.json"])
         for (name, _, tflops, what), (run, _) in zip(V100_POINTS, v100_runs):
             got = perf_model.predict(run, v100, with_memory=False).tflops_per_device
             w.writerow(["v100_dgx2", f"{name} b{run.micro_batch} TFLOPS (file / paper)", f"{got:.2f} / {tflops}", what])
-    for split in ("fit", "held-out"):
-        n, mean, worst = summary(split)
-        print(f"dev_vm {split}: {n} steps, mean |error| {mean:.1%}, max {worst:.1%}")
-    print(f"v100_dgx2: fitted compute_efficiency {eff:.4f}, half_hidden {h0} (file: {v100.compute_efficiency}, "
-          f"{v100.half_hidden})")
+    for machine in ("dev_vm", BOX):
+        for split in ("fit", "held-out"):
+            n, mean, worst = summary(split, machine)
+            print(f"{machine} {split}: {n} steps, mean |error| {mean:.1%}, max {worst:.1%}")
+    print(f"v100_dgx2: cpu_memory_gbps {v100_cpu_gbps():.4g} (Table 4), fitted compute_efficiency {eff:.4f}, "
+          f"half_hidden {h0} (file: {v100.cpu_memory_gbps}, {v100.compute_efficiency}, {v100.half_hidden})")
 
     subprocess.run(["/usr/bin/python3", os.path.join(os.path.dirname(os.path.abspath(__file__)), "figure.py"), out], check=True)
     memwall.write_provenance(
         os.path.join(out, "provenance.json"), experiment=NAME,
         description="memwall.perf_model fitted to CpuDevice steps of offload_throughput and checked on the held-out "
-                    "steps of infinity_prefetch and infinity_activation_offload; the V100's compute constants fitted "
-                    "to ZeRO-Offload Figure 8",
+                    "steps of infinity_prefetch and infinity_activation_offload; fitted to an H100 box's steps "
+                    f"({', '.join(box_experiments)}) and checked on its held-out ones; the V100's compute constants "
+                    "fitted to ZeRO-Offload Figure 8",
         paper="ZeRO (SC20), ZeRO-Offload (ATC21), ZeRO-Infinity (SC21): the performance model behind the modeled "
               "figures",
         command="./bazelw run //repro:%s -- %s" % (NAME, " ".join(shlex.quote(a) for a in argv)),
-        measured_or_modeled="measured_step_seconds: results/<experiment>/data.csv, measured on the CpuDevice (see "
-                            "their provenance); predicted_step_seconds: modeled (memwall.perf_model)",
-        files={"data.csv": "per measured step: measured and predicted seconds, relative error, fit or held-out",
+        measured_or_modeled="measured_step_seconds: results/<experiment>/data.csv, measured on the CpuDevice (dev_vm) "
+                            "or an H100 (h100_box; see their provenance); predicted_step_seconds: modeled "
+                            "(memwall.perf_model)",
+        files={"data.csv": "per measured step: machine, measured and predicted seconds, relative error, fit or held-out",
                "calibration.csv": "fitted constants and the error summary",
+               BOX + ".json": "the GPU box's hardware file as fitted (python/memwall/hardware/ holds a copy)",
                "figure.png": "drawn by repro/perf_model/figure.py from data.csv"})
-    print(f"wrote {out}/{{data.csv, calibration.csv, figure.png, provenance.json}}")
+    print(f"wrote {out}/{{data.csv, calibration.csv, {BOX}.json, figure.png, provenance.json}}")
 
 
 if __name__ == "__main__":
