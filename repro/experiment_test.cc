@@ -182,8 +182,9 @@ TEST(Experiment, EachBadOffloadValueNamesItsField) {
   };
   EXPECT_TRUE(throughput_with("micro_batches: [2, 4] halve_micro_batch_to_fit: true").ok());
   expect(throughput_with("micro_batches: [2]"), "offload.micro_batches = 1 entries must give one per ladder model (2)");
-  expect(throughput_with("micro_batches: [2, 0]"), "offload.micro_batches[1] (\"b\") = 0 must be in [1, 2147483647]");
+  expect(throughput_with("micro_batches: [2, 0]"), "offload.micro_batches[1] (\"b\") = 0 must be in [1, 268435455] (at most 2147483647 tokens at training.seq = 8)");
   expect(throughput_with("micro_batches: [2, 4294967296]"), "offload.micro_batches[1] (\"b\") = 4294967296 must be in");
+  expect(throughput_with("micro_batches: [2, 268435456]"), "offload.micro_batches[1] (\"b\") = 268435456 must be in");
   expect(ParseOffload("training {", "stages: 2 training {"), "stages = [...] must be unset for OFFLOAD_MAX_MODEL");
   expect(ParseOffload("training {", "training { zero { offload_optimizer { device: CPU } }"),
          "training.zero.offload_optimizer = {...} must be unset: offload.modes set it");

@@ -349,9 +349,13 @@ absl::Status ValidateLadder(const Experiment& e, LadderFields reads) {
                       absl::StrCat("must give one per ladder model (", o.ladder_size(), ")"));
     }
     for (int i = 0; i < o.micro_batches_size(); ++i) {
-      if (o.micro_batches(i) < 1 || o.micro_batches(i) > kMaxCount) {
+      // A micro-batch's tokens are bounded as the trainer bounds them.
+      const int64_t most = kMaxCount / std::max<int64_t>(e.training().seq(), 1);
+      if (o.micro_batches(i) < 1 || o.micro_batches(i) > most) {
         return BadField(absl::StrCat("offload.micro_batches[", i, "] (\"", o.ladder(i).name(), "\")"),
-                        o.micro_batches(i), absl::StrCat("must be in [1, ", kMaxCount, "]"));
+                        o.micro_batches(i),
+                        absl::StrCat("must be in [1, ", most, "] (at most ", kMaxCount, " tokens at training.seq = ",
+                                     e.training().seq(), ")"));
       }
     }
   }
