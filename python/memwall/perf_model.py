@@ -387,6 +387,23 @@ def no_overlap_efficiency(ait: float, bandwidth_gbps: float, peak_tflops: float)
     return ait * bw / (ait * bw + peak_tflops * 1e12)
 
 
+def _run_flops(run: Run) -> float:
+    return _step_flops(run, run.seq or _field(run.model, "positions"))
+
+
+def _shard(run: Run) -> float:
+    """Parameters whose optimizer step one rank runs."""
+    return _params(run.model) / (run.data_parallel if run.stage >= 1 else 1)
+
+
+def bytes_per_second(pairs, what: str) -> float:
+    """The rate through the origin that best fits (bytes, seconds) pairs:
+    sum(bytes·t) / sum(t²); a ValueError naming `what` without pairs."""
+    if not pairs:
+        raise ValueError(f"calibration: no row measures {what}")
+    return sum(b * t for b, t in pairs) / sum(t * t for b, t in pairs)
+
+
 def calibrate(rows, nvme_gbps: float, name: str = "calibrated") -> Hardware:
     """A shares_cores Hardware (a CpuDevice machine) fitted to measured steps.
 
@@ -402,32 +419,24 @@ def calibrate(rows, nvme_gbps: float, name: str = "calibrated") -> Hardware:
     (the aio benchmark's fio baseline)."""
     import numpy as np
 
-    def flops_of(run):
-        return _step_flops(run, run.seq or _field(run.model, "positions"))
-
     xs, ys = [], []
     for r in rows:
         xs.append([1.0, 1.0 / _field(r["run"].model, "hidden")])
-        ys.append(r["zones"][FORWARD_BACKWARD] / flops_of(r["run"]))
+        ys.append(r["zones"][FORWARD_BACKWARD] / _run_flops(r["run"]))
     (a, c), *_ = np.linalg.lstsq(np.array(xs), np.array(ys), rcond=None)
     if a <= 0:
         raise ValueError("calibration: forward+backward times do not fall with the hidden size as the model assumes")
 
-    def rate(pairs):  # bytes/s through the origin: sum(bytes·t) / sum(t²)
-        if not pairs:
-            raise ValueError("calibration: no rows measure this rate")
-        return sum(b * t for b, t in pairs) / sum(t * t for b, t in pairs)
-
-    def shard(run):
-        return _params(run.model) / (run.data_parallel if run.stage >= 1 else 1)
-
-    device = rate([(shard(r["run"]) * DEVICE_ADAM_BYTES_PER_PARAM, r["zones"][ADAM]) for r in rows if ADAM in r["zones"]])
+    device = bytes_per_second([(_shard(r["run"]) * DEVICE_ADAM_BYTES_PER_PARAM, r["zones"][ADAM])
+                               for r in rows if ADAM in r["zones"]], "the device Adam")
     offloaded = [r for r in rows if CPU_ADAM in r["zones"]]
-    cpu = rate([(shard(r["run"]) * CPU_ADAM_BYTES_PER_PARAM, r["zones"][CPU_ADAM]) for r in offloaded])
-    host = [(sum(r["zones"].get(z, 0.0) for z in (CPU_ADAM, GRAD_ACCUMULATE, GRAD_NORM)), shard(r["run"]))
+    cpu = bytes_per_second([(_shard(r["run"]) * CPU_ADAM_BYTES_PER_PARAM, r["zones"][CPU_ADAM]) for r in offloaded],
+                           "the CPU Adam")
+    host = [(sum(r["zones"].get(z, 0.0) for z in (CPU_ADAM, GRAD_ACCUMULATE, GRAD_NORM)), _shard(r["run"]))
             for r in offloaded]
     host_bytes = cpu * sum(t * p for t, p in host) / sum(p * p for t, p in host)
-    copies = rate([(2 * shard(r["run"]), r["zones"][z]) for r in offloaded for z in (GRAD_D2H, PARAM_H2D)])
+    copies = bytes_per_second([(2 * _shard(r["run"]), r["zones"][z]) for r in offloaded for z in (GRAD_D2H, PARAM_H2D)],
+                              "the copies over PCIe")
     return Hardware(name=name, gpus_per_node=1, device_memory_bytes=1 << 40, device_tflops=1 / a / 1e12,
                     compute_efficiency=1.0, half_hidden=max(c / a, 1.0), device_memory_gbps=device / GB,
                     pcie_gbps=copies / GB, intra_node_gbps=copies / GB, inter_node_gbps=copies / GB,
@@ -452,13 +461,10 @@ def calibrate_device(rows, base: Hardware, name: str) -> Hardware:
     paces it). The rest is base's."""
     import numpy as np
 
-    def flops_of(run):
-        return _step_flops(run, run.seq or _field(run.model, "positions"))
-
     hiddens = sorted({_field(r["run"].model, "hidden") for r in rows})
     if len(hiddens) >= 2:
         xs = [[1.0, 1.0 / _field(r["run"].model, "hidden")] for r in rows]
-        ys = [r["zones"][FORWARD_BACKWARD] / flops_of(r["run"]) for r in rows]
+        ys = [r["zones"][FORWARD_BACKWARD] / _run_flops(r["run"]) for r in rows]
         (a, c), *_ = np.linalg.lstsq(np.array(xs), np.array(ys), rcond=None)
         if a <= 0 or c < 0:
             raise ValueError("calibration: forward+backward times do not fall with the hidden size as the model assumes")
@@ -466,28 +472,21 @@ def calibrate_device(rows, base: Hardware, name: str) -> Hardware:
     else:
         h0 = base.half_hidden
         h = hiddens[0]
-        rate_flops = (sum(flops_of(r["run"]) * (h + h0) / h for r in rows)
+        rate_flops = (sum(_run_flops(r["run"]) * (h + h0) / h for r in rows)
                       / sum(r["zones"][FORWARD_BACKWARD] for r in rows))
 
-    def rate(pairs, what):  # bytes/s through the origin: sum(bytes·t) / sum(t²)
-        if not pairs:
-            raise ValueError(f"calibration: no row measures {what}")
-        return sum(b * t for b, t in pairs) / sum(t * t for b, t in pairs)
-
-    def shard(run):
-        return _params(run.model) / (run.data_parallel if run.stage >= 1 else 1)
-
     def per_param(zone, bandwidth, rows_):  # bytes per parameter of `zone` at `bandwidth`
-        pairs = [(r["zones"][zone], shard(r["run"])) for r in rows_ if zone in r["zones"]]
+        pairs = [(r["zones"][zone], _shard(r["run"])) for r in rows_ if zone in r["zones"]]
         return bandwidth * sum(t * p for t, p in pairs) / sum(p * p for t, p in pairs) if pairs else 0.0
 
-    device_adam = [(shard(r["run"]) * DEVICE_ADAM_BYTES_PER_PARAM, r["zones"][ADAM]) for r in rows if ADAM in r["zones"]]
-    device_gbps = rate(device_adam, "the device Adam") / GB if device_adam else base.device_memory_gbps
+    device_adam = [(_shard(r["run"]) * DEVICE_ADAM_BYTES_PER_PARAM, r["zones"][ADAM]) for r in rows if ADAM in r["zones"]]
+    device_gbps = bytes_per_second(device_adam, "the device Adam") / GB if device_adam else base.device_memory_gbps
     offloaded = [r for r in rows if CPU_ADAM in r["zones"]]
-    cpu = rate([(shard(r["run"]) * CPU_ADAM_BYTES_PER_PARAM, r["zones"][CPU_ADAM]) for r in offloaded], "the CPU Adam")
-    copies = [(2 * shard(r["run"]), r["zones"][GRAD_D2H]) for r in offloaded if GRAD_D2H in r["zones"]]
-    copies += [(2 * shard(r["run"]), r["zones"][PARAM_H2D]) for r in offloaded if r["delayed"] and PARAM_H2D in r["zones"]]
-    pcie = rate(copies, "the copies over PCIe")
+    cpu = bytes_per_second([(_shard(r["run"]) * CPU_ADAM_BYTES_PER_PARAM, r["zones"][CPU_ADAM]) for r in offloaded],
+                           "the CPU Adam")
+    copies = [(2 * _shard(r["run"]), r["zones"][GRAD_D2H]) for r in offloaded if GRAD_D2H in r["zones"]]
+    copies += [(2 * _shard(r["run"]), r["zones"][PARAM_H2D]) for r in offloaded if r["delayed"] and PARAM_H2D in r["zones"]]
+    pcie = bytes_per_second(copies, "the copies over PCIe")
     return dataclasses.replace(
         base, name=name, compute_efficiency=rate_flops / (base.device_tflops * 1e12), half_hidden=max(h0, 1.0),
         device_memory_gbps=device_gbps, cpu_memory_gbps=cpu / GB, host_bytes_per_param=CPU_ADAM_BYTES_PER_PARAM,

@@ -134,7 +134,7 @@ def copy_gbps(rows, zone, delayed_only=False):
     parameter), or None."""
     pairs = [(2 * perf_model._params(r["run"].model), r["zones"][zone]) for r in rows
              if zone in r["zones"] and (r["delayed"] or not delayed_only)]
-    return sum(b * t for b, t in pairs) / sum(t * t for b, t in pairs) / 1e9 if pairs else None
+    return perf_model.bytes_per_second(pairs, zone) / 1e9 if pairs else None
 
 
 def fio_read_gbps(workspace):
