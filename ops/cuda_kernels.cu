@@ -40,6 +40,16 @@ int WithElem(Elem e, Fn&& fn) {
     default: return fn(F32{});
   }
 }
+// Activations and their gradients: fp32 or bf16 (ops.cc never passes fp16).
+template <typename Fn>
+int WithActivation(Elem e, Fn&& fn) {
+  return e == Elem::kBF16 ? fn(BF16{}) : fn(F32{});
+}
+// fn(A{}, P{}): an activation policy and a parameter policy.
+template <typename Fn>
+int WithElems(Elem a, Elem p, Fn&& fn) {
+  return WithActivation(a, [&](auto act) { return WithElem(p, [&](auto par) { return fn(act, par); }); });
+}
 template <typename P>
 const typename P::T* As(const void* p) { return static_cast<const typename P::T*>(p); }
 template <typename P>
@@ -52,24 +62,27 @@ unsigned GridFor(int64_t n) {
   return static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
 }
 
-__global__ void GeluForwardKernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+// y may be x (one element read, then written, per thread).
+template <typename A>
+__global__ void GeluForwardKernel(const typename A::T* x, typename A::T* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float v = x[i];
+    const float v = A::Load(x[i]);
     const float u = kGeluScale * (v + kGeluCubic * v * v * v);
-    y[i] = 0.5f * v * (1.0f + tanhf(u));
+    y[i] = A::Store(0.5f * v * (1.0f + tanhf(u)));
   }
 }
 
-__global__ void GeluBackwardKernel(const float* __restrict__ x, const float* dy, float* dx,
-                                   int64_t n) {
+template <typename A>
+__global__ void GeluBackwardKernel(const typename A::T* x, const typename A::T* dy,
+                                   typename A::T* dx, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float v = x[i];
+    const float v = A::Load(x[i]);
     const float u = kGeluScale * (v + kGeluCubic * v * v * v);
     const float t = tanhf(u);
     const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
-    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+    dx[i] = A::Store(A::Load(dy[i]) * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du));
   }
 }
 
@@ -98,21 +111,26 @@ __device__ float BlockSum(float v, float* shared) {
 
 // One block per row: mean, then variance about the mean (two passes, as
 // ops/kernels.h), then the normalized, scaled output.
-template <typename P>
-__global__ void LayerNormForwardKernel(const float* __restrict__ x, const typename P::T* gamma,
-                                       const typename P::T* beta, float eps, float* y,
+template <typename A, typename P>
+__global__ void LayerNormForwardKernel(const typename A::T* __restrict__ x, const typename P::T* gamma,
+                                       const typename P::T* beta, float eps, typename A::T* y,
                                        float* mean, float* rstd, int64_t d) {
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
-  const float* xr = x + row * d;
+  const typename A::T* xr = x + row * d;
   float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) sum += xr[j];
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) sum += A::Load(xr[j]);
   const float m = BlockSum(sum, shared) / static_cast<float>(d);
   float sq = 0.0f;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) sq += (xr[j] - m) * (xr[j] - m);
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    const float c = A::Load(xr[j]) - m;
+    sq += c * c;
+  }
   const float s = rsqrtf(BlockSum(sq, shared) / static_cast<float>(d) + eps);
-  float* yr = y + row * d;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) yr[j] = (xr[j] - m) * s * P::Load(gamma[j]) + P::Load(beta[j]);
+  typename A::T* yr = y + row * d;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    yr[j] = A::Store((A::Load(xr[j]) - m) * s * P::Load(gamma[j]) + P::Load(beta[j]));
+  }
   if (threadIdx.x == 0) {
     mean[row] = m;
     rstd[row] = s;
@@ -120,27 +138,27 @@ __global__ void LayerNormForwardKernel(const float* __restrict__ x, const typena
 }
 
 // dx, one block per row.
-template <typename P>
-__global__ void LayerNormBackwardInputKernel(const float* dy, const float* x,
+template <typename A, typename P>
+__global__ void LayerNormBackwardInputKernel(const typename A::T* dy, const typename A::T* x,
                                              const typename P::T* gamma, const float* mean,
-                                             const float* rstd, float* dx, int64_t d) {
+                                             const float* rstd, typename A::T* dx, int64_t d) {
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
-  const float* xr = x + row * d;
-  const float* dyr = dy + row * d;
+  const typename A::T* xr = x + row * d;
+  const typename A::T* dyr = dy + row * d;
   const float m = mean[row], s = rstd[row];
   float g_sum = 0.0f, gx_sum = 0.0f;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-    const float g = dyr[j] * P::Load(gamma[j]);
+    const float g = A::Load(dyr[j]) * P::Load(gamma[j]);
     g_sum += g;
-    gx_sum += g * (xr[j] - m) * s;
+    gx_sum += g * (A::Load(xr[j]) - m) * s;
   }
   const float g_mean = BlockSum(g_sum, shared) / static_cast<float>(d);
   const float gx_mean = BlockSum(gx_sum, shared) / static_cast<float>(d);
-  float* dxr = dx + row * d;
+  typename A::T* dxr = dx + row * d;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-    const float xhat = (xr[j] - m) * s;
-    dxr[j] = s * (dyr[j] * P::Load(gamma[j]) - g_mean - xhat * gx_mean);
+    const float xhat = (A::Load(xr[j]) - m) * s;
+    dxr[j] = A::Store(s * (A::Load(dyr[j]) * P::Load(gamma[j]) - g_mean - xhat * gx_mean));
   }
 }
 
@@ -157,20 +175,23 @@ constexpr int64_t kColChunk = 256;
 
 int64_t ColumnChunks(int64_t rows) { return std::max<int64_t>(1, (rows + kColChunk - 1) / kColChunk); }
 
-// What a column sum adds up, per element (r, j).
+// What a column sum adds up, per element (r, j); dy and x stored as A.
+template <typename A>
 struct BiasTerms {
   static constexpr int kSums = 1;
-  const float* dy;
+  const typename A::T* dy;
   int64_t n;
-  __device__ void At(int64_t r, int64_t j, float (&v)[2]) const { v[0] = dy[r * n + j]; }
+  __device__ void At(int64_t r, int64_t j, float (&v)[2]) const { v[0] = A::Load(dy[r * n + j]); }
 };
+template <typename A>
 struct LayerNormTerms {  // dgamma += dy * xhat, dbeta += dy
   static constexpr int kSums = 2;
-  const float *dy, *x, *mean, *rstd;
+  const typename A::T *dy, *x;
+  const float *mean, *rstd;
   int64_t n;
   __device__ void At(int64_t r, int64_t j, float (&v)[2]) const {
-    const float g = dy[r * n + j];
-    v[0] = g * (x[r * n + j] - mean[r]) * rstd[r];
+    const float g = A::Load(dy[r * n + j]);
+    v[0] = g * (A::Load(x[r * n + j]) - mean[r]) * rstd[r];
     v[1] = g;
   }
 };
@@ -258,29 +279,30 @@ __device__ float BlockMax(float v, float* shared) {
 // One block per row; the formula is in ops/kernels.h. An out-of-range
 // target yields NaN loss and gradient (the host-side check is on the CPU
 // path only; NaN makes the error impossible to miss here).
-__global__ void SoftmaxCrossEntropyKernel(float* logits, const int32_t* targets, float* losses,
+template <typename A>
+__global__ void SoftmaxCrossEntropyKernel(typename A::T* logits, const int32_t* targets, float* losses,
                                           float grad_scale, int64_t v) {
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
-  float* l = logits + row * v;
+  typename A::T* l = logits + row * v;
   const int32_t t = targets[row];
   if (t < 0 || t >= v) {
     const float fill = t < 0 ? 0.0f : NAN;
-    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) l[j] = fill;
+    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) l[j] = A::Store(fill);
     if (threadIdx.x == 0) losses[row] = fill;
     return;
   }
   float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, l[j]);
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, A::Load(l[j]));
   m = BlockMax(m, shared);
   float s = 0.0f;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += expf(l[j] - m);
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += expf(A::Load(l[j]) - m);
   s = BlockSum(s, shared);
-  const float target_logit = l[t];  // read by every thread before anyone writes
+  const float target_logit = A::Load(l[t]);  // read by every thread before anyone writes
   __syncthreads();
   const float inv_s = 1.0f / s;
   for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
-    l[j] = (expf(l[j] - m) * inv_s - (j == t ? 1.0f : 0.0f)) * grad_scale;
+    l[j] = A::Store((expf(A::Load(l[j]) - m) * inv_s - (j == t ? 1.0f : 0.0f)) * grad_scale);
   }
   if (threadIdx.x == 0) losses[row] = logf(s) + m - target_logit;
 }
@@ -351,16 +373,24 @@ int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, fl
   return st == CUBLAS_STATUS_SUCCESS ? 0 : kCublasError;
 }
 
-int GeluForward(const float* x, float* y, int64_t n, void* stream) {
+int GeluForward(const void* x, void* y, Elem a, int64_t n, void* stream) {
   if (n == 0) return 0;
-  GeluForwardKernel<<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, y, n);
-  return Launched();
+  return WithActivation(a, [&](auto act) {
+    using A = decltype(act);
+    GeluForwardKernel<A><<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        As<A>(x), As<A>(y), n);
+    return Launched();
+  });
 }
 
-int GeluBackward(const float* x, const float* dy, float* dx, int64_t n, void* stream) {
+int GeluBackward(const void* x, const void* dy, void* dx, Elem a, int64_t n, void* stream) {
   if (n == 0) return 0;
-  GeluBackwardKernel<<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, dy, dx, n);
-  return Launched();
+  return WithActivation(a, [&](auto act) {
+    using A = decltype(act);
+    GeluBackwardKernel<A><<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        As<A>(x), As<A>(dy), As<A>(dx), n);
+    return Launched();
+  });
 }
 
 int Add(const void* a, const void* b, void* y, Elem e, int64_t n, void* stream) {
@@ -374,40 +404,45 @@ int Add(const void* a, const void* b, void* y, Elem e, int64_t n, void* stream) 
   });
 }
 
-int LayerNormForward(const float* x, const void* gamma, const void* beta, Elem p, float eps,
-                     float* y, float* mean, float* rstd, int64_t rows, int64_t d, void* stream) {
+int LayerNormForward(const void* x, const void* gamma, const void* beta, Elem a, Elem p, float eps,
+                     void* y, float* mean, float* rstd, int64_t rows, int64_t d, void* stream) {
   if (rows == 0) return 0;
-  return WithElem(p, [&](auto policy) {
-    using P = decltype(policy);
-    LayerNormForwardKernel<P><<<static_cast<unsigned>(rows), kThreads, 0,
-                                static_cast<cudaStream_t>(stream)>>>(
-        x, As<P>(gamma), As<P>(beta), eps, y, mean, rstd, d);
+  return WithElems(a, p, [&](auto act, auto par) {
+    using A = decltype(act);
+    using P = decltype(par);
+    LayerNormForwardKernel<A, P><<<static_cast<unsigned>(rows), kThreads, 0,
+                                   static_cast<cudaStream_t>(stream)>>>(
+        As<A>(x), As<P>(gamma), As<P>(beta), eps, As<A>(y), mean, rstd, d);
     return Launched();
   });
 }
 
-int LayerNormBackward(const float* dy, const float* x, const void* gamma, const float* mean,
-                      const float* rstd, float* dx, void* dgamma, void* dbeta, Elem p,
+int LayerNormBackward(const void* dy, const void* x, const void* gamma, const float* mean,
+                      const float* rstd, void* dx, void* dgamma, void* dbeta, Elem a, Elem p,
                       int64_t rows, int64_t d, void* stream) {
   if (rows == 0) return 0;
   auto s = static_cast<cudaStream_t>(stream);
-  return WithElem(p, [&](auto policy) {
-    using P = decltype(policy);
-    LayerNormBackwardInputKernel<P><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
-        dy, x, As<P>(gamma), mean, rstd, dx, d);
+  return WithElems(a, p, [&](auto act, auto par) {
+    using A = decltype(act);
+    using P = decltype(par);
+    LayerNormBackwardInputKernel<A, P><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
+        As<A>(dy), As<A>(x), As<P>(gamma), mean, rstd, As<A>(dx), d);
     if (int err = Launched(); err != 0) return err;
-    return ColumnSums<P>(LayerNormTerms{dy, x, mean, rstd, d}, rows, d, As<P>(dgamma),
-                         As<P>(dbeta), s);
+    return ColumnSums<P>(LayerNormTerms<A>{As<A>(dy), As<A>(x), mean, rstd, d}, rows, d,
+                         As<P>(dgamma), As<P>(dbeta), s);
   });
 }
 
-int SoftmaxCrossEntropy(float* logits, const int32_t* targets, float* losses, float grad_scale,
-                        int64_t rows, int64_t v, void* stream) {
+int SoftmaxCrossEntropy(void* logits, const int32_t* targets, float* losses, float grad_scale,
+                        Elem a, int64_t rows, int64_t v, void* stream) {
   if (rows == 0) return 0;
-  SoftmaxCrossEntropyKernel<<<static_cast<unsigned>(rows), kThreads, 0,
-                              static_cast<cudaStream_t>(stream)>>>(logits, targets, losses,
-                                                                   grad_scale, v);
-  return Launched();
+  return WithActivation(a, [&](auto act) {
+    using A = decltype(act);
+    SoftmaxCrossEntropyKernel<A><<<static_cast<unsigned>(rows), kThreads, 0,
+                                   static_cast<cudaStream_t>(stream)>>>(As<A>(logits), targets,
+                                                                        losses, grad_scale, v);
+    return Launched();
+  });
 }
 
 }  // namespace memwall::ops::cuda
@@ -417,14 +452,14 @@ int SoftmaxCrossEntropy(float* logits, const int32_t* targets, float* losses, fl
 namespace memwall::ops::cuda {
 namespace {
 
-template <typename P>
-__global__ void EmbeddingForwardKernel(const int32_t* ids, const typename P::T* table, float* y,
-                                       int64_t rows, int64_t v, int64_t d) {
+template <typename A, typename P>
+__global__ void EmbeddingForwardKernel(const int32_t* ids, const typename P::T* table,
+                                       typename A::T* y, int64_t rows, int64_t v, int64_t d) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < rows * d;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / d, j = i % d;
     const int32_t id = ids[r];
-    y[i] = (id < 0 || id >= v) ? NAN : P::Load(table[int64_t{id} * d + j]);
+    y[i] = A::Store((id < 0 || id >= v) ? NAN : P::Load(table[int64_t{id} * d + j]));
   }
 }
 
@@ -456,8 +491,8 @@ __global__ void EmbeddingHeadKernel(const int32_t* next, int64_t rows, int32_t* 
     if (next[r] >= 0) not_head[next[r]] = 1;
   }
 }
-template <typename P>
-__global__ void EmbeddingBackwardKernel(const int32_t* ids, const float* dy, const int32_t* next,
+template <typename A, typename P>
+__global__ void EmbeddingBackwardKernel(const int32_t* ids, const typename A::T* dy, const int32_t* next,
                                         const int32_t* not_head, typename P::T* dtable,
                                         int64_t v, int64_t d) {
   const int64_t r = blockIdx.x;
@@ -465,16 +500,16 @@ __global__ void EmbeddingBackwardKernel(const int32_t* ids, const float* dy, con
   const int32_t id = ids[r];
   if (j >= d || not_head[r] || id < 0 || id >= v) return;
   float sum = 0.0f;
-  for (int64_t q = r; q >= 0; q = next[q]) sum += dy[q * d + j];
+  for (int64_t q = r; q >= 0; q = next[q]) sum += A::Load(dy[q * d + j]);
   typename P::T& entry = dtable[int64_t{id} * d + j];
   entry = P::Store(P::Load(entry) + sum);
 }
 
-template <typename P>
-__global__ void AddBiasKernel(float* y, const typename P::T* bias, int64_t rows, int64_t n) {
+template <typename A, typename P>
+__global__ void AddBiasKernel(typename A::T* y, const typename P::T* bias, int64_t rows, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < rows * n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] += P::Load(bias[i % n]);
+    y[i] = A::Store(A::Load(y[i]) + P::Load(bias[i % n]));
   }
 }
 
@@ -762,19 +797,20 @@ __global__ void AdamStepKernel(float* p, const typename G::T* grad, float* m, fl
 
 }  // namespace
 
-int EmbeddingForward(const int32_t* ids, const void* table, Elem p, float* y, int64_t rows,
+int EmbeddingForward(const int32_t* ids, const void* table, Elem p, void* y, Elem a, int64_t rows,
                      int64_t v, int64_t d, void* stream) {
   if (rows * d == 0) return 0;
-  return WithElem(p, [&](auto policy) {
-    using P = decltype(policy);
-    EmbeddingForwardKernel<P><<<GridFor(rows * d), kThreads, 0,
-                                static_cast<cudaStream_t>(stream)>>>(ids, As<P>(table), y, rows,
-                                                                     v, d);
+  return WithElems(a, p, [&](auto act, auto par) {
+    using A = decltype(act);
+    using P = decltype(par);
+    EmbeddingForwardKernel<A, P><<<GridFor(rows * d), kThreads, 0,
+                                   static_cast<cudaStream_t>(stream)>>>(ids, As<P>(table), As<A>(y),
+                                                                        rows, v, d);
     return Launched();
   });
 }
 
-int EmbeddingBackward(const int32_t* ids, const float* dy, void* dtable, Elem p, int64_t rows,
+int EmbeddingBackward(const int32_t* ids, const void* dy, Elem a, void* dtable, Elem p, int64_t rows,
                       int64_t v, int64_t d, void* stream) {
   if (rows * d == 0) return 0;
   auto s = static_cast<cudaStream_t>(stream);
@@ -795,11 +831,12 @@ int EmbeddingBackward(const int32_t* ids, const float* dy, void* dtable, Elem p,
     err = Launched();
   }
   if (err == 0) {
-    err = WithElem(p, [&](auto policy) {
-      using P = decltype(policy);
+    err = WithElems(a, p, [&](auto act, auto par) {
+      using A = decltype(act);
+      using P = decltype(par);
       const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((d + kThreads - 1) / kThreads));
-      EmbeddingBackwardKernel<P><<<grid, kThreads, 0, s>>>(ids, dy, next, not_head,
-                                                           As<P>(dtable), v, d);
+      EmbeddingBackwardKernel<A, P><<<grid, kThreads, 0, s>>>(ids, As<A>(dy), next, not_head,
+                                                              As<P>(dtable), v, d);
       return Launched();
     });
   }
@@ -814,21 +851,23 @@ int CopyColumns(const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch
                                             cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)));
 }
 
-int AddBias(float* y, const void* bias, Elem p, int64_t rows, int64_t n, void* stream) {
+int AddBias(void* y, Elem a, const void* bias, Elem p, int64_t rows, int64_t n, void* stream) {
   if (rows * n == 0) return 0;
-  return WithElem(p, [&](auto policy) {
-    using P = decltype(policy);
-    AddBiasKernel<P><<<GridFor(rows * n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        y, As<P>(bias), rows, n);
+  return WithElems(a, p, [&](auto act, auto par) {
+    using A = decltype(act);
+    using P = decltype(par);
+    AddBiasKernel<A, P><<<GridFor(rows * n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        As<A>(y), As<P>(bias), rows, n);
     return Launched();
   });
 }
 
-int BiasBackward(const float* dy, void* dbias, Elem p, int64_t rows, int64_t n, void* stream) {
+int BiasBackward(const void* dy, Elem a, void* dbias, Elem p, int64_t rows, int64_t n, void* stream) {
   if (n == 0) return 0;
-  return WithElem(p, [&](auto policy) {
-    using P = decltype(policy);
-    return ColumnSums<P>(BiasTerms{dy, n}, rows, n, As<P>(dbias), nullptr,
+  return WithElems(a, p, [&](auto act, auto par) {
+    using A = decltype(act);
+    using P = decltype(par);
+    return ColumnSums<P>(BiasTerms<A>{As<A>(dy), n}, rows, n, As<P>(dbias), nullptr,
                          static_cast<cudaStream_t>(stream));
   });
 }

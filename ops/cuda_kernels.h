@@ -12,9 +12,11 @@ namespace memwall::ops::cuda {
 inline constexpr int kNotBuiltWithCuda = 35;  // cudaErrorInsufficientDriver
 const char* ErrorString(int error);
 
-// How parameters, parameter gradients and 16-bit GEMM operands are stored
-// (the values of memwall::DType's first three members). Activations are
-// always fp32; arithmetic is fp32 and every 16-bit store rounds once, with
+// How a tensor is stored (the values of memwall::DType's first three
+// members). Parameters, parameter gradients and 16-bit GEMM operands take
+// any of the three (`p` below); activations and their gradients are fp32 or
+// bf16 (`a` below; kF16 is treated as kF32 there, and ops.cc never passes
+// it). Arithmetic is fp32 and every 16-bit store rounds once, with
 // runtime/dtype_bits.h's rounding.
 enum class Elem : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
 
@@ -28,33 +30,37 @@ inline constexpr int kCublasError = 1000;
 int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
          const void* a, int64_t lda, const void* b, int64_t ldb, Elem ab, float beta, void* c,
          int64_t ldc, Elem c_type, void* stream);
-int GeluForward(const float* x, float* y, int64_t n, void* stream);
-int GeluBackward(const float* x, const float* dy, float* dx, int64_t n, void* stream);
+// x, y, dy, dx stored as `a`.
+int GeluForward(const void* x, void* y, Elem a, int64_t n, void* stream);
+int GeluBackward(const void* x, const void* dy, void* dx, Elem a, int64_t n, void* stream);
 int Add(const void* a, const void* b, void* y, Elem e, int64_t n, void* stream);
-// gamma, beta, dgamma, dbeta are stored as `p`.
-int LayerNormForward(const float* x, const void* gamma, const void* beta, Elem p, float eps,
-                     float* y, float* mean, float* rstd, int64_t rows, int64_t d, void* stream);
-int LayerNormBackward(const float* dy, const float* x, const void* gamma, const float* mean,
-                      const float* rstd, float* dx, void* dgamma, void* dbeta, Elem p,
+// x, y, dy, dx are stored as `a`; gamma, beta, dgamma, dbeta as `p`; mean
+// and rstd are fp32.
+int LayerNormForward(const void* x, const void* gamma, const void* beta, Elem a, Elem p, float eps,
+                     void* y, float* mean, float* rstd, int64_t rows, int64_t d, void* stream);
+int LayerNormBackward(const void* dy, const void* x, const void* gamma, const float* mean,
+                      const float* rstd, void* dx, void* dgamma, void* dbeta, Elem a, Elem p,
                       int64_t rows, int64_t d, void* stream);
 
-int SoftmaxCrossEntropy(float* logits, const int32_t* targets, float* losses, float grad_scale,
-                        int64_t rows, int64_t v, void* stream);
+// logits (and the gradient written over them) stored as `a`; losses fp32.
+int SoftmaxCrossEntropy(void* logits, const int32_t* targets, float* losses, float grad_scale,
+                        Elem a, int64_t rows, int64_t v, void* stream);
 
 // Embedding, bias, attention, norm and Adam launchers (see ops.h). Tables,
-// biases and their gradients are stored as `p`.
-int EmbeddingForward(const int32_t* ids, const void* table, Elem p, float* y, int64_t rows,
+// biases and their gradients are stored as `p`; y and dy as `a`.
+int EmbeddingForward(const int32_t* ids, const void* table, Elem p, void* y, Elem a, int64_t rows,
                      int64_t v, int64_t d, void* stream);
 // Each table row's contributions are summed in fp32 in row order, then added
 // to the stored gradient once: dtable[id] = round(dtable[id] + sum).
-int EmbeddingBackward(const int32_t* ids, const float* dy, void* dtable, Elem p, int64_t rows,
+int EmbeddingBackward(const int32_t* ids, const void* dy, Elem a, void* dtable, Elem p, int64_t rows,
                       int64_t v, int64_t d, void* stream);
 // rows of row_bytes each, from src (pitch src_pitch bytes) to dst (dst_pitch):
 // cudaMemcpy2DAsync, device to device.
 int CopyColumns(const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch, int64_t row_bytes,
                 int64_t rows, void* stream);
-int AddBias(float* y, const void* bias, Elem p, int64_t rows, int64_t n, void* stream);
-int BiasBackward(const float* dy, void* dbias, Elem p, int64_t rows, int64_t n, void* stream);
+// y = round(y + bias): y and dy stored as `a`, bias and dbias as `p`.
+int AddBias(void* y, Elem a, const void* bias, Elem p, int64_t rows, int64_t n, void* stream);
+int BiasBackward(const void* dy, Elem a, void* dbias, Elem p, int64_t rows, int64_t n, void* stream);
 
 // The fused attention keeps a head's row in registers (head_dim / 32 per lane).
 inline constexpr int kMaxAttentionHeadDim = 128;

@@ -8,31 +8,31 @@ int Gemm(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t, con
          Elem, float, void*, int64_t, Elem, void*) {
   return kNotBuiltWithCuda;
 }
-int GeluForward(const float*, float*, int64_t, void*) { return kNotBuiltWithCuda; }
-int GeluBackward(const float*, const float*, float*, int64_t, void*) { return kNotBuiltWithCuda; }
+int GeluForward(const void*, void*, Elem, int64_t, void*) { return kNotBuiltWithCuda; }
+int GeluBackward(const void*, const void*, void*, Elem, int64_t, void*) { return kNotBuiltWithCuda; }
 int Add(const void*, const void*, void*, Elem, int64_t, void*) { return kNotBuiltWithCuda; }
-int LayerNormForward(const float*, const void*, const void*, Elem, float, float*, float*, float*,
+int LayerNormForward(const void*, const void*, const void*, Elem, Elem, float, void*, float*, float*,
                      int64_t, int64_t, void*) {
   return kNotBuiltWithCuda;
 }
-int LayerNormBackward(const float*, const float*, const void*, const float*, const float*, float*,
-                      void*, void*, Elem, int64_t, int64_t, void*) {
+int LayerNormBackward(const void*, const void*, const void*, const float*, const float*, void*,
+                      void*, void*, Elem, Elem, int64_t, int64_t, void*) {
   return kNotBuiltWithCuda;
 }
 
-int SoftmaxCrossEntropy(float*, const int32_t*, float*, float, int64_t, int64_t, void*) {
+int SoftmaxCrossEntropy(void*, const int32_t*, float*, float, Elem, int64_t, int64_t, void*) {
   return kNotBuiltWithCuda;
 }
 
-int EmbeddingForward(const int32_t*, const void*, Elem, float*, int64_t, int64_t, int64_t, void*) {
+int EmbeddingForward(const int32_t*, const void*, Elem, void*, Elem, int64_t, int64_t, int64_t, void*) {
   return kNotBuiltWithCuda;
 }
-int EmbeddingBackward(const int32_t*, const float*, void*, Elem, int64_t, int64_t, int64_t, void*) {
+int EmbeddingBackward(const int32_t*, const void*, Elem, void*, Elem, int64_t, int64_t, int64_t, void*) {
   return kNotBuiltWithCuda;
 }
 int CopyColumns(const void*, int64_t, void*, int64_t, int64_t, int64_t, void*) { return kNotBuiltWithCuda; }
-int AddBias(float*, const void*, Elem, int64_t, int64_t, void*) { return kNotBuiltWithCuda; }
-int BiasBackward(const float*, void*, Elem, int64_t, int64_t, void*) { return kNotBuiltWithCuda; }
+int AddBias(void*, Elem, const void*, Elem, int64_t, int64_t, void*) { return kNotBuiltWithCuda; }
+int BiasBackward(const void*, Elem, void*, Elem, int64_t, int64_t, void*) { return kNotBuiltWithCuda; }
 int AttentionForward(const float*, float*, float*, int64_t, int64_t, int64_t, int64_t, void*) {
   return kNotBuiltWithCuda;
 }

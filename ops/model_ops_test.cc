@@ -350,6 +350,108 @@ TEST(CpuDeviceOps, Bf16AttentionIsTheFp32OpOnRoundedInputsRoundedOnce) {
   EXPECT_NE(st.message().find("out is fp32; this op takes bf16"), std::string::npos) << st;
 }
 
+// ---- bf16 activations -------------------------------------------------------
+// Every op that takes activations, on inputs that bf16 holds exactly (so the
+// fp32 and bf16 runs read the same values), with bf16 parameters in both.
+// Each op gets its inputs from the host, not from the previous op, so a
+// difference in one op's output cannot feed the next.
+struct OpOutput {
+  std::string name;
+  std::vector<float> values;
+  bool activation;  // stored in the activations' type (else fp32 or a bf16 parameter)
+};
+
+std::vector<OpOutput> RunActivationOps(Device& device, DType at) {
+  const int64_t rows = 67, d = 96, v = 50;
+  Scratch s(device);
+  auto act = [&](int64_t n, double lo, double hi, uint32_t seed, std::vector<int64_t> shape) {
+    return s.UploadAs(testing::RoundTo(Floats(Random(n, lo, hi, seed)), DType::kBF16),
+                      std::move(shape), at);
+  };
+  auto param = [&](int64_t n, double lo, double hi, uint32_t seed, std::vector<int64_t> shape) {
+    return s.UploadAs(Floats(Random(n, lo, hi, seed)), std::move(shape), DType::kBF16);
+  };
+  auto zeros = [&](std::vector<int64_t> shape, DType dtype) {
+    int64_t n = 1;
+    for (int64_t x : shape) n *= x;
+    return s.UploadAs(std::vector<float>(n, 0.0f), std::move(shape), dtype);
+  };
+  std::vector<int32_t> ids(rows), targets(rows);
+  std::mt19937 gen(51);
+  for (auto& id : ids) id = static_cast<int32_t>(gen() % v);
+  for (auto& t : targets) t = static_cast<int32_t>(gen() % (v + 1)) - 1;  // some ignored (-1)
+  Tensor tid = s.Upload(ids, {rows}, DType::kI32), ttarget = s.Upload(targets, {rows}, DType::kI32);
+  Tensor table = param(v * d, -1, 1, 52, {v, d}), bias = param(d, -1, 1, 53, {d});
+  Tensor gamma = param(d, 0.5, 1.5, 54, {d}), beta = param(d, -0.5, 0.5, 55, {d});
+  Tensor x = act(rows * d, -3, 3, 56, {rows, d}), dy = act(rows * d, -1, 1, 57, {rows, d});
+  Tensor wide = act(rows * 4 * d, -4, 4, 58, {rows, 4 * d}), dwide = act(rows * 4 * d, -1, 1, 59, {rows, 4 * d});
+  Tensor logits = act(rows * v, -6, 6, 60, {rows, v});
+
+  Tensor emb = zeros({rows, d}, at), biased = act(rows * d, -3, 3, 56, {rows, d});
+  Tensor ln = zeros({rows, d}, at), mean = zeros({rows}, DType::kF32), rstd = zeros({rows}, DType::kF32);
+  Tensor dln = zeros({rows, d}, at), dgamma = zeros({d}, DType::kBF16), dbeta = zeros({d}, DType::kBF16);
+  Tensor gelu = zeros({rows, 4 * d}, at), dgelu = zeros({rows, 4 * d}, at);
+  Tensor dtable = zeros({v, d}, DType::kBF16), dbias = zeros({d}, DType::kBF16);
+  Tensor losses = zeros({rows}, DType::kF32);
+  Stream& st = s.stream();
+  EXPECT_TRUE(Embedding(tid, table, emb, st).ok());
+  EXPECT_TRUE(AddBias(biased, bias, st).ok());
+  EXPECT_TRUE(LayerNorm(x, gamma, beta, 1e-5f, ln, mean, rstd, st).ok());
+  EXPECT_TRUE(LayerNormBackward(dy, x, gamma, mean, rstd, dln, dgamma, dbeta, st).ok());
+  EXPECT_TRUE(Gelu(wide, gelu, st).ok());
+  EXPECT_TRUE(GeluBackward(wide, dwide, dgelu, st).ok());
+  EXPECT_TRUE(EmbeddingBackward(tid, dy, dtable, st).ok());
+  EXPECT_TRUE(BiasBackward(dy, dbias, st).ok());
+  EXPECT_TRUE(SoftmaxCrossEntropy(logits, ttarget, losses, 0.5f, st).ok());
+  return {{"embedding", s.Download(emb), true},   {"add bias", s.Download(biased), true},
+          {"layernorm", s.Download(ln), true},    {"mean", s.Download(mean), false},
+          {"rstd", s.Download(rstd), false},      {"layernorm dx", s.Download(dln), true},
+          {"dgamma", s.Download(dgamma), false},  {"dbeta", s.Download(dbeta), false},
+          {"gelu", s.Download(gelu), true},       {"gelu dx", s.Download(dgelu), true},
+          {"dtable", s.Download(dtable), false},  {"dbias", s.Download(dbias), false},
+          {"dlogits", s.Download(logits), true},  {"losses", s.Download(losses), false}};
+}
+
+TEST(CpuDeviceOps, Bf16ActivationsAreTheFp32OpsRoundedOnce) {
+  // On the CpuDevice every op on bf16 activations widens them exactly,
+  // computes in fp32 and rounds each activation output once: bit for bit
+  // the fp32 op on the same values with its activation outputs rounded.
+  // Statistics, losses and the bf16 parameter gradients are the fp32 run's.
+  auto device = *CreateCpuDevice();
+  const std::vector<OpOutput> bf16 = RunActivationOps(*device, DType::kBF16);
+  const std::vector<OpOutput> fp32 = RunActivationOps(*device, DType::kF32);
+  ASSERT_EQ(bf16.size(), fp32.size());
+  for (size_t i = 0; i < bf16.size(); ++i) {
+    const std::vector<float> want =
+        fp32[i].activation ? testing::RoundTo(fp32[i].values, DType::kBF16) : fp32[i].values;
+    EXPECT_EQ(bf16[i].values, want) << bf16[i].name;
+    // Each computed activation output needed rounding somewhere (the
+    // embedding copies bf16 table rows, which need none).
+    if (fp32[i].activation && fp32[i].name != "embedding") {
+      EXPECT_NE(fp32[i].values, want) << fp32[i].name << " never rounded";
+    }
+  }
+}
+
+TEST(OpsErrors, ActivationsAreFp32OrBf16AndShareOneType) {
+  auto device = *CreateCpuDevice();
+  Scratch s(*device);
+  std::vector<float> mem(4096);
+  const Tensor x16(mem.data(), DType::kF16, {4, 8}), xb(mem.data(), DType::kBF16, {4, 8});
+  const Tensor x32(mem.data(), DType::kF32, {4, 8}), row(mem.data(), DType::kF32, {4});
+  const Tensor bias(mem.data(), DType::kF32, {8});
+  absl::Status st = Gelu(x16, x16, s.stream());
+  EXPECT_NE(st.message().find("Gelu: x is fp16; activations are fp32 or bf16"), std::string::npos) << st;
+  st = GeluBackward(xb, x32, xb, s.stream());
+  EXPECT_NE(st.message().find("GeluBackward: dy is fp32; this op takes bf16"), std::string::npos) << st;
+  st = LayerNorm(xb, bias, bias, 1e-5f, x32, row, row, s.stream());
+  EXPECT_NE(st.message().find("LayerNorm: y is fp32; this op takes bf16"), std::string::npos) << st;
+  st = AddBias(x16, bias, s.stream());
+  EXPECT_NE(st.message().find("AddBias: y is fp16"), std::string::npos) << st;
+  st = SoftmaxCrossEntropy(x16, Tensor(mem.data(), DType::kI32, {4}), row, 1.0f, s.stream());
+  EXPECT_NE(st.message().find("SoftmaxCrossEntropy: logits is fp16"), std::string::npos) << st;
+}
+
 // Per-element bounds on |CUDA - CpuDevice| for bf16 attention, from an fp64
 // reference on the rounded inputs. With u = 2^-8 (bf16's unit roundoff):
 // the GPU rounds P (forward and backward) and dS to bf16 before their
@@ -519,6 +621,36 @@ TEST(CudaOps, EmbeddingBiasNormAndAdamMatchTheCpuDevice) {
   const auto again = run(*gpu);
   EXPECT_EQ(g[1], again[1]) << "embedding backward is not deterministic";
   EXPECT_EQ(g[2], again[2]) << "bias backward (the column sum) is not deterministic";
+}
+
+TEST(CudaOps, Bf16ActivationOpsMatchTheCpuDevice) {
+  // Per op, both devices read the same bf16 inputs. An fp32 result differs
+  // between them by the fp32 tolerance each op has against the CpuDevice in
+  // this file (tol32 max(1, |c|)); rounding both to bf16 (u = 2^-8) adds at
+  // most u |g32| + u |c32|, so |g - c| <= tol32 max(1, |c|) (1 + u) + 2u (|c| + tol32).
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto gpu = *CreateCudaDevice();
+  auto cpu = *CreateCpuDevice();
+  const std::vector<OpOutput> g = RunActivationOps(*gpu, DType::kBF16);
+  const std::vector<OpOutput> c = RunActivationOps(*cpu, DType::kBF16);
+  constexpr double u = 1.0 / 256;
+  ASSERT_EQ(g.size(), c.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double tol32 = g[i].name == "dbias" || g[i].name == "dgamma" || g[i].name == "dbeta" ? 1e-4 : 1e-5;
+    // Parameter gradients are bf16 as well: one rounding each.
+    const bool rounded = g[i].activation || g[i].name.rfind("d", 0) == 0;
+    ASSERT_EQ(g[i].values.size(), c[i].values.size()) << g[i].name;
+    for (size_t j = 0; j < g[i].values.size(); ++j) {
+      const double cv = std::fabs(c[i].values[j]);
+      const double bound =
+          tol32 * std::max(1.0, cv) * (1 + u) + (rounded ? 2 * u * (cv + tol32) : 0.0);
+      ASSERT_LE(std::fabs(double(g[i].values[j]) - double(c[i].values[j])), bound)
+          << g[i].name << "[" << j << "]: " << g[i].values[j] << " vs " << c[i].values[j];
+    }
+  }
+  const std::vector<OpOutput> again = RunActivationOps(*gpu, DType::kBF16);
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_EQ(g[i].values, again[i].values) << g[i].name << " is not deterministic";
 }
 
 }  // namespace

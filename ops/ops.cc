@@ -191,11 +191,11 @@ absl::StatusOr<std::pair<int64_t, int64_t>> RowsAndWidth(absl::string_view op, c
   return std::make_pair(x.numel() / d, d);
 }
 
-// The activations' type of an op that takes fp32 or bf16 activations (the
-// tensor-core attention): qkv's, which the other activations must share.
-absl::StatusOr<DType> ActivationType(absl::string_view op, const Tensor& qkv) {
-  if (qkv.dtype() == DType::kF32 || qkv.dtype() == DType::kBF16) return qkv.dtype();
-  return absl::InvalidArgumentError(absl::StrCat(op, ": qkv is ", DTypeName(qkv.dtype()),
+// The activations' type of an op: fp32 or bf16, `name`'s, which the op's
+// other activations and activation gradients must share.
+absl::StatusOr<DType> ActivationType(absl::string_view op, absl::string_view name, const Tensor& x) {
+  if (x.dtype() == DType::kF32 || x.dtype() == DType::kBF16) return x.dtype();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " is ", DTypeName(x.dtype()),
                                                  "; activations are fp32 or bf16"));
 }
 
@@ -269,32 +269,47 @@ absl::Status Matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool tra
 }
 
 absl::Status Gelu(const Tensor& x, const Tensor& y, Stream& stream) {
-  MEMWALL_RETURN_IF_ERROR(CheckTensors("Gelu", stream, {{"x", &x}, {"y", &y}}));
-  MEMWALL_RETURN_IF_ERROR(SameShape("Gelu", {"x", &x}, {"y", &y}));
-  const float* px = x.data_as<float>();
-  float* py = y.data_as<float>();
+  constexpr absl::string_view op = "Gelu";
+  MEMWALL_ASSIGN_OR_RETURN(const DType at, ActivationType(op, "x", x));
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"x", &x, at}, {"y", &y, at}}));
+  MEMWALL_RETURN_IF_ERROR(SameShape(op, {"x", &x}, {"y", &y}));
+  const void* px = x.data();
+  void* py = y.data();
   const int64_t n = x.numel();
   return Dispatch(
-      stream, "Gelu",
-      [=] { CpuChunks(n, [&](int64_t i, int64_t k) { kernels::GeluForward(px + i, py + i, k); }); },
-      [=](void* s) { return cuda::GeluForward(px, py, n, s); });
+      stream, op,
+      [=]() -> absl::Status {
+        const HostF32 fx(px, at, n);
+        HostF32 fy(py, at, n);
+        const float* x32 = fx.data();
+        float* y32 = fy.data();
+        CpuChunks(n, [&](int64_t i, int64_t k) { kernels::GeluForward(x32 + i, y32 + i, k); });
+        return fy.Store();
+      },
+      [=](void* s) { return cuda::GeluForward(px, py, ElemOf(at), n, s); });
 }
 
 absl::Status GeluBackward(const Tensor& x, const Tensor& dy, const Tensor& dx, Stream& stream) {
-  MEMWALL_RETURN_IF_ERROR(
-      CheckTensors("GeluBackward", stream, {{"x", &x}, {"dy", &dy}, {"dx", &dx}}));
-  MEMWALL_RETURN_IF_ERROR(SameShape("GeluBackward", {"x", &x}, {"dy", &dy}));
-  MEMWALL_RETURN_IF_ERROR(SameShape("GeluBackward", {"x", &x}, {"dx", &dx}));
-  const float* px = x.data_as<float>();
-  const float* pdy = dy.data_as<float>();
-  float* pdx = dx.data_as<float>();
+  constexpr absl::string_view op = "GeluBackward";
+  MEMWALL_ASSIGN_OR_RETURN(const DType at, ActivationType(op, "x", x));
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"x", &x, at}, {"dy", &dy, at}, {"dx", &dx, at}}));
+  MEMWALL_RETURN_IF_ERROR(SameShape(op, {"x", &x}, {"dy", &dy}));
+  MEMWALL_RETURN_IF_ERROR(SameShape(op, {"x", &x}, {"dx", &dx}));
+  const void* px = x.data();
+  const void* pdy = dy.data();
+  void* pdx = dx.data();
   const int64_t n = x.numel();
   return Dispatch(
-      stream, "GeluBackward",
-      [=] {
-        CpuChunks(n, [&](int64_t i, int64_t k) { kernels::GeluBackward(px + i, pdy + i, pdx + i, k); });
+      stream, op,
+      [=]() -> absl::Status {
+        const HostF32 fx(px, at, n), fdy(pdy, at, n);
+        HostF32 fdx(pdx, at, n);
+        const float *x32 = fx.data(), *dy32 = fdy.data();
+        float* dx32 = fdx.data();
+        CpuChunks(n, [&](int64_t i, int64_t k) { kernels::GeluBackward(x32 + i, dy32 + i, dx32 + i, k); });
+        return fdx.Store();
       },
-      [=](void* s) { return cuda::GeluBackward(px, pdy, pdx, n, s); });
+      [=](void* s) { return cuda::GeluBackward(px, pdy, pdx, ElemOf(at), n, s); });
 }
 
 absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& y, Stream& stream) {
@@ -318,9 +333,10 @@ absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                        const Tensor& y, const Tensor& mean, const Tensor& rstd, Stream& stream) {
   constexpr absl::string_view op = "LayerNorm";
   MEMWALL_ASSIGN_OR_RETURN(const DType pt, StorageType(op, {{"gamma", &gamma}, {"beta", &beta}}));
+  MEMWALL_ASSIGN_OR_RETURN(const DType at, ActivationType(op, "x", x));
   MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream,
-                                       {{"x", &x}, {"gamma", &gamma, pt}, {"beta", &beta, pt},
-                                        {"y", &y}, {"mean", &mean}, {"rstd", &rstd}}));
+                                       {{"x", &x, at}, {"gamma", &gamma, pt}, {"beta", &beta, pt},
+                                        {"y", &y, at}, {"mean", &mean}, {"rstd", &rstd}}));
   MEMWALL_ASSIGN_OR_RETURN(const auto rows_d, RowsAndWidth(op, x));
   // Named copies, not a structured binding: lambdas below capture them
   // (clang before 16 cannot capture bindings).
@@ -333,20 +349,22 @@ absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   if (!(eps > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("LayerNorm: eps must be > 0, got ", eps));
   }
-  const float* px = x.data_as<float>();
+  const void* px = x.data();
   const void* pg = gamma.data();
   const void* pb = beta.data();
-  float* py = y.data_as<float>();
+  void* py = y.data();
   float* pm = mean.data_as<float>();
   float* pr = rstd.data_as<float>();
   return Dispatch(
       stream, op,
-      [=] {
-        const HostF32 g(pg, pt, d), b(pb, pt, d);
-        kernels::LayerNormForward(px, g.data(), b.data(), eps, py, pm, pr, rows, d);
+      [=]() -> absl::Status {
+        const HostF32 g(pg, pt, d), b(pb, pt, d), fx(px, at, rows * d);
+        HostF32 fy(py, at, rows * d);
+        kernels::LayerNormForward(fx.data(), g.data(), b.data(), eps, fy.data(), pm, pr, rows, d);
+        return fy.Store();
       },
       [=](void* s) {
-        return cuda::LayerNormForward(px, pg, pb, ElemOf(pt), eps, py, pm, pr, rows, d, s);
+        return cuda::LayerNormForward(px, pg, pb, ElemOf(at), ElemOf(pt), eps, py, pm, pr, rows, d, s);
       });
 }
 
@@ -357,9 +375,10 @@ absl::Status LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& 
   MEMWALL_ASSIGN_OR_RETURN(
       const DType pt,
       StorageType(op, {{"gamma", &gamma}, {"dgamma", &dgamma}, {"dbeta", &dbeta}}));
+  MEMWALL_ASSIGN_OR_RETURN(const DType at, ActivationType(op, "x", x));
   MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream,
-                                       {{"dy", &dy}, {"x", &x}, {"gamma", &gamma, pt},
-                                        {"mean", &mean}, {"rstd", &rstd}, {"dx", &dx},
+                                       {{"dy", &dy, at}, {"x", &x, at}, {"gamma", &gamma, pt},
+                                        {"mean", &mean}, {"rstd", &rstd}, {"dx", &dx, at},
                                         {"dgamma", &dgamma, pt}, {"dbeta", &dbeta, pt}}));
   MEMWALL_ASSIGN_OR_RETURN(const auto rows_d, RowsAndWidth(op, x));
   // Named copies, not a structured binding: lambdas below capture them
@@ -376,32 +395,38 @@ absl::Status LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& 
     return absl::InvalidArgumentError(
         "LayerNormBackward: dx must not alias dy (dgamma and dbeta read dy after dx is written)");
   }
-  const float* pdy = dy.data_as<float>();
-  const float* px = x.data_as<float>();
+  const void* pdy = dy.data();
+  const void* px = x.data();
   const void* pg = gamma.data();
   const float* pm = mean.data_as<float>();
   const float* pr = rstd.data_as<float>();
-  float* pdx = dx.data_as<float>();
+  void* pdx = dx.data();
   void* pdg = dgamma.data();
   void* pdb = dbeta.data();
   return Dispatch(
       stream, op,
       [=]() -> absl::Status {
         HostF32 g(pg, pt, d), dg(pdg, pt, d), db(pdb, pt, d);
-        kernels::LayerNormBackward(pdy, px, g.data(), pm, pr, pdx, dg.data(), db.data(), rows, d);
+        const HostF32 fdy(pdy, at, rows * d), fx(px, at, rows * d);
+        HostF32 fdx(pdx, at, rows * d);
+        kernels::LayerNormBackward(fdy.data(), fx.data(), g.data(), pm, pr, fdx.data(), dg.data(),
+                                   db.data(), rows, d);
+        MEMWALL_RETURN_IF_ERROR(fdx.Store());
         MEMWALL_RETURN_IF_ERROR(dg.Store());
         return db.Store();
       },
       [=](void* s) {
-        return cuda::LayerNormBackward(pdy, px, pg, pm, pr, pdx, pdg, pdb, ElemOf(pt), rows, d, s);
+        return cuda::LayerNormBackward(pdy, px, pg, pm, pr, pdx, pdg, pdb, ElemOf(at), ElemOf(pt),
+                                       rows, d, s);
       });
 }
 
 absl::Status SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets,
                                  const Tensor& losses, float grad_scale, Stream& stream) {
   constexpr absl::string_view op = "SoftmaxCrossEntropy";
+  MEMWALL_ASSIGN_OR_RETURN(const DType at, ActivationType(op, "logits", logits));
   MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream,
-                                       {{"logits", &logits},
+                                       {{"logits", &logits, at},
                                         {"targets", &targets, DType::kI32},
                                         {"losses", &losses}}));
   if (logits.shape().size() != 2 || logits.shape()[1] <= 0) {
@@ -414,20 +439,23 @@ absl::Status SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets,
   if (!std::isfinite(grad_scale)) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": grad_scale ", grad_scale, " is not finite"));
   }
-  float* pl = logits.data_as<float>();
+  void* pl = logits.data();
   const int32_t* pt = targets.data_as<int32_t>();
   float* ploss = losses.data_as<float>();
   if (OnCpu(stream)) {
     // Not Dispatch: the CPU path can report a bad target precisely.
     return stream.EnqueueHost([=]() -> absl::Status {
-      const int64_t bad = kernels::SoftmaxCrossEntropy(pl, pt, ploss, grad_scale, rows, v);
+      HostF32 l(pl, at, rows * v);
+      const int64_t bad = kernels::SoftmaxCrossEntropy(l.data(), pt, ploss, grad_scale, rows, v);
+      MEMWALL_RETURN_IF_ERROR(l.Store());
       if (bad < 0) return absl::OkStatus();
       return absl::InvalidArgumentError(absl::StrCat(op, ": target ", pt[bad], " at row ", bad,
                                                      " is outside the vocabulary [0, ", v, ")"));
     });
   }
   return CudaResult(
-      cuda::SoftmaxCrossEntropy(pl, pt, ploss, grad_scale, rows, v, stream.native_handle()), op);
+      cuda::SoftmaxCrossEntropy(pl, pt, ploss, grad_scale, ElemOf(at), rows, v, stream.native_handle()),
+      op);
 }
 
 absl::Status Cast(const Tensor& src, const Tensor& dst, Stream& stream) {
@@ -471,8 +499,9 @@ absl::Status Cast(const Tensor& src, const Tensor& dst, Stream& stream) {
 absl::Status Embedding(const Tensor& ids, const Tensor& table, const Tensor& y, Stream& stream) {
   constexpr absl::string_view op = "Embedding";
   MEMWALL_ASSIGN_OR_RETURN(const DType pt, StorageType(op, {{"table", &table}}));
+  MEMWALL_ASSIGN_OR_RETURN(const DType at, ActivationType(op, "y", y));
   MEMWALL_RETURN_IF_ERROR(CheckTensors(
-      op, stream, {{"ids", &ids, DType::kI32}, {"table", &table, pt}, {"y", &y}}));
+      op, stream, {{"ids", &ids, DType::kI32}, {"table", &table, pt}, {"y", &y, at}}));
   if (table.shape().size() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": table ", ShapeString(table), " must be (vocabulary, d)"));
@@ -481,7 +510,8 @@ absl::Status Embedding(const Tensor& ids, const Tensor& table, const Tensor& y, 
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"y", &y}, rows * d, "ids x d"));
   const int32_t* pi = ids.data_as<int32_t>();
   const void* ptable = table.data();
-  float* py = y.data_as<float>();
+  char* py = static_cast<char*>(y.data());
+  const size_t y_row = d * SizeOf(at);
   if (OnCpu(stream)) {
     return stream.EnqueueHost([=]() -> absl::Status {
       for (int64_t r = 0; r < rows; ++r) {
@@ -489,22 +519,25 @@ absl::Status Embedding(const Tensor& ids, const Tensor& table, const Tensor& y, 
           return absl::InvalidArgumentError(absl::StrCat(op, ": id ", pi[r], " at row ", r,
                                                          " is outside the table [0, ", v, ")"));
         }
+        // One rounding from the table's type to the activations' (none when equal).
         MEMWALL_RETURN_IF_ERROR(Convert(static_cast<const char*>(ptable) + pi[r] * d * SizeOf(pt),
-                                        pt, py + r * d, DType::kF32, d));
+                                        pt, py + r * y_row, at, d));
       }
       return absl::OkStatus();
     });
   }
   return CudaResult(
-      cuda::EmbeddingForward(pi, ptable, ElemOf(pt), py, rows, v, d, stream.native_handle()), op);
+      cuda::EmbeddingForward(pi, ptable, ElemOf(pt), py, ElemOf(at), rows, v, d, stream.native_handle()),
+      op);
 }
 
 absl::Status EmbeddingBackward(const Tensor& ids, const Tensor& dy, const Tensor& dtable,
                                Stream& stream) {
   constexpr absl::string_view op = "EmbeddingBackward";
   MEMWALL_ASSIGN_OR_RETURN(const DType pt, StorageType(op, {{"dtable", &dtable}}));
+  MEMWALL_ASSIGN_OR_RETURN(const DType at, ActivationType(op, "dy", dy));
   MEMWALL_RETURN_IF_ERROR(CheckTensors(
-      op, stream, {{"ids", &ids, DType::kI32}, {"dy", &dy}, {"dtable", &dtable, pt}}));
+      op, stream, {{"ids", &ids, DType::kI32}, {"dy", &dy, at}, {"dtable", &dtable, pt}}));
   if (dtable.shape().size() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": dtable ", ShapeString(dtable), " must be (vocabulary, d)"));
@@ -512,11 +545,13 @@ absl::Status EmbeddingBackward(const Tensor& ids, const Tensor& dy, const Tensor
   const int64_t v = dtable.shape()[0], d = dtable.shape()[1], rows = ids.numel();
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"dy", &dy}, rows * d, "ids x d"));
   const int32_t* pi = ids.data_as<int32_t>();
-  const float* pdy = dy.data_as<float>();
+  const void* pdy_stored = dy.data();
   void* pdt = dtable.data();
   return Dispatch(
       stream, op,
       [=]() -> absl::Status {
+        const HostF32 fdy(pdy_stored, at, rows * d);
+        const float* pdy = fdy.data();
         if (pt == DType::kF32) {
           kernels::EmbeddingBackward(pi, pdy, static_cast<float*>(pdt), rows, v, d);
           return absl::OkStatus();
@@ -548,7 +583,9 @@ absl::Status EmbeddingBackward(const Tensor& ids, const Tensor& dy, const Tensor
         }
         return absl::OkStatus();
       },
-      [=](void* s) { return cuda::EmbeddingBackward(pi, pdy, pdt, ElemOf(pt), rows, v, d, s); });
+      [=](void* s) {
+        return cuda::EmbeddingBackward(pi, pdy_stored, ElemOf(at), pdt, ElemOf(pt), rows, v, d, s);
+      });
 }
 
 absl::Status CopyColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col,
@@ -584,38 +621,43 @@ absl::Status CopyColumns(const Tensor& src, int64_t src_col, const Tensor& dst, 
 absl::Status AddBias(const Tensor& y, const Tensor& bias, Stream& stream) {
   constexpr absl::string_view op = "AddBias";
   MEMWALL_ASSIGN_OR_RETURN(const DType pt, StorageType(op, {{"bias", &bias}}));
-  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"y", &y}, {"bias", &bias, pt}}));
+  MEMWALL_ASSIGN_OR_RETURN(const DType at, ActivationType(op, "y", y));
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"y", &y, at}, {"bias", &bias, pt}}));
   MEMWALL_ASSIGN_OR_RETURN(const auto rows_n, RowsAndWidth(op, y));
   const int64_t rows = rows_n.first, n = rows_n.second;  // captured below, as in LayerNorm
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"bias", &bias}, n, "y's last dimension"));
-  float* py = y.data_as<float>();
+  void* py = y.data();
   const void* pb = bias.data();
   return Dispatch(
       stream, op,
-      [=] {
+      [=]() -> absl::Status {
         const HostF32 b(pb, pt, n);
-        kernels::AddBias(py, b.data(), rows, n);
+        HostF32 fy(py, at, rows * n);
+        kernels::AddBias(fy.data(), b.data(), rows, n);
+        return fy.Store();
       },
-      [=](void* s) { return cuda::AddBias(py, pb, ElemOf(pt), rows, n, s); });
+      [=](void* s) { return cuda::AddBias(py, ElemOf(at), pb, ElemOf(pt), rows, n, s); });
 }
 
 absl::Status BiasBackward(const Tensor& dy, const Tensor& dbias, Stream& stream) {
   constexpr absl::string_view op = "BiasBackward";
   MEMWALL_ASSIGN_OR_RETURN(const DType pt, StorageType(op, {{"dbias", &dbias}}));
-  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"dy", &dy}, {"dbias", &dbias, pt}}));
+  MEMWALL_ASSIGN_OR_RETURN(const DType at, ActivationType(op, "dy", dy));
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"dy", &dy, at}, {"dbias", &dbias, pt}}));
   MEMWALL_ASSIGN_OR_RETURN(const auto rows_n, RowsAndWidth(op, dy));
   const int64_t rows = rows_n.first, n = rows_n.second;  // captured below, as in LayerNorm
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"dbias", &dbias}, n, "dy's last dimension"));
-  const float* pdy = dy.data_as<float>();
+  const void* pdy = dy.data();
   void* pdb = dbias.data();
   return Dispatch(
       stream, op,
       [=] {
         HostF32 db(pdb, pt, n);
-        kernels::BiasBackward(pdy, db.data(), rows, n);
+        const HostF32 fdy(pdy, at, rows * n);
+        kernels::BiasBackward(fdy.data(), db.data(), rows, n);
         return db.Store();
       },
-      [=](void* s) { return cuda::BiasBackward(pdy, pdb, ElemOf(pt), rows, n, s); });
+      [=](void* s) { return cuda::BiasBackward(pdy, ElemOf(at), pdb, ElemOf(pt), rows, n, s); });
 }
 
 namespace {
@@ -647,7 +689,7 @@ absl::StatusOr<AttentionShape> CheckAttentionShape(absl::string_view op, const T
 absl::Status Attention(const Tensor& qkv, int64_t heads, const Tensor& out, const Tensor& lse,
                        Stream& stream) {
   constexpr absl::string_view op = "Attention";
-  MEMWALL_ASSIGN_OR_RETURN(const DType at, ActivationType(op, qkv));
+  MEMWALL_ASSIGN_OR_RETURN(const DType at, ActivationType(op, "qkv", qkv));
   MEMWALL_RETURN_IF_ERROR(
       CheckTensors(op, stream, {{"qkv", &qkv, at}, {"out", &out, at}, {"lse", &lse}}));
   MEMWALL_ASSIGN_OR_RETURN(const AttentionShape sh, CheckAttentionShape(op, qkv, heads, stream));
@@ -684,7 +726,7 @@ absl::Status AttentionBackward(const Tensor& qkv, const Tensor& out, const Tenso
                                const Tensor& lse, int64_t heads, const Tensor& delta,
                                const Tensor& dqkv, Stream& stream) {
   constexpr absl::string_view op = "AttentionBackward";
-  MEMWALL_ASSIGN_OR_RETURN(const DType at, ActivationType(op, qkv));
+  MEMWALL_ASSIGN_OR_RETURN(const DType at, ActivationType(op, "qkv", qkv));
   MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream,
                                        {{"qkv", &qkv, at}, {"out", &out, at}, {"dout", &dout, at},
                                         {"lse", &lse}, {"delta", &delta}, {"dqkv", &dqkv, at}}));

@@ -14,11 +14,14 @@
 //   - The CUDA kernels reduce in a fixed order (no atomics), so a GPU run is
 //     bitwise reproducible.
 //
-//   - Activations are fp32. Parameters, parameter gradients and GEMM
-//     operands may be stored as fp32, fp16 or bf16 (one type per op): reads
-//     widen exactly, arithmetic is fp32, and an op that accumulates into a
-//     16-bit gradient rounds once per call: g = round(g + fp32 sum). Both
-//     devices round with runtime/dtype_bits.h. Cast converts activations.
+//   - Activations and their gradients are fp32 or bf16, one type per op
+//     (mean, rstd, lse, delta and losses are always fp32). Parameters,
+//     parameter gradients and GEMM operands may be stored as fp32, fp16 or
+//     bf16 (one type per op). Reads widen exactly, arithmetic is fp32, and
+//     every 16-bit output is rounded once per call: y = round(fp32 result),
+//     g = round(g + fp32 sum). Both devices widen and round at the same
+//     points with runtime/dtype_bits.h, so the CpuDevice tests the bf16
+//     path's semantics. Cast converts between the types.
 #ifndef MEMWALL_OPS_OPS_H_
 #define MEMWALL_OPS_OPS_H_
 
@@ -77,8 +80,9 @@ absl::Status CopyColumns(const Tensor& src, int64_t src_col, const Tensor& dst, 
                          int64_t width, Stream& stream);
 
 // Fused softmax cross-entropy over the vocabulary (formula in ops/kernels.h).
-//   logits (rows, v) fp32: overwritten by d(sum of losses)/d(logits) *
-//     grad_scale, so no second vocab-sized buffer exists;
+//   logits (rows, v) fp32 or bf16: overwritten by d(sum of losses)/d(logits)
+//     * grad_scale (rounded once to bf16 for bf16 logits), so no second
+//     vocab-sized buffer exists;
 //   targets (rows) int32: a negative target is ignored (loss 0, gradient 0);
 //   losses (rows) fp32: per-row loss.
 // A target >= v is an InvalidArgument from the stream on the CpuDevice and a

@@ -569,8 +569,8 @@ TEST(OpsErrors, NameTheOpTheTensorAndTheShapes) {
   absl::Status st = Add(ta, Tensor(b.data(), DType::kF32, {4, 3}), ta, s);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("Add: a [3, 4] and b [4, 3] must have the same shape"), std::string::npos) << st;
-  st = Gelu(Tensor(h.data(), DType::kBF16, {12}), Tensor(h.data(), DType::kBF16, {12}), s);
-  EXPECT_NE(st.message().find("Gelu: x is bf16; this op takes fp32"), std::string::npos) << st;
+  st = Gelu(Tensor(h.data(), DType::kBF16, {12}), Tensor(b.data(), DType::kF32, {12}), s);
+  EXPECT_NE(st.message().find("Gelu: y is fp32; this op takes bf16"), std::string::npos) << st;
   st = Gelu(Tensor(a.data(), DType::kF32, {12}, other.get()), Tensor(b.data(), DType::kF32, {12}), s);
   EXPECT_NE(st.message().find("but the stream runs on cpu:0"), std::string::npos) << st;
   Tensor mean(c.data(), DType::kF32, {2});
