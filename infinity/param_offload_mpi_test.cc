@@ -41,6 +41,7 @@
 #include "gtest/gtest.h"
 #include "infinity/nvme_parameter_store.h"
 #include "models/gpt_io.h"
+#include "models/layers.h"
 #include "offload/host_optimizer.h"
 #include "runtime/cpu_device.h"
 #include "runtime/status.h"
@@ -574,8 +575,9 @@ TEST_F(ParamOffload, OffloadedActivationCheckpointsGiveStageThreeBitForBit) {
   const Outcome host_only = Train(*comm_, host, 1, {}, plain);
   const int act = static_cast<int>(MemoryTag::kActivations);
   const int64_t rows = zero::test::SmallTraining(W(), 1, Precision::BF16).micro_batch() * 16;
-  EXPECT_EQ(int64_t(host_only.device_peaks[act]) - int64_t(got.device_peaks[act]), 2 * rows * 32 * 4);
-  EXPECT_EQ(int64_t(got.pinned_peaks[act]) - int64_t(host_only.pinned_peaks[act]), 5 * rows * 32 * 4);
+  const int64_t checkpoint = rows * 32 * int64_t(SizeOf(models::ActivationDType(DType::kBF16)));
+  EXPECT_EQ(int64_t(host_only.device_peaks[act]) - int64_t(got.device_peaks[act]), 2 * checkpoint);
+  EXPECT_EQ(int64_t(got.pinned_peaks[act]) - int64_t(host_only.pinned_peaks[act]), 5 * checkpoint);
 }
 
 // The NVMe hop's own window (offload_param.read_ahead_buffers): with the

@@ -122,19 +122,20 @@ namespace {
 // Offloaded activation checkpoints: device slots for x_l (l mod 3).
 constexpr int64_t kOffloadSlots = 3;
 
+// Activations are in the type a = ActivationDType(the parameters' type).
 struct RunBuffers {
-  Tensor cast_in, cast_out;        // 16-bit modes: (rows 4d) each, a Linear's operands
-  Tensor tile;                     // tiling k > 1: (rows 4d / k) fp32, one tile's output
+  Tensor cast_in, cast_out;        // fp16 parameters: (rows 4d) each, a Linear's operands
+  Tensor tile;                     // tiling k > 1: (rows 4d / k), one tile's output
   Tensor ids, pos, targets;        // (rows) int32
   std::vector<Tensor> xs;          // L + 1 of (rows, d): the residual stream (3 slots when offloaded)
   Tensor host_xs;                  // offloaded, with backward: (L + 1, rows, d) in pinned host memory
   Tensor pos_rows;                 // (rows, d) position embeddings
   std::vector<BlockActivations> acts;  // one block when checkpointing, else L
   Tensor f, f_mean, f_rstd;        // ln_f: (rows, d), (rows), (rows)
-  Tensor logits;                   // (chunk, V) fp32
-  Tensor losses;                   // (rows)
-  Tensor f_storage;                // 16-bit modes: (rows, d), f as the head's operand
-  Tensor dlogits_storage;          // 16-bit modes with backward: (chunk, V)
+  Tensor logits;                   // (chunk, V)
+  Tensor losses;                   // (rows) fp32
+  Tensor f_storage;                // fp16 parameters: (rows, d), f as the head's operand
+  Tensor dlogits_storage;          // fp16 parameters with backward: (chunk, V)
   Tensor df, dresid;               // backward: (rows, d) each
   BlockGradScratch g;              // backward
 };
@@ -144,10 +145,12 @@ absl::StatusOr<RunBuffers> AllocateRunBuffers(Scratch& scratch, const GptConfig&
                                               bool offload, int64_t chunk) {
   const int64_t d = config.hidden(), v = config.vocab(), rows = batch * t;
   const int64_t layers = config.layers(), heads = config.heads();
-  const bool half = dtype != DType::kF32;
+  // Activations in the parameters' type need no rounded copies.
+  const DType at = ActivationDType(dtype);
+  constexpr MemoryTag kAct = MemoryTag::kActivations;
   RunBuffers b;
   scratch.group = "16-bit operands";
-  if (half) {
+  if (at != dtype) {
     MEMWALL_ASSIGN_OR_RETURN(b.cast_in, scratch.Make({rows * 4 * d}, MemoryTag::kWorkspace, dtype));
     MEMWALL_ASSIGN_OR_RETURN(b.cast_out, scratch.Make({rows * 4 * d}, MemoryTag::kWorkspace, dtype));
     MEMWALL_ASSIGN_OR_RETURN(b.f_storage, scratch.Make({rows, d}, MemoryTag::kWorkspace, dtype));
@@ -157,40 +160,40 @@ absl::StatusOr<RunBuffers> AllocateRunBuffers(Scratch& scratch, const GptConfig&
   }
   if (config.tiling() > 1) {
     scratch.group = "tiled linear scratch";
-    MEMWALL_ASSIGN_OR_RETURN(b.tile, scratch.Make({rows * 4 * d / config.tiling()}, MemoryTag::kWorkspace));
+    MEMWALL_ASSIGN_OR_RETURN(b.tile, scratch.Make({rows * 4 * d / config.tiling()}, MemoryTag::kWorkspace, at));
   }
   scratch.group = "embeddings, ln_f, losses, ids";
   MEMWALL_ASSIGN_OR_RETURN(b.ids, scratch.Make({rows}, MemoryTag::kActivations, DType::kI32));
   MEMWALL_ASSIGN_OR_RETURN(b.pos, scratch.Make({rows}, MemoryTag::kActivations, DType::kI32));
   MEMWALL_ASSIGN_OR_RETURN(b.targets, scratch.Make({rows}, MemoryTag::kActivations, DType::kI32));
-  MEMWALL_ASSIGN_OR_RETURN(b.pos_rows, scratch.Make({rows, d}));
-  MEMWALL_ASSIGN_OR_RETURN(b.f, scratch.Make({rows, d}));
+  MEMWALL_ASSIGN_OR_RETURN(b.pos_rows, scratch.Make({rows, d}, kAct, at));
+  MEMWALL_ASSIGN_OR_RETURN(b.f, scratch.Make({rows, d}, kAct, at));
   MEMWALL_ASSIGN_OR_RETURN(b.f_mean, scratch.Make({rows}));
   MEMWALL_ASSIGN_OR_RETURN(b.f_rstd, scratch.Make({rows}));
   MEMWALL_ASSIGN_OR_RETURN(b.losses, scratch.Make({rows}));
   scratch.group = "residual stream";
   b.xs.resize(offload ? std::min<int64_t>(layers + 1, kOffloadSlots) : layers + 1);
   for (Tensor& x : b.xs) {
-    MEMWALL_ASSIGN_OR_RETURN(x, scratch.Make({rows, d}));
+    MEMWALL_ASSIGN_OR_RETURN(x, scratch.Make({rows, d}, kAct, at));
   }
   if (offload && backward && layers + 1 > kOffloadSlots) {
     scratch.group = "activation checkpoints (host)";
-    MEMWALL_ASSIGN_OR_RETURN(b.host_xs, scratch.MakePinned({layers + 1, rows, d}));
+    MEMWALL_ASSIGN_OR_RETURN(b.host_xs, scratch.MakePinned({layers + 1, rows, d}, kAct, at));
   }
   scratch.group = "block activations";
   b.acts.resize(checkpoint ? 1 : layers);
   for (BlockActivations& a : b.acts) {
-    MEMWALL_ASSIGN_OR_RETURN(a, BlockActivations::Allocate(scratch, batch, t, d, heads));
+    MEMWALL_ASSIGN_OR_RETURN(a, BlockActivations::Allocate(scratch, batch, t, d, heads, at));
   }
   scratch.group = "logits chunk";
-  MEMWALL_ASSIGN_OR_RETURN(b.logits, scratch.Make({chunk, v}, MemoryTag::kWorkspace));
+  MEMWALL_ASSIGN_OR_RETURN(b.logits, scratch.Make({chunk, v}, MemoryTag::kWorkspace, at));
   if (backward) {
     scratch.group = "backward scratch";
     for (Tensor* x : {&b.df, &b.dresid, &b.g.c1, &b.g.c2, &b.g.mid}) {
-      MEMWALL_ASSIGN_OR_RETURN(*x, scratch.Make({rows, d}));
+      MEMWALL_ASSIGN_OR_RETURN(*x, scratch.Make({rows, d}, kAct, at));
     }
-    MEMWALL_ASSIGN_OR_RETURN(b.g.big, scratch.Make({rows, 4 * d}));
-    MEMWALL_ASSIGN_OR_RETURN(b.g.qkv, scratch.Make({batch, t, 3 * d}));
+    MEMWALL_ASSIGN_OR_RETURN(b.g.big, scratch.Make({rows, 4 * d}, kAct, at));
+    MEMWALL_ASSIGN_OR_RETURN(b.g.qkv, scratch.Make({batch, t, 3 * d}, kAct, at));
     MEMWALL_ASSIGN_OR_RETURN(b.g.delta, scratch.Make({batch, heads, t}));
   }
   return b;
@@ -617,11 +620,10 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
   // The tied head, a chunk of rows at a time (<= 64 Mi logits per chunk).
   const Tensor& logits = b.logits;
   const Tensor& losses = b.losses;
-  // 16-bit operands of the head's matmuls: f once, each chunk's dlogits.
-  Tensor f_in = b.f;
-  if (dtype != DType::kF32) {
-    MEMWALL_ASSIGN_OR_RETURN(f_in, ToStorage(b.f, dtype, b.f_storage, rows, d, s));
-  }
+  // The head's matmul operands in the parameters' type: f once, each
+  // chunk's dlogits (rounded copies only for fp16 parameters).
+  MEMWALL_ASSIGN_OR_RETURN(const Tensor f_in, ToStorage(b.f, dtype, b.f_storage, rows, d, s));
+  std::vector<float> logits_chunk;  // a bf16 chunk, widened for logits_out
   const Tensor& df = b.df;
   if (logits_out != nullptr) logits_out->resize(rows * v);
   {
@@ -637,7 +639,15 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
       MEMWALL_RETURN_IF_ERROR(ops::Matmul(Rows(f_in, r0, n, d), false, wte_->Table(), true, lg,
                                           1.0f, 0.0f, s));
       if (logits_out != nullptr) {
-        MEMWALL_RETURN_IF_ERROR(s.Copy(logits_out->data() + r0 * v, lg.data(), lg.bytes()));
+        if (lg.dtype() == DType::kF32) {
+          MEMWALL_RETURN_IF_ERROR(s.Copy(logits_out->data() + r0 * v, lg.data(), lg.bytes()));
+          continue;
+        }
+        logits_chunk.resize(lg.bytes() / sizeof(float) + 1);
+        MEMWALL_RETURN_IF_ERROR(s.Copy(logits_chunk.data(), lg.data(), lg.bytes()));
+        MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+        MEMWALL_RETURN_IF_ERROR(Convert(logits_chunk.data(), lg.dtype(), logits_out->data() + r0 * v,
+                                        DType::kF32, n * v));
         continue;
       }
       MEMWALL_RETURN_IF_ERROR(ops::SoftmaxCrossEntropy(lg, b.targets.Slice(r0, n),

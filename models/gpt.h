@@ -14,11 +14,15 @@
 // identically.
 //
 // The model computes on one Device's compute stream; parameter and gradient
-// storage is bound by the engine (models/module.h). Activations are fp32.
-// Parameters and gradients are bound as fp32 or, for mixed precision, all
-// as fp16 or all as bf16; then every matmul takes 16-bit operands with fp32
-// accumulation (each Linear rounds its input, and in backward its output
-// gradient, to 16 bits first), and each gradient accumulation rounds once.
+// storage is bound by the engine (models/module.h). Parameters and
+// gradients are bound as fp32 or, for mixed precision, all as fp16 or all
+// as bf16; then every matmul takes 16-bit operands with fp32 accumulation,
+// and each gradient accumulation rounds once. Activations follow the
+// parameters (models/layers.h ActivationDType): bf16 end to end with bf16
+// parameters (each op rounds its output once; LayerNorm statistics, the
+// attention's lse and the losses stay fp32), fp32 with fp16 parameters
+// (each Linear rounds its input, and in backward its output gradient, to
+// fp16 first) and with fp32 ones.
 #ifndef MEMWALL_MODELS_GPT_H_
 #define MEMWALL_MODELS_GPT_H_
 
@@ -69,19 +73,20 @@ int64_t LogitsChunkRows(const GptConfig& config, int64_t rows);
 
 // What Gpt::ForwardBackward allocates for one micro-batch of micro_batch x
 // seq tokens on the device, at its peak (rows = micro_batch seq, hidden d,
-// L layers, H heads, vocabulary V, chunk = LogitsChunkRows; fp32 = 4 bytes,
-// the compute type's c = 2 in 16-bit modes):
-//   "residual stream"        kActivations  4 (L + 1) rows d; 4 min(L + 1, 3) rows d
+// L layers, H heads, vocabulary V, chunk = LogitsChunkRows; a = the bytes of
+// an activation, ActivationDType(compute): 2 for bf16, else 4; statistics,
+// losses and ids take 4; c = 2 for fp16's rounded operands):
+//   "residual stream"        kActivations  a (L + 1) rows d; a min(L + 1, 3) rows d
 //                                          with offload_activations
-//   "activation checkpoints (host)"  pinned host kActivations  4 (L + 1) rows d,
+//   "activation checkpoints (host)"  pinned host kActivations  a (L + 1) rows d,
 //                                          with offload_activations and L + 1 > 3
-//   "block activations"      kActivations  4 rows (15 d + H + 4) per block; one
-//                                          block when checkpointing, else L
-//   "embeddings, ln_f, losses, ids"  kActivations  4 rows (2 d + 6)
-//   "backward scratch"       kActivations  4 rows (12 d + H)
-//   "logits chunk"           kWorkspace    4 chunk V
-//   "16-bit operands"        kWorkspace    c (2 rows 4d + rows d + chunk V), 16-bit modes
-//   "tiled linear scratch"   kWorkspace    4 rows 4d / k, with tiling k > 1
+//   "block activations"      kActivations  a rows 15 d + 4 rows (H + 4) per block;
+//                                          one block when checkpointing, else L
+//   "embeddings, ln_f, losses, ids"  kActivations  a rows 2 d + 4 rows 6
+//   "backward scratch"       kActivations  a rows 12 d + 4 rows H
+//   "logits chunk"           kWorkspace    a chunk V
+//   "16-bit operands"        kWorkspace    c (2 rows 4d + rows d + chunk V), fp16 only
+//   "tiled linear scratch"   kWorkspace    a rows 4d / k, with tiling k > 1
 // One function sizes them for both: ForwardBackward allocates its buffers
 // through it, and this plan is that function run in planning mode (Scratch
 // with a plan: nothing allocated).

@@ -22,18 +22,20 @@ absl::StatusOr<Tensor> Scratch::Make(std::vector<int64_t> shape, MemoryTag tag, 
   return Tensor(buffers.back().data(), dtype, std::move(shape), device);
 }
 
-absl::StatusOr<Tensor> Scratch::MakePinned(std::vector<int64_t> shape, MemoryTag tag) {
+absl::StatusOr<Tensor> Scratch::MakePinned(std::vector<int64_t> shape, MemoryTag tag, DType dtype) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
+  const int64_t bytes = n * static_cast<int64_t>(SizeOf(dtype));
   if (plan != nullptr) {
     plan->Grow(group, MemorySpace::kPinnedHost, tag, bytes);
-    return Tensor(nullptr, DType::kF32, std::move(shape), nullptr);
+    return Tensor(nullptr, dtype, std::move(shape), nullptr);
   }
   MEMWALL_ASSIGN_OR_RETURN(Buffer b, device->AllocatePinnedHost(static_cast<size_t>(bytes), tag));
   buffers.push_back(std::move(b));
-  return Tensor(buffers.back().data(), DType::kF32, std::move(shape), nullptr);
+  return Tensor(buffers.back().data(), dtype, std::move(shape), nullptr);
 }
+
+DType ActivationDType(DType params) { return params == DType::kBF16 ? DType::kBF16 : DType::kF32; }
 
 Tensor As2D(const Tensor& t, int64_t rows, int64_t cols) {
   return Tensor(t.data(), t.dtype(), {rows, cols}, t.device());
@@ -46,7 +48,7 @@ Tensor Rows(const Tensor& t, int64_t first, int64_t count, int64_t cols) {
 
 absl::StatusOr<Tensor> ToStorage(const Tensor& x, DType dtype, const Tensor& scratch, int64_t rows,
                                  int64_t cols, Stream& s) {
-  if (dtype == DType::kF32) return As2D(x, rows, cols);
+  if (x.dtype() == dtype) return As2D(x, rows, cols);
   const Tensor y(scratch.data(), dtype, {rows, cols}, scratch.device());
   MEMWALL_RETURN_IF_ERROR(ops::Cast(As2D(x, rows, cols), y, s));
   return y;
@@ -60,8 +62,9 @@ Linear::Linear(std::string name, int64_t in, int64_t out, const LinearScratch* s
   bias_ = &AddParameter("bias", {out});
 }
 
-// With 16-bit parameters, x and dy are rounded to 16 bits for the matmuls
-// (fp32 accumulation); y and dx stay fp32.
+// With fp16 parameters (fp32 activations), x and dy are rounded to fp16
+// for the matmuls (fp32 accumulation) and y and dx stay fp32; otherwise the
+// matmuls read x and dy as they are and write y and dx in their type.
 absl::Status Linear::Forward(const Tensor& x, const Tensor& y, int64_t rows, Stream& s) {
   MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Forward(*this));
   MEMWALL_ASSIGN_OR_RETURN(const Tensor x_in, ToStorage(x, scratch_->dtype, scratch_->in, rows, in_, s));
@@ -176,19 +179,20 @@ EmbeddingModule::EmbeddingModule(std::string name, int64_t rows, int64_t d) : Mo
 // ---- A transformer block --------------------------------------------------
 
 absl::StatusOr<BlockActivations> BlockActivations::Allocate(Scratch& s, int64_t batch, int64_t t, int64_t d,
-                                                            int64_t heads) {
+                                                            int64_t heads, DType at) {
   const int64_t rows = batch * t;
+  constexpr MemoryTag kTag = MemoryTag::kActivations;
   BlockActivations a;
   for (Tensor* x : {&a.ln1, &a.att, &a.mid, &a.ln2}) {
-    MEMWALL_ASSIGN_OR_RETURN(*x, s.Make({rows, d}));
+    MEMWALL_ASSIGN_OR_RETURN(*x, s.Make({rows, d}, kTag, at));
   }
   for (Tensor* x : {&a.mean1, &a.rstd1, &a.mean2, &a.rstd2}) {
     MEMWALL_ASSIGN_OR_RETURN(*x, s.Make({rows}));
   }
-  MEMWALL_ASSIGN_OR_RETURN(a.qkv, s.Make({batch, t, 3 * d}));
+  MEMWALL_ASSIGN_OR_RETURN(a.qkv, s.Make({batch, t, 3 * d}, kTag, at));
   MEMWALL_ASSIGN_OR_RETURN(a.lse, s.Make({batch, heads, t}));
-  MEMWALL_ASSIGN_OR_RETURN(a.fc, s.Make({rows, 4 * d}));
-  MEMWALL_ASSIGN_OR_RETURN(a.gelu, s.Make({rows, 4 * d}));
+  MEMWALL_ASSIGN_OR_RETURN(a.fc, s.Make({rows, 4 * d}, kTag, at));
+  MEMWALL_ASSIGN_OR_RETURN(a.gelu, s.Make({rows, 4 * d}, kTag, at));
   return a;
 }
 

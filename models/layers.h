@@ -3,11 +3,12 @@
 // (models/gpt.h assembles them). Public so that other models and ZeRO-Infinity's
 // memory-centric tiling (a Linear split into tiles) reuse them.
 //
-// Conventions: activations are fp32, (rows, width) with rows = batch * t;
-// parameters may be bound as fp32 or as 16-bit values (mixed precision),
-// in which case each Linear rounds its input and output gradient into the
-// LinearScratch so every matmul has 16-bit operands (fp32
-// accumulation). Each Forward / Backward runs its module's hooks (HookScope,
+// Conventions: activations are (rows, width) with rows = batch * t, stored
+// as ActivationDType(the parameters' type): bf16 with bf16 parameters (end
+// to end: every matmul reads them as they are), else fp32. Parameters may be
+// bound as fp32 or as 16-bit values (mixed precision); with fp16 parameters
+// each Linear rounds its fp32 input and output gradient into the
+// LinearScratch so every matmul has 16-bit operands (fp32 accumulation). Each Forward / Backward runs its module's hooks (HookScope,
 // models/module.h), so an engine can gather or bucket parameters around it.
 // Backward accumulates (+=) into the bound gradients.
 #ifndef MEMWALL_MODELS_LAYERS_H_
@@ -29,6 +30,13 @@ namespace memwall::models {
 
 inline constexpr float kLayerNormEps = 1e-5f;
 
+// The activations' type for parameters stored as `params`: bf16 for bf16
+// (its fp32 exponent range holds any activation, and the tensor-core
+// kernels read it directly), fp32 for fp16 (whose range an activation or
+// its gradient can leave) and for fp32. Statistics (LayerNorm's mean and
+// rstd, attention's lse) and losses are fp32 in every mode.
+DType ActivationDType(DType params);
+
 // Device buffers for one pass, freed in compute-stream order. With `plan`
 // set it allocates nothing: each Make adds its bytes to the plan's buffer
 // `group` and returns a tensor without memory, so the code that sizes a
@@ -40,8 +48,9 @@ struct Scratch {
   std::string group;  // planning: the plan buffer Make adds to
   absl::StatusOr<Tensor> Make(std::vector<int64_t> shape, MemoryTag tag = MemoryTag::kActivations,
                               DType dtype = DType::kF32);
-  // The same in the device's pinned host memory (fp32).
-  absl::StatusOr<Tensor> MakePinned(std::vector<int64_t> shape, MemoryTag tag = MemoryTag::kActivations);
+  // The same in the device's pinned host memory.
+  absl::StatusOr<Tensor> MakePinned(std::vector<int64_t> shape, MemoryTag tag = MemoryTag::kActivations,
+                                    DType dtype = DType::kF32);
 };
 
 // (rows, cols) view of a tensor's memory; rows [first, first + count) of it.
@@ -49,24 +58,25 @@ Tensor As2D(const Tensor& t, int64_t rows, int64_t cols);
 Tensor Rows(const Tensor& t, int64_t first, int64_t count, int64_t cols);
 
 // The scratch every linear layer of a pass shares, set by the model per
-// pass. Mixed precision: the 16-bit type of the bound parameters and two
-// buffers (rows x 4 hidden each) that hold a Linear's input and output
-// gradient rounded to it (dtype kF32: no rounding). Memory-centric tiling:
-// `tile`, fp32 (rows x the widest tile), one tile's output or output
-// gradient.
+// pass. Mixed precision: the 16-bit type of the bound parameters and, when
+// the activations are fp32 (fp16 parameters), two buffers (rows x 4 hidden
+// each) that hold a Linear's input and output gradient rounded to it.
+// Memory-centric tiling: `tile`, in the activations' type (rows x the
+// widest tile), one tile's output or output gradient.
 struct LinearScratch {
   DType dtype = DType::kF32;
   Tensor in, out;
   Tensor tile;
 };
 
-// x (rows, cols) fp32 in the parameters' storage type: x itself for fp32,
-// else rounded into `scratch` (which holds at least rows * cols elements).
+// x (rows, cols) in the parameters' storage type: x itself when it is
+// stored so already, else rounded into `scratch` (which holds at least
+// rows * cols elements).
 absl::StatusOr<Tensor> ToStorage(const Tensor& x, DType dtype, const Tensor& scratch, int64_t rows,
                                  int64_t cols, Stream& s);
 
 // y = x W + b with W (in, out) and b (out): x (rows, in), y (rows, out),
-// fp32. Backward: dW += x^T dy, db += sum dy, dx = dy W^T (skipped when dx
+// in the activations' type. Backward: dW += x^T dy, db += sum dy, dx = dy W^T (skipped when dx
 // is empty). Attention and MLP call their projections through this
 // interface; MakeLinear picks the layer once, from the model's tiling.
 class LinearLayer : public Module {
@@ -160,17 +170,19 @@ class EmbeddingModule : public Module {
   Parameter* weight_;
 };
 
-// What a block's backward needs from its forward (rows = batch * t), fp32:
-// ln1, att, mid, ln2 (rows, d); mean1, rstd1, mean2, rstd2 (rows); qkv
-// (batch, t, 3d); lse (batch, heads, t); fc, gelu (rows, 4d).
+// What a block's backward needs from its forward (rows = batch * t), in
+// the activations' type `at`: ln1, att, mid, ln2 (rows, d); qkv (batch, t,
+// 3d); fc, gelu (rows, 4d); fp32: mean1, rstd1, mean2, rstd2 (rows), lse
+// (batch, heads, t).
 struct BlockActivations {
   Tensor ln1, mean1, rstd1, qkv, att, lse, mid, ln2, mean2, rstd2, fc, gelu;
   static absl::StatusOr<BlockActivations> Allocate(Scratch& s, int64_t batch, int64_t t, int64_t d,
-                                                   int64_t heads);
+                                                   int64_t heads, DType at);
 };
 
-// Gradient scratch shared by all blocks' backward passes: c1, c2, mid
-// (rows, d), big (rows, 4d), qkv (batch, t, 3d), delta (batch, heads, t).
+// Gradient scratch shared by all blocks' backward passes, in the
+// activations' type: c1, c2, mid (rows, d), big (rows, 4d), qkv (batch, t,
+// 3d); fp32: delta (batch, heads, t).
 struct BlockGradScratch {
   Tensor c1, c2, mid, big, qkv, delta;
 };

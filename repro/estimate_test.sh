@@ -25,9 +25,11 @@ text=$($bin --params=7.5e9 --ranks=64 --set='zero { stage: 1 }') || fail "--para
 [[ "$text" == *"no budget given"* && "$text" != *"fits in"* && "$text" != *"DOES NOT FIT"* ]] || fail "a verdict without a budget: $text"
 err=$($bin --params=1.5 2>&1); code=$?
 [[ $code -eq 2 && "$err" == *"--params=1.5 is not a whole number"* ]] || fail "--params=1.5: $err"
-text=$($bin --model=offload_10b --ranks=1 --set='zero { stage: 2 offload_optimizer { device: CPU } } micro_batch: 10 seq: 1024' \
+# Micro-batch 32: bf16 activations and checkpoints of 10B's 50 layers, with
+# its 2 psi of parameters, exceed 32 GiB (micro-batch 16 would fit).
+text=$($bin --model=offload_10b --ranks=1 --set='zero { stage: 2 offload_optimizer { device: CPU } } micro_batch: 32 seq: 1024' \
   --device_bytes=34359738368); code=$?
-[[ $code -eq 1 && "$text" == *"assumed: seq 1024, micro-batch 10, accumulation 1, bf16, activation checkpointing on, stage 2, optimizer states on CPU"* ]] \
+[[ $code -eq 1 && "$text" == *"assumed: seq 1024, micro-batch 32, accumulation 1, bf16, activation checkpointing on, stage 2, optimizer states on CPU"* ]] \
   || fail "offload_10b by name at seq 1024: exit $code: $text"
 [[ "$text" == *"would fit:"*"--set='zero { stage: 3 offload_optimizer { device: CPU } offload_param { device: CPU } }'  device "* ]] \
   || fail "DOES NOT FIT suggests no placement: $text"
