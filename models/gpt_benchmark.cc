@@ -7,12 +7,14 @@
 //   model's own largest GEMM shape (tokens x d x 4d) measured in the same
 //   run, interleaved round by round (the physical bound for this machine's
 //   BLAS, so the ratio is what the non-GEMM work costs).
-// BM_GptCuda/<config>_<dtype>: gpt_125m, gpt_350m, gpt_1.3b at sequence
-//   1024 on GPU 0, parameters and gradients in bf16 (16-bit matmuls on
-//   tensor cores, the trainer's default) and in fp32 (no TF32): achieved
-//   TFLOPS, peak device memory, and fraction_of_gemm against the same
-//   dtype's c_fc GEMM (tokens x d x 4d) measured in the same run (skipped
-//   without a GPU).
+// BM_GptCuda/<config>_<dtype>[_ckpt]: gpt_125m, gpt_350m, gpt_1.3b at
+//   sequence 1024, micro-batch 8, on GPU 0: parameters, gradients and
+//   activations in bf16 (tensor cores, the trainer's default), each without
+//   and with activation checkpointing (_ckpt, whatever the config says), and
+//   the two smaller models in fp32 (no TF32) as a baseline: achieved model
+//   TFLOPS (recomputation not counted; recompute_tflops adds it), peak
+//   device memory, and fraction_of_gemm against the same dtype's c_fc GEMM
+//   (tokens x d x 4d) measured in the same run (skipped without a GPU).
 // BM_Gpt{Cpu,Cuda}Breakdown: where a step's time goes, from the model's own
 //   module hooks (each hook synchronizes the stream, so the step is slower
 //   than above): fractions of the step in the Linear layers (GEMM + bias),
@@ -213,10 +215,12 @@ absl::StatusOr<double> GemmSeconds(Device& device, DType dtype, int64_t m, int64
   return Median(times);
 }
 
-void BM_GptCuda(benchmark::State& state, const std::string& name, int64_t batch, DType dtype) {
+void BM_GptCuda(benchmark::State& state, const std::string& name, int64_t batch, DType dtype,
+                bool checkpointing) {
   std::string reason;
   if (CudaDeviceCount(&reason) == 0) return state.SkipWithError(("needs a GPU: " + reason).c_str());
-  const GptConfig c = Config(name);
+  GptConfig c = Config(name);
+  c.set_activation_checkpointing(checkpointing);
   const int64_t seq = 1024;
   auto device = *CreateCudaDevice();
   auto setup = Prepare(*device, c, batch, seq, dtype);
@@ -246,14 +250,19 @@ void BM_GptCuda(benchmark::State& state, const std::string& name, int64_t batch,
   }
   state.SetLabel(absl::StrCat(DTypeName(dtype), " ", device->name()));
 }
-#define MEMWALL_GPT_CUDA(id, name, batch, iterations)                                   \
-  BENCHMARK_CAPTURE(BM_GptCuda, id##_bf16, std::string(name), batch, DType::kBF16)      \
-      ->Unit(benchmark::kMillisecond)->Iterations(iterations)->UseRealTime();           \
-  BENCHMARK_CAPTURE(BM_GptCuda, id##_fp32, std::string(name), batch, DType::kF32)       \
+#define MEMWALL_GPT_CUDA_BF16(id, name, iterations)                                              \
+  BENCHMARK_CAPTURE(BM_GptCuda, id##_bf16, std::string(name), 8, DType::kBF16, false)           \
+      ->Unit(benchmark::kMillisecond)->Iterations(iterations)->UseRealTime();                    \
+  BENCHMARK_CAPTURE(BM_GptCuda, id##_bf16_ckpt, std::string(name), 8, DType::kBF16, true)       \
       ->Unit(benchmark::kMillisecond)->Iterations(iterations)->UseRealTime()
-MEMWALL_GPT_CUDA(gpt_125m, "gpt_125m", 8, 5);
-MEMWALL_GPT_CUDA(gpt_350m, "gpt_350m", 8, 5);
-MEMWALL_GPT_CUDA(gpt_1_3b, "gpt_1.3b", 4, 3);
+#define MEMWALL_GPT_CUDA_FP32(id, name, iterations)                                              \
+  BENCHMARK_CAPTURE(BM_GptCuda, id##_fp32, std::string(name), 8, DType::kF32, false)            \
+      ->Unit(benchmark::kMillisecond)->Iterations(iterations)->UseRealTime()
+MEMWALL_GPT_CUDA_BF16(gpt_125m, "gpt_125m", 5);
+MEMWALL_GPT_CUDA_BF16(gpt_350m, "gpt_350m", 5);
+MEMWALL_GPT_CUDA_BF16(gpt_1_3b, "gpt_1.3b", 3);
+MEMWALL_GPT_CUDA_FP32(gpt_125m, "gpt_125m", 5);
+MEMWALL_GPT_CUDA_FP32(gpt_350m, "gpt_350m", 5);
 
 }  // namespace
 }  // namespace memwall::models

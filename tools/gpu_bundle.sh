@@ -5,6 +5,8 @@
 # See docs/build.md.
 #
 #   tools/gpu_bundle.sh [OUT_DIR]          (default: gpu_bundle/, git-ignored)
+#   OUT_DIR/session.sh RESULTS_DIR         (on the GPU machine, from a checkout's root: one
+#                                          visit, ~10 minutes, RESULTS_DIR/summary.md + 7 files; see gpu_session.sh)
 #   OUT_DIR/run.sh RESULTS_DIR [NAME...]   (on the GPU machine)
 #   source OUT_DIR/env.sh; OUT_DIR/bin/repro_run --results_dir=DIR repro/<paper>/<result>/experiment.textproto
 #                                          (an experiment on the GPU machine, from a checkout's root)
@@ -42,6 +44,9 @@ cp -L bazel-bin/repro/run "$out/bin/repro_run"
 # Multi-rank jobs: the GPU machine has no MPI, so ranks are started with
 # torchrun-style variables (the TCP backend, host-staged on a GPU).
 cp tools/torchrun_test_runner.sh "$out/launch.sh"
+# One visit's command and its one-page summary (tools/gpu_session.sh).
+cp tools/gpu_session.sh "$out/session.sh"
+cp tools/gpu_summary.py "$out/gpu_summary.py"
 # Symbols are not needed there and halve the binaries (the device tool
 # carries at most 64 MiB, repository included).
 chmod u+w "$out"/bin/*

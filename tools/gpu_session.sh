@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# One visit to a GPU machine, in about ten minutes, building nothing there:
+# every `gpu` test, the per-kernel breakdown and the model TFLOPS rows of
+# gpt_benchmark, and one offload run (ZeRO-Offload Figure 9 on this GPU:
+# repro/offload/dpu/gpu.textproto). tools/gpu_bundle.sh ships it as
+# session.sh; run it from a checkout's root (the offload experiment is read
+# from there):
+#
+#   gpu_bundle/session.sh RESULTS_DIR
+#
+# Afterwards RESULTS_DIR/summary.md is one page (what passed, each model's
+# TFLOPS against the GEMM rate measured in the same run, where a step's
+# time goes, the offload modes' TFLOPS), beside at most seven more files:
+#   machine.txt           the bundle's MANIFEST, CPU, GPU, driver, libraries
+#   tests.log             every test's output, in order
+#   gpt_benchmark.json    BM_GptCuda* rows (Google Benchmark's JSON)
+#   gpt_benchmark.log     its console output
+#   offload_dpu_gpu.csv   the offload run's data.csv
+#   offload_dpu_gpu.log   its progress lines
+#   offload_dpu_gpu.json  its provenance
+# Each part has a time limit (MEMWALL_TEST_SECONDS per test binary, 150 by
+# default; MEMWALL_BENCH_SECONDS for gpt_benchmark, 240; MEMWALL_OFFLOAD_SECONDS
+# for the offload run, 150), so a hang costs one part, not the visit. Exits
+# non-zero if a test failed or a part did not finish.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+results="${1:?usage: session.sh RESULTS_DIR}"
+mkdir -p "$results"
+results="$(cd "$results" && pwd)"
+source "$here/env.sh"
+scratch="$(mktemp -d)"
+status=0
+started=$(date +%s)
+elapsed() { echo $(( $(date +%s) - started ))s; }
+
+{
+  cat "$here/MANIFEST"
+  echo "host: $(hostname)  cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)  cores: $(nproc)"
+  echo "memory: $(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+  echo "nccl: ${nccl_dir:-not found}  cublas: ${cublas_dir:-not found}"
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+} > "$results/machine.txt"
+
+# 1. Every gpu test: single-process ones directly, multi-rank ones (NAME_bin)
+#    as 2 ranks through launch.sh. JUnit XML goes to scratch for the summary.
+: > "$results/tests.log"
+for bin in "$here"/bin/*_test "$here"/bin/*_test_bin; do
+  [[ -e "$bin" ]] || continue
+  name="$(basename "$bin")"
+  launch=()
+  xml="$scratch/xml/$name.xml"
+  if [[ "$name" == *_test_bin ]]; then
+    launch=("$here/launch.sh" 2)
+    xml="$scratch/xml/${name%_bin}_rank{rank}.xml"
+  fi
+  mkdir -p "$scratch/xml"
+  echo "== $name ($(elapsed))" >> "$results/tests.log"
+  timeout "${MEMWALL_TEST_SECONDS:-150}" "${launch[@]}" "$bin" --gtest_output="xml:$xml" \
+    >> "$results/tests.log" 2>&1
+  code=$?
+  echo "== $name exit $code" >> "$results/tests.log"
+  (( code == 0 )) || status=1
+done
+
+# 2. gpt_benchmark: the breakdown and the model rows against the GEMM rate.
+timeout "${MEMWALL_BENCH_SECONDS:-240}" "$here/bin/gpt_benchmark" --benchmark_filter='BM_GptCuda' \
+  --benchmark_out="$results/gpt_benchmark.json" --benchmark_out_format=json \
+  > "$results/gpt_benchmark.log" 2>&1 || status=1
+
+# 3. The offload run (a checkout's experiment file, this bundle's runner).
+experiment="repro/offload/dpu/gpu.textproto"
+if [[ -f "$experiment" ]]; then
+  timeout "${MEMWALL_OFFLOAD_SECONDS:-150}" "$here/bin/repro_run" --results_dir="$scratch/repro" "$experiment" \
+    > "$results/offload_dpu_gpu.log" 2>&1 || status=1
+  cp "$scratch/repro/offload_dpu_gpu/data.csv" "$results/offload_dpu_gpu.csv" 2>/dev/null
+  cp "$scratch/repro/offload_dpu_gpu/provenance.json" "$results/offload_dpu_gpu.json" 2>/dev/null
+else
+  echo "no $experiment here: run session.sh from a checkout's root" > "$results/offload_dpu_gpu.log"
+  status=1
+fi
+
+# 4. The one-page summary.
+python3 "$here/gpu_summary.py" "$results" "$scratch/xml" "$(elapsed)" > "$results/summary.md" 2>&1 \
+  || { echo "summary failed; the raw files are beside it" >> "$results/summary.md"; status=1; }
+rm -rf "$scratch"
+cat "$results/summary.md"
+exit $status

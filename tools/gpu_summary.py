@@ -1,0 +1,112 @@
+"""The one-page summary of a GPU visit (tools/gpu_session.sh), in Markdown.
+
+  python3 gpu_summary.py RESULTS_DIR XML_DIR ELAPSED
+
+Reads RESULTS_DIR/machine.txt, the tests' JUnit XML in XML_DIR,
+RESULTS_DIR/gpt_benchmark.json and RESULTS_DIR/offload_dpu_gpu.csv; a
+missing part is reported as missing, never skipped silently. Standard
+library only: the GPU machine has nothing else."""
+import csv
+import glob
+import json
+import os
+import sys
+import xml.etree.ElementTree as ElementTree
+
+# The bar the CUDA GPT is held to: model TFLOPS of the 1.3B GPT (bf16,
+# micro-batch 8, no checkpointing) against the bf16 GEMM rate of the same run.
+TARGET_ROW = "BM_GptCuda/gpt_1_3b_bf16"
+TARGET_FRACTION = 0.40
+# Google Benchmark's own fields in a JSON row; every other number is a counter.
+BENCHMARK_FIELDS = {"family_index", "per_family_instance_index", "repetitions", "repetition_index",
+                    "threads", "iterations", "real_time", "cpu_time"}
+
+
+def tests(xml_dir):
+    lines, failed = [], []
+    totals = {"run": 0, "failed": 0, "skipped": 0}
+    for path in sorted(glob.glob(os.path.join(xml_dir, "*.xml"))):
+        try:
+            root = ElementTree.parse(path).getroot()
+        except ElementTree.ParseError as error:
+            failed.append(f"{os.path.basename(path)}: unreadable XML ({error})")
+            continue
+        for case in root.iter("testcase"):
+            name = f"{os.path.basename(path)[:-4]}: {case.get('classname')}.{case.get('name')}"
+            if case.find("failure") is not None or case.find("error") is not None:
+                totals["failed"] += 1
+                failed.append(name)
+            elif case.get("result") == "skipped" or case.find("skipped") is not None:
+                totals["skipped"] += 1
+            else:
+                totals["run"] += 1
+    lines.append(f"{totals['run']} passed, {totals['failed']} failed, {totals['skipped']} skipped "
+                 f"({len(glob.glob(os.path.join(xml_dir, '*.xml')))} XML files; output in tests.log)")
+    lines += [f"- FAILED {name}" for name in failed]
+    return lines
+
+
+def benchmarks(path):
+    if not os.path.exists(path):
+        return ["gpt_benchmark.json is missing (see gpt_benchmark.log)"], []
+    with open(path, encoding="utf-8") as handle:
+        rows = json.load(handle).get("benchmarks", [])
+    models = ["| row | TFLOPS | GEMM TFLOPS | fraction | peak GiB |", "| --- | --- | --- | --- | --- |"]
+    breakdown = []
+    verdict = f"{TARGET_ROW}: not measured"
+    for row in rows:
+        name = row.get("name", "?")
+        if row.get("error_occurred"):
+            models.append(f"| {name} | skipped: {row.get('error_message', '')} | | | |")
+            continue
+        if "Breakdown" in name:  # its counters are the kinds' shares of a step
+            shares = sorted(((k, v) for k, v in row.items()
+                             if k not in BENCHMARK_FIELDS and isinstance(v, (int, float))), key=lambda kv: -kv[1])
+            breakdown.append(f"- {name}: " + ", ".join(f"{k} {v:.1%}" for k, v in shares))
+            continue
+        tflops, gemm, fraction = row.get("tflops", 0), row.get("gemm_tflops", 0), row.get("fraction_of_gemm", 0)
+        recompute = row.get("recompute_tflops", 0)
+        shown = f"{tflops:.1f}" + (f" (+{recompute:.1f} recompute)" if recompute else "")
+        models.append(f"| {name} | {shown} | {gemm:.1f} | {fraction:.3f} | {row.get('peak_device_gib', 0):.2f} |")
+        if name == TARGET_ROW:
+            ok = fraction >= TARGET_FRACTION
+            verdict = (f"{TARGET_ROW}: {fraction:.3f} of the bf16 GEMM rate "
+                       f"({'meets' if ok else 'below'} the {TARGET_FRACTION:.2f} bar)")
+    return [verdict, ""] + models, breakdown
+
+
+def offload(path):
+    if not os.path.exists(path):
+        return ["offload_dpu_gpu.csv is missing (see offload_dpu_gpu.log)"]
+    with open(path, encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    lines = ["| model | mode | fits | micro-batch | TFLOPS | fraction of GEMM | device idle |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        fits = r.get("fits") == "yes"
+        cell = lambda key, fmt: format(float(r[key]), fmt) if fits and r.get(key) else ""
+        lines.append(f"| {r.get('model')} | {r.get('mode')} | {r.get('fits')} | {r.get('micro_batch', '')} | "
+                     f"{cell('tflops', '.1f')} | {cell('fraction_of_gemm', '.3f')} | "
+                     f"{cell('device_idle_fraction', '.2f')} |")
+    return lines
+
+
+def main():
+    results, xml_dir, elapsed = sys.argv[1], sys.argv[2], sys.argv[3]
+    out = [f"# GPU visit ({elapsed})", ""]
+    machine = os.path.join(results, "machine.txt")
+    if os.path.exists(machine):
+        with open(machine, encoding="utf-8") as handle:
+            keep = [line.rstrip() for line in handle if not line.startswith("targets:")]
+        out += ["```"] + keep + ["```", ""]
+    out += ["## gpu tests", ""] + tests(xml_dir) + [""]
+    model_lines, breakdown = benchmarks(os.path.join(results, "gpt_benchmark.json"))
+    out += ["## GPT forward + backward, sequence 1024 (gpt_benchmark)", ""] + model_lines + [""]
+    out += ["## Where a step's time goes (module hooks)", ""] + (breakdown or ["no breakdown row"]) + [""]
+    out += ["## ZeRO-Offload Figure 9 on this GPU (offload_dpu_gpu)", ""]
+    out += offload(os.path.join(results, "offload_dpu_gpu.csv"))
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

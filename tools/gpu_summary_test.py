@@ -1,0 +1,67 @@
+"""tools/gpu_summary.py on a visit's files written here: every failed test
+is named, a skipped benchmark row says why, the 1.3B row's fraction is
+judged against the 0.40 bar on either side of it, a breakdown row lists its
+shares, a missing part is reported as missing; and session.sh parses."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SUMMARY = os.path.join(HERE, "gpu_summary.py")
+
+XML = """<?xml version="1.0" encoding="UTF-8"?>
+<testsuites><testsuite name="CudaOps">
+<testcase name="Passes" classname="CudaOps" result="completed"/>
+<testcase name="NeedsTwoGpus" classname="CudaOps" result="skipped"><skipped message="needs 2 GPUs"/></testcase>
+<testcase name="Breaks" classname="CudaOps" result="completed"><failure message="mismatch"/></testcase>
+</testsuite></testsuites>"""
+
+
+def visit(root, fraction, with_offload=True):
+    os.makedirs(os.path.join(root, "xml"))
+    with open(os.path.join(root, "xml", "model_ops_test.xml"), "w", encoding="utf-8") as handle:
+        handle.write(XML)
+    rows = [{"name": "BM_GptCuda/gpt_1_3b_bf16", "iterations": 3, "real_time": 1.0, "tflops": 800 * fraction,
+             "gemm_tflops": 800.0, "fraction_of_gemm": fraction, "peak_device_gib": 30.0, "recompute_tflops": 0},
+            {"name": "BM_GptCudaBreakdown/gpt_125m_bf16", "iterations": 3, "real_time": 1.0,
+             "attention": 0.25, "linear": 0.6, "unattributed": 0.15},
+            {"name": "BM_GptCuda/gpt_125m_fp32", "error_occurred": True, "error_message": "out of memory"}]
+    with open(os.path.join(root, "gpt_benchmark.json"), "w", encoding="utf-8") as handle:
+        json.dump({"benchmarks": rows}, handle)
+    if with_offload:
+        with open(os.path.join(root, "offload_dpu_gpu.csv"), "w", encoding="utf-8") as handle:
+            handle.write("model,mode,fits,micro_batch,tflops,fraction_of_gemm,device_idle_fraction\n"
+                         "gpt_1b,stage2+offload+dpu,yes,8,123.45,0.154,0.31\ngpt_2b,stage0,no,8,,,\n")
+    out = subprocess.run([sys.executable, SUMMARY, root, os.path.join(root, "xml"), "9s"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout
+
+
+class GpuSummary(unittest.TestCase):
+    def test_a_visit(self):
+        with tempfile.TemporaryDirectory() as root:
+            text = visit(root, 0.41)
+        self.assertIn("1 passed, 1 failed, 1 skipped", text)
+        self.assertIn("- FAILED model_ops_test: CudaOps.Breaks", text)
+        self.assertIn("0.410 of the bf16 GEMM rate (meets the 0.40 bar)", text)
+        self.assertIn("| BM_GptCuda/gpt_125m_fp32 | skipped: out of memory |", text)
+        self.assertIn("linear 60.0%, attention 25.0%, unattributed 15.0%", text)
+        self.assertIn("| gpt_1b | stage2+offload+dpu | yes | 8 | 123.5 | 0.154 | 0.31 |", text)
+        self.assertIn("| gpt_2b | stage0 | no | 8 |  |  |  |", text)
+        self.assertLess(len(text.splitlines()), 60, "one page")
+
+    def test_below_the_bar_and_a_missing_part(self):
+        with tempfile.TemporaryDirectory() as root:
+            text = visit(root, 0.39, with_offload=False)
+        self.assertIn("0.390 of the bf16 GEMM rate (below the 0.40 bar)", text)
+        self.assertIn("offload_dpu_gpu.csv is missing", text)
+
+    def test_session_script_parses(self):
+        subprocess.run(["bash", "-n", os.path.join(HERE, "gpu_session.sh")], check=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
