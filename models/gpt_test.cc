@@ -295,17 +295,23 @@ TEST(Gpt, OffloadedCheckpointsGiveBitwiseTheSameTraining) {
   }
 }
 
+// Sum over rows of log(sum_j exp(logit_j)) - logit_target, in double.
+double CrossEntropySum(const std::vector<float>& logits, const std::vector<int32_t>& targets, int v) {
+  double sum = 0;
+  for (size_t r = 0; r < targets.size(); ++r) {
+    double m = -1e30, z = 0;
+    for (int j = 0; j < v; ++j) m = std::max(m, double(logits[r * v + j]));
+    for (int j = 0; j < v; ++j) z += std::exp(logits[r * v + j] - m);
+    sum += std::log(z) + m - logits[r * v + targets[r]];
+  }
+  return sum;
+}
+
 TEST(Gpt, LogitsAgreeWithTheLoss) {
   Bound b = Make(Tiny());
   const auto ids = RandomTokens(12, 23, 10), targets = RandomTokens(12, 23, 11);
   auto logits = *b.model->Logits(*b.device, ids.data(), 1, 12);
-  double want = 0;
-  for (int r = 0; r < 12; ++r) {
-    double m = -1e30, z = 0;
-    for (int j = 0; j < 23; ++j) m = std::max(m, double(logits[r * 23 + j]));
-    for (int j = 0; j < 23; ++j) z += std::exp(logits[r * 23 + j] - m);
-    want += std::log(z) + m - logits[r * 23 + targets[r]];
-  }
+  const double want = CrossEntropySum(logits, targets, 23);
   auto got = *b.model->ForwardBackward(*b.device, ids.data(), targets.data(), 1, 12, 1.0f, false);
   EXPECT_NEAR(got.sum, want, 1e-5 * want);
   EXPECT_EQ(got.tokens, 12);
@@ -388,13 +394,7 @@ void SixteenBitModelTracksFp32(DType dtype, bool checkpointing) {
   // cross-entropy (summed here in double from the same values).
   const std::vector<float> logits = *model16->Logits(*device, ids.data(), 2, 12);
   ASSERT_EQ(logits.size(), 24u * 23);
-  double want = 0;
-  for (int r = 0; r < 24; ++r) {
-    double m = -1e30, z = 0;
-    for (int j = 0; j < 23; ++j) m = std::max(m, double(logits[r * 23 + j]));
-    for (int j = 0; j < 23; ++j) z += std::exp(logits[r * 23 + j] - m);
-    want += std::log(z) + m - logits[r * 23 + targets[r]];
-  }
+  const double want = CrossEntropySum(logits, targets, 23);
   uint16_t bits;
   for (float x : logits) {
     ASSERT_TRUE(Convert(&x, DType::kF32, &bits, DType::kBF16, 1).ok());
