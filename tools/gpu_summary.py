@@ -46,6 +46,12 @@ def tests(xml_dir):
     return lines
 
 
+def row_name(name):
+    """A row's name without the run settings Google Benchmark appends
+    ("/iterations:3", "/real_time")."""
+    return "/".join(part for part in name.split("/") if ":" not in part and part != "real_time")
+
+
 def benchmarks(path):
     if not os.path.exists(path):
         return ["gpt_benchmark.json is missing (see gpt_benchmark.log)"], []
@@ -55,7 +61,7 @@ def benchmarks(path):
     breakdown = []
     verdict = f"{TARGET_ROW}: not measured"
     for row in rows:
-        name = row.get("name", "?")
+        name = row_name(row.get("name", "?"))
         if row.get("error_occurred"):
             models.append(f"| {name} | skipped: {row.get('error_message', '')} | | | |")
             continue

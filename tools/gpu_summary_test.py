@@ -24,11 +24,12 @@ def visit(root, fraction, with_offload=True):
     os.makedirs(os.path.join(root, "xml"))
     with open(os.path.join(root, "xml", "model_ops_test.xml"), "w", encoding="utf-8") as handle:
         handle.write(XML)
-    rows = [{"name": "BM_GptCuda/gpt_1_3b_bf16", "iterations": 3, "real_time": 1.0, "tflops": 800 * fraction,
+    # Names as Google Benchmark writes them for Iterations(3)->UseRealTime().
+    rows = [{"name": "BM_GptCuda/gpt_1_3b_bf16/iterations:3/real_time", "iterations": 3, "real_time": 1.0, "tflops": 800 * fraction,
              "gemm_tflops": 800.0, "fraction_of_gemm": fraction, "peak_device_gib": 30.0, "recompute_tflops": 0},
-            {"name": "BM_GptCudaBreakdown/gpt_125m_bf16", "iterations": 3, "real_time": 1.0,
+            {"name": "BM_GptCudaBreakdown/gpt_125m_bf16/iterations:3/real_time", "iterations": 3, "real_time": 1.0,
              "attention": 0.25, "linear": 0.6, "unattributed": 0.15},
-            {"name": "BM_GptCuda/gpt_125m_fp32", "error_occurred": True, "error_message": "out of memory"}]
+            {"name": "BM_GptCuda/gpt_125m_fp32/iterations:5/real_time", "error_occurred": True, "error_message": "out of memory"}]
     with open(os.path.join(root, "gpt_benchmark.json"), "w", encoding="utf-8") as handle:
         json.dump({"benchmarks": rows}, handle)
     if with_offload:
@@ -46,7 +47,8 @@ class GpuSummary(unittest.TestCase):
             text = visit(root, 0.41)
         self.assertIn("1 passed, 1 failed, 1 skipped", text)
         self.assertIn("- FAILED model_ops_test: CudaOps.Breaks", text)
-        self.assertIn("0.410 of the bf16 GEMM rate (meets the 0.40 bar)", text)
+        self.assertIn("BM_GptCuda/gpt_1_3b_bf16: 0.410 of the bf16 GEMM rate (meets the 0.40 bar)", text)
+        self.assertIn("| BM_GptCuda/gpt_1_3b_bf16 | 328.0 | 800.0 | 0.410 | 30.00 |", text)
         self.assertIn("| BM_GptCuda/gpt_125m_fp32 | skipped: out of memory |", text)
         self.assertIn("linear 60.0%, attention 25.0%, unattributed 15.0%", text)
         self.assertIn("| gpt_1b | stage2+offload+dpu | yes | 8 | 123.5 | 0.154 | 0.31 |", text)
