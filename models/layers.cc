@@ -68,8 +68,7 @@ Linear::Linear(std::string name, int64_t in, int64_t out, const LinearScratch* s
 absl::Status Linear::Forward(const Tensor& x, const Tensor& y, int64_t rows, Stream& s) {
   MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Forward(*this));
   MEMWALL_ASSIGN_OR_RETURN(const Tensor x_in, ToStorage(x, scratch_->dtype, scratch_->in, rows, in_, s));
-  MEMWALL_RETURN_IF_ERROR(ops::Matmul(x_in, false, W(), false, As2D(y, rows, out_), 1.0f, 0.0f, s));
-  MEMWALL_RETURN_IF_ERROR(ops::AddBias(As2D(y, rows, out_), bias_->value, s));
+  MEMWALL_RETURN_IF_ERROR(ops::MatmulBias(x_in, false, W(), false, bias_->value, As2D(y, rows, out_), s));
   return scope.Finish();
 }
 
@@ -115,9 +114,8 @@ absl::Status TiledLinear::Forward(const Tensor& x, const Tensor& y, int64_t rows
   for (int64_t t = 0; t < tiles(); ++t) {
     const Tile& tile = tiles_[t];
     MEMWALL_ASSIGN_OR_RETURN(HookScope tile_scope, HookScope::Forward(*tile.module));
-    MEMWALL_RETURN_IF_ERROR(
-        ops::Matmul(x_in, false, As2D(tile.weight->value, in_, width_), false, y_t, 1.0f, 0.0f, s));
-    MEMWALL_RETURN_IF_ERROR(ops::AddBias(y_t, tile.bias->value, s));
+    MEMWALL_RETURN_IF_ERROR(ops::MatmulBias(x_in, false, As2D(tile.weight->value, in_, width_), false,
+                                            tile.bias->value, y_t, s));
     MEMWALL_RETURN_IF_ERROR(ops::CopyColumns(y_t, 0, As2D(y, rows, out_), t * width_, width_, s));
     MEMWALL_RETURN_IF_ERROR(tile_scope.Finish());
   }

@@ -1,9 +1,6 @@
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 
 #include "ops/cuda_kernels.h"
 #include "runtime/dtype_bits.h"
@@ -314,63 +311,6 @@ int Launched() { return static_cast<int>(cudaGetLastError()); }
 const char* ErrorString(int error) {
   if (error == kCublasError) return "cuBLAS call failed";
   return cudaGetErrorString(static_cast<cudaError_t>(error));
-}
-
-namespace {
-// One cuBLAS handle per device for the process (creating one costs ~ms).
-cublasHandle_t HandleForCurrentDevice() {
-  static std::mutex mu;
-  static std::map<int, cublasHandle_t> handles;
-  int device = 0;
-  cudaGetDevice(&device);
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = handles.find(device);
-  if (it != handles.end()) return it->second;
-  cublasHandle_t handle = nullptr;
-  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return nullptr;
-  cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH);  // full fp32: no TF32
-  handles[device] = handle;
-  return handle;
-}
-}  // namespace
-
-namespace {
-cudaDataType_t CudaType(Elem e) {
-  switch (e) {
-    case Elem::kF16: return CUDA_R_16F;
-    case Elem::kBF16: return CUDA_R_16BF;
-    default: return CUDA_R_32F;
-  }
-}
-}  // namespace
-
-// cuBLAS is column-major: a row-major (m, n) matrix is its (n, m) transpose,
-// so row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, i.e.
-// one GEMM with A and B swapped.
-int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
-         const void* a, int64_t lda, const void* b, int64_t ldb, Elem ab, float beta, void* c,
-         int64_t ldc, Elem c_type, void* stream) {
-  if (m == 0 || n == 0) return 0;
-  cublasHandle_t handle = HandleForCurrentDevice();
-  if (handle == nullptr) return kCublasError;
-  if (cublasSetStream(handle, static_cast<cudaStream_t>(stream)) != CUBLAS_STATUS_SUCCESS) {
-    return kCublasError;
-  }
-  const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasStatus_t st;
-  if (ab == Elem::kF32) {
-    st = cublasSgemm(handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
-                     static_cast<int>(k), &alpha, static_cast<const float*>(b),
-                     static_cast<int>(ldb), static_cast<const float*>(a), static_cast<int>(lda),
-                     &beta, static_cast<float*>(c), static_cast<int>(ldc));
-  } else {
-    st = cublasGemmEx(handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
-                      static_cast<int>(k), &alpha, b, CudaType(ab), static_cast<int>(ldb), a,
-                      CudaType(ab), static_cast<int>(lda), &beta, c, CudaType(c_type),
-                      static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  }
-  return st == CUBLAS_STATUS_SUCCESS ? 0 : kCublasError;
 }
 
 int GeluForward(const void* x, void* y, Elem a, int64_t n, void* stream) {

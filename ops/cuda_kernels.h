@@ -20,16 +20,22 @@ const char* ErrorString(int error);
 // runtime/dtype_bits.h's rounding.
 enum class Elem : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
 
-// Row-major C(m,n) = alpha op(A) op(B) + beta C with cuBLAS (see ops.h).
+// Row-major C(m,n) = alpha op(A) op(B) + beta C + 1 bias^T (ops/cuda_gemm.cu).
 // A and B have one element type `ab`; C is fp32 or `ab`. fp32 inputs use
-// full fp32 (no TF32); 16-bit inputs use tensor cores with fp32
-// accumulation (CUBLAS_COMPUTE_32F). The cuBLAS handle is per process and
-// per current device, created on first use; errors from cuBLAS come back as
-// kCublasError.
+// cublasSgemm in full fp32 (no TF32); 16-bit inputs use cuBLASLt on tensor
+// cores with fp32 accumulation, falling back to cublasGemmEx for a shape Lt
+// has no algorithm for. `bias` (n values of `bias_type`) may be null; if
+// not, beta must be 0 and the bias must be exact in C's type (bias_type is
+// c_type, or C is fp32): the bias is added to the fp32 product and the sum
+// rounded once, by Lt's bias epilogue where it applies. Errors from cuBLAS
+// come back as kCublasError.
 inline constexpr int kCublasError = 1000;
+// Lt's workspace, one per (device, stream) that runs a 16-bit GEMM, held
+// for the process (cuBLAS's recommendation for Hopper).
+inline constexpr uint64_t kGemmWorkspaceBytes = uint64_t{32} << 20;
 int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
          const void* a, int64_t lda, const void* b, int64_t ldb, Elem ab, float beta, void* c,
-         int64_t ldc, Elem c_type, void* stream);
+         int64_t ldc, Elem c_type, const void* bias, Elem bias_type, void* stream);
 // x, y, dy, dx stored as `a`.
 int GeluForward(const void* x, void* y, Elem a, int64_t n, void* stream);
 int GeluBackward(const void* x, const void* dy, void* dx, Elem a, int64_t n, void* stream);

@@ -9,6 +9,7 @@
 // 16-bit parameter ops against the CpuDevice's.
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -57,6 +58,16 @@ GemmResult RunGemm16(Device& device, DType dtype, bool ta, bool tb, int64_t m, i
   return {s.Download(c32), s.Download(c16)};
 }
 
+// Element (i, j) of op(A) op(B) in fp64, A and B row-major as stored.
+double ProductAt(const std::vector<float>& a, bool ta, const std::vector<float>& b, bool tb, int64_t m,
+                 int64_t n, int64_t k, int64_t i, int64_t j) {
+  double sum = 0;
+  for (int64_t p = 0; p < k; ++p) {
+    sum += double(ta ? a[p * m + i] : a[i * k + p]) * double(tb ? b[j * k + p] : b[p * n + j]);
+  }
+  return sum;
+}
+
 // Checks both products against fp64 from the rounded inputs:
 //   fp32 C: fp32 accumulation of k exact products, |error| <= tol32;
 //   16-bit C: one rounding of (alpha AB + C0), |error| <= half ulp + tol32.
@@ -73,11 +84,8 @@ void CheckGemm16(Device& device, double tol32) {
       const std::string what = absl::StrCat(DTypeName(dtype), " ta=", ta, " tb=", tb);
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < n; ++j) {
-          double ab = 0;
-          for (int64_t p = 0; p < k; ++p) {
-            ab += double(ta ? a[p * m + i] : a[i * k + p]) * double(tb ? b[j * k + p] : b[p * n + j]);
-          }
-          const double want32 = alpha * ab, want16 = want32 + c0[i * n + j];
+          const double want32 = alpha * ProductAt(a, ta, b, tb, m, n, k, i, j);
+          const double want16 = want32 + c0[i * n + j];
           ASSERT_NEAR(got.c32[i * n + j], want32, tol32) << what << " fp32 C (" << i << ", " << j << ")";
           ASSERT_NEAR(got.c16[i * n + j], want16, HalfUlp(dtype) * std::fabs(want16) + tol32)
               << what << " 16-bit C (" << i << ", " << j << ")";
@@ -112,6 +120,117 @@ TEST(MixedPrecision, MatmulRefusesMixedOperandTypes) {
   st = Matmul(a16, false, s.UploadAs(std::vector<float>(6, 1.0f), {3, 2}, DType::kBF16), false,
               c16, 1.0f, 0.0f, s.stream());
   EXPECT_NE(st.message().find("c is fp16; it must be fp32 or a's bf16"), std::string::npos) << st;
+}
+
+// ---- GEMM with a bias ---------------------------------------------------------
+
+// MatmulBias(a, b, bias) in every storage type, into a C of the operands'
+// type and into an fp32 C, with the bias read at an offset of `offset`
+// elements (1 makes it misaligned, so CUDA broadcasts it instead of using
+// Lt's epilogue). C starts as NaN: beta is 0, so it must be overwritten.
+struct BiasGemmResult {
+  std::vector<float> same;  // C stored as the operands' type
+  std::vector<float> wide;  // fp32 C
+};
+
+BiasGemmResult RunMatmulBias(Device& device, DType dtype, bool ta, bool tb, int64_t m, int64_t n,
+                             int64_t k, const std::vector<float>& a, const std::vector<float>& b,
+                             const std::vector<float>& bias, int64_t offset) {
+  Scratch s(device);
+  const Tensor at = s.UploadAs(a, ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k}, dtype);
+  const Tensor bt = s.UploadAs(b, tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, dtype);
+  std::vector<float> padded(offset, 0.0f);
+  padded.insert(padded.end(), bias.begin(), bias.end());
+  const Tensor stored = s.UploadAs(padded, {offset + n}, dtype);
+  const Tensor bias_t(static_cast<char*>(stored.data()) + offset * SizeOf(dtype), dtype, {n},
+                      stored.device());
+  const std::vector<float> nan(m * n, std::nanf(""));
+  const Tensor same = s.UploadAs(nan, {m, n}, dtype), wide = s.UploadAs(nan, {m, n}, DType::kF32);
+  absl::Status st = MatmulBias(at, ta, bt, tb, bias_t, same, s.stream());
+  EXPECT_TRUE(st.ok()) << st;
+  st = MatmulBias(at, ta, bt, tb, bias_t, wide, s.stream());
+  EXPECT_TRUE(st.ok()) << st;
+  return {s.Download(same), s.Download(wide)};
+}
+
+// Both results against fp64 from the rounded inputs: fp32 C within tol32
+// (fp32 accumulation), a 16-bit C within one rounding of that.
+void CheckMatmulBias(Device& device, double tol32) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 29, 300}, {64, 128, 256}, {5, 7, 0}}) {
+      for (int variant = 0; variant < 8; ++variant) {
+        const bool ta = variant & 1, tb = variant & 2;
+        const int64_t offset = (variant & 4) ? 1 : 0;
+        const auto a = RoundTo(RandomFloats(m * k, -1, 1, 110 + variant), dtype);
+        const auto b = RoundTo(RandomFloats(k * n, -1, 1, 120 + variant), dtype);
+        const auto bias = RoundTo(RandomFloats(n, -4, 4, 130 + variant), dtype);
+        const BiasGemmResult got = RunMatmulBias(device, dtype, ta, tb, m, n, k, a, b, bias, offset);
+        const std::string what = absl::StrCat(DTypeName(dtype), " (", m, ", ", n, ", ", k, ") ta=", ta,
+                                              " tb=", tb, " bias offset ", offset);
+        const double half_ulp = dtype == DType::kF32 ? 0x1p-24 : HalfUlp(dtype);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            const double want = bias[j] + ProductAt(a, ta, b, tb, m, n, k, i, j);
+            ASSERT_NEAR(got.wide[i * n + j], want, tol32 + 0x1p-24 * std::fabs(want))
+                << what << " fp32 C (" << i << ", " << j << ")";
+            ASSERT_NEAR(got.same[i * n + j], want, half_ulp * std::fabs(want) + tol32)
+                << what << " C (" << i << ", " << j << ")";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MixedPrecision, MatmulBiasAddsTheBiasToTheFp32ProductOnTheCpuDevice) {
+  auto cpu = *CreateCpuDevice();
+  CheckMatmulBias(*cpu, 1e-4);
+}
+
+TEST(MixedPrecision, MatmulBiasRoundsOnceWhereMatmulThenAddBiasRoundsTwice) {
+  // On the CpuDevice, MatmulBias into a bf16 C is, bit for bit, the fp32
+  // product plus the bias rounded once; Matmul then AddBias rounds the
+  // product first, which differs somewhere.
+  auto cpu = *CreateCpuDevice();
+  const int64_t m = 64, n = 48, k = 96;
+  const auto a = RoundTo(RandomFloats(m * k, -1, 1, 140), DType::kBF16);
+  const auto b = RoundTo(RandomFloats(k * n, -1, 1, 141), DType::kBF16);
+  const auto bias = RoundTo(RandomFloats(n, -4, 4, 142), DType::kBF16);
+  Scratch s(*cpu);
+  const Tensor at = s.UploadAs(a, {m, k}, DType::kBF16), bt = s.UploadAs(b, {k, n}, DType::kBF16);
+  const Tensor biast = s.UploadAs(bias, {n}, DType::kBF16);
+  const Tensor once = s.UploadAs(std::vector<float>(m * n), {m, n}, DType::kBF16);
+  const Tensor twice = s.UploadAs(std::vector<float>(m * n), {m, n}, DType::kBF16);
+  const Tensor wide = s.Zeros({m, n});
+  ASSERT_TRUE(MatmulBias(at, false, bt, false, biast, once, s.stream()).ok());
+  ASSERT_TRUE(Matmul(at, false, bt, false, twice, 1.0f, 0.0f, s.stream()).ok());
+  ASSERT_TRUE(AddBias(twice, biast, s.stream()).ok());
+  ASSERT_TRUE(Matmul(at, false, bt, false, wide, 1.0f, 0.0f, s.stream()).ok());
+  std::vector<float> want = s.Download(wide);
+  for (int64_t i = 0; i < m * n; ++i) want[i] += bias[i % n];
+  EXPECT_EQ(s.Download(once), RoundTo(want, DType::kBF16));
+  EXPECT_NE(s.Download(twice), RoundTo(want, DType::kBF16));
+}
+
+TEST(MixedPrecision, MatmulBiasRefusesABiasCCannotHoldExactly) {
+  auto cpu = *CreateCpuDevice();
+  Scratch s(*cpu);
+  const Tensor a = s.UploadAs(std::vector<float>(6, 1.0f), {2, 3}, DType::kBF16);
+  const Tensor b = s.UploadAs(std::vector<float>(6, 1.0f), {3, 2}, DType::kBF16);
+  const Tensor c16 = s.UploadAs(std::vector<float>(4, 0.0f), {2, 2}, DType::kBF16);
+  const Tensor c32 = s.Zeros({2, 2});
+  const Tensor bias32 = s.Zeros({2}), bias16 = s.UploadAs(std::vector<float>(2, 0.0f), {2}, DType::kF16);
+  absl::Status st = MatmulBias(a, false, b, false, bias32, c16, s.stream());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("MatmulBias: bias is fp32 and c is bf16; a 16-bit c needs a bias of its type"),
+            std::string::npos) << st;
+  EXPECT_TRUE(MatmulBias(a, false, b, false, bias16, c32, s.stream()).ok());  // fp32 C holds any bias
+  st = MatmulBias(a, false, b, false, s.Zeros({3}), c32, s.stream());
+  EXPECT_NE(st.message().find("MatmulBias: bias [3] must have 2 elements (c's columns)"), std::string::npos)
+      << st;
+  st = MatmulBias(a, false, b, true, bias32, c32, s.stream());
+  EXPECT_NE(st.message().find("MatmulBias: op(a) is (2, 3), op(b) is (2, 3)"), std::string::npos) << st;
+  EXPECT_TRUE(s.stream().Synchronize().ok());
 }
 
 // ---- Parameter ops ------------------------------------------------------------
@@ -247,6 +366,15 @@ TEST(CudaOps, SixteenBitGemmAccumulatesInFp32) {
   if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
   auto gpu = *CreateCudaDevice();
   CheckGemm16(*gpu, 1e-4);
+}
+
+TEST(CudaOps, MatmulBiasAddsTheBiasToTheFp32Product) {
+  // Aligned biases take cuBLASLt's bias epilogue, misaligned ones (offset 1)
+  // the broadcast; k = 0 gives C = bias.
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto gpu = *CreateCudaDevice();
+  CheckMatmulBias(*gpu, 1e-4);
 }
 
 void ExpectWithin(const std::vector<float>& a, const std::vector<float>& b, double rel,

@@ -201,9 +201,17 @@ absl::StatusOr<DType> ActivationType(absl::string_view op, absl::string_view nam
 
 }  // namespace
 
-absl::Status Matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
-                    const Tensor& c, float alpha, float beta, Stream& stream) {
-  constexpr absl::string_view op = "Matmul";
+namespace {
+// One GEMM's checked operands: row-major C (m, n) = op(A) (m, k) op(B) (k, n).
+struct GemmArgs {
+  bool transpose_a, transpose_b;
+  int64_t m, n, k, lda, ldb, ldc;
+  DType ab, ct;
+};
+
+absl::StatusOr<GemmArgs> CheckGemm(absl::string_view op, const Tensor& a, bool transpose_a,
+                                   const Tensor& b, bool transpose_b, const Tensor& c,
+                                   Stream& stream) {
   MEMWALL_ASSIGN_OR_RETURN(const DType ab, StorageType(op, {{"a", &a}, {"b", &b}}));
   if (c.dtype() != DType::kF32 && c.dtype() != ab) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": c is ", DTypeName(c.dtype()),
@@ -237,34 +245,80 @@ absl::Status Matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool tra
   }
   // Leading dimensions are the row lengths; BLAS wants them >= 1 even for an
   // empty K (then C = beta * C).
-  const int64_t lda = std::max<int64_t>(a.shape()[1], 1);
-  const int64_t ldb = std::max<int64_t>(b.shape()[1], 1);
-  const int64_t ldc = std::max<int64_t>(n, 1);
+  return GemmArgs{transpose_a, transpose_b, m, n, k,
+                  std::max<int64_t>(a.shape()[1], 1), std::max<int64_t>(b.shape()[1], 1),
+                  std::max<int64_t>(n, 1), ab, ct};
+}
+
+// The CpuDevice's GEMM: 16-bit operands as exact fp32 copies, fp32
+// accumulation (sgemm), then `bias` (n values, may be null) added to each
+// row in fp32, and C rounded once.
+absl::Status CpuGemm(const GemmArgs& g, float alpha, const void* pa, int64_t a_numel,
+                     const void* pb, int64_t b_numel, float beta, void* pc, const void* bias,
+                     DType bias_type) {
+  if (g.m == 0 || g.n == 0) return absl::OkStatus();
+  HostF32 fa(pa, g.ab, a_numel), fb(pb, g.ab, b_numel), fc(pc, g.ct, g.m * g.n);
+  float* c32 = fc.data();
+  if (g.k == 0) {  // C = beta * C; beta = 0 overwrites (even NaN)
+    for (int64_t i = 0; i < g.m * g.n; ++i) c32[i] = beta == 0.0f ? 0.0f : beta * c32[i];
+  } else {
+    cblas_sgemm(CblasRowMajor, g.transpose_a ? CblasTrans : CblasNoTrans,
+                g.transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(g.m),
+                static_cast<int>(g.n), static_cast<int>(g.k), alpha, fa.data(),
+                static_cast<int>(g.lda), fb.data(), static_cast<int>(g.ldb), beta, c32,
+                static_cast<int>(g.ldc));
+  }
+  if (bias != nullptr) {
+    HostF32 fbias(bias, bias_type, g.n);
+    for (int64_t i = 0; i < g.m; ++i) {
+      for (int64_t j = 0; j < g.n; ++j) c32[i * g.n + j] += fbias.data()[j];
+    }
+  }
+  return fc.Store();
+}
+}  // namespace
+
+absl::Status Matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                    const Tensor& c, float alpha, float beta, Stream& stream) {
+  MEMWALL_ASSIGN_OR_RETURN(const GemmArgs g,
+                           CheckGemm("Matmul", a, transpose_a, b, transpose_b, c, stream));
   const void* pa = a.data();
   const void* pb = b.data();
   void* pc = c.data();
   const int64_t a_numel = a.numel(), b_numel = b.numel();
   return Dispatch(
-      stream, op,
-      [=]() -> absl::Status {
-        if (m == 0 || n == 0) return absl::OkStatus();
-        // 16-bit operands: exact fp32 copies, fp32 accumulation, C rounded once.
-        HostF32 fa(pa, ab, a_numel), fb(pb, ab, b_numel), fc(pc, ct, m * n);
-        float* c32 = fc.data();
-        if (k == 0) {  // C = beta * C; beta = 0 overwrites (even NaN)
-          for (int64_t i = 0; i < m * n; ++i) c32[i] = beta == 0.0f ? 0.0f : beta * c32[i];
-        } else {
-          cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-                      transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-                      static_cast<int>(n), static_cast<int>(k), alpha, fa.data(),
-                      static_cast<int>(lda), fb.data(), static_cast<int>(ldb), beta, c32,
-                      static_cast<int>(ldc));
-        }
-        return fc.Store();
-      },
+      stream, "Matmul",
+      [=] { return CpuGemm(g, alpha, pa, a_numel, pb, b_numel, beta, pc, nullptr, DType::kF32); },
       [=](void* s) {
-        return cuda::Gemm(transpose_a, transpose_b, m, n, k, alpha, pa, lda, pb, ldb, ElemOf(ab),
-                          beta, pc, ldc, ElemOf(ct), s);
+        return cuda::Gemm(g.transpose_a, g.transpose_b, g.m, g.n, g.k, alpha, pa, g.lda, pb, g.ldb,
+                          ElemOf(g.ab), beta, pc, g.ldc, ElemOf(g.ct), nullptr, cuda::Elem::kF32, s);
+      });
+}
+
+absl::Status MatmulBias(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                        const Tensor& bias, const Tensor& c, Stream& stream) {
+  constexpr absl::string_view op = "MatmulBias";
+  MEMWALL_ASSIGN_OR_RETURN(const GemmArgs g,
+                           CheckGemm(op, a, transpose_a, b, transpose_b, c, stream));
+  MEMWALL_ASSIGN_OR_RETURN(const DType bt, StorageType(op, {{"bias", &bias}}));
+  if (g.ct != DType::kF32 && bt != g.ct) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": bias is ", DTypeName(bt), " and c is ",
+                                                   DTypeName(g.ct),
+                                                   "; a 16-bit c needs a bias of its type"));
+  }
+  MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"bias", &bias, bt}}));
+  MEMWALL_RETURN_IF_ERROR(HasElements(op, {"bias", &bias}, g.n, "c's columns"));
+  const void* pa = a.data();
+  const void* pb = b.data();
+  const void* pbias = bias.data();
+  void* pc = c.data();
+  const int64_t a_numel = a.numel(), b_numel = b.numel();
+  return Dispatch(
+      stream, op,
+      [=] { return CpuGemm(g, 1.0f, pa, a_numel, pb, b_numel, 0.0f, pc, pbias, bt); },
+      [=](void* s) {
+        return cuda::Gemm(g.transpose_a, g.transpose_b, g.m, g.n, g.k, 1.0f, pa, g.lda, pb, g.ldb,
+                          ElemOf(g.ab), 0.0f, pc, g.ldc, ElemOf(g.ct), pbias, ElemOf(bt), s);
       });
 }
 

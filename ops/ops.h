@@ -42,9 +42,17 @@ namespace memwall::ops {
 //   fp32:   CpuDevice OpenBLAS sgemm; CUDA cuBLAS sgemm (full fp32, no TF32).
 //   16-bit: products accumulate in fp32 and a 16-bit C is rounded once.
 //           CpuDevice: exact fp32 copies of A and B, then sgemm; CUDA:
-//           cublasGemmEx on tensor cores with CUBLAS_COMPUTE_32F.
+//           cublasLtMatmul on tensor cores with CUBLAS_COMPUTE_32F.
 absl::Status Matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
                     const Tensor& c, float alpha, float beta, Stream& stream);
+
+// C = op(A) op(B) + bias, the bias (N) added to every row: a linear
+// layer's y = xW + b as one op. A, B and C as for Matmul; the bias is
+// fp32, fp16 or bf16, and C's type when C is 16-bit. The bias is added to
+// the fp32 product and C rounded once: C = round(fp32(op(A) op(B)) + b).
+// CUDA: cuBLASLt's bias epilogue (ops/cuda_gemm.cu), so y is written once.
+absl::Status MatmulBias(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                        const Tensor& bias, const Tensor& c, Stream& stream);
 
 // y = gelu(x), tanh approximation (formula in ops/kernels.h). y may be x.
 absl::Status Gelu(const Tensor& x, const Tensor& y, Stream& stream);

@@ -6,7 +6,7 @@
 #
 #   tools/gpu_bundle.sh [OUT_DIR]          (default: gpu_bundle/, git-ignored)
 #   OUT_DIR/session.sh RESULTS_DIR         (on the GPU machine, from a checkout's root: one
-#                                          visit, ~10 minutes, RESULTS_DIR/summary.md + 7 files; see gpu_session.sh)
+#                                          visit, ~10 minutes, RESULTS_DIR/summary.md + 8 files; see gpu_session.sh)
 #   OUT_DIR/run.sh RESULTS_DIR [NAME...]   (on the GPU machine)
 #   source OUT_DIR/env.sh; OUT_DIR/bin/repro_run --results_dir=DIR repro/<paper>/<result>/experiment.textproto
 #                                          (an experiment on the GPU machine, from a checkout's root)

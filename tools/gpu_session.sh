@@ -10,18 +10,21 @@
 #
 # Afterwards RESULTS_DIR/summary.md is one page (what passed, each model's
 # TFLOPS against the GEMM rate measured in the same run, where a step's
-# time goes, the offload modes' TFLOPS), beside at most seven more files:
+# time goes, each op alone against its bound, the offload modes' TFLOPS),
+# beside at most eight more files:
 #   machine.txt           the bundle's MANIFEST, CPU, GPU, driver, libraries
 #   tests.log             every test's output, in order
 #   gpt_benchmark.json    BM_GptCuda* rows (Google Benchmark's JSON)
-#   gpt_benchmark.log     its console output
+#   ops_benchmark.json    each op at the 1.3B GPT's shapes (ops/ops_benchmark.cc)
+#   benchmarks.log        both benchmarks' console output
 #   offload_dpu_gpu.csv   the offload run's data.csv
 #   offload_dpu_gpu.log   its progress lines
 #   offload_dpu_gpu.json  its provenance
 # Each part has a time limit (MEMWALL_TEST_SECONDS per test binary, 150 by
-# default; MEMWALL_BENCH_SECONDS for gpt_benchmark, 240; MEMWALL_OFFLOAD_SECONDS
-# for the offload run, 150), so a hang costs one part, not the visit. Exits
-# non-zero if a test failed or a part did not finish.
+# default; MEMWALL_BENCH_SECONDS for gpt_benchmark, 240; MEMWALL_OPS_BENCH_SECONDS
+# for ops_benchmark, 90; MEMWALL_OFFLOAD_SECONDS for the offload run, 150), so a
+# hang costs one part, not the visit. Exits non-zero if a test failed or a
+# part did not finish.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 results="${1:?usage: session.sh RESULTS_DIR}"
@@ -63,10 +66,15 @@ for bin in "$here"/bin/*_test "$here"/bin/*_test_bin; do
   (( code == 0 )) || status=1
 done
 
-# 2. gpt_benchmark: the breakdown and the model rows against the GEMM rate.
+# 2. gpt_benchmark: the breakdown and the model rows against the GEMM rate;
+#    ops_benchmark: each op alone against its bound.
+: > "$results/benchmarks.log"
 timeout "${MEMWALL_BENCH_SECONDS:-240}" "$here/bin/gpt_benchmark" --benchmark_filter='BM_GptCuda' \
   --benchmark_out="$results/gpt_benchmark.json" --benchmark_out_format=json \
-  > "$results/gpt_benchmark.log" 2>&1 || status=1
+  >> "$results/benchmarks.log" 2>&1 || status=1
+timeout "${MEMWALL_OPS_BENCH_SECONDS:-90}" "$here/bin/ops_benchmark" \
+  --benchmark_out="$results/ops_benchmark.json" --benchmark_out_format=json \
+  >> "$results/benchmarks.log" 2>&1 || status=1
 
 # 3. The offload run (a checkout's experiment file, this bundle's runner).
 experiment="repro/offload/dpu/gpu.textproto"

@@ -3,7 +3,8 @@
   python3 gpu_summary.py RESULTS_DIR XML_DIR ELAPSED
 
 Reads RESULTS_DIR/machine.txt, the tests' JUnit XML in XML_DIR,
-RESULTS_DIR/gpt_benchmark.json and RESULTS_DIR/offload_dpu_gpu.csv; a
+RESULTS_DIR/gpt_benchmark.json, RESULTS_DIR/ops_benchmark.json and
+RESULTS_DIR/offload_dpu_gpu.csv; a
 missing part is reported as missing, never skipped silently. Standard
 library only: the GPU machine has nothing else."""
 import csv
@@ -54,7 +55,7 @@ def row_name(name):
 
 def benchmarks(path):
     if not os.path.exists(path):
-        return ["gpt_benchmark.json is missing (see gpt_benchmark.log)"], []
+        return ["gpt_benchmark.json is missing (see benchmarks.log)"], []
     with open(path, encoding="utf-8") as handle:
         rows = json.load(handle).get("benchmarks", [])
     models = ["| row | TFLOPS | GEMM TFLOPS | fraction | peak GiB |", "| --- | --- | --- | --- | --- |"]
@@ -79,6 +80,26 @@ def benchmarks(path):
             verdict = (f"{TARGET_ROW}: {fraction:.3f} of the bf16 GEMM rate "
                        f"({'meets' if ok else 'below'} the {TARGET_FRACTION:.2f} bar)")
     return [verdict, ""] + models, breakdown
+
+
+def ops(path):
+    """Each op alone: its rate beside the bound measured in the same run."""
+    if not os.path.exists(path):
+        return ["ops_benchmark.json is missing (see benchmarks.log)"]
+    with open(path, encoding="utf-8") as handle:
+        rows = json.load(handle).get("benchmarks", [])
+    lines = ["| op | rate | bound | fraction |", "| --- | --- | --- | --- |"]
+    for row in rows:
+        name = row_name(row.get("name", "?"))
+        if row.get("error_occurred"):
+            lines.append(f"| {name} | skipped: {row.get('error_message', '')} | | |")
+        elif "tflops" in row:
+            lines.append(f"| {name} | {row['tflops']:.1f} TFLOPS | {row.get('gemm_tflops', 0):.1f} TFLOPS (GEMM) "
+                         f"| {row.get('fraction_of_gemm', 0):.3f} |")
+        else:
+            lines.append(f"| {name} | {row.get('gb_per_s', 0):.0f} GB/s | {row.get('copy_gb_per_s', 0):.0f} GB/s (copy) "
+                         f"| {row.get('fraction_of_copy', 0):.3f} |")
+    return lines
 
 
 def offload(path):
@@ -109,6 +130,8 @@ def main():
     model_lines, breakdown = benchmarks(os.path.join(results, "gpt_benchmark.json"))
     out += ["## GPT forward + backward, sequence 1024 (gpt_benchmark)", ""] + model_lines + [""]
     out += ["## Where a step's time goes (module hooks)", ""] + (breakdown or ["no breakdown row"]) + [""]
+    out += ["## Each op alone at the 1.3B GPT's shapes (ops_benchmark)", ""]
+    out += ops(os.path.join(results, "ops_benchmark.json")) + [""]
     out += ["## ZeRO-Offload Figure 9 on this GPU (offload_dpu_gpu)", ""]
     out += offload(os.path.join(results, "offload_dpu_gpu.csv"))
     print("\n".join(out))

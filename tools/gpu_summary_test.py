@@ -1,7 +1,8 @@
 """tools/gpu_summary.py on a visit's files written here: every failed test
 is named, a skipped benchmark row says why, the 1.3B row's fraction is
 judged against the 0.40 bar on either side of it, a breakdown row lists its
-shares, a missing part is reported as missing; and session.sh parses."""
+shares, each op row shows its rate beside its bound, a missing part is
+reported as missing; and session.sh parses."""
 import json
 import os
 import subprocess
@@ -20,7 +21,7 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
 </testsuite></testsuites>"""
 
 
-def visit(root, fraction, with_offload=True):
+def visit(root, fraction, with_offload=True, with_ops=True):
     os.makedirs(os.path.join(root, "xml"))
     with open(os.path.join(root, "xml", "model_ops_test.xml"), "w", encoding="utf-8") as handle:
         handle.write(XML)
@@ -32,6 +33,14 @@ def visit(root, fraction, with_offload=True):
             {"name": "BM_GptCuda/gpt_125m_fp32/iterations:5/real_time", "error_occurred": True, "error_message": "out of memory"}]
     with open(os.path.join(root, "gpt_benchmark.json"), "w", encoding="utf-8") as handle:
         json.dump({"benchmarks": rows}, handle)
+    if with_ops:
+        ops_rows = [{"name": "BM_CudaAttention/forward_h16_hd128/iterations:1", "iterations": 1, "real_time": 2.0,
+                     "tflops": 250.0, "gemm_tflops": 700.0, "fraction_of_gemm": 250 / 700},
+                    {"name": "BM_CudaLayerNorm/backward/iterations:1", "iterations": 1, "real_time": 0.1,
+                     "gb_per_s": 1500.0, "copy_gb_per_s": 2600.0, "fraction_of_copy": 1500 / 2600},
+                    {"name": "BM_CudaGelu/forward/iterations:1", "error_occurred": True, "error_message": "needs a GPU"}]
+        with open(os.path.join(root, "ops_benchmark.json"), "w", encoding="utf-8") as handle:
+            json.dump({"benchmarks": ops_rows}, handle)
     if with_offload:
         with open(os.path.join(root, "offload_dpu_gpu.csv"), "w", encoding="utf-8") as handle:
             handle.write("model,mode,fits,micro_batch,tflops,fraction_of_gemm,device_idle_fraction\n"
@@ -53,13 +62,17 @@ class GpuSummary(unittest.TestCase):
         self.assertIn("linear 60.0%, attention 25.0%, unattributed 15.0%", text)
         self.assertIn("| gpt_1b | stage2+offload+dpu | yes | 8 | 123.5 | 0.154 | 0.31 |", text)
         self.assertIn("| gpt_2b | stage0 | no | 8 |  |  |  |", text)
+        self.assertIn("| BM_CudaAttention/forward_h16_hd128 | 250.0 TFLOPS | 700.0 TFLOPS (GEMM) | 0.357 |", text)
+        self.assertIn("| BM_CudaLayerNorm/backward | 1500 GB/s | 2600 GB/s (copy) | 0.577 |", text)
+        self.assertIn("| BM_CudaGelu/forward | skipped: needs a GPU | | |", text)
         self.assertLess(len(text.splitlines()), 60, "one page")
 
     def test_below_the_bar_and_a_missing_part(self):
         with tempfile.TemporaryDirectory() as root:
-            text = visit(root, 0.39, with_offload=False)
+            text = visit(root, 0.39, with_offload=False, with_ops=False)
         self.assertIn("0.390 of the bf16 GEMM rate (below the 0.40 bar)", text)
         self.assertIn("offload_dpu_gpu.csv is missing", text)
+        self.assertIn("ops_benchmark.json is missing (see benchmarks.log)", text)
 
     def test_session_script_parses(self):
         subprocess.run(["bash", "-n", os.path.join(HERE, "gpu_session.sh")], check=True)

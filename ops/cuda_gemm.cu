@@ -1,0 +1,316 @@
+// The matmuls of ops/cuda_kernels.h.
+//
+//   fp32 operands:   cublasSgemm, full fp32 (no TF32).
+//   16-bit operands: cublasLtMatmul, fp32 compute and scale, D written over C:
+//                      D = round(alpha op(A) op(B) + beta C + 1 bias^T)
+//                    with the bias added by Lt's bias epilogue where it
+//                    applies (the bias stored as C's type and 16-byte
+//                    aligned), so y = xW + b costs one pass over y.
+//
+// Where the epilogue does not apply (an fp32 C under a 16-bit bias, a
+// misaligned bias, fp32 operands), the bias is first broadcast into C and
+// the GEMM runs with beta = 1: the same single fp32 sum and one rounding,
+// because a bias the contract accepts is exact in C's type. Where Lt's
+// heuristic offers no algorithm for a shape, or Lt refuses the call, the
+// same GEMM runs through cublasGemmEx (remembered per shape).
+//
+// Row-major storage and column-major BLAS: a row-major (m, n) matrix is the
+// column-major (n, m) matrix with the same leading dimension, so row-major
+// C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: one GEMM with A and
+// B swapped. The bias, one value per column of row-major C, is one value per
+// row of column-major D, which is what Lt's epilogue broadcasts.
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
+
+#include "ops/cuda_kernels.h"
+#include "runtime/dtype_bits.h"
+
+namespace memwall::ops::cuda {
+namespace {
+
+cudaDataType_t CudaType(Elem e) {
+  switch (e) {
+    case Elem::kF16: return CUDA_R_16F;
+    case Elem::kBF16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+  }
+}
+
+int CurrentDevice() {
+  int device = 0;
+  cudaGetDevice(&device);
+  return device;
+}
+
+// cuBLAS handle per device for the process (creating one costs ~ms). It
+// carries a stream, so calls through it are serialized.
+std::mutex blas_mu;
+cublasHandle_t BlasHandle(int device) {
+  static std::map<int, cublasHandle_t> handles;
+  auto it = handles.find(device);
+  if (it != handles.end()) return it->second;
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return nullptr;
+  cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH);  // full fp32: no TF32
+  handles[device] = handle;
+  return handle;
+}
+
+int Blas(cublasStatus_t status) { return status == CUBLAS_STATUS_SUCCESS ? 0 : kCublasError; }
+
+// ---- Broadcast of the bias into C -----------------------------------------
+
+template <typename T>
+__device__ float Widen(T x, Elem e) {
+  if constexpr (sizeof(T) == 4) {
+    return x;
+  } else {
+    return e == Elem::kF16 ? HalfToFloat(x) : BF16ToFloat(x);
+  }
+}
+
+// c[i, j] = bias[j] in C's type: exact, since the bias is C's type or C is
+// fp32 (a 16-bit bias widens exactly).
+template <typename C, typename B>
+__global__ void BroadcastRowsKernel(C* c, int64_t ldc, const B* bias, Elem bias_type, int64_t m,
+                                    int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < m * n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t row = i / n, col = i % n;
+    if constexpr (sizeof(C) == sizeof(B)) {
+      c[row * ldc + col] = bias[col];
+    } else {
+      c[row * ldc + col] = Widen(bias[col], bias_type);
+    }
+  }
+}
+
+int BroadcastBias(void* c, int64_t ldc, Elem c_type, const void* bias, Elem bias_type, int64_t m,
+                  int64_t n, cudaStream_t s) {
+  constexpr int kThreads = 256;
+  const int64_t blocks = std::min<int64_t>((m * n + kThreads - 1) / kThreads, 65535 * 16);
+  if (c_type != Elem::kF32) {  // bias_type == c_type: a 16-bit copy
+    BroadcastRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
+        static_cast<uint16_t*>(c), ldc, static_cast<const uint16_t*>(bias), bias_type, m, n);
+  } else if (bias_type == Elem::kF32) {
+    BroadcastRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
+        static_cast<float*>(c), ldc, static_cast<const float*>(bias), bias_type, m, n);
+  } else {
+    BroadcastRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
+        static_cast<float*>(c), ldc, static_cast<const uint16_t*>(bias), bias_type, m, n);
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
+// ---- cuBLASLt ---------------------------------------------------------------
+
+// Owns one Lt descriptor; destroys it on scope exit.
+template <typename H, cublasStatus_t (*Destroy)(H)>
+struct LtObject {
+  H h = nullptr;
+  LtObject() = default;
+  LtObject(const LtObject&) = delete;
+  LtObject& operator=(const LtObject&) = delete;
+  ~LtObject() {
+    if (h != nullptr) Destroy(h);
+  }
+};
+using MatmulDesc = LtObject<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
+using Layout = LtObject<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
+using Preference = LtObject<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
+
+// The largest power of two (up to 256) that divides the address: Lt's
+// heuristic must only offer algorithms that accept the pointers we pass.
+uint32_t Alignment(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && address % a != 0) a /= 2;
+  return a;
+}
+
+// What the heuristic's choice depends on.
+struct GemmShape {
+  int device;
+  bool transpose_a, transpose_b;
+  int64_t m, n, k, lda, ldb, ldc;
+  Elem ab, c_type;
+  bool epilogue_bias, beta_zero;
+  uint32_t align_a, align_b, align_c;
+  auto Key() const {
+    return std::make_tuple(device, transpose_a, transpose_b, m, n, k, lda, ldb, ldc,
+                           static_cast<int>(ab), static_cast<int>(c_type), epilogue_bias,
+                           beta_zero, align_a, align_b, align_c);
+  }
+  bool operator<(const GemmShape& o) const { return Key() < o.Key(); }
+};
+
+// Per device: the Lt handle (stateless across streams, so it is shared).
+// Per (device, stream): a workspace of kGemmWorkspaceBytes, held for the
+// process, so two streams never share one. Per shape: the heuristic's
+// algorithm, or none (then cublasGemmEx runs).
+struct LtState {
+  std::mutex mu;
+  std::map<int, cublasLtHandle_t> handles;
+  std::map<std::pair<int, cudaStream_t>, void*> workspaces;
+  std::map<GemmShape, std::pair<bool, cublasLtMatmulAlgo_t>> algos;
+};
+LtState& Lt() {
+  static LtState* state = new LtState;  // never destroyed: used until exit
+  return *state;
+}
+
+// The descriptors of one call. Lt is column-major: its A is our B and its B
+// is our A (see the top of this file).
+struct LtCall {
+  MatmulDesc desc;
+  Layout a, b, c;
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+
+  void Check(cublasStatus_t s) {
+    if (status == CUBLAS_STATUS_SUCCESS) status = s;
+  }
+  LtCall(const GemmShape& g, const void* bias) {
+    Check(cublasLtMatmulDescCreate(&desc.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    if (status != CUBLAS_STATUS_SUCCESS) return;
+    const int32_t op_a = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int32_t op_b = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    Check(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    Check(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    if (g.epilogue_bias) {
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      Check(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                           sizeof(epilogue)));
+      Check(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                           sizeof(bias)));
+    }
+    // Column-major shapes: Lt's A = op(B)^T's storage, B = op(A)^T's, D (n, m).
+    Check(cublasLtMatrixLayoutCreate(&a.h, CudaType(g.ab), g.transpose_b ? g.k : g.n,
+                                     g.transpose_b ? g.n : g.k, g.ldb));
+    Check(cublasLtMatrixLayoutCreate(&b.h, CudaType(g.ab), g.transpose_a ? g.m : g.k,
+                                     g.transpose_a ? g.k : g.m, g.lda));
+    Check(cublasLtMatrixLayoutCreate(&c.h, CudaType(g.c_type), g.n, g.m, g.ldc));
+  }
+};
+
+// The cached algorithm for `g`, asking the heuristic on first use. false:
+// none (or Lt failed), so the caller uses cublasGemmEx.
+bool FindAlgo(LtState& lt, cublasLtHandle_t handle, const GemmShape& g, const LtCall& call,
+              cublasLtMatmulAlgo_t* algo) {
+  if (auto it = lt.algos.find(g); it != lt.algos.end()) {
+    *algo = it->second.second;
+    return it->second.first;
+  }
+  Preference pref;
+  bool found = cublasLtMatmulPreferenceCreate(&pref.h) == CUBLAS_STATUS_SUCCESS;
+  const uint64_t workspace = kGemmWorkspaceBytes;
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, g.align_c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.align_c},
+  };
+  if (found) {
+    found = cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &workspace, sizeof(workspace)) == CUBLAS_STATUS_SUCCESS;
+    for (const auto& [attribute, bytes] : alignments) {
+      found = found && cublasLtMatmulPreferenceSetAttribute(pref.h, attribute, &bytes, sizeof(bytes)) ==
+                           CUBLAS_STATUS_SUCCESS;
+    }
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int count = 0;
+  found = found && call.status == CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatmulAlgoGetHeuristic(handle, call.desc.h, call.a.h, call.b.h, call.c.h, call.c.h,
+                                         pref.h, 1, &result, &count) == CUBLAS_STATUS_SUCCESS &&
+          count > 0;
+  lt.algos[g] = {found, result.algo};
+  *algo = result.algo;
+  return found;
+}
+
+// D = alpha op(A) op(B) + beta C (+ bias with the epilogue) through Lt.
+// Returns false where Lt has no algorithm or refuses the call (nothing was
+// enqueued then), so the caller runs cublasGemmEx instead.
+bool LtGemm(const GemmShape& g, float alpha, const void* a, const void* b, float beta, void* c,
+            const void* bias, cudaStream_t stream) {
+  LtState& lt = Lt();
+  std::lock_guard<std::mutex> lock(lt.mu);
+  cublasLtHandle_t& handle = lt.handles[g.device];
+  if (handle == nullptr && cublasLtCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
+    handle = nullptr;
+    return false;
+  }
+  void*& workspace = lt.workspaces[{g.device, stream}];
+  if (workspace == nullptr && cudaMalloc(&workspace, kGemmWorkspaceBytes) != cudaSuccess) {
+    cudaGetLastError();  // clear it: the fallback runs without a workspace
+    workspace = nullptr;
+    return false;
+  }
+  LtCall call(g, bias);
+  cublasLtMatmulAlgo_t algo;
+  if (!FindAlgo(lt, handle, g, call, &algo)) return false;
+  const cublasStatus_t status =
+      cublasLtMatmul(handle, call.desc.h, &alpha, b, call.a.h, a, call.b.h, &beta, c, call.c.h, c,
+                     call.c.h, &algo, workspace, kGemmWorkspaceBytes, stream);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    lt.algos[g].first = false;  // refused: this shape goes to cublasGemmEx from now on
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+         const void* a, int64_t lda, const void* b, int64_t ldb, Elem ab, float beta, void* c,
+         int64_t ldc, Elem c_type, const void* bias, Elem bias_type, void* stream) {
+  if (m == 0 || n == 0) return 0;
+  const auto s = static_cast<cudaStream_t>(stream);
+  const bool epilogue_bias = bias != nullptr && ab != Elem::kF32 && k > 0 &&
+                             bias_type == c_type && Alignment(bias) >= 16;
+  if (bias != nullptr && !epilogue_bias) {
+    // C = bias, then C = alpha op(A) op(B) + 1 * C (beta is 0 with a bias).
+    if (const int error = BroadcastBias(c, ldc, c_type, bias, bias_type, m, n, s); error != 0) {
+      return error;
+    }
+    beta = 1.0f;
+  }
+  const int device = CurrentDevice();
+  if (ab != Elem::kF32) {
+    const GemmShape g{device, transpose_a, transpose_b, m, n, k, lda, ldb, ldc, ab, c_type,
+                      epilogue_bias, beta == 0.0f, Alignment(a), Alignment(b), Alignment(c)};
+    if (k > 0 && LtGemm(g, alpha, a, b, beta, c, bias, s)) return static_cast<int>(cudaGetLastError());
+    if (epilogue_bias) {  // Lt said no: broadcast, then beta = 1 as above
+      if (const int error = BroadcastBias(c, ldc, c_type, bias, bias_type, m, n, s); error != 0) {
+        return error;
+      }
+      beta = 1.0f;
+    }
+  }
+  std::lock_guard<std::mutex> lock(blas_mu);
+  cublasHandle_t handle = BlasHandle(device);
+  if (handle == nullptr || cublasSetStream(handle, s) != CUBLAS_STATUS_SUCCESS) return kCublasError;
+  const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (ab == Elem::kF32) {
+    return Blas(cublasSgemm(handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
+                            static_cast<int>(k), &alpha, static_cast<const float*>(b),
+                            static_cast<int>(ldb), static_cast<const float*>(a),
+                            static_cast<int>(lda), &beta, static_cast<float*>(c),
+                            static_cast<int>(ldc)));
+  }
+  return Blas(cublasGemmEx(handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
+                           static_cast<int>(k), &alpha, b, CudaType(ab), static_cast<int>(ldb), a,
+                           CudaType(ab), static_cast<int>(lda), &beta, c, CudaType(c_type),
+                           static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace memwall::ops::cuda

@@ -1,0 +1,265 @@
+// Each CUDA op of a GPT step, alone, at the 1.3B GPT's shapes (micro-batch
+// 8, sequence 1024: 8192 rows, hidden 2048, 16 heads of 128; the 125M
+// GPT's 12 heads of 64 for attention too), bf16 activations and parameters
+// as the trainer runs them. Every row carries its bound, measured in the
+// same run, and the fraction of it reached:
+//
+//   compute-bound rows (GEMMs, attention): tflops beside gemm_tflops, the
+//     rate of the plain (8192, 2048) x (2048, 8192) bf16 GEMM;
+//   memory-bound rows (LayerNorm, GELU, residual add, column sums,
+//     cross-entropy, embedding): gb_per_s, the bytes the op must move at
+//     least (each input read once, each output written once) over its
+//     time, beside copy_gb_per_s, a 1 GiB device-to-device copy counted
+//     the same way (read + write).
+//
+// FLOPs: a GEMM is 2mnk; causal attention's forward is two (t, t, hd)
+// products per head with half the scores masked, 2 b h t^2 hd, and its
+// backward five such products, 2.5 x the forward (recomputation counted
+// as neither, as flash-attention papers count it).
+//
+// Skipped without a GPU.   ./bazelw run //ops:ops_benchmark
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "benchmark/benchmark.h"
+#include "ops/ops.h"
+#include "runtime/cuda_device.h"
+#include "tools/bench_timing.h"
+
+namespace memwall::ops {
+namespace {
+
+using bench::Median;
+using bench::Seconds;
+
+constexpr int64_t kRows = 8 * 1024, kHidden = 2048, kVocab = 50257;
+
+// Device buffers for one row, filled with small finite values (every byte
+// 0x3c: 0.0115 in bf16 and in fp32; id 0 after SetInts).
+class Bench {
+ public:
+  explicit Bench(Device& device) : device_(device) {}
+  Tensor Make(std::vector<int64_t> shape, DType dtype) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    auto b = device_.Allocate(static_cast<size_t>(n) * SizeOf(dtype), MemoryTag::kWorkspace);
+    if (!b.ok()) {
+      status_ = b.status();
+      return Tensor();
+    }
+    buffers_.push_back(std::move(*b));
+    status_.Update(stream().Memset(buffers_.back().data(), dtype == DType::kI32 ? 0 : 0x3c,
+                                   buffers_.back().bytes()));
+    return Tensor(buffers_.back().data(), dtype, std::move(shape), &device_);
+  }
+  Stream& stream() { return device_.compute_stream(); }
+  const absl::Status& status() const { return status_; }
+
+  // Seconds per call of `op`: one warm-up, then the median of 5 rounds of
+  // 10 calls each, the stream drained at the end of a round.
+  double Time(const std::function<absl::Status()>& op) {
+    status_.Update(op());
+    status_.Update(stream().Synchronize());
+    std::vector<double> rounds;
+    for (int round = 0; round < 5 && status_.ok(); ++round) {
+      rounds.push_back(Seconds([&] {
+                         for (int i = 0; i < 10; ++i) status_.Update(op());
+                         status_.Update(stream().Synchronize());
+                       }) / 10);
+    }
+    return rounds.empty() ? 0.0 : Median(rounds);
+  }
+
+ private:
+  Device& device_;
+  std::vector<Buffer> buffers_;
+  absl::Status status_;
+};
+
+// The bounds of this run: the plain bf16 GEMM's TFLOPS, and the copy rate.
+double GemmTflops(Device& device) {
+  Bench b(device);
+  const Tensor x = b.Make({kRows, kHidden}, DType::kBF16), w = b.Make({kHidden, 4 * kHidden}, DType::kBF16);
+  const Tensor y = b.Make({kRows, 4 * kHidden}, DType::kBF16);
+  const double t = b.Time([&] { return Matmul(x, false, w, false, y, 1.0f, 0.0f, b.stream()); });
+  return b.status().ok() ? 2.0 * kRows * kHidden * 4 * kHidden / t / 1e12 : 0.0;
+}
+
+double CopyGbPerSecond(Device& device) {
+  Bench b(device);
+  const int64_t bytes = int64_t{1} << 30;
+  const Tensor src = b.Make({bytes / 4}, DType::kF32), dst = b.Make({bytes / 4}, DType::kF32);
+  const double t = b.Time([&] { return b.stream().Copy(dst.data(), src.data(), bytes); });
+  return b.status().ok() ? 2.0 * bytes / t / 1e9 : 0.0;
+}
+
+// Runs `body` (which sets the row's counters from a Bench) on GPU 0, or
+// skips the row.
+void OnGpu(benchmark::State& state, const std::function<absl::Status(Device&, Bench&)>& body) {
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) return state.SkipWithError(("needs a GPU: " + reason).c_str());
+  auto device = CreateCudaDevice();
+  if (!device.ok()) return state.SkipWithError(std::string(device.status().message()).c_str());
+  for (auto _ : state) {
+    Bench b(**device);
+    absl::Status st = body(**device, b);
+    st.Update(b.status());
+    if (!st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
+  }
+  state.SetLabel((*device)->name());
+}
+
+void ComputeCounters(benchmark::State& state, Device& device, double flops, double seconds) {
+  const double gemm = GemmTflops(device);
+  state.counters["tflops"] = flops / seconds / 1e12;
+  state.counters["gemm_tflops"] = gemm;
+  state.counters["fraction_of_gemm"] = gemm > 0 ? flops / seconds / 1e12 / gemm : 0.0;
+}
+
+void MemoryCounters(benchmark::State& state, Device& device, double bytes, double seconds) {
+  const double copy = CopyGbPerSecond(device);
+  state.counters["gb_per_s"] = bytes / seconds / 1e9;
+  state.counters["copy_gb_per_s"] = copy;
+  state.counters["fraction_of_copy"] = copy > 0 ? bytes / seconds / 1e9 / copy : 0.0;
+}
+
+// ---- GEMMs: a linear layer's forward, with and without the fused bias --------
+
+void BM_CudaLinear(benchmark::State& state, bool fused_bias) {
+  OnGpu(state, [&](Device& device, Bench& b) {
+    const Tensor x = b.Make({kRows, kHidden}, DType::kBF16), w = b.Make({kHidden, 4 * kHidden}, DType::kBF16);
+    const Tensor bias = b.Make({4 * kHidden}, DType::kBF16), y = b.Make({kRows, 4 * kHidden}, DType::kBF16);
+    const double t = b.Time([&]() -> absl::Status {
+      if (fused_bias) return MatmulBias(x, false, w, false, bias, y, b.stream());
+      if (absl::Status st = Matmul(x, false, w, false, y, 1.0f, 0.0f, b.stream()); !st.ok()) return st;
+      return AddBias(y, bias, b.stream());
+    });
+    ComputeCounters(state, device, 2.0 * kRows * kHidden * 4 * kHidden, t);
+    return absl::OkStatus();
+  });
+}
+BENCHMARK_CAPTURE(BM_CudaLinear, c_fc_matmul_bias, true)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK_CAPTURE(BM_CudaLinear, c_fc_matmul_then_add_bias, false)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// The tied LM head, (8192, 2048) x (2048, 50257)^T into bf16 logits.
+void BM_CudaLmHead(benchmark::State& state) {
+  OnGpu(state, [&](Device& device, Bench& b) {
+    const Tensor x = b.Make({kRows, kHidden}, DType::kBF16), wte = b.Make({kVocab, kHidden}, DType::kBF16);
+    const Tensor logits = b.Make({kRows, kVocab}, DType::kBF16);
+    const double t = b.Time([&] { return Matmul(x, false, wte, true, logits, 1.0f, 0.0f, b.stream()); });
+    ComputeCounters(state, device, 2.0 * kRows * kHidden * kVocab, t);
+    return absl::OkStatus();
+  });
+}
+BENCHMARK(BM_CudaLmHead)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// ---- Attention ---------------------------------------------------------------
+
+void BM_CudaAttention(benchmark::State& state, int64_t heads, int64_t head_dim, bool backward) {
+  OnGpu(state, [&](Device& device, Bench& b) {
+    const int64_t batch = 8, t = 1024, c = heads * head_dim;
+    const Tensor qkv = b.Make({batch, t, 3 * c}, DType::kBF16), out = b.Make({batch, t, c}, DType::kBF16);
+    const Tensor lse = b.Make({batch, heads, t}, DType::kF32), delta = b.Make({batch, heads, t}, DType::kF32);
+    const Tensor dout = b.Make({batch, t, c}, DType::kBF16), dqkv = b.Make({batch, t, 3 * c}, DType::kBF16);
+    if (absl::Status st = Attention(qkv, heads, out, lse, b.stream()); !st.ok()) return st;
+    const double seconds = b.Time([&] {
+      return backward ? AttentionBackward(qkv, out, dout, lse, heads, delta, dqkv, b.stream())
+                      : Attention(qkv, heads, out, lse, b.stream());
+    });
+    const double forward = 2.0 * batch * heads * double(t) * t * head_dim;
+    ComputeCounters(state, device, backward ? 2.5 * forward : forward, seconds);
+    return absl::OkStatus();
+  });
+}
+BENCHMARK_CAPTURE(BM_CudaAttention, forward_h16_hd128, 16, 128, false)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK_CAPTURE(BM_CudaAttention, backward_h16_hd128, 16, 128, true)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK_CAPTURE(BM_CudaAttention, forward_h12_hd64, 12, 64, false)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK_CAPTURE(BM_CudaAttention, backward_h12_hd64, 12, 64, true)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// ---- Memory-bound ops ----------------------------------------------------------
+
+void BM_CudaLayerNorm(benchmark::State& state, bool backward) {
+  OnGpu(state, [&](Device& device, Bench& b) {
+    const Tensor x = b.Make({kRows, kHidden}, DType::kBF16), y = b.Make({kRows, kHidden}, DType::kBF16);
+    const Tensor dy = b.Make({kRows, kHidden}, DType::kBF16), dx = b.Make({kRows, kHidden}, DType::kBF16);
+    const Tensor gamma = b.Make({kHidden}, DType::kBF16), beta = b.Make({kHidden}, DType::kBF16);
+    const Tensor dgamma = b.Make({kHidden}, DType::kBF16), dbeta = b.Make({kHidden}, DType::kBF16);
+    const Tensor mean = b.Make({kRows}, DType::kF32), rstd = b.Make({kRows}, DType::kF32);
+    if (absl::Status st = LayerNorm(x, gamma, beta, 1e-5f, y, mean, rstd, b.stream()); !st.ok()) return st;
+    const double t = b.Time([&] {
+      return backward ? LayerNormBackward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, b.stream())
+                      : LayerNorm(x, gamma, beta, 1e-5f, y, mean, rstd, b.stream());
+    });
+    // Forward: x in, y out; backward: dy and x in, dx out (plus the row statistics).
+    const double elements = double(kRows) * kHidden;
+    MemoryCounters(state, device, (backward ? 6.0 : 4.0) * elements + 8.0 * kRows, t);
+    return absl::OkStatus();
+  });
+}
+BENCHMARK_CAPTURE(BM_CudaLayerNorm, forward, false)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK_CAPTURE(BM_CudaLayerNorm, backward, true)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+void BM_CudaGelu(benchmark::State& state, bool backward) {
+  OnGpu(state, [&](Device& device, Bench& b) {
+    const Tensor x = b.Make({kRows, 4 * kHidden}, DType::kBF16), y = b.Make({kRows, 4 * kHidden}, DType::kBF16);
+    const Tensor dy = b.Make({kRows, 4 * kHidden}, DType::kBF16);
+    const double t = b.Time([&] {
+      return backward ? GeluBackward(x, dy, y, b.stream()) : Gelu(x, y, b.stream());
+    });
+    MemoryCounters(state, device, (backward ? 6.0 : 4.0) * kRows * 4 * kHidden, t);
+    return absl::OkStatus();
+  });
+}
+BENCHMARK_CAPTURE(BM_CudaGelu, forward, false)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK_CAPTURE(BM_CudaGelu, backward, true)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+void BM_CudaResidualAdd(benchmark::State& state) {
+  OnGpu(state, [&](Device& device, Bench& b) {
+    const Tensor x = b.Make({kRows, kHidden}, DType::kBF16), r = b.Make({kRows, kHidden}, DType::kBF16);
+    const Tensor y = b.Make({kRows, kHidden}, DType::kBF16);
+    const double t = b.Time([&] { return Add(x, r, y, b.stream()); });
+    MemoryCounters(state, device, 6.0 * kRows * kHidden, t);
+    return absl::OkStatus();
+  });
+}
+BENCHMARK(BM_CudaResidualAdd)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// The bias gradient of c_fc: a column sum of (8192, 8192) bf16.
+void BM_CudaBiasBackward(benchmark::State& state) {
+  OnGpu(state, [&](Device& device, Bench& b) {
+    const Tensor dy = b.Make({kRows, 4 * kHidden}, DType::kBF16), dbias = b.Make({4 * kHidden}, DType::kBF16);
+    const double t = b.Time([&] { return BiasBackward(dy, dbias, b.stream()); });
+    MemoryCounters(state, device, 2.0 * kRows * 4 * kHidden, t);
+    return absl::OkStatus();
+  });
+}
+BENCHMARK(BM_CudaBiasBackward)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// The fused classifier: softmax, loss and gradient over bf16 logits in place.
+void BM_CudaCrossEntropy(benchmark::State& state) {
+  OnGpu(state, [&](Device& device, Bench& b) {
+    const Tensor logits = b.Make({kRows, kVocab}, DType::kBF16), targets = b.Make({kRows}, DType::kI32);
+    const Tensor losses = b.Make({kRows}, DType::kF32);
+    const double t = b.Time([&] { return SoftmaxCrossEntropy(logits, targets, losses, 1.0f, b.stream()); });
+    MemoryCounters(state, device, 4.0 * kRows * kVocab, t);
+    return absl::OkStatus();
+  });
+}
+BENCHMARK(BM_CudaCrossEntropy)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+void BM_CudaEmbedding(benchmark::State& state) {
+  OnGpu(state, [&](Device& device, Bench& b) {
+    const Tensor ids = b.Make({kRows}, DType::kI32), table = b.Make({kVocab, kHidden}, DType::kBF16);
+    const Tensor y = b.Make({kRows, kHidden}, DType::kBF16);
+    const double t = b.Time([&] { return Embedding(ids, table, y, b.stream()); });
+    MemoryCounters(state, device, 4.0 * kRows * kHidden, t);
+    return absl::OkStatus();
+  });
+}
+BENCHMARK(BM_CudaEmbedding)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+}  // namespace
+}  // namespace memwall::ops
