@@ -132,10 +132,10 @@ struct RunBuffers {
   Tensor pos_rows;                 // (rows, d) position embeddings
   std::vector<BlockActivations> acts;  // one block when checkpointing, else L
   Tensor f, f_mean, f_rstd;        // ln_f: (rows, d), (rows), (rows)
-  Tensor logits;                   // (chunk, V)
+  Tensor logits;                   // (chunk, Vp): V columns used, rows padded to Vp
   Tensor losses;                   // (rows) fp32
   Tensor f_storage;                // fp16 parameters: (rows, d), f as the head's operand
-  Tensor dlogits_storage;          // fp16 parameters with backward: (chunk, V)
+  Tensor dlogits_storage;          // fp16 parameters with backward: (chunk, Vp)
   Tensor df, dresid;               // backward: (rows, d) each
   BlockGradScratch g;              // backward
 };
@@ -143,7 +143,7 @@ struct RunBuffers {
 absl::StatusOr<RunBuffers> AllocateRunBuffers(Scratch& scratch, const GptConfig& config, int64_t batch,
                                               int64_t t, DType dtype, bool backward, bool checkpoint,
                                               bool offload, int64_t chunk) {
-  const int64_t d = config.hidden(), v = config.vocab(), rows = batch * t;
+  const int64_t d = config.hidden(), vp = PaddedVocab(config), rows = batch * t;
   const int64_t layers = config.layers(), heads = config.heads();
   // Activations in the parameters' type need no rounded copies.
   const DType at = ActivationDType(dtype);
@@ -155,7 +155,7 @@ absl::StatusOr<RunBuffers> AllocateRunBuffers(Scratch& scratch, const GptConfig&
     MEMWALL_ASSIGN_OR_RETURN(b.cast_out, scratch.Make({rows * 4 * d}, MemoryTag::kWorkspace, dtype));
     MEMWALL_ASSIGN_OR_RETURN(b.f_storage, scratch.Make({rows, d}, MemoryTag::kWorkspace, dtype));
     if (backward) {
-      MEMWALL_ASSIGN_OR_RETURN(b.dlogits_storage, scratch.Make({chunk, v}, MemoryTag::kWorkspace, dtype));
+      MEMWALL_ASSIGN_OR_RETURN(b.dlogits_storage, scratch.Make({chunk, vp}, MemoryTag::kWorkspace, dtype));
     }
   }
   if (config.tiling() > 1) {
@@ -186,7 +186,7 @@ absl::StatusOr<RunBuffers> AllocateRunBuffers(Scratch& scratch, const GptConfig&
     MEMWALL_ASSIGN_OR_RETURN(a, BlockActivations::Allocate(scratch, batch, t, d, heads, at));
   }
   scratch.group = "logits chunk";
-  MEMWALL_ASSIGN_OR_RETURN(b.logits, scratch.Make({chunk, v}, MemoryTag::kWorkspace, at));
+  MEMWALL_ASSIGN_OR_RETURN(b.logits, scratch.Make({chunk, vp}, MemoryTag::kWorkspace, at));
   if (backward) {
     scratch.group = "backward scratch";
     for (Tensor* x : {&b.df, &b.dresid, &b.g.c1, &b.g.c2, &b.g.mid}) {
@@ -307,8 +307,12 @@ class OffloadedStream : public ResidualStream {
 
 }  // namespace
 
+int64_t PaddedVocab(const GptConfig& config) {
+  return (config.vocab() + kVocabPadding - 1) / kVocabPadding * kVocabPadding;
+}
+
 int64_t LogitsChunkRows(const GptConfig& config, int64_t rows) {
-  return std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t{1} << 26) / config.vocab()));
+  return std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t{1} << 26) / PaddedVocab(config)));
 }
 
 MemoryPlan ActivationPlan(const GptConfig& config, int64_t micro_batch, int64_t seq, DType compute,
@@ -548,7 +552,7 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
                                                    " needs batch > 0 and 0 < sequence <= ",
                                                    config_.positions(), " positions"));
   }
-  const int64_t d = config_.hidden(), v = config_.vocab(), rows = batch * t;
+  const int64_t d = config_.hidden(), v = config_.vocab(), vp = PaddedVocab(config_), rows = batch * t;
   const int64_t layers = config_.layers();
   for (int64_t r = 0; r < rows; ++r) {
     if (ids[r] < 0 || ids[r] >= v) {
@@ -620,10 +624,13 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
   // The tied head, a chunk of rows at a time (<= 64 Mi logits per chunk).
   const Tensor& logits = b.logits;
   const Tensor& losses = b.losses;
+  // No op reads the padding columns, but a copy of whole rows (a cast, the
+  // CpuDevice's widening) passes over them: zeros, not stale memory.
+  if (vp > v) MEMWALL_RETURN_IF_ERROR(s.Memset(logits.data(), 0, logits.bytes()));
   // The head's matmul operands in the parameters' type: f once, each
   // chunk's dlogits (rounded copies only for fp16 parameters).
   MEMWALL_ASSIGN_OR_RETURN(const Tensor f_in, ToStorage(b.f, dtype, b.f_storage, rows, d, s));
-  std::vector<float> logits_chunk;  // a bf16 chunk, widened for logits_out
+  std::vector<char> logits_chunk;  // a chunk as stored, for logits_out
   const Tensor& df = b.df;
   if (logits_out != nullptr) logits_out->resize(rows * v);
   {
@@ -635,25 +642,25 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
     }
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
       const int64_t n = std::min(chunk, rows - r0);
-      const Tensor lg = Rows(logits, 0, n, v);
+      const ops::MatrixView lg(Rows(logits, 0, n, vp), v);  // rows padded to Vp
       MEMWALL_RETURN_IF_ERROR(ops::Matmul(Rows(f_in, r0, n, d), false, wte_->Table(), true, lg,
                                           1.0f, 0.0f, s));
-      if (logits_out != nullptr) {
-        if (lg.dtype() == DType::kF32) {
-          MEMWALL_RETURN_IF_ERROR(s.Copy(logits_out->data() + r0 * v, lg.data(), lg.bytes()));
-          continue;
-        }
-        logits_chunk.resize(lg.bytes() / sizeof(float) + 1);
-        MEMWALL_RETURN_IF_ERROR(s.Copy(logits_chunk.data(), lg.data(), lg.bytes()));
+      if (logits_out != nullptr) {  // the first V columns of each row, widened exactly
+        logits_chunk.resize(lg.tensor.bytes());
+        MEMWALL_RETURN_IF_ERROR(s.Copy(logits_chunk.data(), lg.tensor.data(), lg.tensor.bytes()));
         MEMWALL_RETURN_IF_ERROR(s.Synchronize());
-        MEMWALL_RETURN_IF_ERROR(Convert(logits_chunk.data(), lg.dtype(), logits_out->data() + r0 * v,
-                                        DType::kF32, n * v));
+        for (int64_t r = 0; r < n; ++r) {
+          MEMWALL_RETURN_IF_ERROR(Convert(logits_chunk.data() + r * vp * SizeOf(lg.tensor.dtype()), lg.tensor.dtype(),
+                                          logits_out->data() + (r0 + r) * v, DType::kF32, v));
+        }
         continue;
       }
       MEMWALL_RETURN_IF_ERROR(ops::SoftmaxCrossEntropy(lg, b.targets.Slice(r0, n),
                                                        losses.Slice(r0, n), grad_scale, s));
       if (!backward) continue;
-      MEMWALL_ASSIGN_OR_RETURN(const Tensor dlogits, ToStorage(lg, dtype, b.dlogits_storage, n, v, s));
+      MEMWALL_ASSIGN_OR_RETURN(const Tensor dlogits_stored,
+                               ToStorage(lg.tensor, dtype, b.dlogits_storage, n, vp, s));
+      const ops::MatrixView dlogits(dlogits_stored, v);
       MEMWALL_RETURN_IF_ERROR(
           ops::Matmul(dlogits, false, wte_->Table(), false, Rows(df, r0, n, d), 1.0f, 0.0f, s));
       MEMWALL_RETURN_IF_ERROR(ops::Matmul(dlogits, true, Rows(f_in, r0, n, d), false,

@@ -67,13 +67,20 @@ int64_t CountParameters(const GptConfig& config);
 // forward per token when blocks are recomputed.
 double ForwardFlopsPerToken(const GptConfig& config, int64_t seq);
 
+// The stored row length of the logits: the vocabulary rounded up to a
+// multiple of kVocabPadding, so every row starts aligned for the tensor-core
+// GEMMs (50257 -> 50304). The padding columns are never computed, read or
+// exported: the LM head's ops see the first V columns (ops::MatrixView).
+inline constexpr int64_t kVocabPadding = 128;
+int64_t PaddedVocab(const GptConfig& config);
+
 // The rows of logits the LM head computes at a time in training: at most
-// 2^26 logits (256 MiB of fp32) per chunk.
+// 2^26 stored logits (256 MiB of fp32) per chunk.
 int64_t LogitsChunkRows(const GptConfig& config, int64_t rows);
 
 // What Gpt::ForwardBackward allocates for one micro-batch of micro_batch x
 // seq tokens on the device, at its peak (rows = micro_batch seq, hidden d,
-// L layers, H heads, vocabulary V, chunk = LogitsChunkRows; a = the bytes of
+// L layers, H heads, Vp = PaddedVocab, chunk = LogitsChunkRows; a = the bytes of
 // an activation, ActivationDType(compute): 2 for bf16, else 4; statistics,
 // losses and ids take 4; c = 2 for fp16's rounded operands):
 //   "residual stream"        kActivations  a (L + 1) rows d; a min(L + 1, 3) rows d
@@ -84,8 +91,8 @@ int64_t LogitsChunkRows(const GptConfig& config, int64_t rows);
 //                                          one block when checkpointing, else L
 //   "embeddings, ln_f, losses, ids"  kActivations  a rows 2 d + 4 rows 6
 //   "backward scratch"       kActivations  a rows 12 d + 4 rows H
-//   "logits chunk"           kWorkspace    a chunk V
-//   "16-bit operands"        kWorkspace    c (2 rows 4d + rows d + chunk V), fp16 only
+//   "logits chunk"           kWorkspace    a chunk Vp
+//   "16-bit operands"        kWorkspace    c (2 rows 4d + rows d + chunk Vp), fp16 only
 //   "tiled linear scratch"   kWorkspace    a rows 4d / k, with tiling k > 1
 // One function sizes them for both: ForwardBackward allocates its buffers
 // through it, and this plan is that function run in planning mode (Scratch

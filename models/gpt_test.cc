@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -406,6 +407,16 @@ void SixteenBitModelTracksFp32(DType dtype, bool checkpointing) {
   EXPECT_NEAR(forward.sum, want, 1e-5 * want);
 }
 
+TEST(Gpt, LogitsRowsArePaddedToAMultipleOf128) {
+  GptConfig c = Tiny();
+  for (const auto& [vocab, padded] : {std::pair<int64_t, int64_t>{50257, 50304}, {128, 128}, {129, 256}, {1, 128}}) {
+    c.set_vocab(vocab);
+    EXPECT_EQ(PaddedVocab(c), padded) << vocab;
+  }
+  c.set_vocab(50257);
+  EXPECT_EQ(LogitsChunkRows(c, 1 << 20), (int64_t{1} << 26) / 50304);
+}
+
 // ActivationPlan against its formula (models/gpt.h) in each precision, and
 // a pass's measured device peak against the plan: with bf16 parameters every
 // activation is 2 bytes and no rounded operand copies exist; with fp16 the
@@ -413,7 +424,8 @@ void SixteenBitModelTracksFp32(DType dtype, bool checkpointing) {
 TEST(Gpt, ActivationPlanFollowsTheActivationType) {
   GptConfig c = Tiny();
   c.set_tiling(2);
-  const int64_t batch = 2, t = 12, rows = batch * t, d = 16, h = 2, v = 23, layers = 2, k = 2;
+  // The vocabulary (23) padded to a multiple of 128: the logits' stored rows.
+  const int64_t batch = 2, t = 12, rows = batch * t, d = 16, h = 2, v = 23, vp = 128, layers = 2, k = 2;
   for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     const int64_t a = dtype == DType::kBF16 ? 2 : 4;
     const MemoryPlan plan = ActivationPlan(c, batch, t, dtype, false);
@@ -422,11 +434,11 @@ TEST(Gpt, ActivationPlanFollowsTheActivationType) {
     EXPECT_EQ(plan.at("block activations").bytes, layers * (a * rows * 15 * d + 4 * rows * (h + 4))) << name;
     EXPECT_EQ(plan.at("embeddings, ln_f, losses, ids").bytes, a * rows * 2 * d + 4 * rows * 6) << name;
     EXPECT_EQ(plan.at("backward scratch").bytes, a * rows * 12 * d + 4 * rows * h) << name;
-    EXPECT_EQ(plan.at("logits chunk").bytes, a * rows * v) << name;
+    EXPECT_EQ(plan.at("logits chunk").bytes, a * rows * vp) << name;
     EXPECT_EQ(plan.at("tiled linear scratch").bytes, a * rows * 4 * d / k) << name;
     EXPECT_EQ(plan.contains("16-bit operands"), dtype == DType::kF16) << name;
     if (dtype == DType::kF16) {
-      EXPECT_EQ(plan.at("16-bit operands").bytes, 2 * (2 * rows * 4 * d + rows * d + rows * v));
+      EXPECT_EQ(plan.at("16-bit operands").bytes, 2 * (2 * rows * 4 * d + rows * d + rows * vp));
     }
     auto device = *CreateCpuDevice();
     auto model = *Gpt::Create(c);

@@ -278,10 +278,10 @@ __device__ float BlockMax(float v, float* shared) {
 // path only; NaN makes the error impossible to miss here).
 template <typename A>
 __global__ void SoftmaxCrossEntropyKernel(typename A::T* logits, const int32_t* targets, float* losses,
-                                          float grad_scale, int64_t v) {
+                                          float grad_scale, int64_t v, int64_t ld) {
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
-  typename A::T* l = logits + row * v;
+  typename A::T* l = logits + row * ld;
   const int32_t t = targets[row];
   if (t < 0 || t >= v) {
     const float fill = t < 0 ? 0.0f : NAN;
@@ -374,13 +374,13 @@ int LayerNormBackward(const void* dy, const void* x, const void* gamma, const fl
 }
 
 int SoftmaxCrossEntropy(void* logits, const int32_t* targets, float* losses, float grad_scale,
-                        Elem a, int64_t rows, int64_t v, void* stream) {
+                        Elem a, int64_t rows, int64_t v, int64_t ld, void* stream) {
   if (rows == 0) return 0;
   return WithActivation(a, [&](auto act) {
     using A = decltype(act);
     SoftmaxCrossEntropyKernel<A><<<static_cast<unsigned>(rows), kThreads, 0,
                                    static_cast<cudaStream_t>(stream)>>>(As<A>(logits), targets,
-                                                                        losses, grad_scale, v);
+                                                                        losses, grad_scale, v, ld);
     return Launched();
   });
 }

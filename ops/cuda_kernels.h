@@ -48,9 +48,10 @@ int LayerNormBackward(const void* dy, const void* x, const void* gamma, const fl
                       const float* rstd, void* dx, void* dgamma, void* dbeta, Elem a, Elem p,
                       int64_t rows, int64_t d, void* stream);
 
-// logits (and the gradient written over them) stored as `a`; losses fp32.
+// logits (and the gradient written over them) stored as `a`, row r at
+// logits + r * ld (columns v .. ld-1 untouched); losses fp32.
 int SoftmaxCrossEntropy(void* logits, const int32_t* targets, float* losses, float grad_scale,
-                        Elem a, int64_t rows, int64_t v, void* stream);
+                        Elem a, int64_t rows, int64_t v, int64_t ld, void* stream);
 
 // Embedding, bias, attention, norm and Adam launchers (see ops.h). Tables,
 // biases and their gradients are stored as `p`; y and dy as `a`.

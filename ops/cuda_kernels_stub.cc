@@ -20,7 +20,7 @@ int LayerNormBackward(const void*, const void*, const void*, const float*, const
   return kNotBuiltWithCuda;
 }
 
-int SoftmaxCrossEntropy(void*, const int32_t*, float*, float, Elem, int64_t, int64_t, void*) {
+int SoftmaxCrossEntropy(void*, const int32_t*, float*, float, Elem, int64_t, int64_t, int64_t, void*) {
   return kNotBuiltWithCuda;
 }
 

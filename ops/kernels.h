@@ -105,13 +105,14 @@ void LayerNormBackward(const T* dy, const T* x, const T* gamma, const T* mean, c
 // A negative target is ignored: loss 0, gradient 0. grad_scale is
 // 1 / (tokens in the global batch), times the loss scale under fp16.
 // Overwriting the logits is the point: no second vocab-sized buffer.
-// Returns the first row whose target is >= v, or -1.
+// Row r starts at logits + r * ld (ld >= v; columns v .. ld-1 are padding,
+// untouched). Returns the first row whose target is >= v, or -1.
 template <typename T>
 int64_t SoftmaxCrossEntropy(T* logits, const int32_t* targets, T* losses, T grad_scale,
-                            int64_t rows, int64_t v) {
+                            int64_t rows, int64_t v, int64_t ld) {
   int64_t bad_row = -1;
   for (int64_t r = 0; r < rows; ++r) {
-    T* l = logits + r * v;
+    T* l = logits + r * ld;
     const int32_t t = targets[r];
     if (t < 0 || t >= v) {
       if (t >= v && bad_row < 0) bad_row = r;

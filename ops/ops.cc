@@ -209,9 +209,23 @@ struct GemmArgs {
   DType ab, ct;
 };
 
-absl::StatusOr<GemmArgs> CheckGemm(absl::string_view op, const Tensor& a, bool transpose_a,
-                                   const Tensor& b, bool transpose_b, const Tensor& c,
+// A view's rows and leading dimension, after checking that it is one.
+absl::Status CheckView(absl::string_view op, absl::string_view name, const MatrixView& v) {
+  const Tensor& t = v.tensor;
+  if (t.shape().size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " ", ShapeString(t), " must be 2-D"));
+  }
+  if (v.cols < 0 || v.cols > t.shape()[1]) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " uses ", v.cols, " columns of ",
+                                                   ShapeString(t), "; a view has 0 to ", t.shape()[1]));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GemmArgs> CheckGemm(absl::string_view op, const MatrixView& av, bool transpose_a,
+                                   const MatrixView& bv, bool transpose_b, const MatrixView& cv,
                                    Stream& stream) {
+  const Tensor &a = av.tensor, &b = bv.tensor, &c = cv.tensor;
   MEMWALL_ASSIGN_OR_RETURN(const DType ab, StorageType(op, {{"a", &a}, {"b", &b}}));
   if (c.dtype() != DType::kF32 && c.dtype() != ab) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": c is ", DTypeName(c.dtype()),
@@ -220,47 +234,48 @@ absl::StatusOr<GemmArgs> CheckGemm(absl::string_view op, const Tensor& a, bool t
   const DType ct = c.dtype();
   MEMWALL_RETURN_IF_ERROR(
       CheckTensors(op, stream, {{"a", &a, ab}, {"b", &b, ab}, {"c", &c, ct}}));
-  for (const auto& [name, t, dtype] :
-       {NamedTensor{"a", &a}, NamedTensor{"b", &b}, NamedTensor{"c", &c}}) {
-    if (t->shape().size() != 2) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, ": ", name, " ", ShapeString(*t), " must be 2-D"));
-    }
-  }
+  MEMWALL_RETURN_IF_ERROR(CheckView(op, "a", av));
+  MEMWALL_RETURN_IF_ERROR(CheckView(op, "b", bv));
+  MEMWALL_RETURN_IF_ERROR(CheckView(op, "c", cv));
   // Row-major storage: a is (rows_a, cols_a); op(a) swaps them if transposed.
-  const int64_t m = transpose_a ? a.shape()[1] : a.shape()[0];
-  const int64_t k = transpose_a ? a.shape()[0] : a.shape()[1];
-  const int64_t kb = transpose_b ? b.shape()[1] : b.shape()[0];
-  const int64_t n = transpose_b ? b.shape()[0] : b.shape()[1];
-  if (k != kb || c.shape()[0] != m || c.shape()[1] != n) {
+  const int64_t m = transpose_a ? av.cols : a.shape()[0];
+  const int64_t k = transpose_a ? a.shape()[0] : av.cols;
+  const int64_t kb = transpose_b ? bv.cols : b.shape()[0];
+  const int64_t n = transpose_b ? b.shape()[0] : bv.cols;
+  if (k != kb || c.shape()[0] != m || cv.cols != n) {
     return absl::InvalidArgumentError(absl::StrCat(
-        op, ": op(a) is (", m, ", ", k, "), op(b) is (", kb, ", ", n, ") and c is ",
-        ShapeString(c), "; need op(a) (M, K), op(b) (K, N), c (M, N)"));
+        op, ": op(a) is (", m, ", ", k, "), op(b) is (", kb, ", ", n, ") and c is (", c.shape()[0],
+        ", ", cv.cols, "); need op(a) (M, K), op(b) (K, N), c (M, N)"));
   }
-  for (int64_t dim : {m, n, k}) {
+  for (int64_t dim : {m, n, k, a.shape()[1], b.shape()[1], c.shape()[1]}) {
     if (dim > INT_MAX) {
       return absl::InvalidArgumentError(
           absl::StrCat(op, ": dimension ", dim, " exceeds the BLAS int limit"));
     }
   }
-  // Leading dimensions are the row lengths; BLAS wants them >= 1 even for an
-  // empty K (then C = beta * C).
+  // Leading dimensions are the stored row lengths; BLAS wants them >= 1 even
+  // for an empty K (then C = beta * C).
   return GemmArgs{transpose_a, transpose_b, m, n, k,
                   std::max<int64_t>(a.shape()[1], 1), std::max<int64_t>(b.shape()[1], 1),
-                  std::max<int64_t>(n, 1), ab, ct};
+                  std::max<int64_t>(c.shape()[1], 1), ab, ct};
 }
 
 // The CpuDevice's GEMM: 16-bit operands as exact fp32 copies, fp32
 // accumulation (sgemm), then `bias` (n values, may be null) added to each
 // row in fp32, and C rounded once.
 absl::Status CpuGemm(const GemmArgs& g, float alpha, const void* pa, int64_t a_numel,
-                     const void* pb, int64_t b_numel, float beta, void* pc, const void* bias,
-                     DType bias_type) {
+                     const void* pb, int64_t b_numel, float beta, void* pc, int64_t c_numel,
+                     const void* bias, DType bias_type) {
   if (g.m == 0 || g.n == 0) return absl::OkStatus();
-  HostF32 fa(pa, g.ab, a_numel), fb(pb, g.ab, b_numel), fc(pc, g.ct, g.m * g.n);
+  HostF32 fa(pa, g.ab, a_numel), fb(pb, g.ab, b_numel), fc(pc, g.ct, c_numel);
   float* c32 = fc.data();
   if (g.k == 0) {  // C = beta * C; beta = 0 overwrites (even NaN)
-    for (int64_t i = 0; i < g.m * g.n; ++i) c32[i] = beta == 0.0f ? 0.0f : beta * c32[i];
+    for (int64_t i = 0; i < g.m; ++i) {
+      for (int64_t j = 0; j < g.n; ++j) {
+        float& x = c32[i * g.ldc + j];
+        x = beta == 0.0f ? 0.0f : beta * x;
+      }
+    }
   } else {
     cblas_sgemm(CblasRowMajor, g.transpose_a ? CblasTrans : CblasNoTrans,
                 g.transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(g.m),
@@ -271,32 +286,32 @@ absl::Status CpuGemm(const GemmArgs& g, float alpha, const void* pa, int64_t a_n
   if (bias != nullptr) {
     HostF32 fbias(bias, bias_type, g.n);
     for (int64_t i = 0; i < g.m; ++i) {
-      for (int64_t j = 0; j < g.n; ++j) c32[i * g.n + j] += fbias.data()[j];
+      for (int64_t j = 0; j < g.n; ++j) c32[i * g.ldc + j] += fbias.data()[j];
     }
   }
   return fc.Store();
 }
 }  // namespace
 
-absl::Status Matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
-                    const Tensor& c, float alpha, float beta, Stream& stream) {
+absl::Status Matmul(const MatrixView& a, bool transpose_a, const MatrixView& b, bool transpose_b,
+                    const MatrixView& c, float alpha, float beta, Stream& stream) {
   MEMWALL_ASSIGN_OR_RETURN(const GemmArgs g,
                            CheckGemm("Matmul", a, transpose_a, b, transpose_b, c, stream));
-  const void* pa = a.data();
-  const void* pb = b.data();
-  void* pc = c.data();
-  const int64_t a_numel = a.numel(), b_numel = b.numel();
+  const void* pa = a.tensor.data();
+  const void* pb = b.tensor.data();
+  void* pc = c.tensor.data();
+  const int64_t a_numel = a.tensor.numel(), b_numel = b.tensor.numel(), c_numel = c.tensor.numel();
   return Dispatch(
       stream, "Matmul",
-      [=] { return CpuGemm(g, alpha, pa, a_numel, pb, b_numel, beta, pc, nullptr, DType::kF32); },
+      [=] { return CpuGemm(g, alpha, pa, a_numel, pb, b_numel, beta, pc, c_numel, nullptr, DType::kF32); },
       [=](void* s) {
         return cuda::Gemm(g.transpose_a, g.transpose_b, g.m, g.n, g.k, alpha, pa, g.lda, pb, g.ldb,
                           ElemOf(g.ab), beta, pc, g.ldc, ElemOf(g.ct), nullptr, cuda::Elem::kF32, s);
       });
 }
 
-absl::Status MatmulBias(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
-                        const Tensor& bias, const Tensor& c, Stream& stream) {
+absl::Status MatmulBias(const MatrixView& a, bool transpose_a, const MatrixView& b, bool transpose_b,
+                        const Tensor& bias, const MatrixView& c, Stream& stream) {
   constexpr absl::string_view op = "MatmulBias";
   MEMWALL_ASSIGN_OR_RETURN(const GemmArgs g,
                            CheckGemm(op, a, transpose_a, b, transpose_b, c, stream));
@@ -308,14 +323,14 @@ absl::Status MatmulBias(const Tensor& a, bool transpose_a, const Tensor& b, bool
   }
   MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"bias", &bias, bt}}));
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"bias", &bias}, g.n, "c's columns"));
-  const void* pa = a.data();
-  const void* pb = b.data();
+  const void* pa = a.tensor.data();
+  const void* pb = b.tensor.data();
   const void* pbias = bias.data();
-  void* pc = c.data();
-  const int64_t a_numel = a.numel(), b_numel = b.numel();
+  void* pc = c.tensor.data();
+  const int64_t a_numel = a.tensor.numel(), b_numel = b.tensor.numel(), c_numel = c.tensor.numel();
   return Dispatch(
       stream, op,
-      [=] { return CpuGemm(g, 1.0f, pa, a_numel, pb, b_numel, 0.0f, pc, pbias, bt); },
+      [=] { return CpuGemm(g, 1.0f, pa, a_numel, pb, b_numel, 0.0f, pc, c_numel, pbias, bt); },
       [=](void* s) {
         return cuda::Gemm(g.transpose_a, g.transpose_b, g.m, g.n, g.k, 1.0f, pa, g.lda, pb, g.ldb,
                           ElemOf(g.ab), 0.0f, pc, g.ldc, ElemOf(g.ct), pbias, ElemOf(bt), s);
@@ -475,19 +490,21 @@ absl::Status LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& 
       });
 }
 
-absl::Status SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets,
+absl::Status SoftmaxCrossEntropy(const MatrixView& view, const Tensor& targets,
                                  const Tensor& losses, float grad_scale, Stream& stream) {
   constexpr absl::string_view op = "SoftmaxCrossEntropy";
+  const Tensor& logits = view.tensor;
   MEMWALL_ASSIGN_OR_RETURN(const DType at, ActivationType(op, "logits", logits));
   MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream,
                                        {{"logits", &logits, at},
                                         {"targets", &targets, DType::kI32},
                                         {"losses", &losses}}));
-  if (logits.shape().size() != 2 || logits.shape()[1] <= 0) {
+  if (logits.shape().size() != 2 || view.cols <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": logits ", ShapeString(logits), " must be (rows, vocabulary) with vocabulary > 0"));
   }
-  const int64_t rows = logits.shape()[0], v = logits.shape()[1];
+  MEMWALL_RETURN_IF_ERROR(CheckView(op, "logits", view));
+  const int64_t rows = logits.shape()[0], v = view.cols, ld = logits.shape()[1];
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"targets", &targets}, rows, "one per row of logits"));
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"losses", &losses}, rows, "one per row of logits"));
   if (!std::isfinite(grad_scale)) {
@@ -499,17 +516,17 @@ absl::Status SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets,
   if (OnCpu(stream)) {
     // Not Dispatch: the CPU path can report a bad target precisely.
     return stream.EnqueueHost([=]() -> absl::Status {
-      HostF32 l(pl, at, rows * v);
-      const int64_t bad = kernels::SoftmaxCrossEntropy(l.data(), pt, ploss, grad_scale, rows, v);
+      HostF32 l(pl, at, rows * ld);
+      const int64_t bad = kernels::SoftmaxCrossEntropy(l.data(), pt, ploss, grad_scale, rows, v, ld);
       MEMWALL_RETURN_IF_ERROR(l.Store());
       if (bad < 0) return absl::OkStatus();
       return absl::InvalidArgumentError(absl::StrCat(op, ": target ", pt[bad], " at row ", bad,
                                                      " is outside the vocabulary [0, ", v, ")"));
     });
   }
-  return CudaResult(
-      cuda::SoftmaxCrossEntropy(pl, pt, ploss, grad_scale, ElemOf(at), rows, v, stream.native_handle()),
-      op);
+  return CudaResult(cuda::SoftmaxCrossEntropy(pl, pt, ploss, grad_scale, ElemOf(at), rows, v, ld,
+                                              stream.native_handle()),
+                    op);
 }
 
 absl::Status Cast(const Tensor& src, const Tensor& dst, Stream& stream) {

@@ -33,26 +33,40 @@
 
 namespace memwall::ops {
 
+// The first `cols` columns of a 2-D tensor whose rows may be longer: row i
+// of the matrix starts at element i * tensor.shape()[1] (the leading
+// dimension), and the columns past `cols` are padding no op reads or
+// writes. The LM head's logits are such a matrix (models/gpt.h
+// PaddedVocab), so every row starts aligned for the tensor-core GEMMs. A 2-D
+// tensor converts to the view of all its columns.
+struct MatrixView {
+  MatrixView(const Tensor& t) : tensor(t), cols(t.shape().size() == 2 ? t.shape()[1] : 0) {}
+  MatrixView(const Tensor& t, int64_t cols) : tensor(t), cols(cols) {}
+  Tensor tensor;
+  int64_t cols;
+};
+
 // General matrix multiply, row-major:
 //   C = alpha * op(A) * op(B) + beta * C,  op(X) = X or X^T
-// op(A) is (M, K), op(B) is (K, N), C is (M, N). A, B and C are 2-D; a
-// linear layer flattens its leading dimensions first. beta = 1 accumulates
+// op(A) is (M, K), op(B) is (K, N), C is (M, N). A, B and C are 2-D
+// tensors or views of their first columns (MatrixView); a linear layer
+// flattens its leading dimensions first. beta = 1 accumulates
 // (weight gradients over micro-batches); beta = 0 overwrites even NaN.
 // A and B are both fp32, both fp16 or both bf16; C is fp32 or A's type.
 //   fp32:   CpuDevice OpenBLAS sgemm; CUDA cuBLAS sgemm (full fp32, no TF32).
 //   16-bit: products accumulate in fp32 and a 16-bit C is rounded once.
 //           CpuDevice: exact fp32 copies of A and B, then sgemm; CUDA:
 //           cublasLtMatmul on tensor cores with CUBLAS_COMPUTE_32F.
-absl::Status Matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
-                    const Tensor& c, float alpha, float beta, Stream& stream);
+absl::Status Matmul(const MatrixView& a, bool transpose_a, const MatrixView& b, bool transpose_b,
+                    const MatrixView& c, float alpha, float beta, Stream& stream);
 
 // C = op(A) op(B) + bias, the bias (N) added to every row: a linear
 // layer's y = xW + b as one op. A, B and C as for Matmul; the bias is
 // fp32, fp16 or bf16, and C's type when C is 16-bit. The bias is added to
 // the fp32 product and C rounded once: C = round(fp32(op(A) op(B)) + b).
 // CUDA: cuBLASLt's bias epilogue (ops/cuda_gemm.cu), so y is written once.
-absl::Status MatmulBias(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
-                        const Tensor& bias, const Tensor& c, Stream& stream);
+absl::Status MatmulBias(const MatrixView& a, bool transpose_a, const MatrixView& b, bool transpose_b,
+                        const Tensor& bias, const MatrixView& c, Stream& stream);
 
 // y = gelu(x), tanh approximation (formula in ops/kernels.h). y may be x.
 absl::Status Gelu(const Tensor& x, const Tensor& y, Stream& stream);
@@ -88,14 +102,15 @@ absl::Status CopyColumns(const Tensor& src, int64_t src_col, const Tensor& dst, 
                          int64_t width, Stream& stream);
 
 // Fused softmax cross-entropy over the vocabulary (formula in ops/kernels.h).
-//   logits (rows, v) fp32 or bf16: overwritten by d(sum of losses)/d(logits)
+//   logits (rows, v) fp32 or bf16, or a view of the first v columns of
+//     (rows, ld) (padding untouched): overwritten by d(sum of losses)/d(logits)
 //     * grad_scale (rounded once to bf16 for bf16 logits), so no second
 //     vocab-sized buffer exists;
 //   targets (rows) int32: a negative target is ignored (loss 0, gradient 0);
 //   losses (rows) fp32: per-row loss.
 // A target >= v is an InvalidArgument from the stream on the CpuDevice and a
 // NaN loss and gradient on CUDA.
-absl::Status SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets,
+absl::Status SoftmaxCrossEntropy(const MatrixView& logits, const Tensor& targets,
                                  const Tensor& losses, float grad_scale, Stream& stream);
 
 // Embedding lookup: ids (rows) int32, table (v, d), y (rows, d):

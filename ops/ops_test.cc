@@ -7,9 +7,11 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "ops/device_scratch_testing.h"
 #include "ops/gradcheck_testing.h"
 #include "ops/kernels.h"
 #include "runtime/cpu_device.h"
@@ -69,14 +71,14 @@ TEST(GradCheck, SoftmaxCrossEntropy) {
   const double grad_scale = 0.25;
   auto loss = [&](const std::vector<double>& l) {
     std::vector<double> copy = l, losses(rows);
-    kernels::SoftmaxCrossEntropy(copy.data(), targets.data(), losses.data(), 1.0, rows, v);
+    kernels::SoftmaxCrossEntropy(copy.data(), targets.data(), losses.data(), 1.0, rows, v, v);
     double sum = 0;
     for (double x : losses) sum += x;
     return sum * grad_scale;
   };
   std::vector<double> grad = logits, losses(rows);
   ASSERT_EQ(kernels::SoftmaxCrossEntropy(grad.data(), targets.data(), losses.data(), grad_scale,
-                                         rows, v),
+                                         rows, v, v),
             -1);
   ExpectGradientsMatch(grad, NumericGradient(loss, logits, 1e-5), "dlogits");
   EXPECT_EQ(losses[2], 0.0);
@@ -372,7 +374,7 @@ TEST(CrossEntropy, CpuDeviceMatchesFp64AtGpt2VocabularySize) {
   std::vector<double> ref(logits64.size()), losses(rows);
   for (size_t i = 0; i < ref.size(); ++i) ref[i] = static_cast<float>(logits64[i]);
   kernels::SoftmaxCrossEntropy(ref.data(), targets.data(), losses.data(), double(grad_scale),
-                               rows, v);
+                               rows, v, v);
   for (int64_t r = 0; r < rows; ++r) {
     // A sum of 50257 exponentials in fp32: relative error <= v * 2^-24 ~ 3e-3
     // in the worst case, ~sqrt(v) * 2^-24 ~ 1e-5 typically (5e-5 seen);
@@ -423,6 +425,110 @@ TEST(CudaOps, CrossEntropyMatchesTheCpuDevice) {
       // Both sides carry the fp32 error of their sum over v (see above).
       ASSERT_NEAR(g.grad[i], c.grad[i], 3e-4 * std::fabs(c.grad[i]) + 1e-12)
           << "rows=" << rows << " v=" << v << " i=" << i;
+    }
+  }
+}
+
+// ---- Rows padded for alignment (MatrixView) --------------------------------------
+
+// The LM head's ops in `dtype` on logits whose rows are `ld` >= v long:
+// logits = f w^T, the fused cross-entropy over them, df = dlogits w and
+// dw = dlogits^T f. The padding starts as NaN: read, it would poison every
+// result; written, it would not stay NaN. Returns the results (the first v
+// columns of each row) and whether every padding element is still NaN.
+struct HeadResult {
+  std::vector<float> dlogits, losses, df, dw;
+  bool padding_untouched = true;
+};
+
+HeadResult RunPaddedHead(Device& device, DType dtype, int64_t rows, int64_t v, int64_t k, int64_t ld) {
+  testing::Scratch s(device);
+  auto values = [&](int64_t n, double lo, double hi, uint32_t seed) {
+    const auto d = Random(n, lo, hi, seed);
+    return testing::RoundTo(std::vector<float>(d.begin(), d.end()), dtype);
+  };
+  const Tensor f = s.UploadAs(values(rows * k, -2, 2, 150), {rows, k}, dtype);
+  const Tensor w = s.UploadAs(values(v * k, -2, 2, 151), {v, k}, dtype);
+  const Tensor logits = s.UploadAs(std::vector<float>(rows * ld, std::nanf("")), {rows, ld}, dtype);
+  const Tensor df = s.UploadAs(std::vector<float>(rows * k), {rows, k}, dtype);
+  const Tensor dw = s.UploadAs(std::vector<float>(v * k), {v, k}, dtype);
+  std::vector<int32_t> targets(rows);
+  for (int64_t r = 0; r < rows; ++r) targets[r] = r == 1 ? -1 : static_cast<int32_t>((r * 7919) % v);
+  const Tensor tt = s.Upload(targets, {rows}, DType::kI32), losses = s.Zeros({rows});
+  const MatrixView view(logits, v);
+  Stream& st = s.stream();
+  EXPECT_TRUE(Matmul(f, false, w, true, view, 1.0f, 0.0f, st).ok());
+  EXPECT_TRUE(SoftmaxCrossEntropy(view, tt, losses, 0.25f, st).ok());
+  EXPECT_TRUE(Matmul(view, false, w, false, df, 1.0f, 0.0f, st).ok());
+  EXPECT_TRUE(Matmul(view, true, f, false, dw, 1.0f, 0.0f, st).ok());
+  HeadResult out;
+  const std::vector<float> stored = s.Download(logits);
+  for (int64_t r = 0; r < rows; ++r) {
+    out.dlogits.insert(out.dlogits.end(), stored.begin() + r * ld, stored.begin() + r * ld + v);
+    for (int64_t j = v; j < ld; ++j) out.padding_untouched &= std::isnan(stored[r * ld + j]);
+  }
+  out.losses = s.Download(losses);
+  out.df = s.Download(df);
+  out.dw = s.Download(dw);
+  return out;
+}
+
+TEST(PaddedRows, TheLmHeadOnPaddedLogitsIsTheUnpaddedOneBitForBit) {
+  auto cpu = *CreateCpuDevice();
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const int64_t rows = 9, v = 300, k = 24;
+    const HeadResult padded = RunPaddedHead(*cpu, dtype, rows, v, k, 384);
+    const HeadResult plain = RunPaddedHead(*cpu, dtype, rows, v, k, v);
+    const std::string name(DTypeName(dtype));
+    EXPECT_TRUE(padded.padding_untouched) << name;
+    EXPECT_EQ(padded.dlogits, plain.dlogits) << name;
+    EXPECT_EQ(padded.losses, plain.losses) << name;
+    EXPECT_EQ(padded.df, plain.df) << name;
+    EXPECT_EQ(padded.dw, plain.dw) << name;
+    for (float x : padded.dw) ASSERT_TRUE(std::isfinite(x)) << name;
+  }
+}
+
+TEST(PaddedRows, ViewsAreChecked) {
+  auto cpu = *CreateCpuDevice();
+  std::vector<float> buf(64), out(8);
+  const Tensor a(buf.data(), DType::kF32, {2, 8}), b(buf.data(), DType::kF32, {8, 4});
+  const Tensor c(out.data(), DType::kF32, {2, 4});
+  Stream& s = cpu->compute_stream();
+  absl::Status st = Matmul(MatrixView(a, 9), false, b, false, c, 1.0f, 0.0f, s);
+  EXPECT_NE(st.message().find("Matmul: a uses 9 columns of [2, 8]; a view has 0 to 8"), std::string::npos) << st;
+  st = Matmul(MatrixView(a, 5), false, b, false, c, 1.0f, 0.0f, s);
+  EXPECT_NE(st.message().find("op(a) is (2, 5), op(b) is (8, 4)"), std::string::npos) << st;
+  const Tensor b3(buf.data(), DType::kF32, {3, 8});  // op(b) = its first 4 columns, transposed: (4, 3)
+  EXPECT_TRUE(Matmul(MatrixView(a, 4), false, MatrixView(b3, 4), true, MatrixView(c, 3), 1.0f, 0.0f, s).ok());
+  std::vector<int32_t> targets(2, 0);
+  st = SoftmaxCrossEntropy(MatrixView(a, 0), Tensor(targets.data(), DType::kI32, {2}),
+                           Tensor(buf.data(), DType::kF32, {2}), 1.0f, s);
+  EXPECT_NE(st.message().find("with vocabulary > 0"), std::string::npos) << st;
+  EXPECT_TRUE(s.Synchronize().ok());
+}
+
+TEST(CudaOps, TheLmHeadOnPaddedLogitsMatchesTheCpuDevice) {
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto gpu = *CreateCudaDevice();
+  auto cpu = *CreateCpuDevice();
+  // GPT-2's vocabulary in rows of 50304, as the model stores them.
+  const int64_t rows = 5, v = 50257, k = 64, ld = 50304;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const HeadResult g = RunPaddedHead(*gpu, dtype, rows, v, k, ld);
+    const HeadResult c = RunPaddedHead(*cpu, dtype, rows, v, k, v);
+    const std::string name(DTypeName(dtype));
+    EXPECT_TRUE(g.padding_untouched) << name;
+    // Sums in another order: the logits' GEMM (k = 64 terms) and the sum
+    // over v differ in fp32, then bf16 rounds once more.
+    const double rel = dtype == DType::kBF16 ? 0x1p-7 : 3e-4;
+    for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(g.losses[r], c.losses[r], 1e-3 * (1 + c.losses[r])) << name;
+    for (size_t i = 0; i < g.dw.size(); ++i) {
+      ASSERT_NEAR(g.dw[i], c.dw[i], rel * (std::fabs(c.dw[i]) + 1e-3)) << name << " dw " << i;
+    }
+    for (size_t i = 0; i < g.df.size(); ++i) {
+      ASSERT_NEAR(g.df[i], c.df[i], rel * (std::fabs(c.df[i]) + 1e-3)) << name << " df " << i;
     }
   }
 }
