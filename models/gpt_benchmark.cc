@@ -18,8 +18,9 @@
 // BM_Gpt{Cpu,Cuda}Breakdown: where a step's time goes, from the model's own
 //   module hooks (each hook synchronizes the stream, so the step is slower
 //   than above): fractions of the step in the Linear layers (GEMM + bias),
-//   attention (the fused op alone), LayerNorm, GELU, the residual adds,
-//   and wte (embeddings plus the tied LM head and its fused cross-entropy).
+//   attention (the fused op alone), LayerNorm (ln_2's with the residual add
+//   fused before it), GELU, the other residual adds, and wte (embeddings
+//   plus the tied LM head and its fused cross-entropy).
 //
 //   ./bazelw run //models:gpt_benchmark
 #include <algorithm>
@@ -144,7 +145,7 @@ class Breakdown {
     if (name == "mlp") return "gelu";
     if (name == "wte" || name == "wpe") return "embeddings_and_head";
     if (name == "h" || name.empty()) return "other";
-    return "residual";  // a block's own work: the two residual adds
+    return "residual";  // a block's own work: the residual add after the MLP
   }
   Stream& stream_;
   std::vector<Open> open_;

@@ -162,6 +162,14 @@ absl::Status LayerNormModule::Forward(const Tensor& x, const Tensor& y, const Te
   return scope.Finish();
 }
 
+absl::Status LayerNormModule::ForwardAfterAdd(const Tensor& a, const Tensor& b, const Tensor& x, const Tensor& y,
+                                              const Tensor& mean, const Tensor& rstd, Stream& s) {
+  MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Forward(*this));
+  MEMWALL_RETURN_IF_ERROR(
+      ops::AddLayerNorm(a, b, weight_->value, bias_->value, kLayerNormEps, x, y, mean, rstd, s));
+  return scope.Finish();
+}
+
 absl::Status LayerNormModule::Backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                                        const Tensor& rstd, const Tensor& dx, Stream& s) {
   MEMWALL_ASSIGN_OR_RETURN(HookScope scope, HookScope::Backward(*this));
@@ -256,8 +264,8 @@ absl::Status Block::Forward(const Tensor& x, BlockActivations& a, const Tensor& 
   const int64_t rows = batch * t;
   MEMWALL_RETURN_IF_ERROR(ln_1_->Forward(x, a.ln1, a.mean1, a.rstd1, s));
   MEMWALL_RETURN_IF_ERROR(attn_->Forward(a.ln1, a, a.mid, batch, t, s));
-  MEMWALL_RETURN_IF_ERROR(ops::Add(x, a.mid, a.mid, s));
-  MEMWALL_RETURN_IF_ERROR(ln_2_->Forward(a.mid, a.ln2, a.mean2, a.rstd2, s));
+  // mid = x + attn(ln_1(x)); ln2 = ln_2(mid), in one pass.
+  MEMWALL_RETURN_IF_ERROR(ln_2_->ForwardAfterAdd(x, a.mid, a.mid, a.ln2, a.mean2, a.rstd2, s));
   MEMWALL_RETURN_IF_ERROR(mlp_->Forward(a.ln2, a, x_out, rows, s));
   MEMWALL_RETURN_IF_ERROR(ops::Add(a.mid, x_out, x_out, s));
   return scope.Finish();

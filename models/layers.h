@@ -150,6 +150,10 @@ class LayerNormModule : public Module {
  public:
   LayerNormModule(std::string name, int64_t d);
   absl::Status Forward(const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& rstd, Stream& s);
+  // x = a + b (the residual connection before this LayerNorm; x may alias a
+  // or b), then Forward(x) in the same pass (ops::AddLayerNorm).
+  absl::Status ForwardAfterAdd(const Tensor& a, const Tensor& b, const Tensor& x, const Tensor& y,
+                               const Tensor& mean, const Tensor& rstd, Stream& s);
   absl::Status Backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                         const Tensor& dx, Stream& s);
 

@@ -107,14 +107,23 @@ __device__ float BlockSum(float v, float* shared) {
 }
 
 // One block per row: mean, then variance about the mean (two passes, as
-// ops/kernels.h), then the normalized, scaled output.
-template <typename A, typename P>
-__global__ void LayerNormForwardKernel(const typename A::T* __restrict__ x, const typename P::T* gamma,
+// ops/kernels.h), then the normalized, scaled output. With kAdd, x is first
+// written as the residual sum round(add_a + add_b) (x may alias either),
+// each thread its own elements, which it then reads back: the statistics
+// are those of the stored sum, as Add then LayerNorm would compute them.
+template <typename A, typename P, bool kAdd>
+__global__ void LayerNormForwardKernel(const typename A::T* add_a, const typename A::T* add_b,
+                                       typename A::T* x, const typename P::T* gamma,
                                        const typename P::T* beta, float eps, typename A::T* y,
                                        float* mean, float* rstd, int64_t d) {
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
-  const typename A::T* xr = x + row * d;
+  typename A::T* xr = x + row * d;
+  if constexpr (kAdd) {
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      xr[j] = A::Store(A::Load(add_a[row * d + j]) + A::Load(add_b[row * d + j]));
+    }
+  }
   float sum = 0.0f;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) sum += A::Load(xr[j]);
   const float m = BlockSum(sum, shared) / static_cast<float>(d);
@@ -344,15 +353,21 @@ int Add(const void* a, const void* b, void* y, Elem e, int64_t n, void* stream) 
   });
 }
 
-int LayerNormForward(const void* x, const void* gamma, const void* beta, Elem a, Elem p, float eps,
-                     void* y, float* mean, float* rstd, int64_t rows, int64_t d, void* stream) {
+int LayerNormForward(const void* add_a, const void* add_b, void* x, const void* gamma, const void* beta,
+                     Elem a, Elem p, float eps, void* y, float* mean, float* rstd, int64_t rows, int64_t d,
+                     void* stream) {
   if (rows == 0) return 0;
   return WithElems(a, p, [&](auto act, auto par) {
     using A = decltype(act);
     using P = decltype(par);
-    LayerNormForwardKernel<A, P><<<static_cast<unsigned>(rows), kThreads, 0,
-                                   static_cast<cudaStream_t>(stream)>>>(
-        As<A>(x), As<P>(gamma), As<P>(beta), eps, As<A>(y), mean, rstd, d);
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (add_a != nullptr) {
+      LayerNormForwardKernel<A, P, true><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
+          As<A>(add_a), As<A>(add_b), As<A>(x), As<P>(gamma), As<P>(beta), eps, As<A>(y), mean, rstd, d);
+    } else {
+      LayerNormForwardKernel<A, P, false><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
+          nullptr, nullptr, As<A>(x), As<P>(gamma), As<P>(beta), eps, As<A>(y), mean, rstd, d);
+    }
     return Launched();
   });
 }

@@ -41,9 +41,11 @@ int GeluForward(const void* x, void* y, Elem a, int64_t n, void* stream);
 int GeluBackward(const void* x, const void* dy, void* dx, Elem a, int64_t n, void* stream);
 int Add(const void* a, const void* b, void* y, Elem e, int64_t n, void* stream);
 // x, y, dy, dx are stored as `a`; gamma, beta, dgamma, dbeta as `p`; mean
-// and rstd are fp32.
-int LayerNormForward(const void* x, const void* gamma, const void* beta, Elem a, Elem p, float eps,
-                     void* y, float* mean, float* rstd, int64_t rows, int64_t d, void* stream);
+// and rstd are fp32. With add_a and add_b (else null), x is first written as
+// round(add_a + add_b) (x may alias either) and normalized from there.
+int LayerNormForward(const void* add_a, const void* add_b, void* x, const void* gamma, const void* beta,
+                     Elem a, Elem p, float eps, void* y, float* mean, float* rstd, int64_t rows, int64_t d,
+                     void* stream);
 int LayerNormBackward(const void* dy, const void* x, const void* gamma, const float* mean,
                       const float* rstd, void* dx, void* dgamma, void* dbeta, Elem a, Elem p,
                       int64_t rows, int64_t d, void* stream);

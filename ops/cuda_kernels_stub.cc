@@ -11,8 +11,8 @@ int Gemm(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t, con
 int GeluForward(const void*, void*, Elem, int64_t, void*) { return kNotBuiltWithCuda; }
 int GeluBackward(const void*, const void*, void*, Elem, int64_t, void*) { return kNotBuiltWithCuda; }
 int Add(const void*, const void*, void*, Elem, int64_t, void*) { return kNotBuiltWithCuda; }
-int LayerNormForward(const void*, const void*, const void*, Elem, Elem, float, void*, float*, float*,
-                     int64_t, int64_t, void*) {
+int LayerNormForward(const void*, const void*, void*, const void*, const void*, Elem, Elem, float, void*,
+                     float*, float*, int64_t, int64_t, void*) {
   return kNotBuiltWithCuda;
 }
 int LayerNormBackward(const void*, const void*, const void*, const float*, const float*, void*,

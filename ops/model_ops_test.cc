@@ -433,6 +433,59 @@ TEST(CpuDeviceOps, Bf16ActivationsAreTheFp32OpsRoundedOnce) {
   }
 }
 
+// AddLayerNorm(a, b) into `sum` (aliasing b, as the model's blocks call it)
+// on `device`, or (fused = false) Add then LayerNorm: sum, y, mean, rstd.
+std::vector<std::vector<float>> RunAddLayerNorm(Device& device, DType at, bool fused) {
+  const int64_t rows = 67, d = 96;
+  Scratch s(device);
+  auto act = [&](int64_t n, double lo, double hi, uint32_t seed) {
+    return s.UploadAs(testing::RoundTo(Floats(Random(n, lo, hi, seed)), DType::kBF16), {rows, d}, at);
+  };
+  const Tensor a = act(rows * d, -3, 3, 160), b = act(rows * d, -3, 3, 161), y = act(rows * d, 0, 0, 162);
+  const Tensor gamma = s.UploadAs(Floats(Random(d, 0.5, 1.5, 163)), {d}, DType::kBF16);
+  const Tensor beta = s.UploadAs(Floats(Random(d, -0.5, 0.5, 164)), {d}, DType::kBF16);
+  const Tensor mean = s.Zeros({rows}), rstd = s.Zeros({rows});
+  if (fused) {
+    const absl::Status st = AddLayerNorm(a, b, gamma, beta, 1e-5f, b, y, mean, rstd, s.stream());
+    EXPECT_TRUE(st.ok()) << st;
+  } else {
+    EXPECT_TRUE(Add(a, b, b, s.stream()).ok());
+    EXPECT_TRUE(LayerNorm(b, gamma, beta, 1e-5f, y, mean, rstd, s.stream()).ok());
+  }
+  return {s.Download(b), s.Download(y), s.Download(mean), s.Download(rstd)};
+}
+
+TEST(CpuDeviceOps, AddLayerNormIsAddThenLayerNormBitForBit) {
+  auto cpu = *CreateCpuDevice();
+  for (DType at : {DType::kF32, DType::kBF16}) {
+    EXPECT_EQ(RunAddLayerNorm(*cpu, at, true), RunAddLayerNorm(*cpu, at, false)) << DTypeName(at);
+  }
+}
+
+TEST(CudaOps, AddLayerNormMatchesAddThenLayerNormOnTheCpuDevice) {
+  // The sum is one fp32 addition rounded once on both devices: equal. y,
+  // mean and rstd carry LayerNorm's fp32 tolerance against the CpuDevice
+  // (1e-5 relative), plus two bf16 roundings (u = 2^-8) for a bf16 y.
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
+  auto gpu = *CreateCudaDevice();
+  auto cpu = *CreateCpuDevice();
+  for (DType at : {DType::kF32, DType::kBF16}) {
+    const auto g = RunAddLayerNorm(*gpu, at, true), c = RunAddLayerNorm(*cpu, at, false);
+    const std::string name(DTypeName(at));
+    EXPECT_EQ(g[0], c[0]) << name << " sum";
+    const double u = at == DType::kBF16 ? 1.0 / 256 : 0.0;
+    for (size_t k = 1; k < g.size(); ++k) {
+      const bool rounded = k == 1;  // y is an activation; mean and rstd are fp32
+      for (size_t j = 0; j < g[k].size(); ++j) {
+        const double cv = std::fabs(c[k][j]);
+        const double bound = 1e-5 * std::max(1.0, cv) * (1 + u) + (rounded ? 2 * u * (cv + 1e-5) : 0.0);
+        ASSERT_LE(std::fabs(double(g[k][j]) - double(c[k][j])), bound) << name << " output " << k << "[" << j << "]";
+      }
+    }
+  }
+}
+
 TEST(OpsErrors, ActivationsAreFp32OrBf16AndShareOneType) {
   auto device = *CreateCpuDevice();
   Scratch s(*device);
@@ -448,6 +501,11 @@ TEST(OpsErrors, ActivationsAreFp32OrBf16AndShareOneType) {
   EXPECT_NE(st.message().find("LayerNorm: y is fp32; this op takes bf16"), std::string::npos) << st;
   st = AddBias(x16, bias, s.stream());
   EXPECT_NE(st.message().find("AddBias: y is fp16"), std::string::npos) << st;
+  st = AddLayerNorm(xb, x32, bias, bias, 1e-5f, xb, xb, row, row, s.stream());
+  EXPECT_NE(st.message().find("AddLayerNorm: b is fp32; this op takes bf16"), std::string::npos) << st;
+  st = AddLayerNorm(xb, Tensor(mem.data(), DType::kBF16, {8, 4}), bias, bias, 1e-5f, xb, xb, row, row, s.stream());
+  EXPECT_NE(st.message().find("AddLayerNorm: b [8, 4] and sum [4, 8] must have the same shape"), std::string::npos)
+      << st;
   st = SoftmaxCrossEntropy(x16, Tensor(mem.data(), DType::kI32, {4}), row, 1.0f, s.stream());
   EXPECT_NE(st.message().find("SoftmaxCrossEntropy: logits is fp16"), std::string::npos) << st;
 }

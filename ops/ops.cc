@@ -398,27 +398,38 @@ absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& y, Stream& stre
       [=](void* s) { return cuda::Add(pa, pb, py, ElemOf(t), n, s); });
 }
 
-absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
-                       const Tensor& y, const Tensor& mean, const Tensor& rstd, Stream& stream) {
-  constexpr absl::string_view op = "LayerNorm";
+namespace {
+// LayerNorm, or with a residual (`add`: a and b, else null) AddLayerNorm,
+// whose x is written as round(a + b) first.
+absl::Status LayerNormWithResidual(absl::string_view op, const std::pair<const Tensor*, const Tensor*>* add,
+                                   const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                                   const Tensor& y, const Tensor& mean, const Tensor& rstd, Stream& stream) {
   MEMWALL_ASSIGN_OR_RETURN(const DType pt, StorageType(op, {{"gamma", &gamma}, {"beta", &beta}}));
-  MEMWALL_ASSIGN_OR_RETURN(const DType at, ActivationType(op, "x", x));
+  const char* x_name = add != nullptr ? "sum" : "x";
+  MEMWALL_ASSIGN_OR_RETURN(const DType at, ActivationType(op, x_name, x));
   MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream,
-                                       {{"x", &x, at}, {"gamma", &gamma, pt}, {"beta", &beta, pt},
+                                       {{x_name, &x, at}, {"gamma", &gamma, pt}, {"beta", &beta, pt},
                                         {"y", &y, at}, {"mean", &mean}, {"rstd", &rstd}}));
+  if (add != nullptr) {
+    MEMWALL_RETURN_IF_ERROR(CheckTensors(op, stream, {{"a", add->first, at}, {"b", add->second, at}}));
+    MEMWALL_RETURN_IF_ERROR(SameShape(op, {"a", add->first}, {x_name, &x}));
+    MEMWALL_RETURN_IF_ERROR(SameShape(op, {"b", add->second}, {x_name, &x}));
+  }
   MEMWALL_ASSIGN_OR_RETURN(const auto rows_d, RowsAndWidth(op, x));
   // Named copies, not a structured binding: lambdas below capture them
   // (clang before 16 cannot capture bindings).
   const int64_t rows = rows_d.first, d = rows_d.second;
-  MEMWALL_RETURN_IF_ERROR(SameShape(op, {"x", &x}, {"y", &y}));
+  MEMWALL_RETURN_IF_ERROR(SameShape(op, {x_name, &x}, {"y", &y}));
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"gamma", &gamma}, d, "x's last dimension"));
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"beta", &beta}, d, "x's last dimension"));
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"mean", &mean}, rows, "one per row of x"));
   MEMWALL_RETURN_IF_ERROR(HasElements(op, {"rstd", &rstd}, rows, "one per row of x"));
   if (!(eps > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("LayerNorm: eps must be > 0, got ", eps));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": eps must be > 0, got ", eps));
   }
-  const void* px = x.data();
+  const void* pa = add != nullptr ? add->first->data() : nullptr;
+  const void* pb_add = add != nullptr ? add->second->data() : nullptr;
+  void* px = x.data();
   const void* pg = gamma.data();
   const void* pb = beta.data();
   void* py = y.data();
@@ -427,14 +438,30 @@ absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   return Dispatch(
       stream, op,
       [=]() -> absl::Status {
+        // The residual sum exactly as Add computes it, then LayerNorm of it.
+        if (pa != nullptr) MEMWALL_RETURN_IF_ERROR(HostAdd(pa, pb_add, px, at, rows * d, nullptr, &CpuPool()));
         const HostF32 g(pg, pt, d), b(pb, pt, d), fx(px, at, rows * d);
         HostF32 fy(py, at, rows * d);
         kernels::LayerNormForward(fx.data(), g.data(), b.data(), eps, fy.data(), pm, pr, rows, d);
         return fy.Store();
       },
       [=](void* s) {
-        return cuda::LayerNormForward(px, pg, pb, ElemOf(at), ElemOf(pt), eps, py, pm, pr, rows, d, s);
+        return cuda::LayerNormForward(pa, pb_add, px, pg, pb, ElemOf(at), ElemOf(pt), eps, py, pm, pr, rows,
+                                      d, s);
       });
+}
+}  // namespace
+
+absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                       const Tensor& y, const Tensor& mean, const Tensor& rstd, Stream& stream) {
+  return LayerNormWithResidual("LayerNorm", nullptr, x, gamma, beta, eps, y, mean, rstd, stream);
+}
+
+absl::Status AddLayerNorm(const Tensor& a, const Tensor& b, const Tensor& gamma, const Tensor& beta,
+                          float eps, const Tensor& sum, const Tensor& y, const Tensor& mean,
+                          const Tensor& rstd, Stream& stream) {
+  const std::pair<const Tensor*, const Tensor*> add{&a, &b};
+  return LayerNormWithResidual("AddLayerNorm", &add, sum, gamma, beta, eps, y, mean, rstd, stream);
 }
 
 absl::Status LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& gamma,

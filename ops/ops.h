@@ -83,6 +83,14 @@ absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& y, Stream& stre
 //   numel(x) / d, saved for LayerNormBackward.
 absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                        const Tensor& y, const Tensor& mean, const Tensor& rstd, Stream& stream);
+// The residual connection and the LayerNorm after it, in one pass:
+//   sum = a + b, then y = LayerNorm(sum), mean and rstd as above,
+// exactly as Add then LayerNorm compute them (the statistics are of the
+// stored, rounded sum); on CUDA one kernel, so the sum is not read back
+// from device memory by a second one. sum may alias a or b.
+absl::Status AddLayerNorm(const Tensor& a, const Tensor& b, const Tensor& gamma, const Tensor& beta,
+                          float eps, const Tensor& sum, const Tensor& y, const Tensor& mean,
+                          const Tensor& rstd, Stream& stream);
 // dx = d(loss)/dx (overwritten; must not alias dy); dgamma, dbeta accumulate (+=).
 absl::Status LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                const Tensor& mean, const Tensor& rstd, const Tensor& dx,

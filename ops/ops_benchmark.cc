@@ -6,11 +6,11 @@
 //
 //   compute-bound rows (GEMMs, attention): tflops beside gemm_tflops, the
 //     rate of the plain (8192, 2048) x (2048, 8192) bf16 GEMM;
-//   memory-bound rows (LayerNorm, GELU, residual add, column sums,
-//     cross-entropy, embedding): gb_per_s, the bytes the op must move at
-//     least (each input read once, each output written once) over its
-//     time, beside copy_gb_per_s, a 1 GiB device-to-device copy counted
-//     the same way (read + write).
+//   memory-bound rows (LayerNorm, the fused residual add + LayerNorm, GELU,
+//     residual add, column sums, cross-entropy, embedding): gb_per_s, the
+//     bytes the op must move at least (each input read once, each output
+//     written once) over its time, beside copy_gb_per_s, a 1 GiB
+//     device-to-device copy counted the same way (read + write).
 //
 // FLOPs: a GEMM is 2mnk; causal attention's forward is two (t, t, hd)
 // products per head with half the scores masked, 2 b h t^2 hd, and its
@@ -204,6 +204,27 @@ void BM_CudaLayerNorm(benchmark::State& state, bool backward) {
 }
 BENCHMARK_CAPTURE(BM_CudaLayerNorm, forward, false)->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK_CAPTURE(BM_CudaLayerNorm, backward, true)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// The residual add and ln_2 of a block: AddLayerNorm (one kernel) against
+// Add then LayerNorm. Both are charged the fused op's least traffic: a and
+// b in, sum and y out, and the row statistics.
+void BM_CudaAddLayerNorm(benchmark::State& state, bool fused) {
+  OnGpu(state, [&](Device& device, Bench& b) {
+    const Tensor x = b.Make({kRows, kHidden}, DType::kBF16), r = b.Make({kRows, kHidden}, DType::kBF16);
+    const Tensor sum = b.Make({kRows, kHidden}, DType::kBF16), y = b.Make({kRows, kHidden}, DType::kBF16);
+    const Tensor gamma = b.Make({kHidden}, DType::kBF16), beta = b.Make({kHidden}, DType::kBF16);
+    const Tensor mean = b.Make({kRows}, DType::kF32), rstd = b.Make({kRows}, DType::kF32);
+    const double t = b.Time([&]() -> absl::Status {
+      if (fused) return AddLayerNorm(x, r, gamma, beta, 1e-5f, sum, y, mean, rstd, b.stream());
+      if (absl::Status st = Add(x, r, sum, b.stream()); !st.ok()) return st;
+      return LayerNorm(sum, gamma, beta, 1e-5f, y, mean, rstd, b.stream());
+    });
+    MemoryCounters(state, device, 8.0 * kRows * kHidden + 8.0 * kRows, t);
+    return absl::OkStatus();
+  });
+}
+BENCHMARK_CAPTURE(BM_CudaAddLayerNorm, fused, true)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK_CAPTURE(BM_CudaAddLayerNorm, add_then_layernorm, false)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 void BM_CudaGelu(benchmark::State& state, bool backward) {
   OnGpu(state, [&](Device& device, Bench& b) {
