@@ -1,6 +1,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 
 #include "ops/cuda_kernels.h"
 #include "runtime/dtype_bits.h"
@@ -59,36 +61,98 @@ unsigned GridFor(int64_t n) {
   return static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
 }
 
-// y may be x (one element read, then written, per thread).
-template <typename A>
-__global__ void GeluForwardKernel(const typename A::T* x, typename A::T* y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const float v = A::Load(x[i]);
-    const float u = kGeluScale * (v + kGeluCubic * v * v * v);
-    y[i] = A::Store(0.5f * v * (1.0f + tanhf(u)));
+// --- 128-bit accesses ---------------------------------------------------------
+// A group is the 16 bytes one 128-bit load or store moves: kGroup<T>
+// elements (4 fp32, 8 bf16). Kernels hand out whole groups (a row kernel's
+// thread takes the groups at j = kGroup * (threadIdx.x + i * blockDim.x)),
+// so a reduction's order depends only on the shape. Whether a group moves
+// as one 16-byte access (kWide) or element by element is the host's choice
+// from the pointers' alignment, and changes no result.
+template <typename T>
+constexpr int kGroup = 16 / static_cast<int>(sizeof(T));
+template <typename T>
+struct alignas(16) Group {
+  T v[kGroup<T>];
+};
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// Every row of `ld` elements of T from `base` starts on 16 bytes.
+template <typename T>
+bool RowsAligned16(const void* base, int64_t ld) {
+  return Aligned16(base) && (ld * static_cast<int64_t>(sizeof(T))) % 16 == 0;
+}
+
+// v = p[j, j + kGroup) widened to fp32, elements at or past `end` read as 0
+// (and not loaded); returns how many are before `end`. j is a multiple of
+// kGroup, so with kWide p + j is 16-byte aligned.
+template <typename A, bool kWide>
+__device__ int LoadGroup(const typename A::T* p, int64_t j, int64_t end, float (&v)[kGroup<typename A::T>]) {
+  using T = typename A::T;
+  constexpr int kN = kGroup<T>;
+  if (kWide && j + kN <= end) {
+    const Group<T> g = *reinterpret_cast<const Group<T>*>(p + j);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) v[k] = A::Load(g.v[k]);
+    return kN;
+  }
+  const int valid = static_cast<int>(min(int64_t{kN}, end - j));
+#pragma unroll
+  for (int k = 0; k < kN; ++k) v[k] = k < valid ? A::Load(p[j + k]) : 0.0f;
+  return valid;
+}
+// p[j, min(j + kGroup, end)) = v rounded to A once; nothing at or past `end`.
+template <typename A, bool kWide>
+__device__ void StoreGroup(typename A::T* p, int64_t j, int64_t end, const float (&v)[kGroup<typename A::T>]) {
+  using T = typename A::T;
+  constexpr int kN = kGroup<T>;
+  if (kWide && j + kN <= end) {
+    Group<T> g;
+#pragma unroll
+    for (int k = 0; k < kN; ++k) g.v[k] = A::Store(v[k]);
+    *reinterpret_cast<Group<T>*>(p + j) = g;
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    if (j + k < end) p[j + k] = A::Store(v[k]);
   }
 }
 
-template <typename A>
-__global__ void GeluBackwardKernel(const typename A::T* x, const typename A::T* dy,
-                                   typename A::T* dx, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const float v = A::Load(x[i]);
+// --- Elementwise ops ------------------------------------------------------------
+struct GeluOp {  // y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  __device__ float operator()(float v, float) const {
+    const float u = kGeluScale * (v + kGeluCubic * v * v * v);
+    return 0.5f * v * (1.0f + tanhf(u));
+  }
+};
+struct GeluBackwardOp {  // dx = dy * GELU'(x)
+  __device__ float operator()(float v, float dy) const {
     const float u = kGeluScale * (v + kGeluCubic * v * v * v);
     const float t = tanhf(u);
     const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
-    dx[i] = A::Store(A::Load(dy[i]) * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du));
+    return dy * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
   }
-}
+};
+struct AddOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
 
-template <typename P>
-__global__ void AddKernel(const typename P::T* a, const typename P::T* b, typename P::T* y,
-                          int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] = P::Store(P::Load(a[i]) + P::Load(b[i]));
+// y[i] = P::Store(op(P::Load(a[i]), P::Load(b[i]))) for i < n (b is not
+// read when kArity is 1), a group per thread in grid-stride order. y may
+// alias a or b: each element is read before it is written, by the thread
+// that writes it.
+template <typename P, bool kWide, int kArity, typename Op>
+__global__ void MapKernel(Op op, const typename P::T* a, const typename P::T* b, typename P::T* y, int64_t n) {
+  constexpr int kN = kGroup<typename P::T>;
+  const int64_t groups = (n + kN - 1) / kN;
+  for (int64_t g = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; g < groups;
+       g += int64_t{gridDim.x} * blockDim.x) {
+    float va[kN], vb[kN] = {};
+    LoadGroup<P, kWide>(a, g * kN, n, va);
+    if constexpr (kArity == 2) LoadGroup<P, kWide>(b, g * kN, n, vb);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) va[k] = op(va[k], vb[k]);
+    StoreGroup<P, kWide>(y, g * kN, n, va);
   }
 }
 
@@ -109,33 +173,54 @@ __device__ float BlockSum(float v, float* shared) {
 // One block per row: mean, then variance about the mean (two passes, as
 // ops/kernels.h), then the normalized, scaled output. With kAdd, x is first
 // written as the residual sum round(add_a + add_b) (x may alias either),
-// each thread its own elements, which it then reads back: the statistics
-// are those of the stored sum, as Add then LayerNorm would compute them.
-template <typename A, typename P, bool kAdd>
+// each thread its own groups, which it then reads back: the statistics are
+// those of the stored sum, as Add then LayerNorm would compute them.
+template <typename A, typename P, bool kAdd, bool kWide>
 __global__ void LayerNormForwardKernel(const typename A::T* add_a, const typename A::T* add_b,
                                        typename A::T* x, const typename P::T* gamma,
                                        const typename P::T* beta, float eps, typename A::T* y,
                                        float* mean, float* rstd, int64_t d) {
+  constexpr int kN = kGroup<typename A::T>;
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
+  const int64_t first = int64_t{threadIdx.x} * kN, step = int64_t{blockDim.x} * kN;
   typename A::T* xr = x + row * d;
+  float v[kN];
   if constexpr (kAdd) {
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-      xr[j] = A::Store(A::Load(add_a[row * d + j]) + A::Load(add_b[row * d + j]));
+    for (int64_t j = first; j < d; j += step) {
+      float w[kN];
+      LoadGroup<A, kWide>(add_a + row * d, j, d, v);
+      LoadGroup<A, kWide>(add_b + row * d, j, d, w);
+#pragma unroll
+      for (int k = 0; k < kN; ++k) v[k] += w[k];
+      StoreGroup<A, kWide>(xr, j, d, v);
     }
   }
   float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) sum += A::Load(xr[j]);
+  for (int64_t j = first; j < d; j += step) {
+    LoadGroup<A, kWide>(xr, j, d, v);  // past d: 0, adding nothing
+#pragma unroll
+    for (int k = 0; k < kN; ++k) sum += v[k];
+  }
   const float m = BlockSum(sum, shared) / static_cast<float>(d);
   float sq = 0.0f;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-    const float c = A::Load(xr[j]) - m;
-    sq += c * c;
+  for (int64_t j = first; j < d; j += step) {
+    const int valid = LoadGroup<A, kWide>(xr, j, d, v);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const float c = v[k] - m;
+      if (k < valid) sq += c * c;
+    }
   }
   const float s = rsqrtf(BlockSum(sq, shared) / static_cast<float>(d) + eps);
   typename A::T* yr = y + row * d;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-    yr[j] = A::Store((A::Load(xr[j]) - m) * s * P::Load(gamma[j]) + P::Load(beta[j]));
+  for (int64_t j = first; j < d; j += step) {
+    const int valid = LoadGroup<A, kWide>(xr, j, d, v);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      if (k < valid) v[k] = (v[k] - m) * s * P::Load(gamma[j + k]) + P::Load(beta[j + k]);
+    }
+    StoreGroup<A, kWide>(yr, j, d, v);
   }
   if (threadIdx.x == 0) {
     mean[row] = m;
@@ -144,27 +229,45 @@ __global__ void LayerNormForwardKernel(const typename A::T* add_a, const typenam
 }
 
 // dx, one block per row.
-template <typename A, typename P>
+template <typename A, typename P, bool kWide>
 __global__ void LayerNormBackwardInputKernel(const typename A::T* dy, const typename A::T* x,
                                              const typename P::T* gamma, const float* mean,
                                              const float* rstd, typename A::T* dx, int64_t d) {
+  constexpr int kN = kGroup<typename A::T>;
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
+  const int64_t first = int64_t{threadIdx.x} * kN, step = int64_t{blockDim.x} * kN;
   const typename A::T* xr = x + row * d;
   const typename A::T* dyr = dy + row * d;
   const float m = mean[row], s = rstd[row];
+  float vx[kN], vdy[kN];
   float g_sum = 0.0f, gx_sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-    const float g = A::Load(dyr[j]) * P::Load(gamma[j]);
-    g_sum += g;
-    gx_sum += g * (A::Load(xr[j]) - m) * s;
+  for (int64_t j = first; j < d; j += step) {
+    const int valid = LoadGroup<A, kWide>(xr, j, d, vx);
+    LoadGroup<A, kWide>(dyr, j, d, vdy);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      if (k < valid) {
+        const float g = vdy[k] * P::Load(gamma[j + k]);
+        g_sum += g;
+        gx_sum += g * (vx[k] - m) * s;
+      }
+    }
   }
   const float g_mean = BlockSum(g_sum, shared) / static_cast<float>(d);
   const float gx_mean = BlockSum(gx_sum, shared) / static_cast<float>(d);
   typename A::T* dxr = dx + row * d;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-    const float xhat = (A::Load(xr[j]) - m) * s;
-    dxr[j] = A::Store(s * (A::Load(dyr[j]) * P::Load(gamma[j]) - g_mean - xhat * gx_mean));
+  for (int64_t j = first; j < d; j += step) {
+    const int valid = LoadGroup<A, kWide>(xr, j, d, vx);
+    LoadGroup<A, kWide>(dyr, j, d, vdy);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      if (k < valid) {
+        const float xhat = (vx[k] - m) * s;
+        vx[k] = s * (vdy[k] * P::Load(gamma[j + k]) - g_mean - xhat * gx_mean);
+      }
+    }
+    StoreGroup<A, kWide>(dxr, j, d, vx);
   }
 }
 
@@ -269,46 +372,86 @@ int ColumnSums(const Terms& terms, int64_t rows, int64_t n, typename P::T* out0,
   return err;
 }
 
-// Max of `v` over the block; every thread gets the result.
-__device__ float BlockMax(float v, float* shared) {
-  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, offset));
+// Softmax statistics of a set of values: m, their max, and s, the sum of
+// exp(value - m). Two partials merge into the statistics of their union:
+// m = max(m1, m2), s = s1 exp(m1 - m) + s2 exp(m2 - m), where a partial of
+// nothing (m = -inf, s = 0) leaves the other unchanged. The merge is
+// symmetric, so every lane of a shuffle butterfly ends with the same pair.
+__device__ float Rescale(float from, float to) { return from == to ? 1.0f : expf(from - to); }
+__device__ void MergeSoftmax(float& m, float& s, float m2, float s2) {
+  const float mm = fmaxf(m, m2);
+  s = s * Rescale(m, mm) + s2 * Rescale(m2, mm);
+  m = mm;
+}
+// The block's (m, s); every thread gets it. Fixed merge order.
+__device__ void BlockSoftmax(float& m, float& s, float (&shared)[2][32]) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    MergeSoftmax(m, s, __shfl_xor_sync(0xffffffff, m, offset), __shfl_xor_sync(0xffffffff, s, offset));
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __syncthreads();
-  if (lane == 0) shared[warp] = v;
+  if (lane == 0) {
+    shared[0][warp] = m;
+    shared[1][warp] = s;
+  }
   __syncthreads();
-  const int warps = blockDim.x / 32;
-  v = lane < warps ? shared[lane] : -INFINITY;
-  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, offset));
-  return v;
+  const bool has = lane < static_cast<int>(blockDim.x / 32);
+  m = has ? shared[0][lane] : -INFINITY;
+  s = has ? shared[1][lane] : 0.0f;
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    MergeSoftmax(m, s, __shfl_xor_sync(0xffffffff, m, offset), __shfl_xor_sync(0xffffffff, s, offset));
+  }
 }
 
-// One block per row; the formula is in ops/kernels.h. An out-of-range
+// One block per row; the formula is in ops/kernels.h. The fused classifier:
+// one read of the row for its softmax statistics (online: each group's max
+// rescales the running sum), one read that writes the gradient over it.
+// Only the first v of a row's ld elements are touched. An out-of-range
 // target yields NaN loss and gradient (the host-side check is on the CPU
 // path only; NaN makes the error impossible to miss here).
-template <typename A>
+template <typename A, bool kWide>
 __global__ void SoftmaxCrossEntropyKernel(typename A::T* logits, const int32_t* targets, float* losses,
                                           float grad_scale, int64_t v, int64_t ld) {
-  __shared__ float shared[32];
+  constexpr int kN = kGroup<typename A::T>;
+  __shared__ float shared[2][32];
   const int64_t row = blockIdx.x;
+  const int64_t first = int64_t{threadIdx.x} * kN, step = int64_t{blockDim.x} * kN;
   typename A::T* l = logits + row * ld;
   const int32_t t = targets[row];
+  float x[kN];
   if (t < 0 || t >= v) {
     const float fill = t < 0 ? 0.0f : NAN;
-    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) l[j] = A::Store(fill);
+    for (int k = 0; k < kN; ++k) x[k] = fill;
+    for (int64_t j = first; j < v; j += step) StoreGroup<A, kWide>(l, j, v, x);
     if (threadIdx.x == 0) losses[row] = fill;
     return;
   }
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, A::Load(l[j]));
-  m = BlockMax(m, shared);
-  float s = 0.0f;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += expf(A::Load(l[j]) - m);
-  s = BlockSum(s, shared);
-  const float target_logit = A::Load(l[t]);  // read by every thread before anyone writes
-  __syncthreads();
+  // Read by every thread before the barriers in BlockSoftmax, so before anyone writes.
+  const float target_logit = A::Load(l[t]);
+  float m = -INFINITY, s = 0.0f;
+  for (int64_t j = first; j < v; j += step) {
+    const int valid = LoadGroup<A, kWide>(l, j, v, x);
+    float group_max = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      if (k < valid) group_max = fmaxf(group_max, x[k]);
+    }
+    const float m_new = fmaxf(m, group_max);
+    float group_sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      if (k < valid) group_sum += expf(x[k] - m_new);
+    }
+    s = s * Rescale(m, m_new) + group_sum;
+    m = m_new;
+  }
+  BlockSoftmax(m, s, shared);
   const float inv_s = 1.0f / s;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
-    l[j] = A::Store((expf(A::Load(l[j]) - m) * inv_s - (j == t ? 1.0f : 0.0f)) * grad_scale);
+  for (int64_t j = first; j < v; j += step) {
+    LoadGroup<A, kWide>(l, j, v, x);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) x[k] = (expf(x[k] - m) * inv_s - (j + k == t ? 1.0f : 0.0f)) * grad_scale;
+    StoreGroup<A, kWide>(l, j, v, x);
   }
   if (threadIdx.x == 0) losses[row] = logf(s) + m - target_logit;
 }
@@ -322,35 +465,33 @@ const char* ErrorString(int error) {
   return cudaGetErrorString(static_cast<cudaError_t>(error));
 }
 
-int GeluForward(const void* x, void* y, Elem a, int64_t n, void* stream) {
+namespace {
+// Launches MapKernel over n elements, 16 bytes an access where every
+// pointer allows it.
+template <typename P, int kArity, typename Op>
+int Map(Op op, const void* a, const void* b, void* y, int64_t n, void* stream) {
   if (n == 0) return 0;
-  return WithActivation(a, [&](auto act) {
-    using A = decltype(act);
-    GeluForwardKernel<A><<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        As<A>(x), As<A>(y), n);
-    return Launched();
-  });
+  const int64_t groups = (n + kGroup<typename P::T> - 1) / kGroup<typename P::T>;
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (Aligned16(a) && Aligned16(y) && (kArity == 1 || Aligned16(b))) {
+    MapKernel<P, true, kArity><<<GridFor(groups), kThreads, 0, s>>>(op, As<P>(a), As<P>(b), As<P>(y), n);
+  } else {
+    MapKernel<P, false, kArity><<<GridFor(groups), kThreads, 0, s>>>(op, As<P>(a), As<P>(b), As<P>(y), n);
+  }
+  return Launched();
+}
+}  // namespace
+
+int GeluForward(const void* x, void* y, Elem a, int64_t n, void* stream) {
+  return WithActivation(a, [&](auto act) { return Map<decltype(act), 1>(GeluOp{}, x, nullptr, y, n, stream); });
 }
 
 int GeluBackward(const void* x, const void* dy, void* dx, Elem a, int64_t n, void* stream) {
-  if (n == 0) return 0;
-  return WithActivation(a, [&](auto act) {
-    using A = decltype(act);
-    GeluBackwardKernel<A><<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        As<A>(x), As<A>(dy), As<A>(dx), n);
-    return Launched();
-  });
+  return WithActivation(a, [&](auto act) { return Map<decltype(act), 2>(GeluBackwardOp{}, x, dy, dx, n, stream); });
 }
 
 int Add(const void* a, const void* b, void* y, Elem e, int64_t n, void* stream) {
-  if (n == 0) return 0;
-  return WithElem(e, [&](auto policy) {
-    using P = decltype(policy);
-    using T = typename P::T;
-    AddKernel<P><<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), n);
-    return Launched();
-  });
+  return WithElem(e, [&](auto policy) { return Map<decltype(policy), 2>(AddOp{}, a, b, y, n, stream); });
 }
 
 int LayerNormForward(const void* add_a, const void* add_b, void* x, const void* gamma, const void* beta,
@@ -360,15 +501,20 @@ int LayerNormForward(const void* add_a, const void* add_b, void* x, const void* 
   return WithElems(a, p, [&](auto act, auto par) {
     using A = decltype(act);
     using P = decltype(par);
+    using T = typename A::T;
     const auto s = static_cast<cudaStream_t>(stream);
+    const bool wide = RowsAligned16<T>(x, d) && RowsAligned16<T>(y, d) &&
+                      (add_a == nullptr || (RowsAligned16<T>(add_a, d) && RowsAligned16<T>(add_b, d)));
+    auto launch = [&](auto add, auto wide_rows) {
+      LayerNormForwardKernel<A, P, decltype(add)::value, decltype(wide_rows)::value>
+          <<<static_cast<unsigned>(rows), kThreads, 0, s>>>(As<A>(add_a), As<A>(add_b), As<A>(x), As<P>(gamma),
+                                                            As<P>(beta), eps, As<A>(y), mean, rstd, d);
+      return Launched();
+    };
     if (add_a != nullptr) {
-      LayerNormForwardKernel<A, P, true><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
-          As<A>(add_a), As<A>(add_b), As<A>(x), As<P>(gamma), As<P>(beta), eps, As<A>(y), mean, rstd, d);
-    } else {
-      LayerNormForwardKernel<A, P, false><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
-          nullptr, nullptr, As<A>(x), As<P>(gamma), As<P>(beta), eps, As<A>(y), mean, rstd, d);
+      return wide ? launch(std::true_type{}, std::true_type{}) : launch(std::true_type{}, std::false_type{});
     }
-    return Launched();
+    return wide ? launch(std::false_type{}, std::true_type{}) : launch(std::false_type{}, std::false_type{});
   });
 }
 
@@ -380,8 +526,15 @@ int LayerNormBackward(const void* dy, const void* x, const void* gamma, const fl
   return WithElems(a, p, [&](auto act, auto par) {
     using A = decltype(act);
     using P = decltype(par);
-    LayerNormBackwardInputKernel<A, P><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
-        As<A>(dy), As<A>(x), As<P>(gamma), mean, rstd, As<A>(dx), d);
+    using T = typename A::T;
+    const dim3 grid(static_cast<unsigned>(rows));
+    if (RowsAligned16<T>(dy, d) && RowsAligned16<T>(x, d) && RowsAligned16<T>(dx, d)) {
+      LayerNormBackwardInputKernel<A, P, true><<<grid, kThreads, 0, s>>>(As<A>(dy), As<A>(x), As<P>(gamma),
+                                                                         mean, rstd, As<A>(dx), d);
+    } else {
+      LayerNormBackwardInputKernel<A, P, false><<<grid, kThreads, 0, s>>>(As<A>(dy), As<A>(x), As<P>(gamma),
+                                                                          mean, rstd, As<A>(dx), d);
+    }
     if (int err = Launched(); err != 0) return err;
     return ColumnSums<P>(LayerNormTerms<A>{As<A>(dy), As<A>(x), mean, rstd, d}, rows, d,
                          As<P>(dgamma), As<P>(dbeta), s);
@@ -393,9 +546,13 @@ int SoftmaxCrossEntropy(void* logits, const int32_t* targets, float* losses, flo
   if (rows == 0) return 0;
   return WithActivation(a, [&](auto act) {
     using A = decltype(act);
-    SoftmaxCrossEntropyKernel<A><<<static_cast<unsigned>(rows), kThreads, 0,
-                                   static_cast<cudaStream_t>(stream)>>>(As<A>(logits), targets,
-                                                                        losses, grad_scale, v, ld);
+    const dim3 grid(static_cast<unsigned>(rows));
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (RowsAligned16<typename A::T>(logits, ld)) {
+      SoftmaxCrossEntropyKernel<A, true><<<grid, kThreads, 0, s>>>(As<A>(logits), targets, losses, grad_scale, v, ld);
+    } else {
+      SoftmaxCrossEntropyKernel<A, false><<<grid, kThreads, 0, s>>>(As<A>(logits), targets, losses, grad_scale, v, ld);
+    }
     return Launched();
   });
 }

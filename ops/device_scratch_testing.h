@@ -25,14 +25,17 @@ inline std::vector<float> RoundTo(const std::vector<float>& values, DType dtype)
 
 class Scratch {
  public:
-  explicit Scratch(Device& device) : device_(device) {}
+  // Every tensor starts `offset_bytes` past its allocation (which the device
+  // aligns): 4 puts fp32 and bf16 data off a 16-byte boundary.
+  explicit Scratch(Device& device, int64_t offset_bytes = 0) : device_(device), offset_(offset_bytes) {}
   // Raw bytes of `h` as a tensor of `dtype` (int32 ids, fp32 values).
   template <typename T>
   Tensor Upload(const std::vector<T>& h, std::vector<int64_t> shape, DType dtype = DType::kF32) {
-    buffers_.push_back(*device_.Allocate(h.size() * sizeof(T) + 4, MemoryTag::kActivations));
-    EXPECT_TRUE(stream().Copy(buffers_.back().data(), h.data(), h.size() * sizeof(T)).ok());
+    buffers_.push_back(*device_.Allocate(offset_ + h.size() * sizeof(T) + 4, MemoryTag::kActivations));
+    char* const at = static_cast<char*>(buffers_.back().data()) + offset_;
+    EXPECT_TRUE(stream().Copy(at, h.data(), h.size() * sizeof(T)).ok());
     EXPECT_TRUE(stream().Synchronize().ok());
-    return Tensor(buffers_.back().data(), dtype, std::move(shape), &device_);
+    return Tensor(at, dtype, std::move(shape), &device_);
   }
   // fp32 values stored as `dtype` (rounded to nearest even when 16-bit).
   Tensor UploadAs(const std::vector<float>& h, std::vector<int64_t> shape, DType dtype) {
@@ -59,6 +62,7 @@ class Scratch {
 
  private:
   Device& device_;
+  int64_t offset_;
   std::vector<Buffer> buffers_;
 };
 

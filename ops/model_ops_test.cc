@@ -361,9 +361,12 @@ struct OpOutput {
   bool activation;  // stored in the activations' type (else fp32 or a bf16 parameter)
 };
 
-std::vector<OpOutput> RunActivationOps(Device& device, DType at) {
-  const int64_t rows = 67, d = 96, v = 50;
-  Scratch s(device);
+// With offset_bytes = 4 every tensor starts off a 16-byte boundary, so the
+// CUDA kernels move each group element by element instead of in one 128-bit
+// access (d and v are multiples of 8, so aligned rows take the wide path).
+std::vector<OpOutput> RunActivationOps(Device& device, DType at, int64_t offset_bytes = 0) {
+  const int64_t rows = 67, d = 96, v = 56;
+  Scratch s(device, offset_bytes);
   auto act = [&](int64_t n, double lo, double hi, uint32_t seed, std::vector<int64_t> shape) {
     return s.UploadAs(testing::RoundTo(Floats(Random(n, lo, hi, seed)), DType::kBF16),
                       std::move(shape), at);
@@ -435,9 +438,9 @@ TEST(CpuDeviceOps, Bf16ActivationsAreTheFp32OpsRoundedOnce) {
 
 // AddLayerNorm(a, b) into `sum` (aliasing b, as the model's blocks call it)
 // on `device`, or (fused = false) Add then LayerNorm: sum, y, mean, rstd.
-std::vector<std::vector<float>> RunAddLayerNorm(Device& device, DType at, bool fused) {
+std::vector<std::vector<float>> RunAddLayerNorm(Device& device, DType at, bool fused, int64_t offset_bytes = 0) {
   const int64_t rows = 67, d = 96;
-  Scratch s(device);
+  Scratch s(device, offset_bytes);
   auto act = [&](int64_t n, double lo, double hi, uint32_t seed) {
     return s.UploadAs(testing::RoundTo(Floats(Random(n, lo, hi, seed)), DType::kBF16), {rows, d}, at);
   };
@@ -460,6 +463,34 @@ TEST(CpuDeviceOps, AddLayerNormIsAddThenLayerNormBitForBit) {
   for (DType at : {DType::kF32, DType::kBF16}) {
     EXPECT_EQ(RunAddLayerNorm(*cpu, at, true), RunAddLayerNorm(*cpu, at, false)) << DTypeName(at);
   }
+}
+
+// The same ops on tensors 4 bytes past a 16-byte boundary: the results may
+// not depend on where a tensor starts (on CUDA, whether a group moves as one
+// 128-bit access or element by element; the reduction order is the same).
+void ExpectAlignmentChangesNoBit(Device& device) {
+  for (DType at : {DType::kF32, DType::kBF16}) {
+    const std::vector<OpOutput> aligned = RunActivationOps(device, at);
+    const std::vector<OpOutput> offset = RunActivationOps(device, at, 4);
+    ASSERT_EQ(aligned.size(), offset.size());
+    for (size_t i = 0; i < aligned.size(); ++i) {
+      EXPECT_EQ(aligned[i].values, offset[i].values) << DTypeName(at) << " " << aligned[i].name;
+    }
+  }
+  for (DType at : {DType::kF32, DType::kBF16}) {
+    for (bool fused : {true, false}) {  // AddLayerNorm; Add then LayerNorm
+      EXPECT_EQ(RunAddLayerNorm(device, at, fused), RunAddLayerNorm(device, at, fused, 4))
+          << DTypeName(at) << (fused ? " AddLayerNorm" : " Add, LayerNorm");
+    }
+  }
+}
+
+TEST(CpuDeviceOps, ActivationOpsDoNotDependOnAlignment) { ExpectAlignmentChangesNoBit(*CreateCpuDevice().value()); }
+
+TEST(CudaOps, ActivationOpsDoNotDependOnAlignment) {
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
+  ExpectAlignmentChangesNoBit(*CreateCudaDevice().value());
 }
 
 TEST(CudaOps, AddLayerNormMatchesAddThenLayerNormOnTheCpuDevice) {

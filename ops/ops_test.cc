@@ -551,16 +551,22 @@ std::vector<uint8_t> CastInputs(DType from) {
                               reinterpret_cast<uint8_t*>(v.data() + v.size()));
 }
 
-std::vector<uint8_t> RunCast(Device& device, const std::vector<uint8_t>& in, DType from, DType to) {
-  const int64_t n = static_cast<int64_t>(in.size() / SizeOf(from));
+// Casts `in` on `device` and returns dst's bytes. With `skip` > 0 the
+// elements [skip, count - 2 skip) are cast from src + skip into dst + skip:
+// pointers off 16 bytes and a count that is no multiple of a vector's.
+std::vector<uint8_t> RunCast(Device& device, const std::vector<uint8_t>& in, DType from, DType to,
+                             int64_t skip = 0) {
+  const int64_t n = static_cast<int64_t>(in.size() / SizeOf(from)) - 3 * skip;
   Buffer src = *device.Allocate(in.size(), MemoryTag::kActivations);
-  Buffer dst = *device.Allocate(n * SizeOf(to), MemoryTag::kActivations);
+  Buffer dst = *device.Allocate((n + skip) * SizeOf(to), MemoryTag::kActivations);
   Stream& s = device.compute_stream();
   EXPECT_TRUE(s.Copy(src.data(), in.data(), in.size()).ok());
-  const absl::Status st = Cast(Tensor(src.data(), from, {n}, &device), Tensor(dst.data(), to, {n}, &device), s);
+  char* const src_at = static_cast<char*>(src.data()) + skip * SizeOf(from);
+  char* const dst_at = static_cast<char*>(dst.data()) + skip * SizeOf(to);
+  const absl::Status st = Cast(Tensor(src_at, from, {n}, &device), Tensor(dst_at, to, {n}, &device), s);
   EXPECT_TRUE(st.ok()) << st;
   std::vector<uint8_t> out(n * SizeOf(to));
-  EXPECT_TRUE(s.Copy(out.data(), dst.data(), out.size()).ok());
+  EXPECT_TRUE(s.Copy(out.data(), dst_at, out.size()).ok());
   EXPECT_TRUE(s.Synchronize().ok());
   return out;
 }
@@ -599,8 +605,12 @@ TEST(CudaOps, CastMatchesTheCpuDeviceBitForBit) {
   for (DType from : kFloatTypes) {
     for (DType to : kFloatTypes) {
       const std::vector<uint8_t> in = CastInputs(from);
-      EXPECT_EQ(RunCast(*gpu, in, from, to), RunCast(*cpu, in, from, to))
-          << DTypeName(from) << " -> " << DTypeName(to);
+      // skip 1: the kernels' element-by-element path (pointers off 16
+      // bytes) and a tail shorter than a 16-byte group.
+      for (int64_t skip : {0, 1}) {
+        EXPECT_EQ(RunCast(*gpu, in, from, to, skip), RunCast(*cpu, in, from, to, skip))
+            << DTypeName(from) << " -> " << DTypeName(to) << " skip " << skip;
+      }
     }
   }
 }

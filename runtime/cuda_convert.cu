@@ -1,5 +1,7 @@
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "runtime/cuda_convert.h"
 #include "runtime/dtype_bits.h"
 
@@ -8,20 +10,43 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <typename Src, typename Dst, typename Op>
+// A thread converts a group of kGroup elements: 16 bytes of a 16-bit type,
+// 32 of fp32, moved as 16-byte accesses when kWide (src and dst 16-byte
+// aligned), element by element otherwise; each element's result is the same.
+constexpr int kGroup = 8;
+template <typename T>
+struct alignas(16) Group {
+  T v[kGroup];
+};
+
+template <bool kWide, typename Src, typename Dst, typename Op>
 __global__ void Map(const Src* __restrict__ src, Dst* __restrict__ dst, size_t n, Op op) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    dst[i] = op(src[i]);
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t g = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; g * kGroup < n; g += stride) {
+    const size_t i = g * kGroup;
+    if (kWide && i + kGroup <= n) {
+      const Group<Src> in = reinterpret_cast<const Group<Src>*>(src)[g];
+      Group<Dst> out;
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) out.v[k] = op(in.v[k]);
+      reinterpret_cast<Group<Dst>*>(dst)[g] = out;
+    } else {
+      for (size_t j = i; j < i + kGroup && j < n; ++j) dst[j] = op(src[j]);
+    }
   }
 }
 
 template <typename Src, typename Dst, typename Op>
 int Launch(const Src* src, Dst* dst, size_t n, void* stream, Op op) {
   if (n == 0) return 0;
-  const size_t blocks = (n + kThreads - 1) / kThreads;
+  const size_t blocks = (n + kGroup * kThreads - 1) / (kGroup * kThreads);
   const unsigned grid = blocks < 65535 * 32 ? static_cast<unsigned>(blocks) : 65535 * 32;
-  Map<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(src, dst, n, op);
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (reinterpret_cast<uintptr_t>(src) % 16 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
+    Map<true><<<grid, kThreads, 0, s>>>(src, dst, n, op);
+  } else {
+    Map<false><<<grid, kThreads, 0, s>>>(src, dst, n, op);
+  }
   return static_cast<int>(cudaGetLastError());
 }
 
