@@ -100,15 +100,17 @@ class Exclusive {
 class PyTrainer {
  public:
   PyTrainer(py::handle model, py::handle config, py::handle data, const std::string& data_format,
-            const std::string& device, const py::kwargs& fields) {
+            const std::string& device, bool share_gpus, const std::string& comm_backend,
+            const py::kwargs& fields) {
     // Python arguments first (a wrong one raises before anything starts).
     const models::GptConfig gpt = ModelFromPython(model);
     zero::TrainerOptions options;
     options.training = TrainingFromPython(config, fields);
     const std::string data_path = PathFromPython(data, "data");
     const models::DataFormat format = Unwrap(models::ParseDataFormat(data_format));
-    device_ = Unwrap(CreateDeviceByName(device));
-    comm_ = Unwrap(CreateCommunicator(*device_));
+    const CommBackend backend = Unwrap(ParseCommBackend(comm_backend));
+    device_ = Unwrap(CreateDeviceForRank(device, CurrentLaunch(), share_gpus));
+    comm_ = Unwrap(CreateCommunicator(*device_, LaunchCommOptions(backend, share_gpus, *device_)));
     // Each rank reads its own files (a path may be bad on one rank only);
     // the ranks agree on the outcome before any other collective, so one
     // rank's error is every rank's instead of a wait for the watchdog.
@@ -269,7 +271,8 @@ raises ValueError naming the field.)");
       "`dir` does not exist or holds none; pass it to Trainer.load to resume.");
   py::class_<PyTrainer>(m, "Trainer", R"(The ZeRO trainer (zero/trainer.h) with every placement of the config.
 
-Trainer(model, config=None, *, data, data_format="auto", device="cpu", **fields)
+Trainer(model, config=None, *, data, data_format="auto", device="cpu",
+        share_gpus=False, comm_backend="auto", **fields)
   model: a GptConfig as a text proto or a dict (memwall.model_config reads
     one from a list).
   config: the TrainingConfig as a text proto or a dict: seq, micro_batch,
@@ -282,12 +285,20 @@ Trainer(model, config=None, *, data, data_format="auto", device="cpu", **fields)
     np.uint16).tofile(path); nanoGPT's train.bin).
   data_format: "auto" (a name ending in .bin is a token file), "text" or
     "uint16".
-  device: "cpu" (the CpuDevice), "cuda" or "auto".
+  device: "cpu" (the CpuDevice), "cuda" or "auto". A rank's GPU is its
+    local rank.
+  share_gpus: let a node's ranks share its GPUs (local rank k takes GPU k
+    mod the count); their collectives then stage through pinned host
+    memory, since NCCL cannot serve ranks on one GPU. No effect on the CPU.
+  comm_backend: "auto", "mpi", "nccl" or "tcp", as //:train's
+    --comm_backend.
 Under `mpirun -np N python3 ...` every rank builds its own Trainer and the
 ranks train data-parallel, as the C++ tools do.)")
-      .def(py::init<py::handle, py::handle, py::handle, const std::string&, const std::string&, const py::kwargs&>(),
+      .def(py::init<py::handle, py::handle, py::handle, const std::string&, const std::string&, bool,
+                    const std::string&, const py::kwargs&>(),
            py::arg("model"), py::arg("config") = py::none(), py::kw_only(), py::arg("data"),
-           py::arg("data_format") = "auto", py::arg("device") = "cpu")
+           py::arg("data_format") = "auto", py::arg("device") = "cpu", py::arg("share_gpus") = false,
+           py::arg("comm_backend") = "auto")
       .def("step", &PyTrainer::Step,
            "One optimizer step over the next global batch. Returns a dict: step, loss, lr, grad_norm, skipped, "
            "loss_scale, seconds, tokens, tokens_per_second, tflops, log (the trainer's log line).")

@@ -18,7 +18,7 @@ absl::StatusOr<int> CudaOrdinalForRank(int local_rank, int gpus, bool share_gpus
   return absl::FailedPreconditionError(absl::StrCat(
       "local rank ", local_rank, " needs a GPU of its own, and this node shows ", gpus, gpus == 1 ? " GPU" : " GPUs",
       visible != nullptr ? absl::StrCat(" (CUDA_VISIBLE_DEVICES=", visible, ")") : "", ": start at most ", gpus,
-      gpus == 1 ? " rank" : " ranks", " a node, or let ranks share GPUs (--share_gpus)"));
+      gpus == 1 ? " rank" : " ranks", " a node, or let ranks share GPUs (--share_gpus; share_gpus=True in Python)"));
 }
 
 absl::StatusOr<std::unique_ptr<Device>> CreateDeviceForRank(absl::string_view kind, const LaunchInfo& launch,

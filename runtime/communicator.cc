@@ -182,6 +182,13 @@ std::string Communicator::Describe() const {
   return absl::StrCat(CommBackendName(backend()), host_staged() ? ", host-staged" : "");
 }
 
+CommOptions LaunchCommOptions(CommBackend backend, bool share_gpus, const Device& device) {
+  CommOptions options;
+  options.backend = backend;
+  options.ranks_share_device = share_gpus && device.kind() == DeviceKind::kCuda;
+  return options;
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Device& device,
                                                                   const CommOptions& options) {
   MEMWALL_ASSIGN_OR_RETURN(const LaunchInfo launch,

@@ -150,6 +150,13 @@ struct CommOptions {
   size_t staging_bytes = kDefaultStagingBytes;
 };
 
+// The options a launcher's switches give (//:train's --comm_backend and
+// --share_gpus, memwall.Trainer's comm_backend and share_gpus): `backend`,
+// and host staging when ranks share a GPU (share_gpus on a CUDA device;
+// on the CpuDevice every rank has its own memory and sharing changes
+// nothing).
+CommOptions LaunchCommOptions(CommBackend backend, bool share_gpus, const Device& device);
+
 // The communicator `options` ask for. MPI or TCP on a CUDA device stage
 // through host memory. Requesting a backend that was not built in, NCCL for
 // ranks that share a device, or a staging buffer under MinStagingBytes is an

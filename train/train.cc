@@ -179,10 +179,9 @@ absl::Status Main() {
   MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<models::TokenSource> data, models::OpenTokenSource(data_path, format));
   MEMWALL_ASSIGN_OR_RETURN(auto device,
                            CreateDeviceForRank(absl::GetFlag(FLAGS_device), launch, absl::GetFlag(FLAGS_share_gpus)));
-  CommOptions comm_options;
-  MEMWALL_ASSIGN_OR_RETURN(comm_options.backend, ParseCommBackend(absl::GetFlag(FLAGS_comm_backend)));
-  comm_options.ranks_share_device = absl::GetFlag(FLAGS_share_gpus) && device->kind() == DeviceKind::kCuda;
-  MEMWALL_ASSIGN_OR_RETURN(auto comm, CreateCommunicator(*device, comm_options));
+  MEMWALL_ASSIGN_OR_RETURN(const CommBackend backend, ParseCommBackend(absl::GetFlag(FLAGS_comm_backend)));
+  MEMWALL_ASSIGN_OR_RETURN(
+      auto comm, CreateCommunicator(*device, LaunchCommOptions(backend, absl::GetFlag(FLAGS_share_gpus), *device)));
   MEMWALL_ASSIGN_OR_RETURN(auto model, models::Gpt::Create(config));
   const bool rank0 = comm->rank() == 0;
   const int64_t save_every = absl::GetFlag(FLAGS_save_every);

@@ -125,6 +125,20 @@ class ErrorsTest(unittest.TestCase):
         with self.assertRaisesRegex(MemoryError, "does not fit"):
             memwall.Trainer(huge, data=TEXT, seq=32)
 
+    def test_the_launch_options_are_checked_and_passed_on(self):
+        with self.assertRaisesRegex(ValueError, "communication backend 'gloo' is not one of auto, mpi, nccl, tcp"):
+            memwall.Trainer(MODEL, data=TEXT, seq=32, comm_backend="gloo")
+        plain = memwall.Trainer(MODEL, data=TEXT, seq=32, micro_batch=2)
+        want = [plain.step()["loss"] for _ in range(2)]
+        # One process asking for MPI gets an MPI world of one (auto would
+        # not use MPI at all): the name reaches the communicator.
+        mpi = memwall.Trainer(MODEL, data=TEXT, seq=32, micro_batch=2, comm_backend="mpi")
+        self.assertEqual((mpi.rank, mpi.world_size), (0, 1))
+        self.assertEqual([mpi.step()["loss"] for _ in range(2)], want)
+        # On the CpuDevice every rank has its own memory: sharing changes nothing.
+        shared = memwall.Trainer(MODEL, data=TEXT, seq=32, micro_batch=2, share_gpus=True)
+        self.assertEqual([shared.step()["loss"] for _ in range(2)], want)
+
     def test_no_gpu_is_a_runtime_error(self):
         try:
             memwall.Trainer(MODEL, data=TEXT, seq=32, device="cuda")
