@@ -23,8 +23,11 @@
 # Each part has a time limit (MEMWALL_TEST_SECONDS per test binary, 150 by
 # default; MEMWALL_BENCH_SECONDS for gpt_benchmark, 240; MEMWALL_OPS_BENCH_SECONDS
 # for ops_benchmark, 90; MEMWALL_OFFLOAD_SECONDS for the offload run, 150), so a
-# hang costs one part, not the visit. Exits non-zero if a test failed or a
-# part did not finish.
+# hang costs one part, not the visit; and the visit has one
+# (MEMWALL_SESSION_SECONDS, 560: under the 10 minutes one command may run
+# there), so the summary is always written: a part gets at most what is left
+# of it less 15 s, and one with under 10 s left is not started and says so.
+# Exits non-zero if a test failed or a part did not finish.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 results="${1:?usage: session.sh RESULTS_DIR}"
@@ -35,6 +38,15 @@ scratch="$(mktemp -d)"
 status=0
 started=$(date +%s)
 elapsed() { echo $(( $(date +%s) - started ))s; }
+deadline=$(( started + ${MEMWALL_SESSION_SECONDS:-560} ))
+# Seconds a part may run: its own limit $1, cut to the visit's time left
+# less 15 s for the summary; 0 (do not start it) under 10 s.
+limit() {
+  local left=$(( deadline - $(date +%s) - 15 ))
+  (( left > $1 )) && left=$1
+  if (( left >= 10 )); then echo "$left"; else echo 0; fi
+}
+not_run="not run: the visit's time ran out"
 
 {
   cat "$here/MANIFEST"
@@ -58,9 +70,14 @@ for bin in "$here"/bin/*_test "$here"/bin/*_test_bin; do
     xml="$scratch/xml/${name%_bin}_rank{rank}.xml"
   fi
   mkdir -p "$scratch/xml"
+  seconds=$(limit "${MEMWALL_TEST_SECONDS:-150}")
+  if (( seconds == 0 )); then
+    echo "== $name $not_run" >> "$results/tests.log"
+    status=1
+    continue
+  fi
   echo "== $name ($(elapsed))" >> "$results/tests.log"
-  timeout "${MEMWALL_TEST_SECONDS:-150}" "${launch[@]}" "$bin" --gtest_output="xml:$xml" \
-    >> "$results/tests.log" 2>&1
+  timeout "$seconds" "${launch[@]}" "$bin" --gtest_output="xml:$xml" >> "$results/tests.log" 2>&1
   code=$?
   echo "== $name exit $code" >> "$results/tests.log"
   (( code == 0 )) || status=1
@@ -68,19 +85,34 @@ done
 
 # 2. gpt_benchmark: the breakdown and the model rows against the GEMM rate;
 #    ops_benchmark: each op alone against its bound.
+#    A row finished before a limit stays in the JSON (the summary reads a
+#    file cut short).
 : > "$results/benchmarks.log"
-timeout "${MEMWALL_BENCH_SECONDS:-240}" "$here/bin/gpt_benchmark" --benchmark_filter='BM_GptCuda' \
-  --benchmark_out="$results/gpt_benchmark.json" --benchmark_out_format=json \
-  >> "$results/benchmarks.log" 2>&1 || status=1
-timeout "${MEMWALL_OPS_BENCH_SECONDS:-90}" "$here/bin/ops_benchmark" \
-  --benchmark_out="$results/ops_benchmark.json" --benchmark_out_format=json \
-  >> "$results/benchmarks.log" 2>&1 || status=1
+# part NAME LIMIT LOG COMMAND...: COMMAND under the part's limit, or a line
+# in LOG saying it was not run.
+part() {
+  local name="$1" seconds log="$3"
+  seconds=$(limit "$2")
+  shift 3
+  if (( seconds == 0 )); then
+    echo "$name $not_run" >> "$log"
+    status=1
+    return
+  fi
+  timeout "$seconds" "$@" >> "$log" 2>&1 || status=1
+}
+part gpt_benchmark "${MEMWALL_BENCH_SECONDS:-240}" "$results/benchmarks.log" \
+  "$here/bin/gpt_benchmark" --benchmark_filter='BM_GptCuda' \
+  --benchmark_out="$results/gpt_benchmark.json" --benchmark_out_format=json
+part ops_benchmark "${MEMWALL_OPS_BENCH_SECONDS:-90}" "$results/benchmarks.log" \
+  "$here/bin/ops_benchmark" --benchmark_out="$results/ops_benchmark.json" --benchmark_out_format=json
 
 # 3. The offload run (a checkout's experiment file, this bundle's runner).
 experiment="repro/offload/dpu/gpu.textproto"
 if [[ -f "$experiment" ]]; then
-  timeout "${MEMWALL_OFFLOAD_SECONDS:-150}" "$here/bin/repro_run" --results_dir="$scratch/repro" "$experiment" \
-    > "$results/offload_dpu_gpu.log" 2>&1 || status=1
+  : > "$results/offload_dpu_gpu.log"
+  part repro_run "${MEMWALL_OFFLOAD_SECONDS:-150}" "$results/offload_dpu_gpu.log" \
+    "$here/bin/repro_run" --results_dir="$scratch/repro" "$experiment"
   cp "$scratch/repro/offload_dpu_gpu/data.csv" "$results/offload_dpu_gpu.csv" 2>/dev/null
   cp "$scratch/repro/offload_dpu_gpu/provenance.json" "$results/offload_dpu_gpu.json" 2>/dev/null
 else

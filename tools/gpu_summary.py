@@ -2,11 +2,13 @@
 
   python3 gpu_summary.py RESULTS_DIR XML_DIR ELAPSED
 
-Reads RESULTS_DIR/machine.txt, the tests' JUnit XML in XML_DIR,
-RESULTS_DIR/gpt_benchmark.json, RESULTS_DIR/ops_benchmark.json and
-RESULTS_DIR/offload_dpu_gpu.csv; a
-missing part is reported as missing, never skipped silently. Standard
-library only: the GPU machine has nothing else."""
+Reads RESULTS_DIR/machine.txt, the tests' JUnit XML in XML_DIR and their
+exit codes in RESULTS_DIR/tests.log, RESULTS_DIR/gpt_benchmark.json,
+RESULTS_DIR/ops_benchmark.json and RESULTS_DIR/offload_dpu_gpu.csv; a
+missing part is reported as missing, never skipped silently, and a test
+binary that crashed, timed out or was not run is named even where it left
+no XML. Standard library only: the GPU machine has nothing else."""
+import re
 import csv
 import glob
 import json
@@ -23,7 +25,26 @@ BENCHMARK_FIELDS = {"family_index", "per_family_instance_index", "repetitions", 
                     "threads", "iterations", "real_time", "cpu_time"}
 
 
-def tests(xml_dir):
+def exits(log_path):
+    """The test binaries that did not exit 0, from the session's tests.log
+    lines "== NAME exit CODE" and "== NAME not run: ..."."""
+    if not os.path.exists(log_path):
+        return ["tests.log is missing"]
+    out = []
+    with open(log_path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            if m := re.match(r"== (\S+) exit (\d+)$", line.rstrip()):
+                code = int(m.group(2))
+                if code == 124:
+                    out.append(f"- TIMED OUT {m.group(1)} (its limit; see tests.log)")
+                elif code != 0:
+                    out.append(f"- EXIT {code} {m.group(1)} (see tests.log)")
+            elif m := re.match(r"== (\S+) (not run: .*)$", line.rstrip()):
+                out.append(f"- NOT RUN {m.group(1)} ({m.group(2)[len('not run: '):]})")
+    return out
+
+
+def tests(xml_dir, log_path):
     lines, failed = [], []
     totals = {"run": 0, "failed": 0, "skipped": 0}
     for path in sorted(glob.glob(os.path.join(xml_dir, "*.xml"))):
@@ -44,7 +65,7 @@ def tests(xml_dir):
     lines.append(f"{totals['run']} passed, {totals['failed']} failed, {totals['skipped']} skipped "
                  f"({len(glob.glob(os.path.join(xml_dir, '*.xml')))} XML files; output in tests.log)")
     lines += [f"- FAILED {name}" for name in failed]
-    return lines
+    return lines + exits(log_path)
 
 
 def row_name(name):
@@ -53,11 +74,26 @@ def row_name(name):
     return "/".join(part for part in name.split("/") if ":" not in part and part != "real_time")
 
 
+def load_rows(path):
+    """A Google Benchmark JSON file's rows, and whether it was cut short: the
+    library writes each row as it finishes and closes the list at the end,
+    so a run stopped by its limit leaves the finished rows readable."""
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    try:
+        return json.loads(text).get("benchmarks", []), False
+    except json.JSONDecodeError:
+        cut = text[:text.rfind("}") + 1] if "}" in text else ""
+        try:
+            return json.loads(cut + "]}").get("benchmarks", []), True
+        except json.JSONDecodeError:
+            return [], True
+
+
 def benchmarks(path):
     if not os.path.exists(path):
         return ["gpt_benchmark.json is missing (see benchmarks.log)"], []
-    with open(path, encoding="utf-8") as handle:
-        rows = json.load(handle).get("benchmarks", [])
+    rows, cut = load_rows(path)
     models = ["| row | TFLOPS | GEMM TFLOPS | fraction | peak GiB |", "| --- | --- | --- | --- | --- |"]
     breakdown = []
     verdict = f"{TARGET_ROW}: not measured"
@@ -79,6 +115,8 @@ def benchmarks(path):
             ok = fraction >= TARGET_FRACTION
             verdict = (f"{TARGET_ROW}: {fraction:.3f} of the bf16 GEMM rate "
                        f"({'meets' if ok else 'below'} the {TARGET_FRACTION:.2f} bar)")
+    if cut:
+        models += ["", "gpt_benchmark.json was cut short (its limit): the rows above are the ones that finished"]
     return [verdict, ""] + models, breakdown
 
 
@@ -86,8 +124,7 @@ def ops(path):
     """Each op alone: its rate beside the bound measured in the same run."""
     if not os.path.exists(path):
         return ["ops_benchmark.json is missing (see benchmarks.log)"]
-    with open(path, encoding="utf-8") as handle:
-        rows = json.load(handle).get("benchmarks", [])
+    rows, cut = load_rows(path)
     lines = ["| op | rate | bound | fraction |", "| --- | --- | --- | --- |"]
     for row in rows:
         name = row_name(row.get("name", "?"))
@@ -99,6 +136,8 @@ def ops(path):
         else:
             lines.append(f"| {name} | {row.get('gb_per_s', 0):.0f} GB/s | {row.get('copy_gb_per_s', 0):.0f} GB/s (copy) "
                          f"| {row.get('fraction_of_copy', 0):.3f} |")
+    if cut:
+        lines += ["", "ops_benchmark.json was cut short (its limit): the rows above are the ones that finished"]
     return lines
 
 
@@ -126,7 +165,7 @@ def main():
         with open(machine, encoding="utf-8") as handle:
             keep = [line.rstrip() for line in handle if not line.startswith("targets:")]
         out += ["```"] + keep + ["```", ""]
-    out += ["## gpu tests", ""] + tests(xml_dir) + [""]
+    out += ["## gpu tests", ""] + tests(xml_dir, os.path.join(results, "tests.log")) + [""]
     model_lines, breakdown = benchmarks(os.path.join(results, "gpt_benchmark.json"))
     out += ["## GPT forward + backward, sequence 1024 (gpt_benchmark)", ""] + model_lines + [""]
     out += ["## Where a step's time goes (module hooks)", ""] + (breakdown or ["no breakdown row"]) + [""]

@@ -2,7 +2,9 @@
 is named, a skipped benchmark row says why, the 1.3B row's fraction is
 judged against the 0.40 bar on either side of it, a breakdown row lists its
 shares, each op row shows its rate beside its bound, a missing part is
-reported as missing; and session.sh parses."""
+reported as missing; a test binary that crashed, timed out or was not run
+is named though it left no XML; a benchmark file cut short by its limit
+gives the rows that finished; and session.sh parses."""
 import json
 import os
 import subprocess
@@ -21,10 +23,28 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
 </testsuite></testsuites>"""
 
 
-def visit(root, fraction, with_offload=True, with_ops=True):
+# tests.log as session.sh writes it: a start line and an exit line per
+# binary, or one line for a binary the visit had no time left for.
+TESTS_LOG = """== model_ops_test (0s)
+[ RUN      ] CudaOps.Passes
+== model_ops_test exit 1
+== ops_test (4s)
+== ops_test exit 0
+== cuda_offload_test (9s)
+Segmentation fault
+== cuda_offload_test exit 139
+== cuda_ranks_test_bin (20s)
+== cuda_ranks_test_bin exit 124
+== trainer_test not run: the visit's time ran out
+"""
+
+
+def visit(root, fraction, with_offload=True, with_ops=True, cut_ops=False):
     os.makedirs(os.path.join(root, "xml"))
     with open(os.path.join(root, "xml", "model_ops_test.xml"), "w", encoding="utf-8") as handle:
         handle.write(XML)
+    with open(os.path.join(root, "tests.log"), "w", encoding="utf-8") as handle:
+        handle.write(TESTS_LOG)
     # Names as Google Benchmark writes them for Iterations(3)->UseRealTime().
     rows = [{"name": "BM_GptCuda/gpt_1_3b_bf16/iterations:3/real_time", "iterations": 3, "real_time": 1.0, "tflops": 800 * fraction,
              "gemm_tflops": 800.0, "fraction_of_gemm": fraction, "peak_device_gib": 30.0, "recompute_tflops": 0},
@@ -39,8 +59,12 @@ def visit(root, fraction, with_offload=True, with_ops=True):
                     {"name": "BM_CudaLayerNorm/backward/iterations:1", "iterations": 1, "real_time": 0.1,
                      "gb_per_s": 1500.0, "copy_gb_per_s": 2600.0, "fraction_of_copy": 1500 / 2600},
                     {"name": "BM_CudaGelu/forward/iterations:1", "error_occurred": True, "error_message": "needs a GPU"}]
+        text = json.dumps({"context": {"host_name": "gpu"}, "benchmarks": ops_rows}, indent=2)
+        if cut_ops:  # stopped while the third row ran: two rows written, the list never closed
+            text = text[:text.index('"name": "BM_CudaGelu')]
+            text = text[:text.rindex("{")]
         with open(os.path.join(root, "ops_benchmark.json"), "w", encoding="utf-8") as handle:
-            json.dump({"benchmarks": ops_rows}, handle)
+            handle.write(text)
     if with_offload:
         with open(os.path.join(root, "offload_dpu_gpu.csv"), "w", encoding="utf-8") as handle:
             handle.write("model,mode,fits,micro_batch,tflops,fraction_of_gemm,device_idle_fraction\n"
@@ -66,6 +90,23 @@ class GpuSummary(unittest.TestCase):
         self.assertIn("| BM_CudaLayerNorm/backward | 1500 GB/s | 2600 GB/s (copy) | 0.577 |", text)
         self.assertIn("| BM_CudaGelu/forward | skipped: needs a GPU | | |", text)
         self.assertLess(len(text.splitlines()), 60, "one page")
+        # Binaries that left no (or a partial) XML are named by their exits.
+        self.assertIn("- EXIT 1 model_ops_test (see tests.log)", text)
+        self.assertIn("- EXIT 139 cuda_offload_test (see tests.log)", text)
+        self.assertIn("- TIMED OUT cuda_ranks_test_bin (its limit; see tests.log)", text)
+        self.assertIn("- NOT RUN trainer_test (the visit's time ran out)", text)
+        self.assertNotIn("- EXIT 0 ops_test", text)
+        test_section = text[text.index("## gpu tests"):text.index("## GPT")]
+        self.assertEqual(len([l for l in test_section.splitlines() if l.startswith("- ")]), 5, "a line per failure")
+        self.assertNotIn("cut short", text)
+
+    def test_a_benchmark_cut_short_keeps_its_finished_rows(self):
+        with tempfile.TemporaryDirectory() as root:
+            text = visit(root, 0.41, cut_ops=True)
+        self.assertIn("| BM_CudaAttention/forward_h16_hd128 | 250.0 TFLOPS |", text)
+        self.assertIn("| BM_CudaLayerNorm/backward | 1500 GB/s |", text)
+        self.assertNotIn("BM_CudaGelu/forward", text)
+        self.assertIn("ops_benchmark.json was cut short (its limit): the rows above are the ones that finished", text)
 
     def test_below_the_bar_and_a_missing_part(self):
         with tempfile.TemporaryDirectory() as root:
