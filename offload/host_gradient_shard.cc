@@ -3,11 +3,50 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status.h"
 
 namespace memwall::offload {
+
+void FoldedNorm::Add(int64_t begin, int64_t n, const std::vector<ops::SquareSum>& chunk_norms) {
+  for (size_t c = 0; c < chunk_norms.size(); ++c) {
+    const int64_t at = begin + static_cast<int64_t>(c) * ops::kAccumulateChunk;
+    chunks_.push_back({at, std::min(begin + n, at + ops::kAccumulateChunk), chunk_norms[c]});
+  }
+}
+
+FoldedNorm::Split FoldedNorm::For(int64_t n) {
+  // Sorted by begin, chunk i overlaps an earlier one iff it begins before
+  // the furthest end so far, and a later one iff it ends after the next
+  // one begins.
+  std::sort(chunks_.begin(), chunks_.end(),
+            [](const Chunk& a, const Chunk& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
+  Split split;
+  auto resum = [&split](int64_t begin, int64_t end) {
+    if (begin >= end) return;
+    if (!split.resum.empty() && split.resum.back().second >= begin) {
+      split.resum.back().second = std::max(split.resum.back().second, end);
+    } else {
+      split.resum.emplace_back(begin, end);
+    }
+  };
+  int64_t reach = 0;  // the furthest end so far: every element before it is covered
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    const Chunk& c = chunks_[i];
+    const bool overlaps = c.begin < reach || (i + 1 < chunks_.size() && c.end > chunks_[i + 1].begin);
+    resum(reach, c.begin);  // a gap no chunk covers
+    if (overlaps) {
+      resum(c.begin, c.end);
+    } else {
+      split.folded.Merge(c.sum);
+    }
+    reach = std::max(reach, c.end);
+  }
+  resum(reach, n);
+  return split;
+}
 
 MemoryPlan HostGradientShard::Plan(int64_t elements, DType dtype, int64_t largest_piece, bool double_buffered) {
   const int64_t g = SizeOf(dtype);
@@ -49,8 +88,7 @@ absl::Status HostGradientShard::ZeroGradients(Stream& stream) {
       const size_t begin = static_cast<size_t>(k) * kPiece;
       std::memset(bytes + begin, 0, std::min(kPiece, total - begin));
     });
-    folded_ = {};
-    folded_ranges_.clear();
+    folded_.Clear();
     return absl::OkStatus();
   });
 }
@@ -74,27 +112,33 @@ absl::Status HostGradientShard::AddPiece(const Tensor& reduced, int64_t shard_of
   // their results. Host functions on one stream run in order, so folded_
   // needs no lock.
   const bool fold = last_pass_;
-  return coll.EnqueueHost([this, dst, n, shard_offset, fold] {
-    if (fold) folded_ranges_.emplace_back(shard_offset, shard_offset + n);
-    return ops::HostAdd(dst, staging_.data(), dst, dtype_, n, fold ? &folded_ : nullptr, &pool_);
+  return coll.EnqueueHost([this, dst, n, shard_offset, fold]() -> absl::Status {
+    if (!fold) return ops::HostAdd(dst, staging_.data(), dst, dtype_, n, nullptr, &pool_);
+    MEMWALL_RETURN_IF_ERROR(ops::HostAddChunkNorms(dst, staging_.data(), dst, dtype_, n, &chunk_norms_, &pool_));
+    folded_.Add(shard_offset, n, chunk_norms_);
+    return absl::OkStatus();
   });
 }
 
-// The folded sum, unless one pass added to some element twice (GPT's tied
-// wte when a flush falls between its head and embedding gradients): the
-// first add's square would count too, so then one pass over the gradient
-// shard recomputes the norm (zone kGradNormPass).
+// The folded squares, and one pass over the elements they cannot serve
+// (FoldedNorm): in the step's usual case GPT's tied wte, whose head and
+// embedding gradients arrive in different flushes.
 absl::Status HostGradientShard::Norm(const Tensor& norm, Stream& stream) {
   StreamZone zone(timeline_, stream, ZoneKind::kGradNorm);
   const Buffer* grads = &grads_[active_];
   MEMWALL_RETURN_IF_ERROR(stream.EnqueueHost([this, grads]() -> absl::Status {
-    ops::SquareSum g = folded_;
-    std::sort(folded_ranges_.begin(), folded_ranges_.end());
-    bool twice = false;
-    for (size_t i = 1; i < folded_ranges_.size(); ++i) twice |= folded_ranges_[i].first < folded_ranges_[i - 1].second;
-    if (twice) {
+    const FoldedNorm::Split split = folded_.For(n_);
+    ops::SquareSum g = split.folded;
+    resummed_ = 0;
+    if (!split.resum.empty()) {
       HostZone pass(timeline_, ZoneKind::kGradNormPass);
-      MEMWALL_ASSIGN_OR_RETURN(g, ops::HostSquaredNorm(grads->data(), dtype_, n_, &pool_));
+      for (const auto& [begin, end] : split.resum) {
+        MEMWALL_ASSIGN_OR_RETURN(const ops::SquareSum part,
+                                 ops::HostSquaredNorm(grads->as<char>() + begin * SizeOf(dtype_), dtype_,
+                                                      end - begin, &pool_));
+        g.Merge(part);
+        resummed_ += end - begin;
+      }
     }
     float* out = norm_host_.as<float>();
     out[0] = static_cast<float>(g.sum_of_squares);

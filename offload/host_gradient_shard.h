@@ -30,6 +30,36 @@
 
 namespace memwall::offload {
 
+// The squares a last pass folds as it adds, chunk by chunk
+// (ops::HostAddChunkNorms), and the part of the shard they cannot serve.
+// A chunk's squares are its elements' final values unless another chunk of
+// the same pass overlaps it: an element added twice (GPT's tied wte, whose
+// head and embedding gradients can arrive in different flushes) was folded
+// once at an intermediate value. So the norm is the folded sums of the
+// chunks no other chunk overlaps, plus the squares of the rest (the
+// overlapping chunks, and any element no chunk covered) summed again from
+// the completed shard: a pass over the overlap, not over the shard.
+class FoldedNorm {
+ public:
+  void Clear() { chunks_.clear(); }
+  // One add of elements [begin, begin + n) with its per-chunk sums.
+  void Add(int64_t begin, int64_t n, const std::vector<ops::SquareSum>& chunk_norms);
+
+  struct Split {
+    ops::SquareSum folded;  // the chunks no other chunk overlaps, merged in order
+    std::vector<std::pair<int64_t, int64_t>> resum;  // disjoint [begin, end), ascending
+  };
+  // For a shard of n elements.
+  Split For(int64_t n);
+
+ private:
+  struct Chunk {
+    int64_t begin, end;
+    ops::SquareSum sum;
+  };
+  std::vector<Chunk> chunks_;
+};
+
 class HostGradientShard : public zero::GradientSink {
  public:
   // "gradients 0" (and "gradients 1" when `double_buffered`): `elements`
@@ -46,8 +76,11 @@ class HostGradientShard : public zero::GradientSink {
   void BeginMicroBatch(int64_t index, int64_t count) { last_pass_ = index + 1 == count; }
   absl::Status AddPiece(const Tensor& reduced, int64_t shard_offset, Stream& coll) override;
   // [sum of squares, inf/NaN flag] of the active shard into `norm` (2 fp32
-  // on the device), in `stream`'s order.
+  // on the device), in `stream`'s order: the last pass's folded squares
+  // plus a pass (zone kGradNormPass) over what they cannot serve.
   absl::Status Norm(const Tensor& norm, Stream& stream);
+  // Elements the last Norm() summed again from the shard (0: none).
+  int64_t resummed_elements() const { return resummed_; }
 
   // The shard the optimizer steps (elements of dtype()).
   const char* active() const { return grads_[active_].as<char>(); }
@@ -75,8 +108,9 @@ class HostGradientShard : public zero::GradientSink {
   int active_ = 0;
   bool last_pass_ = true;  // set on the host before each micro-batch
   // Written by host functions in the collective stream's order (no lock).
-  ops::SquareSum folded_;
-  std::vector<std::pair<int64_t, int64_t>> folded_ranges_;
+  FoldedNorm folded_;
+  std::vector<ops::SquareSum> chunk_norms_;  // one add's, before they join folded_
+  int64_t resummed_ = 0;
 };
 
 }  // namespace memwall::offload

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/status.h"
 
 namespace memwall::ops {
 namespace {
@@ -113,8 +114,10 @@ void ForEachChunk(int64_t n, ThreadPool* pool, Run run) {
 
 }  // namespace
 
-absl::Status HostAdd(const void* a, const void* b, void* y, DType dtype, int64_t n, SquareSum* norm,
-                     ThreadPool* pool) {
+namespace {
+// HostAdd's loop; with chunk_norms, each chunk's squares land in it.
+absl::Status AddInChunks(const void* a, const void* b, void* y, DType dtype, int64_t n,
+                         std::vector<SquareSum>* chunk_norms, ThreadPool* pool) {
   if (!IsFloating(dtype)) {
     return absl::InvalidArgumentError(
         absl::StrCat("HostAdd: gradients are ", DTypeName(dtype), "; need fp32, fp16 or bf16"));
@@ -122,15 +125,28 @@ absl::Status HostAdd(const void* a, const void* b, void* y, DType dtype, int64_t
   if (n < 0 || (n > 0 && (a == nullptr || b == nullptr || y == nullptr))) {
     return absl::InvalidArgumentError(absl::StrCat("HostAdd: ", n, " elements and a null buffer"));
   }
-  std::vector<SquareSum> partial((n + kAccumulateChunk - 1) / kAccumulateChunk);
+  if (chunk_norms != nullptr) chunk_norms->assign((n + kAccumulateChunk - 1) / kAccumulateChunk, SquareSum{});
   ForEachChunk(n, pool, [&](int64_t c) {
     const int64_t begin = c * kAccumulateChunk, end = std::min(n, begin + kAccumulateChunk);
-    partial[c] = Range(a, b, y, dtype, begin, end, norm != nullptr);
+    const SquareSum squares = Range(a, b, y, dtype, begin, end, chunk_norms != nullptr);
+    if (chunk_norms != nullptr) (*chunk_norms)[c] = squares;
   });
-  if (norm != nullptr) {
-    for (const SquareSum& p : partial) norm->Merge(p);  // chunk order: thread-count independent
-  }
   return absl::OkStatus();
+}
+}  // namespace
+
+absl::Status HostAdd(const void* a, const void* b, void* y, DType dtype, int64_t n, SquareSum* norm,
+                     ThreadPool* pool) {
+  if (norm == nullptr) return AddInChunks(a, b, y, dtype, n, nullptr, pool);
+  std::vector<SquareSum> partial;
+  MEMWALL_RETURN_IF_ERROR(AddInChunks(a, b, y, dtype, n, &partial, pool));
+  for (const SquareSum& p : partial) norm->Merge(p);  // chunk order: thread-count independent
+  return absl::OkStatus();
+}
+
+absl::Status HostAddChunkNorms(const void* a, const void* b, void* y, DType dtype, int64_t n,
+                               std::vector<SquareSum>* chunk_norms, ThreadPool* pool) {
+  return AddInChunks(a, b, y, dtype, n, chunk_norms, pool);
 }
 
 absl::StatusOr<SquareSum> HostSquaredNorm(const void* x, DType dtype, int64_t n, ThreadPool* pool) {

@@ -16,6 +16,7 @@
 #define MEMWALL_OPS_HOST_ACCUMULATE_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -40,6 +41,11 @@ struct SquareSum {
 // y = a + b as above; `pool` may be null (one thread).
 absl::Status HostAdd(const void* a, const void* b, void* y, DType dtype, int64_t n, SquareSum* norm,
                      ThreadPool* pool);
+// HostAdd with the norm kept per chunk: (*chunk_norms)[c] is the squares of
+// y[c kAccumulateChunk, min(n, (c + 1) kAccumulateChunk)). HostAdd's norm
+// is these merged in chunk order.
+absl::Status HostAddChunkNorms(const void* a, const void* b, void* y, DType dtype, int64_t n,
+                               std::vector<SquareSum>* chunk_norms, ThreadPool* pool);
 
 // Sum of squares (double) and inf/NaN of n values of `dtype`, in the same
 // fixed chunk order.

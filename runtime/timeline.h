@@ -43,7 +43,7 @@ enum class ZoneKind : uint8_t {
   kGradD2H,          // "grad D2H": a reduced gradient piece to pinned host memory (offload)
   kGradAccumulate,   // "grad accumulate": ... added into the host gradient shard
   kGradNorm,         // "grad norm": the host shard's norm and inf/NaN flag to the device
-  kGradNormPass,     // "grad norm pass": a pass over the host shard when the folded norm cannot serve
+  kGradNormPass,     // "grad norm pass": a pass over the parts of the host shard the folded norm cannot serve
   kCpuAdam,          // "cpu_adam": the CPU Adam of one tile (host)
   kCpuAdamDelayed,   // "cpu_adam (delayed)": the delayed parameter update's CPU Adam
   kParamH2D,         // "param H2D": updated parameters (a tile) to the device
