@@ -8,15 +8,17 @@
 #   OUT_DIR/session.sh RESULTS_DIR         (on the GPU machine, from a checkout's root: one
 #                                          visit, ~10 minutes, RESULTS_DIR/summary.md + 8 files; see gpu_session.sh)
 #   OUT_DIR/run.sh RESULTS_DIR [NAME...]   (on the GPU machine)
-#   source OUT_DIR/env.sh; OUT_DIR/bin/repro_run --results_dir=DIR repro/<paper>/<result>/experiment.textproto
+#   source OUT_DIR/env.sh; "$bin"/repro_run --results_dir=DIR repro/<paper>/<result>/experiment.textproto
 #                                          (an experiment on the GPU machine, from a checkout's root)
 #
-# Contents: bin/ (our code linked statically; repro_run is //repro:run),
-# launch.sh (starts N ranks of a binary with torchrun-style variables),
-# lib.tar.gz (unpacked by env.sh to lib/: Abseil, protobuf, OpenMPI, OpenBLAS, ... as found by ldd; also
-# libcudart, which is small and must match the build), env.sh (the library
-# path and MEMWALL_COMMIT for provenance), run.sh, MANIFEST (what was built,
-# from which commit).
+# Contents: payload.tar.xz (unpacked by env.sh beside itself, or into a
+# temporary folder where the bundle is read-only: bin/, our code linked
+# statically, repro_run being //repro:run; lib/, Abseil, protobuf, OpenMPI,
+# OpenBLAS, ... as found by ldd, and libcudart, which is small and must
+# match the build), launch.sh (starts N ranks of a binary with
+# torchrun-style variables), env.sh (the library path, $bin for the
+# binaries' folder and MEMWALL_COMMIT for provenance), run.sh, session.sh,
+# MANIFEST (what was built, from which commit).
 # The driver (libcuda), cuBLAS and NCCL come from the GPU machine.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -63,10 +65,13 @@ done | sort -u | while read -r name path; do
 done
 # OpenMPI loads its components at MPI_Init, which only mpirun's ranks call:
 # the components are not bundled, and launch.sh's ranks use TCP instead.
-# The libraries travel compressed (Debian's OpenBLAS alone is 35 MiB, which
-# with the rest would not fit the device tool's 64 MiB); env.sh unpacks them.
-tar -C "$out" -czf "$out/lib.tar.gz" lib
-rm -rf "$out/lib"
+# Binaries and libraries travel as one xz archive: about 95 MiB unpacked
+# (Debian's OpenBLAS alone is 35 MiB; the statically linked binaries repeat
+# our code), 11 MiB packed, since xz's window finds what the binaries share
+# (gzip: 29 MiB). The device tool carries 64 MiB with the repository.
+echo "gpu_bundle: packing bin/ and lib/ (xz)" >&2
+tar -C "$out" -cf - bin lib | xz -T0 -6 > "$out/payload.tar.xz"
+rm -rf "$out/bin" "$out/lib"
 
 {
   echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (dirty)')"
@@ -81,11 +86,21 @@ cat > "$out/env.sh" <<'ENV'
 # cuBLAS on LD_LIBRARY_PATH; MEMWALL_COMMIT (the build's commit) for the
 # provenance the repro runner writes off a git checkout.
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-lib="$here/lib"
-if [[ ! -d "$lib" ]]; then
-  [[ -w "$here" ]] || lib="$(mktemp -d)/lib"
-  mkdir -p "$lib" && tar -C "$(dirname "$lib")" -xzf "$here/lib.tar.gz" || echo "env.sh: cannot unpack $here/lib.tar.gz" >&2
+# bin/ and lib/ from payload.tar.xz, once: beside it, or in a temporary
+# folder when the bundle is read-only ($bin says where). Python's tarfile
+# reads xz where the machine has no xz.
+unpacked="$here"
+if [[ ! -d "$here/bin" ]]; then
+  [[ -w "$here" ]] || unpacked="$(mktemp -d)"
+  python3 -c 'import sys, tarfile
+kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)' \
+      "$here/payload.tar.xz" "$unpacked" 2>/dev/null ||
+    tar -C "$unpacked" -xJf "$here/payload.tar.xz" ||
+    echo "env.sh: cannot unpack $here/payload.tar.xz" >&2
 fi
+bin="$unpacked/bin"
+lib="$unpacked/lib"
 # NCCL: a system copy, else the one pip's nvidia-nccl package ships.
 nccl_dir=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu; do
@@ -127,10 +142,10 @@ source "$here/env.sh"
   echo "nccl: ${nccl_dir:-not found}  cublas: ${cublas_dir:-not found}"
 } | tee "$results/machine.txt"
 names=("$@")
-[[ ${#names[@]} -eq 0 ]] && names=($(ls "$here/bin" | grep -v '^repro_run$'))
+[[ ${#names[@]} -eq 0 ]] && names=($(ls "$bin" | grep -v '^repro_run$'))
 status=0
 for name in "${names[@]}"; do
-  bin="$here/bin/$name"
+  binary="$bin/$name"
   args=()
   launch=()
   case "$name" in
@@ -142,7 +157,7 @@ for name in "${names[@]}"; do
     *_benchmark) args=(--benchmark_out="$results/$name.json" --benchmark_out_format=json) ;;
   esac
   echo "== $name${launch:+ (${launch[1]} ranks)}"
-  if "${launch[@]}" "$bin" "${args[@]}" > "$results/$name.log" 2>&1; then
+  if "${launch[@]}" "$binary" "${args[@]}" > "$results/$name.log" 2>&1; then
     echo "   ok"; tail -n 3 "$results/$name.log"
   else
     echo "   FAILED (exit $?)"; tail -n 30 "$results/$name.log"; status=1

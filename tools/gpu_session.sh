@@ -60,9 +60,9 @@ not_run="not run: the visit's time ran out"
 # 1. Every gpu test: single-process ones directly, multi-rank ones (NAME_bin)
 #    as 2 ranks through launch.sh. JUnit XML goes to scratch for the summary.
 : > "$results/tests.log"
-for bin in "$here"/bin/*_test "$here"/bin/*_test_bin; do
-  [[ -e "$bin" ]] || continue
-  name="$(basename "$bin")"
+for binary in "$bin"/*_test "$bin"/*_test_bin; do
+  [[ -e "$binary" ]] || continue
+  name="$(basename "$binary")"
   launch=()
   xml="$scratch/xml/$name.xml"
   if [[ "$name" == *_test_bin ]]; then
@@ -77,7 +77,7 @@ for bin in "$here"/bin/*_test "$here"/bin/*_test_bin; do
     continue
   fi
   echo "== $name ($(elapsed))" >> "$results/tests.log"
-  timeout "$seconds" "${launch[@]}" "$bin" --gtest_output="xml:$xml" >> "$results/tests.log" 2>&1
+  timeout "$seconds" "${launch[@]}" "$binary" --gtest_output="xml:$xml" >> "$results/tests.log" 2>&1
   code=$?
   echo "== $name exit $code" >> "$results/tests.log"
   (( code == 0 )) || status=1
@@ -102,17 +102,17 @@ part() {
   timeout "$seconds" "$@" >> "$log" 2>&1 || status=1
 }
 part gpt_benchmark "${MEMWALL_BENCH_SECONDS:-240}" "$results/benchmarks.log" \
-  "$here/bin/gpt_benchmark" --benchmark_filter='BM_GptCuda' \
+  "$bin/gpt_benchmark" --benchmark_filter='BM_GptCuda' \
   --benchmark_out="$results/gpt_benchmark.json" --benchmark_out_format=json
 part ops_benchmark "${MEMWALL_OPS_BENCH_SECONDS:-90}" "$results/benchmarks.log" \
-  "$here/bin/ops_benchmark" --benchmark_out="$results/ops_benchmark.json" --benchmark_out_format=json
+  "$bin/ops_benchmark" --benchmark_out="$results/ops_benchmark.json" --benchmark_out_format=json
 
 # 3. The offload run (a checkout's experiment file, this bundle's runner).
 experiment="repro/offload/dpu/gpu.textproto"
 if [[ -f "$experiment" ]]; then
   : > "$results/offload_dpu_gpu.log"
   part repro_run "${MEMWALL_OFFLOAD_SECONDS:-150}" "$results/offload_dpu_gpu.log" \
-    "$here/bin/repro_run" --results_dir="$scratch/repro" "$experiment"
+    "$bin/repro_run" --results_dir="$scratch/repro" "$experiment"
   cp "$scratch/repro/offload_dpu_gpu/data.csv" "$results/offload_dpu_gpu.csv" 2>/dev/null
   cp "$scratch/repro/offload_dpu_gpu/provenance.json" "$results/offload_dpu_gpu.json" 2>/dev/null
 else
