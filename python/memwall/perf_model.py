@@ -92,8 +92,9 @@ CPU_ADAM_BYTES_PER_PARAM = 28
 # Device Adam (no offload): the same pass in device memory, and the
 # 16-bit gradient and parameter.
 DEVICE_ADAM_BYTES_PER_PARAM = 28
-# NVMe optimizer swap: fp32 parameter, momentum and variance read and
-# written back (ZeRO-Infinity §5.2).
+# NVMe optimizer swap, a step's traffic: the fp32 parameter, momentum and
+# variance (12 bytes) read in and written back (ZeRO-Infinity §5.2;
+# infinity/nvme_state_store.h).
 NVME_OPTIMIZER_BYTES_PER_PARAM = 24
 
 
@@ -317,7 +318,7 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
         grads_down = 2 * shard / pcie
         params_up = 2 * shard / pcie
         if run.offload_optimizer == "nvme":
-            opt_nvme = 2 * shard * NVME_OPTIMIZER_BYTES_PER_PARAM / nvme_rank
+            opt_nvme = shard * NVME_OPTIMIZER_BYTES_PER_PARAM / nvme_rank
 
     fetch_pass = nvme_pass = 0.0   # offloaded parameters, per pass
     if run.offload_param != "none":
