@@ -129,7 +129,6 @@ absl::Status HostGradientShard::Norm(const Tensor& norm, Stream& stream) {
   MEMWALL_RETURN_IF_ERROR(stream.EnqueueHost([this, grads]() -> absl::Status {
     const FoldedNorm::Split split = folded_.For(n_);
     ops::SquareSum g = split.folded;
-    resummed_ = 0;
     if (!split.resum.empty()) {
       HostZone pass(timeline_, ZoneKind::kGradNormPass);
       for (const auto& [begin, end] : split.resum) {
@@ -137,7 +136,6 @@ absl::Status HostGradientShard::Norm(const Tensor& norm, Stream& stream) {
                                  ops::HostSquaredNorm(grads->as<char>() + begin * SizeOf(dtype_), dtype_,
                                                       end - begin, &pool_));
         g.Merge(part);
-        resummed_ += end - begin;
       }
     }
     float* out = norm_host_.as<float>();

@@ -79,8 +79,6 @@ class HostGradientShard : public zero::GradientSink {
   // on the device), in `stream`'s order: the last pass's folded squares
   // plus a pass (zone kGradNormPass) over what they cannot serve.
   absl::Status Norm(const Tensor& norm, Stream& stream);
-  // Elements the last Norm() summed again from the shard (0: none).
-  int64_t resummed_elements() const { return resummed_; }
 
   // The shard the optimizer steps (elements of dtype()).
   const char* active() const { return grads_[active_].as<char>(); }
@@ -110,7 +108,6 @@ class HostGradientShard : public zero::GradientSink {
   // Written by host functions in the collective stream's order (no lock).
   FoldedNorm folded_;
   std::vector<ops::SquareSum> chunk_norms_;  // one add's, before they join folded_
-  int64_t resummed_ = 0;
 };
 
 }  // namespace memwall::offload
