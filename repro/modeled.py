@@ -83,15 +83,21 @@ def smallest_mp(name, hw, ranks, stage, mps=(1, 2, 4, 8, 16, 32, 64)):
     return None
 
 
-def tiled(run, hw, factors=(1, 2, 4, 8, 16, 32, 64)):
+def tiled_row(series, name, run, hw, global_batch, factors=(1, 2, 4, 8, 16, 32, 64)):
     """`run` with its activation checkpoints offloaded to the host (ZeRO-Infinity
-    §5.1.2) and the smallest memory-centric tiling factor (§5.1.3) at which
-    micro-batch 1 fits, and that factor (the last tried when none does)."""
+    §5.1.2) and the memory-centric tiling factor (§5.1.3) a user would pick:
+    of the factors at which micro-batch 1 fits, the one whose row (at its
+    largest micro-batch, `global_batch` sequences a step) the model predicts
+    fastest. Tiling shrinks the gathered working set, so a larger factor can
+    buy a larger micro-batch; the smallest fitting factor is not always the
+    fastest. The last factor's row when none fits."""
+    best = None
     for t in factors:
         tiled_run = dataclasses.replace(run, model=f"{run.model} offload_activations: true tiling: {t}")
-        if perf_model.memory(dataclasses.replace(tiled_run, micro_batch=1), hw)["fits"]:
-            return tiled_run, t
-    return tiled_run, t
+        r = row(series, name, tiled_run, hw, note=f"activation offload, tiling {t}", global_batch=global_batch)
+        if r["fits"] == "yes" and (best is None or float(r["tflops_per_gpu"]) > float(best["tflops_per_gpu"])):
+            best = r
+    return best or r
 
 
 def paper(series, name, x, value, note):

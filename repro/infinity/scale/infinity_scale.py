@@ -2,7 +2,7 @@
 ./bazelw run //repro:infinity_scale writes results/infinity_scale/."""
 import sys
 
-from modeled import ZERO_GLOBAL_BATCH, main, model, paper, row, smallest_mp, tiled
+from modeled import ZERO_GLOBAL_BATCH, main, model, paper, row, smallest_mp, tiled_row
 from memwall import perf_model
 
 
@@ -12,10 +12,9 @@ def points(hw):
     (Megatron MP + ZeRO-1 data parallelism); and 1T on one DGX-2."""
     rows = []
     for name in ("infinity_0.5t", "infinity_1t", "infinity_5t", "infinity_10t", "infinity_20t"):
-        run, tiling = tiled(perf_model.Run(model=model(name), ranks=512, stage=3, offload_optimizer="nvme",
-                                           offload_param="nvme", micro_batch=0), hw)
-        rows.append(row("ZeRO-Infinity (NVMe)", name, run, hw, note=f"activation offload, tiling {tiling}",
-                        global_batch=ZERO_GLOBAL_BATCH))
+        rows.append(tiled_row("ZeRO-Infinity (NVMe)", name,
+                              perf_model.Run(model=model(name), ranks=512, stage=3, offload_optimizer="nvme",
+                                             offload_param="nvme", micro_batch=0), hw, ZERO_GLOBAL_BATCH))
         mp = smallest_mp(name, hw, 512, stage=1, mps=(1, 2, 4, 8, 16))
         if mp is None:
             rows.append(dict(series="3D parallelism (MP <= 16 + ZeRO-1)", model=name,
@@ -25,11 +24,9 @@ def points(hw):
             rows.append(row("3D parallelism (MP <= 16 + ZeRO-1)", name,
                             perf_model.Run(model=model(name), ranks=512, model_parallel=mp, stage=1, micro_batch=0), hw,
                             note=f"MP {mp}"))
-    run, tiling = tiled(perf_model.Run(model=model("infinity_1t"), ranks=16, stage=3, offload_optimizer="nvme",
-                                       offload_param="nvme", micro_batch=0), hw)
-    rows.append(row("ZeRO-Infinity (NVMe), one DGX-2", "infinity_1t", run, hw,
-                    note=f"activation offload, tiling {tiling}",
-                    global_batch=ZERO_GLOBAL_BATCH))
+    rows.append(tiled_row("ZeRO-Infinity (NVMe), one DGX-2", "infinity_1t",
+                          perf_model.Run(model=model("infinity_1t"), ranks=16, stage=3, offload_optimizer="nvme",
+                                         offload_param="nvme", micro_batch=0), hw, ZERO_GLOBAL_BATCH))
     rows.append(paper("ZeRO-Infinity (NVMe)", "", "", 25000 / 512, "25 PFLOPS on 512 GPUs (49 TFLOPS/GPU)"))
     rows.append(paper("ZeRO-Infinity (NVMe), one DGX-2", "infinity_1t", "", 27, "1T at 27 TFLOPS/GPU on one DGX-2"))
     return rows
