@@ -28,7 +28,8 @@ def points(hw):
                           perf_model.Run(model=model("infinity_1t"), ranks=16, stage=3, offload_optimizer="nvme",
                                          offload_param="nvme", micro_batch=0), hw, ZERO_GLOBAL_BATCH))
     rows.append(paper("ZeRO-Infinity (NVMe)", "", "", 25000 / 512, "25 PFLOPS on 512 GPUs (49 TFLOPS/GPU)"))
-    rows.append(paper("ZeRO-Infinity (NVMe), one DGX-2", "infinity_1t", "", 27, "1T at 27 TFLOPS/GPU on one DGX-2"))
+    rows.append(paper("ZeRO-Infinity (NVMe), one DGX-2", "infinity_1t", perf_model._params(model("infinity_1t")), 27,
+                      "1T at 27 TFLOPS/GPU on one DGX-2"))
     return rows
 
 
