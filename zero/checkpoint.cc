@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <tuple>
 #include <vector>
@@ -75,6 +76,57 @@ std::string Join(const std::string& dir, const std::string& name) {
   return (std::filesystem::path(dir) / name).string();
 }
 
+// A run of a shard file: flat elements [flat_begin, flat_begin + count),
+// stored from element `at` of each of the file's sections.
+struct StoredRun {
+  int64_t flat_begin = 0;
+  int64_t count = 0;
+  int64_t at = 0;
+  int shard = 0;  // the shard's index in the metadata
+};
+
+// The non-empty runs of shard `index`, in the order its sections store
+// them: its pieces, or its one range when it lists none. Its numbers must
+// have passed ValidateCheckpointMetadata's per-shard checks.
+std::vector<StoredRun> RunsOf(const CheckpointShard& sh, int index) {
+  std::vector<StoredRun> runs;
+  if (sh.pieces().empty()) {
+    if (sh.count() > 0) runs.push_back({sh.flat_begin(), sh.count(), 0, index});
+    return runs;
+  }
+  int64_t at = 0;
+  for (const CheckpointPiece& piece : sh.pieces()) {
+    runs.push_back({piece.flat_begin(), piece.count(), at, index});
+    at += piece.count();
+  }
+  return runs;
+}
+
+// Every shard's runs in flat order: where each flat element is stored.
+// Validated metadata tiles [0, numel) with them exactly once.
+class StoredRuns {
+ public:
+  explicit StoredRuns(const CheckpointMetadata& meta) {
+    for (int i = 0; i < meta.shards_size(); ++i) {
+      for (const StoredRun& run : RunsOf(meta.shards(i), i)) runs_.push_back(run);
+    }
+    std::sort(runs_.begin(), runs_.end(),
+              [](const StoredRun& a, const StoredRun& b) { return a.flat_begin < b.flat_begin; });
+  }
+  const std::vector<StoredRun>& all() const { return runs_; }
+  // The runs that hold elements of [begin, end), in flat order.
+  std::span<const StoredRun> Overlapping(int64_t begin, int64_t end) const {
+    auto by_begin = [](int64_t x, const StoredRun& r) { return x < r.flat_begin; };
+    auto first = std::upper_bound(runs_.begin(), runs_.end(), begin, by_begin);
+    if (first != runs_.begin() && std::prev(first)->flat_begin + std::prev(first)->count > begin) --first;
+    auto last = std::upper_bound(first, runs_.end(), end - 1, by_begin);
+    return {first, last};
+  }
+
+ private:
+  std::vector<StoredRun> runs_;
+};
+
 // A shard file opened for reading, its size and CRC checked against the
 // metadata before any of it is used.
 class ShardReader {
@@ -83,7 +135,7 @@ class ShardReader {
                                                            const CheckpointShard& shard,
                                                            bool verify_crc) {
     const std::string path = Join(dir, shard.file());
-    std::unique_ptr<ShardReader> r(new ShardReader(path, shard));
+    std::unique_ptr<ShardReader> r(new ShardReader(path, shard, RunsOf(shard, 0)));
     r->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (r->fd_ < 0) {
       return absl::NotFoundError(absl::StrCat("checkpoint ", dir, " is missing shard ", shard.file(),
@@ -104,15 +156,21 @@ class ShardReader {
   ~ShardReader() {
     if (fd_ >= 0) ::close(fd_);
   }
-  // Elements [begin, begin + n) (flat indices) of section 0 (master), 1 (m)
-  // or 2 (v) into out.
-  absl::Status ReadSection(int section, int64_t begin, int64_t n, float* out) {
-    const int64_t at = kHeaderBytes + 4 * (int64_t(section) * shard_.count() + begin - shard_.flat_begin());
-    return Read(at, out, 4 * n);
+  // Elements [at, at + n) of section 0 (master), 1 (m), 2 (v) or 3 (the
+  // pending gradients) into out; `at` counts from the section's start.
+  absl::Status ReadSection(int section, int64_t at, int64_t n, float* out) {
+    return Read(kHeaderBytes + 4 * (int64_t(section) * shard_.count() + at), out, 4 * n);
   }
 
  private:
-  ShardReader(std::string path, CheckpointShard shard) : path_(std::move(path)), shard_(std::move(shard)) {}
+  ShardReader(std::string path, CheckpointShard shard, std::vector<StoredRun> runs)
+      : path_(std::move(path)), shard_(std::move(shard)), runs_(std::move(runs)) {}
+  // The flat index of a section's element `at`.
+  int64_t FlatIndex(int64_t at) const {
+    auto run = std::upper_bound(runs_.begin(), runs_.end(), at,
+                                [](int64_t x, const StoredRun& r) { return x < r.at; });
+    return run == runs_.begin() ? -1 : std::prev(run)->flat_begin + (at - std::prev(run)->at);
+  }
   absl::Status Read(int64_t offset, void* out, int64_t bytes) {
     char* p = static_cast<char*>(out);
     while (bytes > 0) {
@@ -139,7 +197,7 @@ class ShardReader {
       for (int64_t b = lo; b < hi && first_non_finite_ < 0; b += 4) {
         float v;
         std::memcpy(&v, buffer.data() + (b - int64_t(at)), 4);
-        if (!std::isfinite(v)) first_non_finite_ = shard_.flat_begin() + (b - kHeaderBytes) / 4;
+        if (!std::isfinite(v)) first_non_finite_ = FlatIndex((b - kHeaderBytes) / 4);
       }
       at += n;
     }
@@ -159,6 +217,7 @@ class ShardReader {
  private:
   std::string path_;
   CheckpointShard shard_;
+  std::vector<StoredRun> runs_;
   int fd_ = -1;
   int64_t first_non_finite_ = -1;
 };
@@ -178,20 +237,21 @@ absl::Status CheckFinite(const CheckpointMetadata& meta, const ShardReader& read
                                           "): the run diverged before this save; resume from an earlier checkpoint"));
 }
 
-// Reads flat elements [begin, end) of `section` from the shards that hold them.
-// Shards opened here are CRC-checked first when `verify_crc`.
-absl::Status ReadRange(const std::string& dir, const CheckpointMetadata& meta,
+// Reads flat elements [begin, end) of `section` from the shards that hold
+// them (`runs`: meta's). Shards opened here are CRC-checked first when
+// `verify_crc`.
+absl::Status ReadRange(const std::string& dir, const CheckpointMetadata& meta, const StoredRuns& runs,
                        std::vector<std::unique_ptr<ShardReader>>& readers, int section,
                        int64_t begin, int64_t end, float* out, bool verify_crc = true) {
-  for (int i = 0; i < meta.shards_size(); ++i) {
-    const CheckpointShard& sh = meta.shards(i);
-    const int64_t lo = std::max(begin, sh.flat_begin());
-    const int64_t hi = std::min(end, sh.flat_begin() + sh.count());
+  for (const StoredRun& run : runs.Overlapping(begin, end)) {
+    const int64_t lo = std::max(begin, run.flat_begin);
+    const int64_t hi = std::min(end, run.flat_begin + run.count);
     if (lo >= hi) continue;
-    if (readers[i] == nullptr) {
-      MEMWALL_ASSIGN_OR_RETURN(readers[i], ShardReader::Open(dir, sh, verify_crc));
+    if (readers[run.shard] == nullptr) {
+      MEMWALL_ASSIGN_OR_RETURN(readers[run.shard], ShardReader::Open(dir, meta.shards(run.shard), verify_crc));
     }
-    MEMWALL_RETURN_IF_ERROR(readers[i]->ReadSection(section, lo, hi - lo, out + (lo - begin)));
+    MEMWALL_RETURN_IF_ERROR(
+        readers[run.shard]->ReadSection(section, run.at + (lo - run.flat_begin), hi - lo, out + (lo - begin)));
   }
   return absl::OkStatus();
 }
@@ -251,26 +311,53 @@ absl::Status ValidateCheckpointMetadata(const CheckpointMetadata& meta, const st
                  " (adam_step ", meta.adam_step(), ")");
     }
   }
-  // Shards tile [0, numel) in order, one file each, named inside the
-  // directory (a name is never a path: a checkpoint cannot point elsewhere).
-  int64_t at = 0;
+  // One file a shard, named inside the directory (a name is never a path:
+  // a checkpoint cannot point elsewhere), its runs inside [0, numel).
+  const int64_t psi = meta.numel();
   for (const CheckpointShard& sh : meta.shards()) {
     const std::string& f = sh.file();
     if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos || f.find('\0') != std::string::npos) {
       return bad("names a shard file \"", f, "\" (a file name in the checkpoint directory is expected)");
     }
     if (sh.rank() < 0 || sh.rank() >= meta.world_size()) return bad("gives shard ", f, " rank ", sh.rank());
-    if (sh.flat_begin() != at || sh.count() < 0 || sh.count() > meta.numel() - at) {
-      return bad("gives shard ", f, " elements [", sh.flat_begin(), ", +", sh.count(), "), expected from ", at,
-                 " within ", meta.numel());
+    if (sh.count() < 0 || sh.count() > psi || sh.flat_begin() < 0 || sh.flat_begin() > psi - sh.count()) {
+      return bad("gives shard ", f, " elements [", sh.flat_begin(), ", +", sh.count(), ") outside [0, ", psi, ")");
+    }
+    // Listed pieces: non-empty, in flat order, adding up to the shard's count.
+    int64_t sum = 0, end = 0;
+    for (int k = 0; k < sh.pieces_size(); ++k) {
+      const CheckpointPiece& piece = sh.pieces(k);
+      if (piece.count() < 1 || piece.count() > sh.count() - sum || piece.flat_begin() < end ||
+          piece.flat_begin() > psi - piece.count()) {
+        return bad("gives shard ", f, " piece ", k, " elements [", piece.flat_begin(), ", +", piece.count(),
+                   ") (pieces are non-empty, in flat order, inside [0, ", psi, ") and add up to the shard's ",
+                   sh.count(), ")");
+      }
+      sum += piece.count();
+      end = piece.flat_begin() + piece.count();
+    }
+    if (sh.pieces_size() > 0 && (sum != sh.count() || sh.flat_begin() != sh.pieces(0).flat_begin())) {
+      return bad("gives shard ", f, " pieces of ", sum, " elements from ", sh.pieces(0).flat_begin(),
+                 " but elements [", sh.flat_begin(), ", +", sh.count(), ")");
     }
     const uint64_t expected = uint64_t(kHeaderBytes) + 4 * Sections(meta) * uint64_t(sh.count());
     if (sh.bytes() != expected) {
       return bad("gives shard ", f, " ", sh.bytes(), " bytes for ", sh.count(), " elements (expected ", expected, ")");
     }
-    at += sh.count();
   }
-  if (at != meta.numel()) return bad("has shards holding ", at, " elements of ", meta.numel());
+  // Together the shards' runs hold every element once.
+  int64_t at = 0;
+  const StoredRuns runs(meta);
+  for (const StoredRun& run : runs.all()) {
+    if (run.flat_begin != at) {
+      return run.flat_begin > at
+                 ? bad("has no shard holding elements [", at, ", ", run.flat_begin, ")")
+                 : bad("has elements [", run.flat_begin, ", ", std::min(at, run.flat_begin + run.count),
+                       ") in two shards (", meta.shards(run.shard).file(), " and another)");
+    }
+    at += run.count;
+  }
+  if (at != psi) return bad("has no shard holding elements [", at, ", ", psi, ")");
   // Tensors: each inside [0, numel).
   for (const CheckpointTensor& t : meta.tensors()) {
     int64_t numel = 1;
@@ -452,28 +539,38 @@ absl::Status Trainer::Agree(const absl::Status& local, absl::string_view what) {
   return AgreeAcrossRanks(comm_, device_, local, what, &agreement_);
 }
 
-// The flat range rank `rank`'s checkpoint shard holds: the real elements it
-// owns, which the format (one range per shard file) needs as one run from
-// the start of its shard. ZeRO's contiguous partition always gives that.
-absl::StatusOr<FlatRange> ShardRange(const FlatLayout& layout, int rank) {
-  const std::vector<Piece> owned = layout.Owned(rank);
-  if (owned.empty()) return FlatRange{layout.numel(), layout.numel()};
-  for (size_t i = 0; i < owned.size(); ++i) {
-    const int64_t want_offset = i == 0 ? 0 : owned[i - 1].shard_offset + owned[i - 1].size;
-    if (owned[i].shard_offset != want_offset || (i > 0 && owned[i].begin != owned[i - 1].begin + owned[i - 1].size)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoints store one contiguous flat range per rank, but this partition gives rank ", rank, " ",
-          owned.size(), " pieces (partitioning = BANDWIDTH_CENTRIC has no checkpoint format yet: train with "
-          "CONTIGUOUS to save or load)"));
+namespace {
+// The runs of flat elements rank `rank`'s shard file holds, in the order
+// it stores them: the real elements the rank owns (the partition's
+// Owned), pieces adjacent both in the flat order and in the shard joined,
+// so ZeRO's contiguous partition gives one run and bandwidth-centric
+// partitioning one a parameter.
+std::vector<Piece> StoredPieces(const FlatLayout& layout, int rank) {
+  std::vector<Piece> runs;
+  for (const Piece& p : layout.Owned(rank)) {
+    if (p.size == 0) continue;
+    if (!runs.empty()) {
+      Piece& last = runs.back();
+      if (last.begin + last.size == p.begin && last.shard_offset + last.size == p.shard_offset) {
+        last.size += p.size;
+        continue;
+      }
     }
+    runs.push_back(p);
   }
-  return FlatRange{owned.front().begin, owned.back().begin + owned.back().size};
+  return runs;
 }
+
+int64_t Elements(const std::vector<Piece>& pieces) {
+  int64_t n = 0;
+  for (const Piece& p : pieces) n += p.size;
+  return n;
+}
+}  // namespace
 
 absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
                                           const std::function<void(int)>& after_shard_written) {
-  // Before anything is written: every rank fails alike where the format cannot hold its states.
-  MEMWALL_ASSIGN_OR_RETURN(const FlatRange range, ShardRange(layout_, layout_.rank()));
+  const std::vector<Piece> pieces = StoredPieces(layout_, layout_.rank());
   // One directory: a shard written elsewhere than rank 0's metadata would
   // leave a complete-looking checkpoint that cannot load.
   std::error_code ec;
@@ -514,22 +611,25 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
       MEMWALL_ASSIGN_OR_RETURN(ChecksummedFile file,
                                ChecksummedFile::Open(Join(path, absl::StrFormat("rank_%05d.shard", rank))));
       char header[kHeaderBytes];
-      const int64_t begin = range.begin, count = range.size();
+      const int64_t begin = pieces.empty() ? layout_.numel() : pieces.front().begin, count = Elements(pieces);
       std::memcpy(header, kMagic, 8);
       std::memcpy(header + 8, &begin, 8);
       std::memcpy(header + 16, &count, 8);
       MEMWALL_RETURN_IF_ERROR(file.Write(header, kHeaderBytes));
       std::vector<float> host(std::min<int64_t>(count, kChunk));
       for (int section = 0; section < (pending.has_value() ? 4 : 3); ++section) {
-        for (int64_t at = 0; at < count; at += kChunk) {
-          const int64_t n = std::min(kChunk, count - at);
-          MEMWALL_RETURN_IF_ERROR(section == kPendingGradients
-                                      ? optimizer_->ReadPendingGradients(at, n, host.data())
-                                      : optimizer_->ReadState(static_cast<OptimizerState>(section), at, n, host.data()));
-          if (section == static_cast<int>(OptimizerState::kMaster)) {
-            MEMWALL_RETURN_IF_ERROR(CheckFiniteMaster(host.data(), n, range.begin + at));
+        for (const Piece& piece : pieces) {
+          for (int64_t at = 0; at < piece.size; at += kChunk) {
+            const int64_t n = std::min(kChunk, piece.size - at), from = piece.shard_offset + at;
+            MEMWALL_RETURN_IF_ERROR(
+                section == kPendingGradients
+                    ? optimizer_->ReadPendingGradients(from, n, host.data())
+                    : optimizer_->ReadState(static_cast<OptimizerState>(section), from, n, host.data()));
+            if (section == static_cast<int>(OptimizerState::kMaster)) {
+              MEMWALL_RETURN_IF_ERROR(CheckFiniteMaster(host.data(), n, piece.begin + at));
+            }
+            MEMWALL_RETURN_IF_ERROR(file.Write(host.data(), n * sizeof(float)));
           }
-          MEMWALL_RETURN_IF_ERROR(file.Write(host.data(), n * sizeof(float)));
         }
       }
       MEMWALL_RETURN_IF_ERROR(file.Commit());
@@ -574,9 +674,16 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
       CheckpointShard* sh = meta.add_shards();
       sh->set_rank(r);
       sh->set_file(absl::StrFormat("rank_%05d.shard", r));
-      MEMWALL_ASSIGN_OR_RETURN(const FlatRange rr, ShardRange(layout_, layout_.world() > 1 ? r : 0));
-      sh->set_flat_begin(rr.begin);
-      sh->set_count(rr.size());
+      const std::vector<Piece> theirs = StoredPieces(layout_, layout_.world() > 1 ? r : 0);
+      sh->set_flat_begin(theirs.empty() ? layout_.numel() : theirs.front().begin);
+      sh->set_count(Elements(theirs));
+      if (theirs.size() > 1) {  // one run is [flat_begin, + count): a checkpoint older readers know
+        for (const Piece& p : theirs) {
+          CheckpointPiece* piece = sh->add_pieces();
+          piece->set_flat_begin(p.begin);
+          piece->set_count(p.size);
+        }
+      }
       sh->set_bytes(uint64_t(uint32_t(infos[4 * r + 1])) | (uint64_t(uint32_t(infos[4 * r + 2])) << 32));
       sh->set_crc32(uint32_t(infos[4 * r]));
     }
@@ -694,13 +801,18 @@ absl::Status Trainer::VerifyCheckpoint(const std::string& step_dir, CheckpointMe
     std::fprintf(stderr, "loading %s: re-partitioning from %d to %d ranks\n", step_dir.c_str(),
                  meta.world_size(), comm_.world_size());
   }
-  // The shards that hold this rank's range (whichever old ranks wrote
-  // them), CRC-checked: read through once, in 4 MiB pieces.
-  MEMWALL_ASSIGN_OR_RETURN(const FlatRange range, ShardRange(layout_, layout_.rank()));
-  for (const CheckpointShard& sh : meta.shards()) {
-    if (std::max(range.begin, sh.flat_begin()) >= std::min(range.end, sh.flat_begin() + sh.count())) continue;
+  // The shards that hold this rank's elements (whichever old ranks wrote
+  // them, under whichever partitioning), CRC-checked: read through once,
+  // in 4 MiB pieces.
+  const StoredRuns runs(meta);
+  std::vector<bool> needed(meta.shards_size(), false);
+  for (const Piece& piece : StoredPieces(layout_, layout_.rank())) {
+    for (const StoredRun& run : runs.Overlapping(piece.begin, piece.begin + piece.size)) needed[run.shard] = true;
+  }
+  for (int i = 0; i < meta.shards_size(); ++i) {
+    if (!needed[i]) continue;
     MEMWALL_ASSIGN_OR_RETURN(const std::unique_ptr<ShardReader> reader,
-                             ShardReader::Open(step_dir, sh, /*verify_crc=*/true));
+                             ShardReader::Open(step_dir, meta.shards(i), /*verify_crc=*/true));
     MEMWALL_RETURN_IF_ERROR(CheckFinite(meta, *reader, step_dir));
   }
   return absl::OkStatus();
@@ -724,18 +836,22 @@ absl::Status Trainer::Load(const std::string& step_dir) {
   // into the optimizer's store (an NVMe store swaps its sub-groups through
   // its buffers): never the whole shard in memory. A pending update's
   // gradients go where the next step's delayed update reads them.
-  MEMWALL_ASSIGN_OR_RETURN(const FlatRange range, ShardRange(layout_, layout_.rank()));
+  const std::vector<Piece> pieces = StoredPieces(layout_, layout_.rank());
   absl::Status streamed = [&]() -> absl::Status {
+    const StoredRuns runs(meta);
     std::vector<std::unique_ptr<ShardReader>> readers(meta.shards_size());
-    std::vector<float> host(std::min<int64_t>(range.size(), kChunk));
+    std::vector<float> host(std::min<int64_t>(Elements(pieces), kChunk));
     for (int section = 0; section < Sections(meta); ++section) {
-      for (int64_t at = 0; at < range.size(); at += kChunk) {
-        const int64_t n = std::min(kChunk, range.size() - at);
-        MEMWALL_RETURN_IF_ERROR(ReadRange(step_dir, meta, readers, section, range.begin + at,
-                                          range.begin + at + n, host.data(), /*verify_crc=*/false));
-        MEMWALL_RETURN_IF_ERROR(section == kPendingGradients
-                                    ? optimizer_->WritePendingGradients(at, n, host.data())
-                                    : optimizer_->WriteState(static_cast<OptimizerState>(section), at, n, host.data()));
+      for (const Piece& piece : pieces) {
+        for (int64_t at = 0; at < piece.size; at += kChunk) {
+          const int64_t n = std::min(kChunk, piece.size - at), to = piece.shard_offset + at;
+          MEMWALL_RETURN_IF_ERROR(ReadRange(step_dir, meta, runs, readers, section, piece.begin + at,
+                                            piece.begin + at + n, host.data(), /*verify_crc=*/false));
+          MEMWALL_RETURN_IF_ERROR(
+              section == kPendingGradients
+                  ? optimizer_->WritePendingGradients(to, n, host.data())
+                  : optimizer_->WriteState(static_cast<OptimizerState>(section), to, n, host.data()));
+        }
       }
     }
     std::optional<StepUpdate> pending;
@@ -846,6 +962,7 @@ absl::StatusOr<std::string> ConsolidateCheckpoint(const std::string& path, const
     MEMWALL_RETURN_IF_ERROR(CheckFinite(meta, *readers[i], step_dir));
   }
   MEMWALL_ASSIGN_OR_RETURN(const std::vector<HfTensor> hf, HfTensors(meta, step_dir));
+  const StoredRuns runs(meta);
   std::vector<models::SafetensorsTensor> tensors;
   for (const HfTensor& t : hf) tensors.push_back({t.name, DType::kF32, t.shape, nullptr});
   // A checkpoint that records its model exports as ExportGpt does.
@@ -861,7 +978,7 @@ absl::StatusOr<std::string> ConsolidateCheckpoint(const std::string& path, const
       const int64_t w = part->shape(part->shape_size() - 1), begin = part->column_begin();
       tile.assign(rows * w, 0.0f);
       MEMWALL_RETURN_IF_ERROR(
-          ReadRange(step_dir, meta, readers, 0, part->offset(), part->offset() + rows * w, tile.data()));
+          ReadRange(step_dir, meta, runs, readers, 0, part->offset(), part->offset() + rows * w, tile.data()));
       for (int64_t r = 0; r < rows; ++r) std::copy_n(tile.data() + r * w, w, one.data() + r * width + begin);
     }
     MEMWALL_RETURN_IF_ERROR(writer->Append(one.data(), one.size() * sizeof(float)));

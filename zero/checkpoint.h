@@ -6,8 +6,12 @@
 //   rank_00000.shard ... one per rank that owns parameters (stage 0: rank 0
 //                        alone, holding everything): a 24-byte header
 //                        ("MWSHARD1", flat begin, count as int64) then the
-//                        fp32 master weights, Adam's m and v of that flat
-//                        range, only real elements (no padding)
+//                        fp32 master weights, Adam's m and v of the flat
+//                        elements that rank owned, only real elements (no
+//                        padding): one run under ZeRO's contiguous
+//                        partition, a chunk of every parameter under
+//                        bandwidth-centric partitioning (the metadata
+//                        lists the runs)
 //   metadata.pb          CheckpointMetadata (checkpoint.proto): world size,
 //                        stage, tensor table, each shard's range, size and
 //                        CRC-32, the trainer's counters
@@ -20,8 +24,10 @@
 //
 // Loading checks the marker, metadata's CRC, the tensor table against the
 // model, every shard's presence, size and CRC, and then reads the flat range
-// this rank owns now: from one file when the world size is unchanged, from
-// the overlapping old shards when it differs (re-partitioning). Errors are
+// this rank owns now: from one file when the world size and partitioning
+// are unchanged, from the overlapping old shards when they differ
+// (re-partitioning; a checkpoint holds flat elements, so a bandwidth-centric
+// run's checkpoint resumes a contiguous run and the other way round). Errors are
 // agreed on by all ranks (one all-gather), so every rank returns a Status
 // and none is left in a collective; a load that fails verification changes
 // nothing.
@@ -64,8 +70,10 @@ absl::StatusOr<CheckpointMetadata> ParseCheckpointMetadata(const std::string& ma
 std::string CheckpointMarker(const std::string& metadata);
 // What any reader may rely on once this passes: world_size >= 1, a known
 // stage and precision, non-negative counters, a finite positive loss
-// scale; shards named by plain file names (never paths), tiling [0, numel)
-// in order, each of 24 + 12 count bytes; every tensor's shape positive and
+// scale; shards named by plain file names (never paths), each of 24 + 12
+// count bytes (16 count with a pending update), its pieces (if listed)
+// non-empty, in flat order and adding up to its count, and all shards'
+// runs together tiling [0, numel) exactly once; every tensor's shape positive and
 // inside [0, numel) from its offset (so no size computed from them
 // overflows).
 absl::Status ValidateCheckpointMetadata(const CheckpointMetadata& meta, const std::string& step_dir);

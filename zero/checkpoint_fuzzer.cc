@@ -11,10 +11,14 @@
 //        against (flat begin and count, 8 bytes each).
 // Promises checked on every input:
 //   - a refusal is DataLoss naming the directory (or the shard's path);
-//   - accepted metadata lets a reader use its numbers directly: shards
-//     tile [0, numel) with plain file names, tensors lie inside, and the
+//   - accepted metadata lets a reader use its numbers directly: the
+//     shards' runs (their pieces, when listed) tile [0, numel) once, files
+//     have plain names, tensors lie inside, and the
 //     sizes computed from them do not overflow (UBSan reports one).
+#include <algorithm>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "tools/fuzz.h"
 #include "zero/checkpoint.h"
@@ -30,11 +34,31 @@ void CheckMetadata(const std::string& marker, const std::string& metadata) {
     fuzz::CheckRefusal(meta.status(), absl::StatusCode::kDataLoss, kDir);
     return;
   }
-  int64_t at = 0;
+  // Every shard's runs (its pieces, or its one range), sorted, tile
+  // [0, numel); a shard's pieces are in flat order and add up to its count.
+  std::vector<std::pair<int64_t, int64_t>> runs;
   for (const CheckpointShard& sh : meta->shards()) {
-    FUZZ_CHECK(sh.flat_begin() == at && sh.count() >= 0, "shard ", sh.file(), " out of order");
     FUZZ_CHECK(sh.file().find('/') == std::string::npos && sh.file() != "..", "shard file ", sh.file());
-    at += sh.count();
+    FUZZ_CHECK(sh.count() >= 0, "shard ", sh.file(), " count ", sh.count());
+    if (sh.pieces().empty()) {
+      if (sh.count() > 0) runs.emplace_back(sh.flat_begin(), sh.count());
+      continue;
+    }
+    int64_t sum = 0, end = 0;
+    for (const CheckpointPiece& piece : sh.pieces()) {
+      FUZZ_CHECK(piece.count() >= 1 && piece.flat_begin() >= end, "shard ", sh.file(), " pieces out of order");
+      runs.emplace_back(piece.flat_begin(), piece.count());
+      end = piece.flat_begin() + piece.count();
+      sum += piece.count();
+    }
+    FUZZ_CHECK(sum == sh.count() && sh.flat_begin() == sh.pieces(0).flat_begin(), "shard ", sh.file(),
+               " pieces disagree with its range");
+  }
+  std::sort(runs.begin(), runs.end());
+  int64_t at = 0;
+  for (const auto& [begin, count] : runs) {
+    FUZZ_CHECK(begin == at, "a run at ", begin, " where ", at, " was expected");
+    at += count;
   }
   FUZZ_CHECK(at == meta->numel(), "shards hold ", at, " of ", meta->numel());
   for (const CheckpointTensor& t : meta->tensors()) {

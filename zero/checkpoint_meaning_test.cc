@@ -14,6 +14,8 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/engine.h"
 #include "gtest/gtest.h"
@@ -275,6 +277,73 @@ TEST(CheckpointMetadataBounds, APendingUpdateMustMatchItsShardsAndStep) {
   u->set_step(5);
   u->set_grad_scale(std::numeric_limits<float>::infinity());
   EXPECT_EQ(ValidateCheckpointMetadata(meta, "d").code(), absl::StatusCode::kDataLoss);
+}
+
+// Shards that list pieces (bandwidth-centric partitioning: a rank owns a
+// chunk of every parameter): each shard's pieces are non-empty, in flat
+// order and add up to its count, and all shards' runs together hold every
+// element exactly once, in whatever order the shards are listed.
+TEST(CheckpointMetadataBounds, ShardPiecesMustHoldEveryElementOnce) {
+  // Ten elements, two parameters of 4 and 6, chunks of 2 and 3 a rank.
+  CheckpointMetadata meta = TenElements();
+  meta.set_world_size(2);
+  meta.clear_shards();
+  const auto shard = [&](int rank, std::vector<std::pair<int64_t, int64_t>> pieces) {
+    CheckpointShard* sh = meta.add_shards();
+    sh->set_rank(rank);
+    sh->set_file(absl::StrCat("rank_0000", rank, ".shard"));
+    int64_t count = 0;
+    for (const auto& [begin, n] : pieces) {
+      CheckpointPiece* piece = sh->add_pieces();
+      piece->set_flat_begin(begin);
+      piece->set_count(n);
+      count += n;
+    }
+    sh->set_flat_begin(pieces.front().first);
+    sh->set_count(count);
+    sh->set_bytes(24 + 12 * count);
+    return sh;
+  };
+  shard(1, {{2, 2}, {7, 3}});  // listed first: the order of the list does not matter
+  shard(0, {{0, 2}, {4, 3}});
+  ASSERT_TRUE(ValidateCheckpointMetadata(meta, "d").ok()) << ValidateCheckpointMetadata(meta, "d");
+
+  const auto refused = [&](const CheckpointMetadata& bad, const std::string& says) {
+    const absl::Status st = ValidateCheckpointMetadata(bad, "d");
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+    EXPECT_NE(st.message().find(says), std::string::npos) << st;
+  };
+  CheckpointMetadata bad = meta;  // an empty piece
+  bad.mutable_shards(0)->mutable_pieces(1)->set_count(0);
+  refused(bad, "gives shard rank_00001.shard piece 1 elements [7, +0)");
+  bad = meta;  // pieces out of flat order
+  bad.mutable_shards(1)->mutable_pieces(0)->set_flat_begin(5);
+  bad.mutable_shards(1)->set_flat_begin(5);
+  refused(bad, "gives shard rank_00000.shard piece 1 elements [4, +3)");
+  bad = meta;  // a piece past the end
+  bad.mutable_shards(0)->mutable_pieces(1)->set_flat_begin(8);
+  refused(bad, "piece 1 elements [8, +3) (pieces are non-empty, in flat order, inside [0, 10)");
+  bad = meta;  // pieces that do not add up to the shard's count
+  bad.mutable_shards(0)->mutable_pieces(1)->set_count(2);
+  refused(bad, "gives shard rank_00001.shard pieces of 4 elements from 2 but elements [2, +5)");
+  bad = meta;  // a range that does not start at the first piece
+  bad.mutable_shards(1)->set_flat_begin(1);
+  refused(bad, "gives shard rank_00000.shard pieces of 5 elements from 0 but elements [1, +5)");
+  bad = meta;  // a gap: element 3 in no shard
+  bad.mutable_shards(0)->mutable_pieces(0)->set_count(1);
+  bad.mutable_shards(0)->set_count(4);
+  bad.mutable_shards(0)->set_bytes(24 + 12 * 4);
+  refused(bad, "has no shard holding elements [3, 4)");
+  bad = meta;  // element 2 in both shards
+  bad.mutable_shards(1)->mutable_pieces(0)->set_count(3);
+  bad.mutable_shards(1)->set_count(6);
+  bad.mutable_shards(1)->set_bytes(24 + 12 * 6);
+  refused(bad, "has elements [2, 3) in two shards");
+  bad = meta;  // the last element in no shard
+  bad.mutable_shards(0)->mutable_pieces(1)->set_count(2);
+  bad.mutable_shards(0)->set_count(4);
+  bad.mutable_shards(0)->set_bytes(24 + 12 * 4);
+  refused(bad, "has no shard holding elements [9, 10)");
 }
 
 }  // namespace

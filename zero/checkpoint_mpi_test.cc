@@ -14,13 +14,17 @@
 // them at different rank counts in turn: re-partitioning 4 -> 2 and 2 -> 4
 // (against a single-rank stage-0 run), and a rank killed during a save.
 #include <unistd.h>
+#include <zlib.h>
 
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -51,7 +55,10 @@ struct Case {
   Precision precision = Precision::FP32;
   int64_t accumulation = 1;
   int layers = 2;
-  std::string Name() const { return absl::StrCat("stage ", stage, " ", PrecisionName(precision)); }
+  bool bandwidth_centric = false;  // stage 3: a chunk of every parameter on every rank
+  std::string Name() const {
+    return absl::StrCat("stage ", stage, " ", PrecisionName(precision), bandwidth_centric ? " bandwidth-centric" : "");
+  }
 };
 
 TrainerOptions Options(const Case& c, int world) {
@@ -74,6 +81,7 @@ TrainerOptions Options(const Case& c, int world) {
   o.training.mutable_zero()->set_allgather_bucket_bytes(2048);
   o.training.mutable_zero()->set_prefetch_bucket_bytes(16384);
   o.training.mutable_zero()->set_param_persistence_threshold(40);
+  if (c.bandwidth_centric) o.training.mutable_zero()->set_partitioning(ZeroConfig::BANDWIDTH_CENTRIC);
   return o;
 }
 
@@ -138,6 +146,8 @@ TEST_F(Checkpoints, ResumingMatchesAnUninterruptedRunBitForBit) {
   cases.push_back({2, Precision::BF16, 2});
   cases.push_back({3, Precision::FP16});
   cases.push_back({0, Precision::FP16});
+  cases.push_back({3, Precision::FP32, 1, 2, /*bandwidth_centric=*/true});
+  cases.push_back({3, Precision::BF16, 2, 2, /*bandwidth_centric=*/true});
   for (const Case& c : cases) {
     SCOPED_TRACE(c.Name());
     // Uninterrupted.
@@ -151,7 +161,8 @@ TEST_F(Checkpoints, ResumingMatchesAnUninterruptedRunBitForBit) {
 
     // 10 steps, save, and a fresh trainer (initialized from the seed, then
     // overwritten) resumes.
-    const std::string dir = TmpDir(absl::StrCat("resume_stage", c.stage, "_", PrecisionName(c.precision)));
+    const std::string dir = TmpDir(absl::StrCat("resume_stage", c.stage, "_", PrecisionName(c.precision),
+                                                c.bandwidth_centric ? "_bandwidth" : ""));
     std::vector<double> losses;
     std::string path;
     {
@@ -362,6 +373,112 @@ TEST_F(Checkpoints, ConsolidatedFileHoldsTheMasterWeightsUnderHuggingFaceNames) 
             absl::StatusCode::kNotFound);
 }
 
+// Rewrites `file` with `bytes` and makes the checkpoint's checksums match
+// it (metadata and marker), so only the meaning is wrong. Rank 0 only.
+void RewriteShard(const std::string& step_dir, int shard, const std::string& bytes) {
+  CheckpointMetadata meta = *ReadCheckpointMetadata(step_dir);
+  std::ofstream(fs::path(step_dir) / meta.shards(shard).file(), std::ios::binary | std::ios::trunc) << bytes;
+  meta.mutable_shards(shard)->set_crc32(
+      uint32_t(crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size())));
+  const std::string metadata = meta.SerializeAsString();
+  std::ofstream(fs::path(step_dir) / "metadata.pb", std::ios::binary | std::ios::trunc) << metadata;
+  std::ofstream(fs::path(step_dir) / "COMPLETE", std::ios::binary | std::ios::trunc) << CheckpointMarker(metadata);
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A checkpoint holds flat elements, whatever partitioning wrote it. A
+// bandwidth-centric run's (each rank's shard: a piece of every parameter)
+// resumes a contiguous stage-3 run, and a contiguous run's resumes a
+// bandwidth-centric one; both continue the uninterrupted contiguous run
+// (within 1e-5: the two partitionings sum across ranks in other orders).
+// Each consolidates to its trainer's master weights bit for bit, and a NaN
+// inside a piece is named by its tensor and element.
+TEST_F(Checkpoints, ACheckpointResumesUnderTheOtherPartitioning) {
+  const Case contiguous{3, Precision::FP32};
+  Case bandwidth = contiguous;
+  bandwidth.bandwidth_centric = true;
+  auto whole = Start(*comm_, contiguous);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  std::vector<double> expected;
+  Steps(*whole, 20, expected);
+  const std::vector<float> expected_weights = Weights(*whole);
+  whole->trainer.reset();
+
+  for (const auto& [from, to] : {std::pair{bandwidth, contiguous}, std::pair{contiguous, bandwidth}}) {
+    const std::string what = absl::StrCat(from.Name(), " -> ", to.Name());
+    SCOPED_TRACE(what);
+    const std::string dir = TmpDir(absl::StrCat("across_", from.bandwidth_centric ? "bandwidth" : "contiguous"));
+    std::vector<double> losses;
+    std::vector<float> saved_weights;
+    std::string path;
+    {
+      auto first = Start(*comm_, from);
+      ASSERT_TRUE(first.ok()) << first.status();
+      Steps(*first, 10, losses);
+      auto saved = first->trainer->Save(dir);
+      ASSERT_TRUE(saved.ok()) << saved.status();
+      path = *saved;
+      saved_weights = Weights(*first);
+    }
+    auto meta = ReadCheckpointMetadata(path);
+    ASSERT_TRUE(meta.ok()) << meta.status();
+    ASSERT_EQ(meta->shards_size(), W());
+    for (const CheckpointShard& sh : meta->shards()) {
+      // Bandwidth-centric: a chunk of each parameter (every one here has at
+      // least 4 elements); one rank owns them whole, end to end: one run.
+      EXPECT_EQ(sh.pieces_size(), from.bandwidth_centric && W() > 1 ? meta->tensors_size() : 0) << sh.file();
+    }
+    if (Root()) {
+      const std::string out = TmpDir(absl::StrCat("across_", from.bandwidth_centric, ".safetensors"));
+      ASSERT_TRUE(ConsolidateCheckpoint(path, out).ok());
+      auto file = models::SafetensorsFile::Read(out);
+      ASSERT_TRUE(file.ok()) << file.status();
+      for (const CheckpointTensor& t : meta->tensors()) {
+        const models::SafetensorsEntry* e = file->Find(t.name());
+        ASSERT_NE(e, nullptr) << t.name();
+        EXPECT_EQ(std::memcmp(file->data(*e), saved_weights.data() + t.offset(), e->end - e->begin), 0) << t.name();
+      }
+    }
+    auto second = Start(*comm_, to);
+    ASSERT_TRUE(second.ok()) << second.status();
+    const absl::Status loaded = second->trainer->Load(path);
+    ASSERT_TRUE(loaded.ok()) << loaded;
+    EXPECT_TRUE(Bitwise(Weights(*second), saved_weights)) << "loaded as saved";
+    Steps(*second, 10, losses);
+    test::ExpectSameTraining(losses, expected, Weights(*second), expected_weights, what);
+
+    if (!from.bandwidth_centric || W() == 1) continue;
+    // The last rank's piece of wpe.weight, its element 3 made NaN: the
+    // loading rank names the element from the piece's place in the flat order.
+    const int last = W() - 1;
+    const CheckpointShard& sh = meta->shards(last);
+    int64_t at = 0;  // the piece's first element in the master section
+    int k = 0;
+    while (meta->tensors(k).name() != "wpe.weight") at += sh.pieces(k++).count();
+    const CheckpointTensor& wpe = meta->tensors(k);
+    ASSERT_GE(sh.pieces(k).flat_begin(), wpe.offset());
+    const std::string says = absl::StrCat("non-finite master weight (tensor wpe.weight element ",
+                                          sh.pieces(k).flat_begin() + 3 - wpe.offset(), ")");
+    const std::string copy = CheckpointPath(TmpDir("across_nan"), 10);
+    if (Root()) {
+      fs::create_directories(copy);
+      fs::copy(path, copy, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+      std::string bytes = ReadAll(fs::path(copy) / sh.file());
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      std::memcpy(bytes.data() + 24 + 4 * (at + 3), &nan, 4);
+      RewriteShard(copy, last, bytes);
+    }
+    Barrier();
+    const absl::Status refused = second->trainer->Load(copy);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss) << refused;
+    EXPECT_TRUE(absl::StrContains(refused.message(), says)) << refused;
+  }
+}
+
 // --- Phases, launched by checkpoint_phases_test.sh ------------------------
 
 const char* Env(const char* name) { return std::getenv(name); }
@@ -373,13 +490,22 @@ class Phases : public Checkpoints {
     Checkpoints::SetUp();
     dir_ = Env("MEMWALL_CKPT_DIR");
     stage_ = Env("MEMWALL_CKPT_STAGE") ? std::atoi(Env("MEMWALL_CKPT_STAGE")) : 2;
+    bandwidth_centric_ = Env("MEMWALL_CKPT_PARTITIONING") != nullptr &&
+                         std::string(Env("MEMWALL_CKPT_PARTITIONING")) == "BANDWIDTH_CENTRIC";
+  }
+  // This phase's run: MEMWALL_CKPT_STAGE, MEMWALL_CKPT_PARTITIONING.
+  Case Run() const {
+    Case c{stage_, Precision::FP32};
+    c.bandwidth_centric = bandwidth_centric_;
+    return c;
   }
   std::string dir_;
   int stage_ = 2;
+  bool bandwidth_centric_ = false;
 };
 
 TEST_F(Phases, SaveForRepartition) {
-  auto s = Start(*comm_, {stage_, Precision::FP32});
+  auto s = Start(*comm_, Run());
   ASSERT_TRUE(s.ok()) << s.status();
   std::vector<double> losses;
   Steps(*s, 10, losses);
@@ -401,7 +527,7 @@ TEST_F(Phases, ResumeAfterRepartition) {
   auto meta = ReadCheckpointMetadata(*latest);
   ASSERT_TRUE(meta.ok()) << meta.status();
   EXPECT_NE(meta->world_size(), W()) << "the phase is meant to re-partition";
-  auto s = Start(*comm_, {stage_, Precision::FP32});
+  auto s = Start(*comm_, Run());
   ASSERT_TRUE(s.ok()) << s.status();
   const absl::Status st = s->trainer->Load(*latest);
   ASSERT_TRUE(st.ok()) << st;
@@ -416,7 +542,7 @@ TEST_F(Phases, ResumeAfterRepartition) {
 // (SIGKILL) once its shard file is in place. mpirun then ends the job.
 TEST_F(Phases, KillDuringSave) {
   const int victim = Env("MEMWALL_KILL_RANK") ? std::atoi(Env("MEMWALL_KILL_RANK")) : W() - 1;
-  auto s = Start(*comm_, {stage_, Precision::FP32});
+  auto s = Start(*comm_, Run());
   ASSERT_TRUE(s.ok()) << s.status();
   std::vector<double> losses;
   Steps(*s, 2, losses);
@@ -434,7 +560,7 @@ TEST_F(Phases, AfterKill) {
   EXPECT_EQ(*latest, CheckpointPath(dir_, 2));
   EXPECT_EQ(ReadCheckpointMetadata(CheckpointPath(dir_, 4)).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  auto s = Start(*comm_, {stage_, Precision::FP32});
+  auto s = Start(*comm_, Run());
   ASSERT_TRUE(s.ok()) << s.status();
   const absl::Status partial = s->trainer->Load(CheckpointPath(dir_, 4));
   EXPECT_EQ(partial.code(), absl::StatusCode::kFailedPrecondition) << partial;
