@@ -88,7 +88,8 @@ class Communicator {
   // element count; send == recv (in place) is allowed.
   absl::Status AllReduce(const Tensor& send, const Tensor& recv, ReduceOp op, Stream& stream);
   // send holds n elements on every rank; recv holds BlockShard(n, W, rank)
-  // elements and receives op over ranks of that block.
+  // elements and receives op over ranks of that block. recv may be send's
+  // own block (in place: ZeRO-Infinity reduces a bucket's parameter so).
   absl::Status ReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op,
                              Stream& stream);
   // recv holds n elements; send holds this rank's BlockShard(n, W, rank)

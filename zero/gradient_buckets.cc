@@ -54,6 +54,26 @@ void GradientBuckets::UnbindAll() {
   for (models::Parameter* p : layout_.params()) p->grad = Tensor(nullptr, dtype_, p->shape, &device_);
 }
 
+namespace {
+// The elements of a slot that lays `units` out one after another.
+int64_t SlotElements(const std::vector<GatherUnit>& units) {
+  int64_t n = 0;
+  for (const GatherUnit& u : units) n += u.gathered;
+  return n;
+}
+
+// Where flat element `flat` sits in such a slot: in its unit, at its
+// offset from the unit's first element.
+int64_t SlotOffset(const std::vector<GatherUnit>& units, int64_t flat) {
+  int64_t at = 0;
+  for (const GatherUnit& u : units) {
+    if (flat < u.range.end) return at + (flat - u.range.begin);
+    at += u.gathered;
+  }
+  return at;
+}
+}  // namespace
+
 Tensor GradientBuckets::Slice(const Bucket& b, int64_t at, int64_t n) const {
   return Tensor::Flat(b.memory.as<char>() + at * SizeOf(dtype_), dtype_, n, &device_);
 }
@@ -62,24 +82,26 @@ absl::Status GradientBuckets::Bind(models::Module& m) {
   const auto& own = m.own_parameters();
   if (own.empty() || own.front()->grad.data() != nullptr) return absl::OkStatus();
   const FlatRange range = layout_.OwnRange(m);
-  if (range.size() > capacity_) {
+  const std::vector<GatherUnit> units = layout_.partition().GatherUnits(range);
+  const int64_t elements = SlotElements(units);
+  if (elements > capacity_) {
     return absl::InternalError(absl::StrCat("reduce bucket of ", capacity_, " elements cannot hold '",
-                                            m.path(), "' (", range.size(), ")"));
+                                            m.path(), "' (", elements, ")"));
   }
   Stream& compute = device_.compute_stream();
-  if (buckets_[current_].top < range.size()) {
+  if (buckets_[current_].top < elements) {
     MEMWALL_RETURN_IF_ERROR(Flush(buckets_[current_]));
     current_ = (current_ + 1) % buckets_.size();
   }
   Bucket& b = buckets_[current_];
   // An empty bucket's previous reduction must be done before backward writes it.
   if (b.segments.empty()) MEMWALL_RETURN_IF_ERROR(compute.Wait(*b.free));
-  b.top -= range.size();
-  b.segments.push_back({range, b.top});
-  const Tensor slot = Slice(b, b.top, range.size());
+  b.top -= elements;
+  b.segments.push_back({range, b.top, elements});
+  const Tensor slot = Slice(b, b.top, elements);
   MEMWALL_RETURN_IF_ERROR(compute.Memset(slot.data(), 0, slot.bytes()));
   for (const auto& p : own) {
-    const int64_t at = b.top + layout_.offset(p.get()) - range.begin;
+    const int64_t at = b.top + SlotOffset(units, layout_.offset(p.get()));
     p->grad = Tensor(b.memory.as<char>() + at * SizeOf(dtype_), dtype_, p->shape, &device_);
     b.bound.push_back(p.get());
   }
@@ -99,18 +121,29 @@ absl::Status GradientBuckets::Flush(Bucket& b) {
   std::vector<Segment> merged;
   for (const Segment& s : b.segments) {
     if (!merged.empty() && merged.back().flat.end == s.flat.begin &&
-        merged.back().at + merged.back().flat.size() == s.at) {
+        merged.back().at + merged.back().elements == s.at) {
       merged.back().flat.end = s.flat.end;
+      merged.back().elements += s.elements;
     } else {
       merged.push_back(s);
     }
   }
+  const int rank = layout_.rank();
   for (const Segment& s : merged) {
-    for (const Piece& piece : layout_.Pieces(s.flat)) {
-      const Tensor part = Slice(b, s.at + piece.begin - s.flat.begin, piece.size);
-      MEMWALL_RETURN_IF_ERROR(comm_.Reduce(part, part, ReduceOp::kSum, piece.rank, coll_));
-      if (piece.rank != layout_.rank()) continue;
-      MEMWALL_RETURN_IF_ERROR(sink_.AddPiece(part, piece.shard_offset, coll_));
+    int64_t at = s.at;
+    for (const GatherUnit& u : layout_.partition().GatherUnits(s.flat)) {
+      const Tensor unit = Slice(b, at, u.gathered);
+      const std::vector<Piece> pieces = layout_.Pieces(u.range);
+      if (u.chunk > 0) {  // equal chunks: one reduce-scatter, this rank's chunk summed in place
+        MEMWALL_RETURN_IF_ERROR(
+            comm_.ReduceScatter(unit, unit.Slice(rank * u.chunk, u.chunk), ReduceOp::kSum, coll_));
+      }
+      for (const Piece& piece : pieces) {
+        const Tensor part = unit.Slice(piece.begin - u.range.begin, piece.size);
+        if (u.chunk == 0) MEMWALL_RETURN_IF_ERROR(comm_.Reduce(part, part, ReduceOp::kSum, piece.rank, coll_));
+        if (piece.rank == rank) MEMWALL_RETURN_IF_ERROR(sink_.AddPiece(part, piece.shard_offset, coll_));
+      }
+      at += u.gathered;
     }
   }
   MEMWALL_RETURN_IF_ERROR(coll_.Record(*b.free));

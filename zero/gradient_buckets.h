@@ -1,8 +1,8 @@
 // Stage 2 and 3 gradients (ZeRO §5.2, P_os+g): no rank holds a gradient
 // buffer for the whole model. Each module's gradients live in a reduce
-// bucket only while backward produces them; the bucket is then reduced,
-// piece by piece, to the rank that owns each piece, which adds it into its
-// contiguous shard gradient (shard elements; the 2Ψ/N of the paper).
+// bucket only while backward produces them; the bucket is then reduced to
+// the ranks that own its pieces, each adding its pieces into its shard
+// gradient (shard elements; the 2Ψ/N of the paper).
 //
 // Binding ([Note: deferred binding] in models/module.h): every gradient is
 // bound without memory. The before-backward hook of module m calls Bind(m):
@@ -11,11 +11,18 @@
 // accumulating). When m does not fit, the bucket is flushed first. Slots are
 // taken from the top of the bucket down: backward visits the flat order in
 // reverse, so consecutive modules land in one contiguous flat range and a
-// flush issues one Reduce per (range, owner) piece, not one per module.
+// flush issues one collective per unit of that range, not per module. A
+// slot lays its range out as the partition's units (Partition::GatherUnits,
+// the mirror of the stage-3 gather): ZeRO's contiguous partition has one
+// unit, the range as it is; bandwidth-centric partitioning has one a
+// parameter, padded to N equal chunks.
 //
 // Flush: on the communication stream (after an event from the compute
-// stream), Reduce(sum) of each piece to its owner, in place in the bucket,
-// then the owner hands bucket[piece] to its GradientSink: on the device,
+// stream), each unit is reduced in place in the bucket: a unit of equal
+// chunks by one ReduceScatter (each rank summing its chunk: ZeRO-Infinity
+// §6.1's bandwidth-centric reduction), any other by a Reduce(sum) of each
+// piece to its owner. Then the owner hands bucket[piece] to its
+// GradientSink: on the device,
 // shard_grad[piece] += bucket[piece] (fp32 sum, one rounding: ops::Add);
 // with ZeRO-Offload, a copy to host memory and the same add there. With overlap_comm there are two buckets, so backward
 // fills one while the other is reduced; the compute stream waits for a
@@ -87,7 +94,8 @@ class GradientBuckets {
  private:
   struct Segment {
     FlatRange flat;
-    int64_t at = 0;  // element offset in the bucket
+    int64_t at = 0;        // element offset in the bucket
+    int64_t elements = 0;  // its slot: `flat` laid out as the partition's units
   };
   struct Bucket {
     Buffer memory;
