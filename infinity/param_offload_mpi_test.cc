@@ -272,9 +272,10 @@ TEST_F(ParamOffload, TrainsAModelWhoseParametersExceedTheDevice) {
 // device: bit for bit after 20 steps, with exact cross-rank sums, one reduce
 // bucket and no clipping (zero/stages_mpi_test's
 // BandwidthCentricPartitioningGivesStageThreeBitForBit says why).
+// Its checkpoint at step 10 resumes the contiguous run with the parameters
+// on the device, bit for bit too.
 TEST_F(ParamOffload, BandwidthCentricPartitioningFromNvmeGivesStageThreeBitForBit) {
-  Outcome want, got;
-  for (const bool bandwidth : {false, true}) {
+  const auto options = [&](bool bandwidth) {
     Case c{bandwidth ? OffloadParamConfig::NVME : OffloadParamConfig::NONE, OffloadOptimizerConfig::CPU};
     c.tile = 1000;
     zero::TrainerOptions o = Options(c, W());
@@ -284,15 +285,39 @@ TEST_F(ParamOffload, BandwidthCentricPartitioningFromNvmeGivesStageThreeBitForBi
       if (rank > 0) std::fill(targets, targets + tokens, -1);
     };
     if (bandwidth) o.training.mutable_zero()->set_partitioning(zero::ZeroConfig::BANDWIDTH_CENTRIC);
+    return o;
+  };
+  const std::string dir = absl::StrCat(SwapDir(), "/ckpt_bandwidth_nvme");
+  Outcome want, got;
+  std::string saved;
+  for (const bool bandwidth : {false, true}) {
     auto device = *CreateCpuDevice();
     auto model = *models::Gpt::Create(zero::test::SmallGpt());
-    auto t = engine::CreateTrainer(*model, *device, *comm_, o);
+    auto t = engine::CreateTrainer(*model, *device, *comm_, options(bandwidth));
     ASSERT_TRUE(t.ok()) << t.status();
     EXPECT_EQ((*t)->layout().partition().splits_each_parameter(), bandwidth);
-    zero::test::RunSteps(**t, *device, 20, bandwidth ? got : want, c.Name());
+    Outcome& out = bandwidth ? got : want;
+    if (bandwidth) {
+      zero::test::RunSteps(**t, *device, 10, out, "bandwidth-centric, first 10");
+      auto path = (*t)->Save(dir);
+      ASSERT_TRUE(path.ok()) << path.status();
+      saved = *path;
+    }
+    zero::test::RunSteps(**t, *device, bandwidth ? 10 : 20, out, bandwidth ? "bandwidth-centric" : "contiguous");
   }
   ASSERT_EQ(got.losses.size(), 20u);
   zero::test::ExpectBitForBit(got, want, "bandwidth-centric, parameters on NVMe");
+
+  auto device = *CreateCpuDevice();
+  auto model = *models::Gpt::Create(zero::test::SmallGpt());
+  auto t = engine::CreateTrainer(*model, *device, *comm_, options(false));
+  ASSERT_TRUE(t.ok()) << t.status();
+  const absl::Status loaded = (*t)->Load(saved);
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  Outcome resumed;
+  zero::test::RunSteps(**t, *device, 10, resumed, "contiguous, resumed");
+  EXPECT_EQ(resumed.losses, std::vector<double>(want.losses.begin() + 10, want.losses.end()));
+  EXPECT_EQ(zero::test::CountBitDifferences(resumed.weights, want.weights), 0u);
 }
 
 // EIO on one rank's read of its parameter swap file, in the middle of step
