@@ -269,6 +269,15 @@ raises ValueError naming the field.)");
       py::arg("dir"),
       "The complete checkpoint with the highest step under `dir` (what Trainer.save wrote there), or None when "
       "`dir` does not exist or holds none; pass it to Trainer.load to resume.");
+  m.def(
+      "prune_checkpoints",
+      [](py::handle dir, int64_t keep) {
+        return Unwrap(zero::PruneCheckpoints(PathFromPython(dir, "dir"), keep));
+      },
+      py::arg("dir"), py::arg("keep"),
+      "Deletes all but the newest `keep` (>= 1) complete checkpoints under `dir`, oldest first, and returns "
+      "the deleted step directories; unfinished saves are left alone. Call it on one rank (rank 0) after a "
+      "save.");
   py::class_<PyTrainer>(m, "Trainer", R"(The ZeRO trainer (zero/trainer.h) with every placement of the config.
 
 Trainer(model, config=None, *, data, data_format="auto", device="cpu",

@@ -4,7 +4,7 @@
 //
 //   ./bazelw run //:train -- [--model=NAME|FILE] [--data=FILE] [--data_format=auto|text|uint16]
 //       [--config=TRAINING.textproto] [--set='zero { stage: 2 }'] [--deepspeed_config=ds_config.json]
-//       [--steps=N] [--out=DIR] [--save_every=N] [--save_dir=DIR] [--resume[=latest|PATH]]
+//       [--steps=N] [--out=DIR] [--save_every=N] [--keep_checkpoints=N] [--save_dir=DIR] [--resume[=latest|PATH]]
 //       [--export=DIR] [--device=auto|cpu|cuda] [--share_gpus] [--comm_backend=auto|mpi|nccl|tcp] [--trace_dir=DIR]
 //
 // Under mpirun, srun or a torchrun-style launcher every process runs this
@@ -59,6 +59,8 @@ ABSL_FLAG(std::string, checkpointing, "", "activation checkpointing: true or fal
 ABSL_FLAG(int64_t, steps, 300, "train until this many optimizer steps are done (a resumed run counts its past steps)");
 ABSL_FLAG(std::string, out, "", "output directory: train.log, the export (default: <workspace>/out/train)");
 ABSL_FLAG(int64_t, save_every, 0, "save a sharded checkpoint every N steps and at the end (0: never)");
+ABSL_FLAG(int64_t, keep_checkpoints, 0,
+          "after each save, delete all but the newest N complete checkpoints under --save_dir (0: keep all)");
 ABSL_FLAG(std::string, save_dir, "", "checkpoint directory (default: <out>/checkpoints)");
 ABSL_FLAG(std::string, resume, "",
           "'latest': the newest complete checkpoint under --save_dir (none: start fresh); or a step directory");
@@ -162,6 +164,11 @@ absl::Status Main() {
   const int64_t steps = absl::GetFlag(FLAGS_steps);
   if (steps <= 0) return absl::InvalidArgumentError(absl::StrCat("--steps=", steps, " must be > 0"));
   if (absl::GetFlag(FLAGS_save_every) < 0) return absl::InvalidArgumentError("--save_every must be >= 0");
+  const int64_t keep = absl::GetFlag(FLAGS_keep_checkpoints);
+  if (keep < 0) return absl::InvalidArgumentError(absl::StrCat("--keep_checkpoints=", keep, " must be >= 0"));
+  if (keep > 0 && absl::GetFlag(FLAGS_save_every) == 0) {
+    return absl::InvalidArgumentError("--keep_checkpoints needs --save_every: nothing is saved without it");
+  }
   MEMWALL_ASSIGN_OR_RETURN(const LaunchInfo launch, DiscoverLaunch(std::getenv));
   MEMWALL_ASSIGN_OR_RETURN(models::GptConfig config,
                            models::ResolveModel(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_model_name)));
@@ -279,6 +286,17 @@ absl::Status Main() {
     if (save_every > 0 && (st.step % save_every == 0 || st.step == steps)) {
       MEMWALL_ASSIGN_OR_RETURN(const std::string saved, trainer->Save(save_dir));
       if (rank0) log << "saved " << saved << "\n" << std::flush;
+      if (rank0 && keep > 0) {
+        // The run goes on when a deletion fails: its checkpoints are whole.
+        const absl::StatusOr<std::vector<std::string>> deleted = zero::PruneCheckpoints(save_dir, keep);
+        if (!deleted.ok()) {
+          std::fprintf(stderr, "train: warning: %s\n", std::string(deleted.status().message()).c_str());
+          log << "warning: " << deleted.status().message() << "\n" << std::flush;
+        }
+        for (const std::string& d : deleted.ok() ? *deleted : std::vector<std::string>{}) {
+          log << "deleted " << d << "\n" << std::flush;
+        }
+      }
     }
   }
 
@@ -317,7 +335,8 @@ int main(int argc, char** argv) {
       "train a GPT with ZeRO stages 0-3, ZeRO-Offload and ZeRO-Infinity placements; with no flags, the "
       "quickstart.\n"
       "  train [--model=NAME|FILE] [--data=FILE] [--config=FILE | --deepspeed_config=FILE.json] [--set='...']\n"
-      "        [--steps=N] [--out=DIR] [--save_every=N] [--save_dir=DIR] [--resume[=latest|PATH]] [--export=DIR]\n"
+      "        [--steps=N] [--out=DIR] [--save_every=N] [--keep_checkpoints=N] [--save_dir=DIR] [--resume[=latest|PATH]]\n"
+      "        [--export=DIR]\n"
       "  Under mpirun, srun or torchrun-style variables each process is one rank.");
   // A bare --resume means the latest checkpoint.
   std::vector<char*> args(argv, argv + argc);

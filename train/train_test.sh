@@ -51,6 +51,24 @@ if train/train --steps=2 --save_every=2 --device=cpu --out="$out/saved" 2> "$TES
   echo "saved over old checkpoints"; exit 1
 fi
 grep -q "holds checkpoints (the latest .*step_00000002): pass --resume" "$TEST_TMPDIR/err"
+# --keep_checkpoints=2 keeps the newest two complete saves; a resume from
+# them continues, and the next save deletes the older one again.
+train/train --steps=5 --save_every=1 --keep_checkpoints=2 --device=cpu --out="$out/keep" > /dev/null 2>&1 ||
+  { echo "a run that keeps 2 checkpoints"; exit 1; }
+kept=$(cd "$out/keep/checkpoints" && echo step_*)
+[[ "$kept" == "step_00000004 step_00000005" ]] || { echo "kept: $kept"; exit 1; }
+grep -q "deleted .*step_00000003" "$out/keep/train.log" || { echo "no deletion logged"; exit 1; }
+train/train --steps=6 --save_every=1 --keep_checkpoints=2 --device=cpu --out="$out/keep" --resume > /dev/null 2>&1 ||
+  { echo "resuming a run that keeps 2 checkpoints"; exit 1; }
+kept=$(cd "$out/keep/checkpoints" && echo step_*)
+[[ "$kept" == "step_00000005 step_00000006" ]] || { echo "kept after resuming: $kept"; exit 1; }
+for bad in "--keep_checkpoints=-1 --save_every=1|--keep_checkpoints=-1 must be >= 0" \
+           "--keep_checkpoints=2|--keep_checkpoints needs --save_every"; do
+  if train/train --steps=1 --device=cpu --out="$out/bad_keep" ${bad%%|*} 2> "$TEST_TMPDIR/err"; then
+    echo "accepted ${bad%%|*}"; exit 1
+  fi
+  grep -q -- "${bad#*|}" "$TEST_TMPDIR/err" || { cat "$TEST_TMPDIR/err"; echo "refusal of ${bad%%|*}"; exit 1; }
+done
 # A token file of the text's bytes as uint16 ids trains exactly as the text.
 /usr/bin/python3 -c 'import sys; open(sys.argv[2], "wb").write(b"".join(bytes([c, 0]) for c in open(sys.argv[1], "rb").read()))' \
   data/quickstart.txt "$TEST_TMPDIR/quickstart.bin"

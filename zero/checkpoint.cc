@@ -18,6 +18,7 @@
 #include <span>
 #include <sstream>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -496,43 +497,74 @@ absl::StatusOr<CheckpointMetadata> ReadCheckpointMetadata(const std::string& ste
 }
 
 
-absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
+namespace {
+// The step directories under a run directory: the complete ones (marker
+// present) by step number, and the names of those without a marker.
+struct StepDirectories {
+  std::vector<std::pair<int64_t, std::string>> complete;  // ascending steps
+  std::vector<std::string> incomplete;
+};
+
+absl::StatusOr<StepDirectories> ListStepDirectories(const std::string& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
     return absl::NotFoundError(absl::StrCat("no checkpoint directory at ", dir,
                                             std::filesystem::exists(dir, ec) ? " (not a directory)" : ""));
   }
-  int64_t best = -1;
-  std::string best_name;
-  std::vector<std::string> incomplete;
+  StepDirectories steps;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     const int64_t step = StepOfName(name);  // skips step_N.tmp (a save in progress) too
     std::error_code missing;  // a missing marker is an answer, not a listing error
     if (step < 0 || !entry.is_directory(missing)) continue;
-    if (!std::filesystem::is_regular_file(entry.path() / kMarker, missing)) {
-      incomplete.push_back(name);
-      continue;
-    }
-    // Numbers, not names: step_100000000 is after step_99999999.
-    if (step > best) {
-      best = step;
-      best_name = name;
+    if (std::filesystem::is_regular_file(entry.path() / kMarker, missing)) {
+      steps.complete.emplace_back(step, name);
+    } else {
+      steps.incomplete.push_back(name);
     }
   }
   if (ec) return absl::NotFoundError(absl::StrCat("cannot list ", dir, ": ", ec.message()));
-  if (best < 0) {
+  // Numbers, not names: step_100000000 is after step_99999999.
+  std::sort(steps.complete.begin(), steps.complete.end());
+  std::sort(steps.incomplete.begin(), steps.incomplete.end());
+  return steps;
+}
+}  // namespace
+
+absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
+  MEMWALL_ASSIGN_OR_RETURN(const StepDirectories steps, ListStepDirectories(dir));
+  if (steps.complete.empty()) {
+    const std::vector<std::string>& incomplete = steps.incomplete;
     if (incomplete.empty()) {
       return absl::NotFoundError(
           absl::StrCat("no checkpoint under ", dir, ": it holds no step_N directory"));
     }
-    std::sort(incomplete.begin(), incomplete.end());
     return absl::NotFoundError(absl::StrCat(
         "no complete checkpoint under ", dir, ": ", incomplete.size(), " step director",
         incomplete.size() == 1 ? "y lacks" : "ies lack", " the completion marker ", kMarker, " (",
         absl::StrJoin(incomplete, ", "), "): their saves did not finish"));
   }
-  return Join(dir, best_name);
+  return Join(dir, steps.complete.back().second);
+}
+
+absl::StatusOr<std::vector<std::string>> PruneCheckpoints(const std::string& dir, int64_t keep) {
+  if (keep < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("keeping ", keep, " checkpoints: keep at least the newest one"));
+  }
+  MEMWALL_ASSIGN_OR_RETURN(const StepDirectories steps, ListStepDirectories(dir));
+  std::vector<std::string> deleted;
+  const int64_t excess = static_cast<int64_t>(steps.complete.size()) - keep;
+  for (int64_t i = 0; i < excess; ++i) {
+    const std::string step_dir = Join(dir, steps.complete[i].second);
+    // The marker first: a deletion cut short leaves an incomplete
+    // checkpoint, never a complete-looking one with shards missing.
+    std::error_code ec;
+    std::filesystem::remove(Join(step_dir, kMarker), ec);
+    if (!ec) std::filesystem::remove_all(step_dir, ec);
+    if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot delete ", step_dir, ": ", ec.message()));
+    deleted.push_back(step_dir);
+  }
+  return deleted;
 }
 
 absl::Status Trainer::Agree(const absl::Status& local, absl::string_view what) {

@@ -41,6 +41,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -55,6 +56,15 @@ std::string CheckpointPath(const std::string& dir, int64_t step);
 // The complete checkpoint (marker present) with the highest step under
 // `dir`; NotFound when there is none.
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir);
+
+// Keeps the newest `keep` (>= 1) complete checkpoints under `dir` and
+// deletes the older complete ones, each marker first: a deletion cut short
+// leaves a directory every reader refuses as incomplete, never a
+// complete-looking one with shards missing. Step directories without a
+// marker (a save that did not finish, or is under way) are left alone.
+// Returns the deleted step directories, oldest first. Call it on one rank,
+// after a save that every rank has finished.
+absl::StatusOr<std::vector<std::string>> PruneCheckpoints(const std::string& dir, int64_t keep);
 
 // Reads and verifies `step_dir`'s marker and metadata (not the shards).
 absl::StatusOr<CheckpointMetadata> ReadCheckpointMetadata(const std::string& step_dir);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
@@ -47,6 +48,28 @@ TEST_F(CheckpointFiles, LatestSkipsIncompleteTemporaryAndForeignNames) {
   auto latest = LatestCheckpoint(root_.string());
   ASSERT_TRUE(latest.ok()) << latest.status();
   EXPECT_EQ(*latest, complete);
+}
+
+// Only complete checkpoints count and go, oldest first by step number;
+// unfinished saves and foreign names stay.
+TEST_F(CheckpointFiles, PruningKeepsTheNewestCompleteCheckpoints) {
+  const std::string oldest = Step("step_7", true);
+  const std::string older = Step("step_99999999", true);
+  const std::string kept = Step("step_100000000", true);
+  const std::string newest = Step("step_100000001", true);
+  const std::string unfinished = Step("step_00000003", false);
+  const std::string foreign = Step("step_00000001.tmp", true);
+  auto deleted = PruneCheckpoints(root_.string(), 2);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(*deleted, (std::vector<std::string>{oldest, older}));
+  for (const std::string& gone : {oldest, older}) EXPECT_FALSE(fs::exists(gone)) << gone;
+  for (const std::string& stays : {kept, newest, unfinished, foreign}) EXPECT_TRUE(fs::exists(stays)) << stays;
+  EXPECT_EQ(*LatestCheckpoint(root_.string()), newest);
+  // Nothing more to delete; keeping none is refused.
+  EXPECT_TRUE(PruneCheckpoints(root_.string(), 2)->empty());
+  EXPECT_EQ(PruneCheckpoints(root_.string(), 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(fs::exists(newest));
+  EXPECT_EQ(PruneCheckpoints((root_ / "no_such").string(), 1).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(CheckpointFiles, NoCompleteCheckpointSaysWhatIsThere) {

@@ -28,8 +28,8 @@ if any(k.startswith("OMPI_COMM_WORLD") for k in _os.environ):
     _sys.setdlopenflags(_flags)
 
 from memwall._memwall import (Trainer, Zone, build_info, count_parameters, estimate, forward_flops_per_token,
-                              latest_checkpoint, load_safetensors, model_config, model_shape, save_safetensors,
-                              workspace_dir, write_provenance, zone_name)
+                              latest_checkpoint, load_safetensors, model_config, model_shape, prune_checkpoints,
+                              save_safetensors, workspace_dir, write_provenance, zone_name)
 from memwall import cpu_adam, dtype, perf_model
 
 # The quickstart's training text (data/quickstart.txt in the source tree).
@@ -37,4 +37,4 @@ QUICKSTART_TEXT = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "d
 
 __all__ = ["QUICKSTART_TEXT", "Trainer", "Zone", "build_info", "count_parameters", "cpu_adam", "dtype", "estimate",
            "forward_flops_per_token", "latest_checkpoint", "load_safetensors", "model_config", "model_shape",
-           "perf_model", "save_safetensors", "workspace_dir", "write_provenance", "zone_name"]
+           "perf_model", "prune_checkpoints", "save_safetensors", "workspace_dir", "write_provenance", "zone_name"]

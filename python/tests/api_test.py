@@ -1,7 +1,8 @@
 """The Python surface (python/README.md): a config as a text proto, a dict
 or keyword arguments is the same config (the same estimate, the same
 losses); every kind of failure raises its documented exception; paths may be
-os.PathLike; latest_checkpoint finds what save wrote; the submodules import
+os.PathLike; latest_checkpoint finds what save wrote and prune_checkpoints
+deletes all but the newest; the submodules import
 as modules."""
 import errno
 import importlib
@@ -167,6 +168,12 @@ class PackageTest(unittest.TestCase):
             t.step()
             saved.append(t.save(tmp))
         self.assertEqual(memwall.latest_checkpoint(tmp), saved[-1])
+        # Keeping one deletes the older save, and only it.
+        self.assertEqual(memwall.prune_checkpoints(tmp, 1), [saved[0]])
+        self.assertFalse(os.path.exists(saved[0]))
+        self.assertEqual(memwall.latest_checkpoint(tmp), saved[-1])
+        with self.assertRaisesRegex(ValueError, "keep at least the newest one"):
+            memwall.prune_checkpoints(tmp, 0)
         resumed = memwall.Trainer(MODEL, data=TEXT, seq=32, micro_batch=2)
         resumed.load(memwall.latest_checkpoint(tmp))
         self.assertEqual(resumed.steps, 2)
