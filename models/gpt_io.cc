@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <optional>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "google/protobuf/struct.pb.h"
@@ -95,6 +96,15 @@ int64_t Numel(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
+namespace {
+// Row r of a parameter placed `at` (width w) is columns [begin, begin + w)
+// of row r of its logical parameter (width W).
+void PlaceTile(const Placement& at, int64_t numel, const float* src, float* logical) {
+  const int64_t w = at.width, W = at.shape.back(), rows = numel / w;
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * w, w, logical + r * W + at.begin);
+}
+}  // namespace
+
 absl::StatusOr<std::vector<LogicalParameter>> JoinTiles(Gpt& model, const std::vector<float>& values) {
   const std::vector<Parameter*> params = model.Parameters();
   int64_t total = 0;
@@ -110,13 +120,7 @@ absl::StatusOr<std::vector<LogicalParameter>> JoinTiles(Gpt& model, const std::v
     const Placement at = PlacementOf(*p);
     auto [it, added] = index.try_emplace(at.name, out.size());
     if (added) out.push_back({at.name, at.shape, std::vector<float>(Numel(at.shape))});
-    // Row r of the parameter (width w) is columns [begin, begin + w) of
-    // row r of the logical one (width W).
-    const int64_t w = at.width, W = at.shape.back(), rows = p->numel() / w;
-    float* dst = out[it->second].values.data();
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy_n(values.data() + offset + r * w, w, dst + r * W + at.begin);
-    }
+    PlaceTile(at, p->numel(), values.data() + offset, out[it->second].values.data());
     offset += p->numel();
   }
   return out;
@@ -219,20 +223,59 @@ absl::Status ExportGpt(Gpt& model, Device& device, const std::string& path) {
 }
 
 absl::Status ExportGpt(Gpt& model, const std::vector<float>& values, const std::string& path) {
-  auto logical = JoinTiles(model, values);
-  if (!logical.ok()) {
+  int64_t total = 0;
+  for (const Parameter* p : model.Parameters()) total += p->numel();
+  if (static_cast<int64_t>(values.size()) != total) {
     return absl::InvalidArgumentError(absl::StrCat("ExportGpt: ", values.size(), " values given; the model has ",
-                                                   CountParameters(model.config()), " parameters"));
+                                                   total, " parameters"));
+  }
+  return ExportGpt(
+      model,
+      [&](int64_t offset, int64_t n, float* out) {
+        std::copy_n(values.data() + offset, n, out);
+        return absl::OkStatus();
+      },
+      path);
+}
+
+absl::Status ExportGpt(Gpt& model, const FlatValueReader& read, const std::string& path) {
+  // The logical (untiled) tensors in order of first appearance, each with
+  // its parameters and their flat offsets.
+  struct Logical {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::vector<std::pair<const Parameter*, int64_t>> parts;
+  };
+  std::vector<Logical> logical;
+  absl::flat_hash_map<std::string, size_t> index;
+  int64_t offset = 0;
+  for (const Parameter* p : model.Parameters()) {
+    const Placement at = PlacementOf(*p);
+    auto [it, added] = index.try_emplace(at.name, logical.size());
+    if (added) logical.push_back({at.name, at.shape, {}});
+    logical[it->second].parts.emplace_back(p, offset);
+    offset += p->numel();
   }
   std::vector<SafetensorsTensor> tensors;
-  for (const LogicalParameter& p : *logical) {
-    if (const int64_t at = FirstNonFinite(p.values.data(), DType::kF32, int64_t(p.values.size())); at >= 0) {
-      return absl::InvalidArgumentError(absl::StrCat("ExportGpt: ", path, " not written: tensor ", p.name, " holds ",
-                                                     p.values[at], " at element ", at, " (the weights diverged)"));
+  for (const Logical& t : logical) tensors.push_back({t.name, DType::kF32, t.shape, nullptr});
+  MEMWALL_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Create(path, tensors, ExportMetadata(model.config())));
+  // One logical tensor in memory at a time; a refusal leaves no file (the
+  // writer commits only at Finish).
+  std::vector<float> one, part;
+  for (const Logical& t : logical) {
+    one.assign(Numel(t.shape), 0.0f);
+    for (const auto& [p, at] : t.parts) {
+      part.resize(p->numel());
+      MEMWALL_RETURN_IF_ERROR(read(at, p->numel(), part.data()));
+      PlaceTile(PlacementOf(*p), p->numel(), part.data(), one.data());
     }
-    tensors.push_back({p.name, DType::kF32, p.shape, p.values.data()});
+    if (const int64_t bad = FirstNonFinite(one.data(), DType::kF32, int64_t(one.size())); bad >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("ExportGpt: ", path, " not written: tensor ", t.name, " holds ",
+                                                     one[bad], " at element ", bad, " (the weights diverged)"));
+    }
+    MEMWALL_RETURN_IF_ERROR(writer->Append(one.data(), one.size() * sizeof(float)));
   }
-  MEMWALL_RETURN_IF_ERROR(WriteSafetensors(path, tensors, ExportMetadata(model.config())));
+  MEMWALL_RETURN_IF_ERROR(writer->Finish());
   return WriteHfConfig(model.config(), path);
 }
 

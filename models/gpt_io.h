@@ -5,6 +5,7 @@
 #ifndef MEMWALL_MODELS_GPT_IO_H_
 #define MEMWALL_MODELS_GPT_IO_H_
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -58,6 +59,12 @@ absl::StatusOr<int64_t> RecordedHeads(const SafetensorsFile& file);
 // (a trainer's master weights, say): `values` holds every parameter, back to
 // back.
 absl::Status ExportGpt(Gpt& model, const std::vector<float>& values, const std::string& path);
+// The same file from flat fp32 values read a range at a time: read(offset,
+// n, out) fills elements [offset, offset + n) of that order (one parameter
+// a call). One logical tensor is in host memory at a time, so a trainer's
+// master weights are never whole on the host.
+using FlatValueReader = std::function<absl::Status(int64_t offset, int64_t n, float* out)>;
+absl::Status ExportGpt(Gpt& model, const FlatValueReader& read, const std::string& path);
 
 // Loads `file` into the model's bound values. Accepted: every parameter name,
 // optionally prefixed "transformer." (GPT2LMHeadModel.save_pretrained), in

@@ -758,8 +758,19 @@ absl::Status Trainer::CheckFiniteMaster(const float* values, int64_t n, int64_t 
 }
 
 absl::Status Trainer::Export(const std::string& path) {
-  MEMWALL_ASSIGN_OR_RETURN(const std::vector<float> master, MasterWeights());
-  return Agree(comm_.rank() == 0 ? models::ExportGpt(model_, master, path) : absl::OkStatus(),
+  if (layout_.world() > 1) {
+    MEMWALL_ASSIGN_OR_RETURN(const std::vector<float> master, MasterWeights());
+    return Agree(comm_.rank() == 0 ? models::ExportGpt(model_, master, path) : absl::OkStatus(),
+                 absl::StrCat("exporting to ", path));
+  }
+  // One owner holds the whole flat order (its shard's offsets are flat
+  // ones): read a parameter at a time from the optimizer's store, never
+  // the 4 bytes a parameter of the whole beside the planned memory.
+  MEMWALL_RETURN_IF_ERROR(device_.Synchronize());
+  const models::FlatValueReader read = [&](int64_t offset, int64_t n, float* out) {
+    return optimizer_->ReadState(OptimizerState::kMaster, offset, n, out);
+  };
+  return Agree(comm_.rank() == 0 ? models::ExportGpt(model_, read, path) : absl::OkStatus(),
                absl::StrCat("exporting to ", path));
 }
 

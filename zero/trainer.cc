@@ -142,23 +142,37 @@ absl::Status Trainer::Build(const Composition& composition) {
 absl::Status Trainer::InitializeValues() {
   Stream& s = device_.compute_stream();
   const int64_t shard = layout_.shard();
-  std::vector<float> init(shard, 0.0f);
+  // The master shard's initial values, a window of the shard at a time
+  // through kInitWindow elements of host staging: never the whole shard
+  // (4 bytes a parameter) beside the planned memory, which the host-memory
+  // check would not see. The padding stays zero.
+  constexpr int64_t kInitWindow = int64_t{1} << 24;
+  std::vector<float> window(std::min(shard, kInitWindow));
+  const std::vector<Piece> owned = layout_.Owned();
   ThreadPool pool(0);
-  for (const Piece& mine : layout_.Owned()) {
-    for (models::Parameter* p : layout_.params()) {
-      const int64_t begin = std::max(mine.begin, layout_.offset(p));
-      const int64_t end = std::min(mine.begin + mine.size, layout_.offset(p) + p->numel());
-      if (begin >= end) continue;
-      constexpr int64_t kChunk = 1 << 16;
-      pool.ParallelFor((end - begin + kChunk - 1) / kChunk, [&](int64_t c) {
-        const int64_t lo = begin + c * kChunk, hi = std::min(end, lo + kChunk);
-        model_.InitialValues(training_->seed(), *p, lo - layout_.offset(p), hi - lo,
-                             init.data() + mine.shard_offset + (lo - mine.begin));
-      });
+  absl::Status initialized;
+  for (int64_t w = 0; w < shard && initialized.ok(); w += kInitWindow) {
+    const int64_t n = std::min(kInitWindow, shard - w);
+    std::fill_n(window.data(), n, 0.0f);
+    for (const Piece& mine : owned) {
+      // The piece's elements inside the window, as flat indices.
+      const int64_t first = mine.begin + std::max<int64_t>(0, w - mine.shard_offset);
+      const int64_t last = mine.begin + std::min(mine.size, w + n - mine.shard_offset);
+      for (models::Parameter* p : layout_.params()) {
+        const int64_t begin = std::max(first, layout_.offset(p));
+        const int64_t end = std::min(last, layout_.offset(p) + p->numel());
+        if (begin >= end) continue;
+        constexpr int64_t kChunk = 1 << 16;
+        pool.ParallelFor((end - begin + kChunk - 1) / kChunk, [&](int64_t c) {
+          const int64_t lo = begin + c * kChunk, hi = std::min(end, lo + kChunk);
+          model_.InitialValues(training_->seed(), *p, lo - layout_.offset(p), hi - lo,
+                               window.data() + (mine.shard_offset + (lo - mine.begin) - w));
+        });
+      }
     }
+    initialized = optimizer_->WriteState(OptimizerState::kMaster, w, n, window.data());
   }
   // Rounded to the parameter type, and the master widened back from that.
-  absl::Status initialized = optimizer_->WriteState(OptimizerState::kMaster, 0, shard, init.data());
   if (initialized.ok()) initialized = optimizer_->WriteValues(params_->shard(), s);
   if (initialized.ok()) initialized = optimizer_->SetMasterFromValues(params_->shard(), s);
   MEMWALL_RETURN_IF_ERROR(AgreeOnOptimizer(initialized, "initializing the optimizer's states"));

@@ -166,7 +166,9 @@ class Trainer {
   // (ApplyPendingUpdate applies it).
   absl::StatusOr<std::vector<float>> MasterWeights();
   // MasterWeights as a GPT-2 safetensors file (models::ExportGpt), written
-  // by rank 0. Every rank must call it; every rank returns its Status.
+  // by rank 0. Every rank must call it; every rank returns its Status. With
+  // one owner (stage 0, or one rank) it reads a parameter at a time from the
+  // optimizer's store: no Ψ-sized host copy beside the planned memory.
   absl::Status Export(const std::string& path);
   // Applies a deferred update now (the delayed parameter update's pending
   // step) and publishes the values; nothing otherwise. For the end of a
