@@ -3,7 +3,6 @@
 // numbers (NaN or infinity neither loads nor consolidates), a step number
 // within bounds, consolidation that cannot overwrite a checkpoint, and a
 // tiled model consolidating to the untiled Hugging Face file.
-#include <zlib.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -12,7 +11,6 @@
 #include <fstream>
 #include <functional>
 #include <limits>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,12 +46,6 @@ const models::TokenSource& Data() {
   return *data;
 }
 
-std::string ReadAll(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 struct Training {
   std::unique_ptr<Device> device = *CreateCpuDevice();
@@ -118,14 +110,10 @@ TEST_F(CheckpointMeaning, NonFiniteMasterWeightsNeitherLoadNorConsolidate) {
   const CheckpointTensor& wpe = meta->tensors(1);
   ASSERT_EQ(wpe.name(), "wpe.weight");
   const fs::path shard = dir / meta->shards(0).file();
-  std::string bytes = ReadAll(shard);
+  std::string bytes = test::ReadAll(shard);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(bytes.data() + 24 + 4 * (wpe.offset() + 7), &nan, 4);  // master section, wpe element 7
-  std::ofstream(shard, std::ios::binary | std::ios::trunc) << bytes;
-  meta->mutable_shards(0)->set_crc32(uint32_t(crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size())));
-  const std::string metadata = meta->SerializeAsString();
-  std::ofstream(dir / "metadata.pb", std::ios::binary | std::ios::trunc) << metadata;
-  std::ofstream(dir / "COMPLETE", std::ios::binary | std::ios::trunc) << CheckpointMarker(metadata);
+  test::RewriteShard(dir, 0, bytes);
   ASSERT_TRUE(ReadCheckpointMetadata(dir.string()).ok()) << "the checksums match";
 
   const std::string says = "holds a non-finite master weight (tensor wpe.weight element 7)";
@@ -173,13 +161,13 @@ TEST_F(CheckpointMeaning, ConsolidationCannotWriteIntoACheckpoint) {
   auto meta = ReadCheckpointMetadata(dir.string());
   ASSERT_TRUE(meta.ok());
   const fs::path shard = dir / meta->shards(0).file();
-  const std::string shard_bytes = ReadAll(shard);
+  const std::string shard_bytes = test::ReadAll(shard);
   for (const fs::path& out : {shard, dir / "metadata.pb", dir / "weights.safetensors", dir / "sub" / "w.safetensors"}) {
     const auto st = ConsolidateCheckpoint(dir.string(), out.string()).status();
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << out << ": " << st;
     EXPECT_NE(st.message().find("is inside the checkpoint " + dir.string()), std::string::npos) << st;
   }
-  EXPECT_EQ(ReadAll(shard), shard_bytes) << "the checkpoint is untouched";
+  EXPECT_EQ(test::ReadAll(shard), shard_bytes) << "the checkpoint is untouched";
   EXPECT_FALSE(fs::exists(dir / "weights.safetensors"));
   const auto into_dir = ConsolidateCheckpoint(dir.string(), root_.string()).status();
   EXPECT_EQ(into_dir.code(), absl::StatusCode::kInvalidArgument) << into_dir;
@@ -201,7 +189,7 @@ TEST_F(CheckpointMeaning, ATiledCheckpointConsolidatesToTheUntiledFile) {
   const fs::path consolidated = root_ / "consolidated.safetensors", exported = root_ / "exported.safetensors";
   ASSERT_TRUE(ConsolidateCheckpoint(*dir, consolidated.string()).ok());
   ASSERT_TRUE(models::ExportGpt(*tiled.model, *tiled.trainer->MasterWeights(), exported.string()).ok());
-  EXPECT_EQ(ReadAll(consolidated), ReadAll(exported));
+  EXPECT_EQ(test::ReadAll(consolidated), test::ReadAll(exported));
   auto file = models::SafetensorsFile::Read(consolidated.string());
   ASSERT_TRUE(file.ok()) << file.status();
   ASSERT_NE(file->Find("h.0.mlp.c_fc.weight"), nullptr);

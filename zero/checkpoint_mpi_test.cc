@@ -14,14 +14,12 @@
 // them at different rank counts in turn: re-partitioning 4 -> 2 and 2 -> 4
 // (against a single-rank stage-0 run), and a rank killed during a save.
 #include <unistd.h>
-#include <zlib.h>
 
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <limits>
 #include <string>
 #include <utility>
@@ -373,23 +371,6 @@ TEST_F(Checkpoints, ConsolidatedFileHoldsTheMasterWeightsUnderHuggingFaceNames) 
             absl::StatusCode::kNotFound);
 }
 
-// Rewrites `file` with `bytes` and makes the checkpoint's checksums match
-// it (metadata and marker), so only the meaning is wrong. Rank 0 only.
-void RewriteShard(const std::string& step_dir, int shard, const std::string& bytes) {
-  CheckpointMetadata meta = *ReadCheckpointMetadata(step_dir);
-  std::ofstream(fs::path(step_dir) / meta.shards(shard).file(), std::ios::binary | std::ios::trunc) << bytes;
-  meta.mutable_shards(shard)->set_crc32(
-      uint32_t(crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size())));
-  const std::string metadata = meta.SerializeAsString();
-  std::ofstream(fs::path(step_dir) / "metadata.pb", std::ios::binary | std::ios::trunc) << metadata;
-  std::ofstream(fs::path(step_dir) / "COMPLETE", std::ios::binary | std::ios::trunc) << CheckpointMarker(metadata);
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // A checkpoint holds flat elements, whatever partitioning wrote it. A
 // bandwidth-centric run's (each rank's shard: a piece of every parameter)
 // resumes a contiguous stage-3 run, and a contiguous run's resumes a
@@ -467,10 +448,10 @@ TEST_F(Checkpoints, ACheckpointResumesUnderTheOtherPartitioning) {
     if (Root()) {
       fs::create_directories(copy);
       fs::copy(path, copy, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
-      std::string bytes = ReadAll(fs::path(copy) / sh.file());
+      std::string bytes = test::ReadAll(fs::path(copy) / sh.file());
       const float nan = std::numeric_limits<float>::quiet_NaN();
       std::memcpy(bytes.data() + 24 + 4 * (at + 3), &nan, 4);
-      RewriteShard(copy, last, bytes);
+      test::RewriteShard(copy, last, bytes);
     }
     Barrier();
     const absl::Status refused = second->trainer->Load(copy);

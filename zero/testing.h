@@ -10,15 +10,20 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <zlib.h>
 
 #include "gtest/gtest.h"
 #include "models/data.h"
 #include "models/gpt.h"
 #include "runtime/communicator.h"
 #include "runtime/cpu_device.h"
+#include "zero/checkpoint.h"
 #include "zero/trainer.h"
 
 namespace memwall::zero::test {
@@ -36,6 +41,25 @@ class MpiRanks : public ::testing::Test {
   std::unique_ptr<Device> device_;
   std::unique_ptr<Communicator> comm_;
 };
+
+// A file's bytes ("" when it cannot be read).
+inline std::string ReadAll(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Replaces shard `shard` of checkpoint `step_dir` with `bytes` and makes
+// the checksums match it (its CRC in metadata.pb, the COMPLETE marker), so
+// only its meaning is wrong.
+inline void RewriteShard(const std::filesystem::path& step_dir, int shard, const std::string& bytes) {
+  CheckpointMetadata meta = *ReadCheckpointMetadata(step_dir.string());
+  std::ofstream(step_dir / meta.shards(shard).file(), std::ios::binary | std::ios::trunc) << bytes;
+  meta.mutable_shards(shard)->set_crc32(
+      uint32_t(crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size())));
+  const std::string metadata = meta.SerializeAsString();
+  std::ofstream(step_dir / "metadata.pb", std::ios::binary | std::ios::trunc) << metadata;
+  std::ofstream(step_dir / "COMPLETE", std::ios::binary | std::ios::trunc) << CheckpointMarker(metadata);
+}
 
 // A test with a directory of its own, emptied before it runs:
 // $TEST_TMPDIR/<test name> (or /tmp/<test name>).

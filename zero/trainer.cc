@@ -158,6 +158,7 @@ absl::Status Trainer::InitializeValues() {
       // The piece's elements inside the window, as flat indices.
       const int64_t first = mine.begin + std::max<int64_t>(0, w - mine.shard_offset);
       const int64_t last = mine.begin + std::min(mine.size, w + n - mine.shard_offset);
+      if (first >= last) continue;
       for (models::Parameter* p : layout_.params()) {
         const int64_t begin = std::max(first, layout_.offset(p));
         const int64_t end = std::min(last, layout_.offset(p) + p->numel());
