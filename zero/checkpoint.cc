@@ -31,6 +31,7 @@
 #include "runtime/bounds.h"
 #include "runtime/files.h"
 #include "runtime/status.h"
+#include "zero/rank_zero_reads.h"
 #include "zero/trainer.h"
 
 namespace memwall::zero {
@@ -758,20 +759,17 @@ absl::Status Trainer::CheckFiniteMaster(const float* values, int64_t n, int64_t 
 }
 
 absl::Status Trainer::Export(const std::string& path) {
-  if (layout_.world() > 1) {
-    MEMWALL_ASSIGN_OR_RETURN(const std::vector<float> master, MasterWeights());
-    return Agree(comm_.rank() == 0 ? models::ExportGpt(model_, master, path) : absl::OkStatus(),
-                 absl::StrCat("exporting to ", path));
-  }
-  // One owner holds the whole flat order (its shard's offsets are flat
-  // ones): read a parameter at a time from the optimizer's store, never
-  // the 4 bytes a parameter of the whole beside the planned memory.
+  // Rank 0 writes the file a logical tensor at a time and asks the owners
+  // for each range ([Note: serving flat ranges to rank 0]): no rank holds
+  // the 4 bytes a parameter of the whole beside its planned memory.
   MEMWALL_RETURN_IF_ERROR(device_.Synchronize());
-  const models::FlatValueReader read = [&](int64_t offset, int64_t n, float* out) {
-    return optimizer_->ReadState(OptimizerState::kMaster, offset, n, out);
+  const ShardValueReader master = [&](int64_t shard_offset, int64_t n, float* out) {
+    return optimizer_->ReadState(OptimizerState::kMaster, shard_offset, n, out);
   };
-  return Agree(comm_.rank() == 0 ? models::ExportGpt(model_, read, path) : absl::OkStatus(),
-               absl::StrCat("exporting to ", path));
+  const absl::Status exported =
+      ReadOnRankZero(comm_, device_, layout_.partition(), master,
+                     [&](const models::FlatValueReader& read) { return models::ExportGpt(model_, read, path); });
+  return Agree(exported, absl::StrCat("exporting to ", path));
 }
 
 absl::Status Trainer::VerifyCheckpoint(const std::string& step_dir, CheckpointMetadata& meta) {

@@ -15,12 +15,14 @@
 // (against a single-rank stage-0 run), and a rank killed during a save.
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +36,7 @@
 #include "runtime/cpu_device.h"
 #include "runtime/status.h"
 #include "zero/checkpoint.h"
+#include "zero/rank_zero_reads.h"
 #include "zero/testing.h"
 #include "zero/trainer.h"
 
@@ -457,6 +460,170 @@ TEST_F(Checkpoints, ACheckpointResumesUnderTheOtherPartitioning) {
     const absl::Status refused = second->trainer->Load(copy);
     EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss) << refused;
     EXPECT_TRUE(absl::StrContains(refused.message(), says)) << refused;
+  }
+}
+
+// --- Reads on rank 0 ([Note: serving flat ranges to rank 0]) --------------
+
+// A float for every flat index from its bits (a hash), never NaN or
+// infinite: signed zeros and subnormals come up, which a sum that is not
+// exact (a +0.0 fill, a flush to zero) would change.
+float ValueAt(int64_t i) {
+  uint32_t h = static_cast<uint32_t>(i) * 2654435761u;
+  h ^= h >> 15;
+  h *= 2246822519u;
+  h ^= h >> 13;
+  if (i % 97 == 0) h &= 0x807fffffu;  // a subnormal, either sign
+  if (i % 89 == 0) h &= 0x80000000u;  // a zero, either sign
+  if ((h & 0x7f800000u) == 0x7f800000u) h &= 0xbfffffffu;
+  float f;
+  std::memcpy(&f, &h, sizeof(f));
+  return f;
+}
+
+// This rank's shard of ValueAt under `partition`, as its store would hold it.
+ShardValueReader ShardOfValues(const Partition& partition, int rank, std::vector<float>& shard) {
+  shard.assign(partition.shard(), 0.0f);
+  for (const Piece& p : partition.Owned(rank)) {
+    for (int64_t k = 0; k < p.size; ++k) shard[p.shard_offset + k] = ValueAt(p.begin + k);
+  }
+  return [&shard](int64_t at, int64_t n, float* out) -> absl::Status {
+    if (at < 0 || n < 0 || at + n > static_cast<int64_t>(shard.size())) return absl::OutOfRangeError("shard read");
+    std::memcpy(out, shard.data() + at, n * sizeof(float));
+    return absl::OkStatus();
+  };
+}
+
+// Every rank is back in step: an all-reduce of rank + 1 sums to W(W+1)/2
+// only if no rank was left serving.
+void ExpectRanksInStep(Communicator& comm, Device& device) {
+  auto buffer = device.Allocate(sizeof(float), MemoryTag::kOther);
+  ASSERT_TRUE(buffer.ok());
+  const Tensor t = Tensor::OfBuffer(*buffer, DType::kF32, &device);
+  float v = comm.rank() + 1.0f;
+  Stream& s = device.compute_stream();
+  ASSERT_TRUE(s.Copy(t.data(), &v, sizeof(v)).ok());
+  ASSERT_TRUE(comm.AllReduce(t, t, ReduceOp::kSum, s).ok());
+  ASSERT_TRUE(s.Copy(&v, t.data(), sizeof(v)).ok());
+  ASSERT_TRUE(s.Synchronize().ok());
+  const int w = comm.world_size();
+  EXPECT_EQ(v, w * (w + 1) / 2.0f);
+}
+
+// Rank 0 reads ranges in any order, crossing pieces, parameters and
+// chunks, and gets each owner's values bit for bit, under both
+// partitionings; it may stop at any point, and a rank whose own read
+// fails is named on rank 0 while no rank is left in a collective.
+TEST_F(Checkpoints, RankZeroReadsAnyRangeBitForBitAndMayStopAnywhere) {
+  const std::vector<int64_t> sizes = {5, 1000, 1, 37, 4099, 3, 640};
+  int64_t numel = 0;
+  for (int64_t n : sizes) numel += n;
+  constexpr int64_t kChunk = 64;  // many rounds a range
+  for (bool bandwidth : {false, true}) {
+    SCOPED_TRACE(bandwidth ? "bandwidth-centric" : "contiguous");
+    const std::shared_ptr<const Partition> partition =
+        bandwidth ? BandwidthCentricPartition(sizes, W()) : ContiguousPartition(numel, W());
+    std::vector<float> shard;
+    const ShardValueReader mine = ShardOfValues(*partition, comm_->rank(), shard);
+
+    // Ranges in a shuffled order: the whole, each edge, random spans.
+    std::vector<std::pair<int64_t, int64_t>> ranges = {{0, numel}, {0, 1}, {numel - 1, 1}, {numel, 0}};
+    std::mt19937_64 rng(7);
+    for (int i = 0; i < 40; ++i) {
+      const int64_t begin = static_cast<int64_t>(rng() % numel);
+      ranges.emplace_back(begin, static_cast<int64_t>(rng() % (numel - begin + 1)));
+    }
+    std::shuffle(ranges.begin(), ranges.end(), rng);
+    int64_t checked = 0;
+    absl::Status status = ReadOnRankZero(*comm_, *device_, *partition, mine,
+        [&](const models::FlatValueReader& read) -> absl::Status {
+          for (const auto& [begin, n] : ranges) {
+            std::vector<float> got(n, 1.0f);
+            MEMWALL_RETURN_IF_ERROR(read(begin, n, got.data()));
+            for (int64_t k = 0; k < n; ++k) {
+              const float want = ValueAt(begin + k);
+              if (std::memcmp(&got[k], &want, sizeof(float)) != 0) {
+                return absl::InternalError(absl::StrCat("element ", begin + k, ": ", got[k], " for ", want));
+              }
+            }
+            checked += n;
+          }
+          // Outside the model: refused before any collective.
+          float dummy[2];
+          if (read(numel - 1, 2, dummy).code() != absl::StatusCode::kInvalidArgument ||
+              read(-1, 1, dummy).code() != absl::StatusCode::kInvalidArgument) {
+            return absl::InternalError("a range outside the model was read");
+          }
+          return absl::OkStatus();
+        }, kChunk);
+    EXPECT_TRUE(status.ok()) << status;
+    if (Root()) EXPECT_GT(checked, numel);
+    ExpectRanksInStep(*comm_, *device_);
+
+    // Rank 0 stops after one range, halfway through what it meant to read.
+    status = ReadOnRankZero(*comm_, *device_, *partition, mine,
+        [&](const models::FlatValueReader& read) -> absl::Status {
+          std::vector<float> got(100);
+          MEMWALL_RETURN_IF_ERROR(read(900, 100, got.data()));
+          return absl::CancelledError("stopped early");
+        }, kChunk);
+    EXPECT_EQ(status.code(), Root() ? absl::StatusCode::kCancelled : absl::StatusCode::kOk) << status;
+    ExpectRanksInStep(*comm_, *device_);
+
+    // The last rank cannot read its shard: rank 0 hears which rank, that
+    // rank keeps its own error, and the reads after it are not attempted.
+    const bool failing = comm_->rank() == W() - 1;
+    const ShardValueReader broken = [&](int64_t at, int64_t n, float* out) -> absl::Status {
+      if (failing) return absl::UnavailableError("the last rank's store is gone");
+      return mine(at, n, out);
+    };
+    int reads = 0;
+    status = ReadOnRankZero(*comm_, *device_, *partition, broken,
+        [&](const models::FlatValueReader& read) -> absl::Status {
+          std::vector<float> got(numel);
+          for (int i = 0; i < 3; ++i) {
+            ++reads;
+            MEMWALL_RETURN_IF_ERROR(read(0, numel, got.data()));
+          }
+          return absl::OkStatus();
+        }, kChunk);
+    if (failing) {
+      EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    } else if (Root()) {
+      EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+      EXPECT_TRUE(absl::StrContains(status.message(), absl::StrCat("rank(s) ", W() - 1))) << status;
+    } else {
+      EXPECT_TRUE(status.ok()) << status;
+    }
+    if (Root()) EXPECT_EQ(reads, 1);
+    ExpectRanksInStep(*comm_, *device_);
+  }
+}
+
+// Export streams at every stage: rank 0 holds one logical tensor at a
+// time, whoever owns it, and writes the file ExportGpt writes from the
+// all-gathered master weights, byte for byte.
+TEST_F(Checkpoints, ExportAtEveryStageIsTheFileOfTheGatheredMasterWeights) {
+  Case bandwidth{3, Precision::BF16};
+  bandwidth.bandwidth_centric = true;
+  for (const Case& c : {Case{1, Precision::FP32}, Case{2, Precision::BF16}, Case{3, Precision::BF16}, bandwidth}) {
+    SCOPED_TRACE(c.Name());
+    auto s = Start(*comm_, c);
+    ASSERT_TRUE(s.ok()) << s.status();
+    std::vector<double> losses;
+    Steps(*s, 2, losses);
+    const std::string streamed = TmpDir(absl::StrCat("export_", c.stage, c.bandwidth_centric, ".safetensors"));
+    const absl::Status exported = s->trainer->Export(streamed);
+    ASSERT_TRUE(exported.ok()) << exported;
+    const std::vector<float> weights = Weights(*s);
+    if (Root()) {
+      const std::string whole = TmpDir(absl::StrCat("export_whole_", c.stage, c.bandwidth_centric, ".safetensors"));
+      ASSERT_TRUE(models::ExportGpt(*s->model, weights, whole).ok());
+      const std::string a = test::ReadAll(streamed), b = test::ReadAll(whole);
+      EXPECT_FALSE(a.empty());
+      EXPECT_TRUE(a == b) << a.size() << " bytes against " << b.size();
+    }
+    Barrier();  // the files stay until rank 0 has compared them
   }
 }
 

@@ -159,16 +159,17 @@ class Trainer {
   int stage() const { return training_->zero().stage(); }
   const TrainingOptions& training() const { return training_; }
   const FlatLayout& layout() const { return layout_; }
-  // All Ψ fp32 master weights on the host (tests, export). At stages 1-3 a
+  // All Ψ fp32 master weights on the host (tests, small models). At stages 1-3 a
   // collective: every rank must call it. Device memory: 1 MiB, staging the
   // all-gather. Under the delayed parameter update these are the weights
   // the next step computes with: the last step's update is still pending
   // (ApplyPendingUpdate applies it).
   absl::StatusOr<std::vector<float>> MasterWeights();
   // MasterWeights as a GPT-2 safetensors file (models::ExportGpt), written
-  // by rank 0. Every rank must call it; every rank returns its Status. With
-  // one owner (stage 0, or one rank) it reads a parameter at a time from the
-  // optimizer's store: no Ψ-sized host copy beside the planned memory.
+  // by rank 0. Every rank must call it; every rank returns its Status. Rank
+  // 0 holds one logical tensor at a time and asks the owners for each
+  // parameter (zero/rank_zero_reads.h, 1 MiB of staging on every rank): no
+  // Ψ-sized host copy beside the planned memory, at any stage.
   absl::Status Export(const std::string& path);
   // Applies a deferred update now (the delayed parameter update's pending
   // step) and publishes the values; nothing otherwise. For the end of a
