@@ -38,6 +38,19 @@
 // Each stream that issues collectives gets one staging buffer of
 // staging_bytes, pinned host memory tagged kCommBuffers, kept until the
 // communicator is destroyed. Reductions round as the host backend does.
+//
+// [Note: bounded host collectives]
+// The host backends (MPI, TCP) run a collective as calls of at most 4 Mi
+// elements a rank (kHostCallElements): an all-reduce or reduce takes
+// elements [j, j + k) at a time; MPI's reduce-scatter takes [j, j + k) of
+// every rank's block (itself block-distributed), TCP's reduces [j, j + k)
+// of the whole on rank 0 and sends each rank its part. What a call
+// allocates (16-bit values widened to fp32, rank 0's sums, OpenMPI's own
+// ring buffers, each the size of the message) is so bounded by the chunk,
+// not by the model: stages 0 and 1 reduce the whole gradient in one
+// collective, where whole-size temporaries took 6 to 12 bytes a parameter
+// that no plan counts. Each chunk is reduced on its own: the same sums,
+// across ranks in the order the backend picks for that chunk.
 #ifndef MEMWALL_RUNTIME_COMMUNICATOR_H_
 #define MEMWALL_RUNTIME_COMMUNICATOR_H_
 

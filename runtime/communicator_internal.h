@@ -10,6 +10,10 @@
 
 namespace memwall::comm_internal {
 
+// The most elements a rank passes to one call of a host backend: see
+// [Note: bounded host collectives] in runtime/communicator.h.
+inline constexpr size_t kHostCallElements = size_t{1} << 22;  // 4 Mi
+
 absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(Device& device);
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(Device& device);
 // Host memory over TCP, rank 0 at the launch's MASTER_ADDR:MASTER_PORT

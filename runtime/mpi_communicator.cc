@@ -2,6 +2,7 @@
 // Stream::EnqueueHost. See runtime/communicator.h.
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <cstdlib>
@@ -69,42 +70,75 @@ class MpiCommunicator final : public Communicator {
     return stream.EnqueueHost([this, send, recv, op]() -> absl::Status {
       const WatchedCollective watch("AllReduce", rank_);
       const size_t n = send.numel();
-      if (HasNativeType(send.dtype())) {
-        return AllReduceNative(send.data(), recv.data(), n, send.dtype(), op);
-      }
+      const bool in_place = send.data() == recv.data();
       // See [Note: 16-bit reductions]: widen, reduce in fp32, round once.
-      std::vector<float> wide(n);
-      MEMWALL_RETURN_IF_ERROR(Convert(send.data(), send.dtype(), wide.data(), DType::kF32, n));
-      MEMWALL_RETURN_IF_ERROR(AllReduceNative(wide.data(), wide.data(), n, DType::kF32, op));
-      return Convert(wide.data(), DType::kF32, recv.data(), recv.dtype(), n);
+      std::vector<float> wide(HasNativeType(send.dtype()) ? 0 : std::min(n, kHostCallElements));
+      for (size_t j = 0; j < n; j += kHostCallElements) {  // see [Note: bounded host collectives]
+        const size_t c = std::min(kHostCallElements, n - j);
+        const Tensor in = send.Slice(j, c), out = recv.Slice(j, c);
+        if (!wide.empty()) {
+          MEMWALL_RETURN_IF_ERROR(Convert(in.data(), in.dtype(), wide.data(), DType::kF32, c));
+          MEMWALL_MPI_RETURN_IF_ERROR(
+              MPI_Allreduce(MPI_IN_PLACE, wide.data(), static_cast<int>(c), MPI_FLOAT, MpiOp(op), comm_));
+          MEMWALL_RETURN_IF_ERROR(Convert(wide.data(), DType::kF32, out.data(), out.dtype(), c));
+          continue;
+        }
+        MEMWALL_MPI_RETURN_IF_ERROR(MPI_Allreduce(in_place ? MPI_IN_PLACE : in.data(), out.data(),
+                                                  static_cast<int>(c), NativeType(send.dtype()), MpiOp(op),
+                                                  comm_));
+      }
+      return absl::OkStatus();
     });
   }
 
   absl::Status DoReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op,
                                Stream& stream) override {
-    MEMWALL_RETURN_IF_ERROR(CheckCount(send.numel(), "ReduceScatter"));
     return stream.EnqueueHost([this, send, recv, op]() -> absl::Status {
       const WatchedCollective watch("ReduceScatter", rank_);
       const size_t n = send.numel();
+      // Chunk j: elements [j, j + k) of every rank's block ([Note: bounded
+      // host collectives]); with one chunk, the blocks themselves.
+      const size_t k = std::max<size_t>(1, kHostCallElements / size_);
+      const size_t longest = BlockShard(n, size_, 0).size;
+      const bool native = HasNativeType(send.dtype());
       std::vector<int> counts(size_);
-      for (int r = 0; r < size_; ++r) counts[r] = static_cast<int>(BlockShard(n, size_, r).size);
-      if (HasNativeType(send.dtype())) {
+      if (longest <= k && native) {
+        for (int r = 0; r < size_; ++r) counts[r] = static_cast<int>(BlockShard(n, size_, r).size);
         // MPI forbids recv aliasing send (ZeRO reduces a bucket in place):
         // stage through a temporary then.
         const bool aliased = Overlaps(send, recv);
         std::vector<char> staged(aliased ? recv.bytes() : 0);
         void* out = aliased ? staged.data() : recv.data();
         MEMWALL_MPI_RETURN_IF_ERROR(MPI_Reduce_scatter(send.data(), out, counts.data(),
-                                                       NativeType(send.dtype()), MpiOp(op),
-                                                       comm_));
+                                                       NativeType(send.dtype()), MpiOp(op), comm_));
         if (aliased) std::memcpy(recv.data(), out, recv.bytes());
         return absl::OkStatus();
       }
-      std::vector<float> wide(n), block(recv.numel());
-      MEMWALL_RETURN_IF_ERROR(Convert(send.data(), send.dtype(), wide.data(), DType::kF32, n));
-      MEMWALL_MPI_RETURN_IF_ERROR(MPI_Reduce_scatter(wide.data(), block.data(), counts.data(),
-                                                     MPI_FLOAT, MpiOp(op), comm_));
-      return Convert(block.data(), DType::kF32, recv.data(), recv.dtype(), block.size());
+      // The chunk's pieces, one after another (fp32 when 16-bit, see [Note:
+      // 16-bit reductions]), and this rank's reduced piece.
+      const DType wire = native ? send.dtype() : DType::kF32;
+      const size_t elem = SizeOf(wire);
+      std::vector<char> pieces(std::min(n, k * size_) * elem), reduced(std::min(longest, k) * elem);
+      for (size_t j = 0; j < longest; j += k) {
+        size_t at = 0;
+        for (int r = 0; r < size_; ++r) {
+          const ShardRange block = BlockShard(n, size_, r);
+          const size_t c = block.size > j ? std::min(k, block.size - j) : 0;
+          counts[r] = static_cast<int>(c);
+          if (c > 0) {
+            MEMWALL_RETURN_IF_ERROR(
+                Convert(send.Slice(block.offset + j, c).data(), send.dtype(), pieces.data() + at * elem, wire, c));
+          }
+          at += c;
+        }
+        MEMWALL_MPI_RETURN_IF_ERROR(MPI_Reduce_scatter(pieces.data(), reduced.data(), counts.data(),
+                                                       NativeType(wire), MpiOp(op), comm_));
+        if (counts[rank_] > 0) {
+          MEMWALL_RETURN_IF_ERROR(
+              Convert(reduced.data(), wire, recv.Slice(j, counts[rank_]).data(), recv.dtype(), counts[rank_]));
+        }
+      }
+      return absl::OkStatus();
     });
   }
 
@@ -132,25 +166,31 @@ class MpiCommunicator final : public Communicator {
 
   absl::Status DoReduce(const Tensor& send, const Tensor& recv, ReduceOp op, int root,
                         Stream& stream) override {
-    MEMWALL_RETURN_IF_ERROR(CheckCount(send.numel(), "Reduce"));
     return stream.EnqueueHost([this, send, recv, op, root]() -> absl::Status {
       const WatchedCollective watch("Reduce", rank_);
-      const int n = static_cast<int>(send.numel());
-      const bool is_root = rank_ == root;
-      if (HasNativeType(send.dtype())) {
-        const void* src = is_root && send.data() == recv.data() ? MPI_IN_PLACE : send.data();
-        MEMWALL_MPI_RETURN_IF_ERROR(MPI_Reduce(src, is_root ? recv.data() : nullptr, n,
-                                               NativeType(send.dtype()), MpiOp(op), root, comm_));
-        return absl::OkStatus();
-      }
+      const size_t n = send.numel();
+      const bool is_root = rank_ == root, in_place = send.data() == recv.data();
       // See [Note: 16-bit reductions]: widen, reduce in fp32, round once on root.
-      std::vector<float> wide(n);
-      MEMWALL_RETURN_IF_ERROR(Convert(send.data(), send.dtype(), wide.data(), DType::kF32, n));
-      MEMWALL_MPI_RETURN_IF_ERROR(MPI_Reduce(is_root ? MPI_IN_PLACE : wide.data(),
-                                             is_root ? wide.data() : nullptr, n, MPI_FLOAT,
-                                             MpiOp(op), root, comm_));
-      if (!is_root) return absl::OkStatus();
-      return Convert(wide.data(), DType::kF32, recv.data(), recv.dtype(), n);
+      std::vector<float> wide(HasNativeType(send.dtype()) ? 0 : std::min(n, kHostCallElements));
+      for (size_t j = 0; j < n; j += kHostCallElements) {  // see [Note: bounded host collectives]
+        const size_t c = std::min(kHostCallElements, n - j);
+        const Tensor in = send.Slice(j, c);
+        if (!wide.empty()) {
+          MEMWALL_RETURN_IF_ERROR(Convert(in.data(), in.dtype(), wide.data(), DType::kF32, c));
+          MEMWALL_MPI_RETURN_IF_ERROR(MPI_Reduce(is_root ? MPI_IN_PLACE : wide.data(),
+                                                 is_root ? wide.data() : nullptr, static_cast<int>(c),
+                                                 MPI_FLOAT, MpiOp(op), root, comm_));
+          if (is_root) {
+            MEMWALL_RETURN_IF_ERROR(Convert(wide.data(), DType::kF32, recv.Slice(j, c).data(), recv.dtype(), c));
+          }
+          continue;
+        }
+        const void* src = is_root && in_place ? MPI_IN_PLACE : in.data();
+        MEMWALL_MPI_RETURN_IF_ERROR(MPI_Reduce(src, is_root ? recv.Slice(j, c).data() : nullptr,
+                                               static_cast<int>(c), NativeType(send.dtype()), MpiOp(op),
+                                               root, comm_));
+      }
+      return absl::OkStatus();
     });
   }
 
@@ -199,19 +239,6 @@ class MpiCommunicator final : public Communicator {
   static bool HasNativeType(DType dtype) { return dtype == DType::kF32 || dtype == DType::kI32; }
   static MPI_Datatype NativeType(DType dtype) {
     return dtype == DType::kI32 ? MPI_INT : MPI_FLOAT;
-  }
-
-  absl::Status AllReduceNative(const void* send, void* recv, size_t n, DType dtype, ReduceOp op) {
-    const size_t elem = SizeOf(dtype);
-    for (size_t done = 0; done < n; done += kMaxMpiCount) {
-      const int count = static_cast<int>(std::min(kMaxMpiCount, n - done));
-      const void* src = send == recv ? MPI_IN_PLACE
-                                     : static_cast<const void*>(static_cast<const char*>(send) +
-                                                                done * elem);
-      MEMWALL_MPI_RETURN_IF_ERROR(MPI_Allreduce(src, static_cast<char*>(recv) + done * elem,
-                                                count, NativeType(dtype), MpiOp(op), comm_));
-    }
-    return absl::OkStatus();
   }
 
   MPI_Comm comm_;

@@ -145,34 +145,61 @@ class TcpCommunicator final : public Communicator {
         what, " is ", t.DebugString(), ": the TCP backend reads host memory only; use NCCL for CUDA memory"));
   }
 
+  // Each collective below runs as chunks of at most kHostCallElements
+  // elements ([Note: bounded host collectives]), each reduced on rank 0 on
+  // its own.
   absl::Status DoAllReduce(const Tensor& send, const Tensor& recv, ReduceOp op, Stream& stream) override {
     return stream.EnqueueHost([this, send, recv, op]() -> absl::Status {
       const WatchedCollective watch("AllReduce", rank_);
       std::lock_guard<std::mutex> lock(mu_);
       std::vector<char> out;
-      MEMWALL_RETURN_IF_ERROR(ReduceToZero(Op::kAllReduce, send, op, &out));
-      out.resize(recv.bytes());  // every rank gets rank 0's bytes
-      MEMWALL_RETURN_IF_ERROR(BroadcastLocked(Op::kAllReduce, out.data(), out.size(), 0));
-      std::memcpy(recv.data(), out.data(), out.size());
+      for (size_t j = 0; j < send.numel(); j += kHostCallElements) {
+        const size_t c = std::min(kHostCallElements, send.numel() - j);
+        MEMWALL_RETURN_IF_ERROR(ReduceToZero(Op::kAllReduce, send.Slice(j, c), op, &out));
+        out.resize(c * SizeOf(recv.dtype()));  // every rank gets rank 0's bytes
+        MEMWALL_RETURN_IF_ERROR(BroadcastLocked(Op::kAllReduce, out.data(), out.size(), 0));
+        std::memcpy(recv.Slice(j, c).data(), out.data(), out.size());
+      }
       return absl::OkStatus();
     });
   }
 
+  // Chunk [j, j + c) of the whole is reduced on rank 0, which sends each
+  // rank the part of it inside that rank's block.
   absl::Status DoReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op, Stream& stream) override {
     return stream.EnqueueHost([this, send, recv, op]() -> absl::Status {
       const WatchedCollective watch("ReduceScatter", rank_);
       std::lock_guard<std::mutex> lock(mu_);
-      std::vector<char> out;
-      MEMWALL_RETURN_IF_ERROR(ReduceToZero(Op::kReduceScatter, send, op, &out));
       const size_t n = send.numel(), elem = SizeOf(recv.dtype());
-      if (rank_ != 0) return Finish(RecvFrom(0, Op::kReduceScatter, recv.data(), recv.bytes()));
-      for (int r = 1; r < size_; ++r) {
-        const ShardRange b = BlockShard(n, size_, r);
-        MEMWALL_RETURN_IF_ERROR(SendTo(r, Op::kReduceScatter, out.data() + b.offset * elem, b.size * elem));
+      const ShardRange mine = BlockShard(n, size_, rank_);
+      std::vector<char> out;
+      for (size_t j = 0; j < n; j += kHostCallElements) {
+        const size_t c = std::min(kHostCallElements, n - j);
+        MEMWALL_RETURN_IF_ERROR(ReduceToZero(Op::kReduceScatter, send.Slice(j, c), op, &out));
+        // Block b's elements inside [j, j + c), as [lo, hi) of the whole.
+        auto inside = [&](const ShardRange& b) {
+          return std::pair{std::max(j, b.offset), std::min(j + c, b.offset + b.size)};
+        };
+        if (rank_ != 0) {
+          const auto [lo, hi] = inside(mine);
+          if (lo < hi) {
+            MEMWALL_RETURN_IF_ERROR(
+                RecvFrom(0, Op::kReduceScatter, recv.Slice(lo - mine.offset, hi - lo).data(), (hi - lo) * elem));
+          }
+          MEMWALL_RETURN_IF_ERROR(Finish(absl::OkStatus()));
+          continue;
+        }
+        for (int r = 1; r < size_; ++r) {
+          const auto [lo, hi] = inside(BlockShard(n, size_, r));
+          if (lo < hi) {
+            MEMWALL_RETURN_IF_ERROR(SendTo(r, Op::kReduceScatter, out.data() + (lo - j) * elem, (hi - lo) * elem));
+          }
+        }
+        const auto [lo, hi] = inside(mine);
+        if (lo < hi) std::memcpy(recv.Slice(lo - mine.offset, hi - lo).data(), out.data() + (lo - j) * elem, (hi - lo) * elem);
+        MEMWALL_RETURN_IF_ERROR(Finish(absl::OkStatus()));
       }
-      const ShardRange mine = BlockShard(n, size_, 0);
-      std::memcpy(recv.data(), out.data() + mine.offset * elem, mine.size * elem);
-      return Finish(absl::OkStatus());
+      return absl::OkStatus();
     });
   }
 
@@ -200,17 +227,22 @@ class TcpCommunicator final : public Communicator {
       const WatchedCollective watch("Reduce", rank_);
       std::lock_guard<std::mutex> lock(mu_);
       std::vector<char> out;
-      MEMWALL_RETURN_IF_ERROR(ReduceToZero(Op::kReduce, send, op, &out));
-      if (rank_ == 0) {
-        if (root == 0) {
-          std::memcpy(recv.data(), out.data(), out.size());
-        } else {
-          MEMWALL_RETURN_IF_ERROR(SendTo(root, Op::kReduce, out.data(), out.size()));
+      for (size_t j = 0; j < send.numel(); j += kHostCallElements) {
+        const size_t c = std::min(kHostCallElements, send.numel() - j);
+        const Tensor part = recv.Slice(j, c);
+        MEMWALL_RETURN_IF_ERROR(ReduceToZero(Op::kReduce, send.Slice(j, c), op, &out));
+        if (rank_ == 0) {
+          if (root == 0) {
+            std::memcpy(part.data(), out.data(), out.size());
+          } else {
+            MEMWALL_RETURN_IF_ERROR(SendTo(root, Op::kReduce, out.data(), out.size()));
+          }
+        } else if (rank_ == root) {
+          MEMWALL_RETURN_IF_ERROR(RecvFrom(0, Op::kReduce, part.data(), part.bytes()));
         }
-      } else if (rank_ == root) {
-        MEMWALL_RETURN_IF_ERROR(RecvFrom(0, Op::kReduce, recv.data(), recv.bytes()));
+        MEMWALL_RETURN_IF_ERROR(Finish(absl::OkStatus()));
       }
-      return Finish(absl::OkStatus());
+      return absl::OkStatus();
     });
   }
 
