@@ -259,15 +259,21 @@ absl::Status ExportGpt(Gpt& model, const FlatValueReader& read, const std::strin
   std::vector<SafetensorsTensor> tensors;
   for (const Logical& t : logical) tensors.push_back({t.name, DType::kF32, t.shape, nullptr});
   MEMWALL_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Create(path, tensors, ExportMetadata(model.config())));
-  // One logical tensor in memory at a time; a refusal leaves no file (the
-  // writer commits only at Finish).
+  // One logical tensor in memory at a time (and, when it is tiled, one
+  // tile); a refusal leaves no file (the writer commits only at Finish).
   std::vector<float> one, part;
   for (const Logical& t : logical) {
-    one.assign(Numel(t.shape), 0.0f);
-    for (const auto& [p, at] : t.parts) {
-      part.resize(p->numel());
-      MEMWALL_RETURN_IF_ERROR(read(at, p->numel(), part.data()));
-      PlaceTile(PlacementOf(*p), p->numel(), part.data(), one.data());
+    one.resize(Numel(t.shape));
+    if (t.parts.size() == 1 && t.parts[0].first->numel() == static_cast<int64_t>(one.size())) {
+      // Untiled: the parameter is the logical tensor.
+      MEMWALL_RETURN_IF_ERROR(read(t.parts[0].second, one.size(), one.data()));
+    } else {
+      std::fill(one.begin(), one.end(), 0.0f);
+      for (const auto& [p, at] : t.parts) {
+        part.resize(p->numel());
+        MEMWALL_RETURN_IF_ERROR(read(at, p->numel(), part.data()));
+        PlaceTile(PlacementOf(*p), p->numel(), part.data(), one.data());
+      }
     }
     if (const int64_t bad = FirstNonFinite(one.data(), DType::kF32, int64_t(one.size())); bad >= 0) {
       return absl::InvalidArgumentError(absl::StrCat("ExportGpt: ", path, " not written: tensor ", t.name, " holds ",

@@ -101,6 +101,40 @@ TEST(MixedPrecision, SixteenBitGemmAccumulatesInFp32OnTheCpuDevice) {
   CheckGemm16(*cpu, 1e-4);
 }
 
+// The CpuDevice widens 16-bit operands a block of C at a time ([Note: the
+// CpuDevice's 16-bit GEMM in blocks]). With k = 2^16, op(A) comes in blocks
+// of 64 rows and op(B) of 64 columns, so a 150 x 150 C takes 3 x 3 blocks,
+// the last ones short. Each element is still one fp32 sgemm over all of K:
+// the 16-bit results equal the fp32 GEMM on the same values (one block,
+// no copies), plus C0 or the bias, rounded once, bit for bit.
+TEST(MixedPrecision, SixteenBitGemmInBlocksIsTheFp32GemmRoundedOnce) {
+  auto cpu = *CreateCpuDevice();
+  const int64_t m = 150, n = 150, k = int64_t{1} << 16;
+  const DType dtype = DType::kBF16;
+  for (int transposes = 0; transposes < 4; ++transposes) {
+    const bool ta = transposes & 1, tb = transposes & 2;
+    SCOPED_TRACE(absl::StrCat("ta=", ta, " tb=", tb));
+    const auto a = RoundTo(RandomFloats(m * k, -1, 1, 160 + transposes), dtype);
+    const auto b = RoundTo(RandomFloats(k * n, -1, 1, 170 + transposes), dtype);
+    const auto c0 = RoundTo(RandomFloats(m * n, -4, 4, 180 + transposes), dtype);
+    const auto bias = RoundTo(RandomFloats(n, -4, 4, 190 + transposes), dtype);
+    const std::vector<int64_t> a_shape = ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k};
+    const std::vector<int64_t> b_shape = tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n};
+    Scratch s(*cpu);
+    const Tensor a16 = s.UploadAs(a, a_shape, dtype), b16 = s.UploadAs(b, b_shape, dtype);
+    const Tensor a32 = s.UploadAs(a, a_shape, DType::kF32), b32 = s.UploadAs(b, b_shape, DType::kF32);
+    const Tensor c16 = s.UploadAs(c0, {m, n}, dtype), c32 = s.UploadAs(c0, {m, n}, DType::kF32);
+    const Tensor biased16 = s.UploadAs(std::vector<float>(m * n), {m, n}, dtype), biased32 = s.Zeros({m, n});
+    const Tensor bias16 = s.UploadAs(bias, {n}, dtype), bias32 = s.UploadAs(bias, {n}, DType::kF32);
+    ASSERT_TRUE(Matmul(a16, ta, b16, tb, c16, 0.5f, 1.0f, s.stream()).ok());
+    ASSERT_TRUE(Matmul(a32, ta, b32, tb, c32, 0.5f, 1.0f, s.stream()).ok());
+    ASSERT_TRUE(MatmulBias(a16, ta, b16, tb, bias16, biased16, s.stream()).ok());
+    ASSERT_TRUE(MatmulBias(a32, ta, b32, tb, bias32, biased32, s.stream()).ok());
+    EXPECT_EQ(s.Download(c16), RoundTo(s.Download(c32), dtype));
+    EXPECT_EQ(s.Download(biased16), RoundTo(s.Download(biased32), dtype));
+  }
+}
+
 TEST(MixedPrecision, MatmulRefusesMixedOperandTypes) {
   auto cpu = *CreateCpuDevice();
   Scratch s(*cpu);

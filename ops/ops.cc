@@ -260,36 +260,113 @@ absl::StatusOr<GemmArgs> CheckGemm(absl::string_view op, const MatrixView& av, b
                   std::max<int64_t>(c.shape()[1], 1), ab, ct};
 }
 
-// The CpuDevice's GEMM: 16-bit operands as exact fp32 copies, fp32
-// accumulation (sgemm), then `bias` (n values, may be null) added to each
-// row in fp32, and C rounded once.
-absl::Status CpuGemm(const GemmArgs& g, float alpha, const void* pa, int64_t a_numel,
-                     const void* pb, int64_t b_numel, float beta, void* pc, int64_t c_numel,
-                     const void* bias, DType bias_type) {
-  if (g.m == 0 || g.n == 0) return absl::OkStatus();
-  HostF32 fa(pa, g.ab, a_numel), fb(pb, g.ab, b_numel), fc(pc, g.ct, c_numel);
-  float* c32 = fc.data();
-  if (g.k == 0) {  // C = beta * C; beta = 0 overwrites (even NaN)
-    for (int64_t i = 0; i < g.m; ++i) {
-      for (int64_t j = 0; j < g.n; ++j) {
-        float& x = c32[i * g.ldc + j];
+// Rows [r0, r1) x columns [c0, c1) of the row-major matrix at p (dtype,
+// leading dimension ld), widened into `out` as a dense block (c1 - c0 a row);
+// and a dense fp32 block rounded back into such a matrix.
+absl::Status WidenBlock(const void* p, DType dtype, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                        float* out) {
+  const size_t elem = SizeOf(dtype);
+  const int64_t w = c1 - c0;
+  if (c0 == 0 && w == ld) {
+    return Convert(static_cast<const char*>(p) + r0 * ld * elem, dtype, out, DType::kF32, (r1 - r0) * w);
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    MEMWALL_RETURN_IF_ERROR(
+        Convert(static_cast<const char*>(p) + (r * ld + c0) * elem, dtype, out + (r - r0) * w, DType::kF32, w));
+  }
+  return absl::OkStatus();
+}
+absl::Status NarrowBlock(const float* block, void* p, DType dtype, int64_t ld, int64_t r0, int64_t r1, int64_t c0,
+                         int64_t c1) {
+  const size_t elem = SizeOf(dtype);
+  const int64_t w = c1 - c0;
+  for (int64_t r = r0; r < r1; ++r) {
+    MEMWALL_RETURN_IF_ERROR(
+        Convert(block + (r - r0) * w, DType::kF32, static_cast<char*>(p) + (r * ld + c0) * elem, dtype, w));
+  }
+  return absl::OkStatus();
+}
+
+// C block = alpha op(A) op(B) + beta C over all of K, then + bias (the
+// block's columns), all fp32 in place.
+void Fp32GemmBlock(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                   const float* bias) {
+  if (k == 0) {  // C = beta * C; beta = 0 overwrites (even NaN)
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        float& x = c[i * ldc + j];
         x = beta == 0.0f ? 0.0f : beta * x;
       }
     }
   } else {
-    cblas_sgemm(CblasRowMajor, g.transpose_a ? CblasTrans : CblasNoTrans,
-                g.transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(g.m),
-                static_cast<int>(g.n), static_cast<int>(g.k), alpha, fa.data(),
-                static_cast<int>(g.lda), fb.data(), static_cast<int>(g.ldb), beta, c32,
-                static_cast<int>(g.ldc));
+    cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
+                static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+                static_cast<int>(std::max<int64_t>(lda, 1)), b, static_cast<int>(std::max<int64_t>(ldb, 1)), beta, c,
+                static_cast<int>(std::max<int64_t>(ldc, 1)));
   }
   if (bias != nullptr) {
-    HostF32 fbias(bias, bias_type, g.n);
-    for (int64_t i = 0; i < g.m; ++i) {
-      for (int64_t j = 0; j < g.n; ++j) c32[i * g.ldc + j] += fbias.data()[j];
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] += bias[j];
     }
   }
-  return fc.Store();
+}
+
+// [Note: the CpuDevice's 16-bit GEMM in blocks]
+// fp32 accumulation (sgemm) of exact fp32 copies of the 16-bit operands,
+// then `bias` (n values, may be null) added in fp32 and a 16-bit C rounded
+// once. The copies are made a block of C at a time: rows [m0, m1) of op(A),
+// columns [n0, n1) of op(B) and that block of C, each at most
+// kGemmBlockElements fp32 values, so they stay near 48 MiB whatever the
+// shapes (whole copies of the classifier's operands took 4 bytes for each
+// of wte's elements, twice in its backward, which no plan counts). Every
+// element of C is still one sgemm over all of K. fp32 operands are used in
+// place.
+constexpr int64_t kGemmBlockElements = int64_t{1} << 22;
+
+absl::Status CpuGemm(const GemmArgs& g, float alpha, const void* pa, const void* pb, float beta, void* pc,
+                     const void* bias, DType bias_type) {
+  if (g.m == 0 || g.n == 0) return absl::OkStatus();
+  const HostF32 fbias(bias, bias_type, bias != nullptr ? g.n : 0);
+  const float* bias32 = bias != nullptr ? fbias.data() : nullptr;
+  if (g.ab == DType::kF32) {  // C is fp32 too: no copies
+    Fp32GemmBlock(g.transpose_a, g.transpose_b, g.m, g.n, g.k, alpha, static_cast<const float*>(pa), g.lda,
+                  static_cast<const float*>(pb), g.ldb, beta, static_cast<float*>(pc), g.ldc, bias32);
+    return absl::OkStatus();
+  }
+  const int64_t k = std::max<int64_t>(g.k, 1);
+  const int64_t mt = std::clamp<int64_t>(kGemmBlockElements / k, 1, g.m);
+  const int64_t nt = std::clamp<int64_t>(std::min(kGemmBlockElements / k, kGemmBlockElements / mt), 1, g.n);
+  std::vector<float> a32(mt * g.k), b32(g.k * nt), c32(g.ct == DType::kF32 ? 0 : mt * nt);
+  for (int64_t m0 = 0; m0 < g.m; m0 += mt) {
+    const int64_t m1 = std::min(g.m, m0 + mt);
+    // op(A)'s rows [m0, m1): stored rows, or stored columns when transposed.
+    MEMWALL_RETURN_IF_ERROR(g.transpose_a ? WidenBlock(pa, g.ab, g.lda, 0, g.k, m0, m1, a32.data())
+                                          : WidenBlock(pa, g.ab, g.lda, m0, m1, 0, g.k, a32.data()));
+    const int64_t lda = g.transpose_a ? m1 - m0 : g.k;
+    for (int64_t n0 = 0; n0 < g.n; n0 += nt) {
+      const int64_t n1 = std::min(g.n, n0 + nt);
+      // op(B)'s columns [n0, n1): stored columns, or stored rows when transposed.
+      MEMWALL_RETURN_IF_ERROR(g.transpose_b ? WidenBlock(pb, g.ab, g.ldb, n0, n1, 0, g.k, b32.data())
+                                            : WidenBlock(pb, g.ab, g.ldb, 0, g.k, n0, n1, b32.data()));
+      const int64_t ldb = g.transpose_b ? g.k : n1 - n0;
+      const float* block_bias = bias32 != nullptr ? bias32 + n0 : nullptr;
+      if (g.ct == DType::kF32) {  // in C itself
+        Fp32GemmBlock(g.transpose_a, g.transpose_b, m1 - m0, n1 - n0, g.k, alpha, a32.data(), lda, b32.data(), ldb,
+                      beta, static_cast<float*>(pc) + m0 * g.ldc + n0, g.ldc, block_bias);
+        continue;
+      }
+      if (beta != 0.0f) {
+        MEMWALL_RETURN_IF_ERROR(WidenBlock(pc, g.ct, g.ldc, m0, m1, n0, n1, c32.data()));
+      } else {
+        std::fill(c32.begin(), c32.end(), 0.0f);
+      }
+      Fp32GemmBlock(g.transpose_a, g.transpose_b, m1 - m0, n1 - n0, g.k, alpha, a32.data(), lda, b32.data(), ldb,
+                    beta, c32.data(), n1 - n0, block_bias);
+      MEMWALL_RETURN_IF_ERROR(NarrowBlock(c32.data(), pc, g.ct, g.ldc, m0, m1, n0, n1));
+    }
+  }
+  return absl::OkStatus();
 }
 }  // namespace
 
@@ -300,10 +377,9 @@ absl::Status Matmul(const MatrixView& a, bool transpose_a, const MatrixView& b, 
   const void* pa = a.tensor.data();
   const void* pb = b.tensor.data();
   void* pc = c.tensor.data();
-  const int64_t a_numel = a.tensor.numel(), b_numel = b.tensor.numel(), c_numel = c.tensor.numel();
   return Dispatch(
       stream, "Matmul",
-      [=] { return CpuGemm(g, alpha, pa, a_numel, pb, b_numel, beta, pc, c_numel, nullptr, DType::kF32); },
+      [=] { return CpuGemm(g, alpha, pa, pb, beta, pc, nullptr, DType::kF32); },
       [=](void* s) {
         return cuda::Gemm(g.transpose_a, g.transpose_b, g.m, g.n, g.k, alpha, pa, g.lda, pb, g.ldb,
                           ElemOf(g.ab), beta, pc, g.ldc, ElemOf(g.ct), nullptr, cuda::Elem::kF32, s);
@@ -327,10 +403,9 @@ absl::Status MatmulBias(const MatrixView& a, bool transpose_a, const MatrixView&
   const void* pb = b.tensor.data();
   const void* pbias = bias.data();
   void* pc = c.tensor.data();
-  const int64_t a_numel = a.tensor.numel(), b_numel = b.tensor.numel(), c_numel = c.tensor.numel();
   return Dispatch(
       stream, op,
-      [=] { return CpuGemm(g, 1.0f, pa, a_numel, pb, b_numel, 0.0f, pc, c_numel, pbias, bt); },
+      [=] { return CpuGemm(g, 1.0f, pa, pb, 0.0f, pc, pbias, bt); },
       [=](void* s) {
         return cuda::Gemm(g.transpose_a, g.transpose_b, g.m, g.n, g.k, 1.0f, pa, g.lda, pb, g.ldb,
                           ElemOf(g.ab), 0.0f, pc, g.ldc, ElemOf(g.ct), pbias, ElemOf(bt), s);

@@ -55,8 +55,9 @@ struct MatrixView {
 // A and B are both fp32, both fp16 or both bf16; C is fp32 or A's type.
 //   fp32:   CpuDevice OpenBLAS sgemm; CUDA cuBLAS sgemm (full fp32, no TF32).
 //   16-bit: products accumulate in fp32 and a 16-bit C is rounded once.
-//           CpuDevice: exact fp32 copies of A and B, then sgemm; CUDA:
-//           cublasLtMatmul on tensor cores with CUBLAS_COMPUTE_32F.
+//           CpuDevice: exact fp32 copies of A and B made a block of C at
+//           a time (at most 4 Mi values each), then sgemm over all of K;
+//           CUDA: cublasLtMatmul on tensor cores with CUBLAS_COMPUTE_32F.
 absl::Status Matmul(const MatrixView& a, bool transpose_a, const MatrixView& b, bool transpose_b,
                     const MatrixView& c, float alpha, float beta, Stream& stream);
 
