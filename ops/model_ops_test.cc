@@ -364,8 +364,13 @@ struct OpOutput {
 // With offset_bytes = 4 every tensor starts off a 16-byte boundary, so the
 // CUDA kernels move each group element by element instead of in one 128-bit
 // access (d and v are multiples of 8, so aligned rows take the wide path).
-std::vector<OpOutput> RunActivationOps(Device& device, DType at, int64_t offset_bytes = 0) {
-  const int64_t rows = 67, d = 96, v = 56;
+struct ActivationShape {
+  int64_t rows = 67, d = 96, v = 56;
+};
+
+std::vector<OpOutput> RunActivationOps(Device& device, DType at, int64_t offset_bytes = 0,
+                                       ActivationShape shape = {}) {
+  const int64_t rows = shape.rows, d = shape.d, v = shape.v;
   Scratch s(device, offset_bytes);
   auto act = [&](int64_t n, double lo, double hi, uint32_t seed, std::vector<int64_t> shape) {
     return s.UploadAs(testing::RoundTo(Floats(Random(n, lo, hi, seed)), DType::kBF16),
@@ -415,14 +420,14 @@ std::vector<OpOutput> RunActivationOps(Device& device, DType at, int64_t offset_
           {"dlogits", s.Download(logits), true},  {"losses", s.Download(losses), false}};
 }
 
-TEST(CpuDeviceOps, Bf16ActivationsAreTheFp32OpsRoundedOnce) {
-  // On the CpuDevice every op on bf16 activations widens them exactly,
-  // computes in fp32 and rounds each activation output once: bit for bit
-  // the fp32 op on the same values with its activation outputs rounded.
-  // Statistics, losses and the bf16 parameter gradients are the fp32 run's.
+// On the CpuDevice every op on bf16 activations widens them exactly,
+// computes in fp32 and rounds each activation output once: bit for bit the
+// fp32 op on the same values with its activation outputs rounded.
+// Statistics, losses and the bf16 parameter gradients are the fp32 run's.
+void ExpectBf16IsTheFp32OpsRoundedOnce(ActivationShape shape) {
   auto device = *CreateCpuDevice();
-  const std::vector<OpOutput> bf16 = RunActivationOps(*device, DType::kBF16);
-  const std::vector<OpOutput> fp32 = RunActivationOps(*device, DType::kF32);
+  const std::vector<OpOutput> bf16 = RunActivationOps(*device, DType::kBF16, 0, shape);
+  const std::vector<OpOutput> fp32 = RunActivationOps(*device, DType::kF32, 0, shape);
   ASSERT_EQ(bf16.size(), fp32.size());
   for (size_t i = 0; i < bf16.size(); ++i) {
     const std::vector<float> want =
@@ -434,6 +439,30 @@ TEST(CpuDeviceOps, Bf16ActivationsAreTheFp32OpsRoundedOnce) {
       EXPECT_NE(fp32[i].values, want) << fp32[i].name << " never rounded";
     }
   }
+}
+
+TEST(CpuDeviceOps, Bf16ActivationsAreTheFp32OpsRoundedOnce) { ExpectBf16IsTheFp32OpsRoundedOnce({}); }
+
+// The CpuDevice widens bf16 activations a block of at most 4 Mi values at a
+// time ([Note: row blocks] in ops/ops.cc). 9000 rows of 512 take 2 blocks
+// (LayerNorm, AddBias), the GELU's rows of 2048 take 5 and the logits' rows
+// of 520 take 2, the last blocks short: still bit for bit the fp32 ops
+// rounded once, and a target outside the vocabulary in a later block is
+// named by its row in the whole.
+TEST(CpuDeviceOps, Bf16ActivationsInRowBlocksAreTheFp32OpsRoundedOnce) {
+  const ActivationShape shape{9000, 512, 520};
+  ExpectBf16IsTheFp32OpsRoundedOnce(shape);
+  auto device = *CreateCpuDevice();
+  Scratch s(*device);
+  std::vector<int32_t> targets(shape.rows, 3);
+  targets[8500] = static_cast<int32_t>(shape.v);
+  const Tensor logits = s.UploadAs(std::vector<float>(shape.rows * shape.v, 0.5f), {shape.rows, shape.v}, DType::kBF16);
+  const Tensor losses = s.Zeros({shape.rows});
+  ASSERT_TRUE(
+      SoftmaxCrossEntropy(logits, s.Upload(targets, {shape.rows}, DType::kI32), losses, 1.0f, s.stream()).ok());
+  const absl::Status st = s.stream().Synchronize();  // the op's Status, in stream order
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("target 520 at row 8500 is outside"), std::string::npos) << st;
 }
 
 // AddLayerNorm(a, b) into `sum` (aliasing b, as the model's blocks call it)

@@ -181,6 +181,32 @@ absl::Status ForEachF32Chunk(const void* x, DType dtype, int64_t n, Fn fn) {
   return absl::OkStatus();
 }
 
+// [Note: row blocks]
+// The CpuDevice's GELU, its backward, AddBias, LayerNorm (and AddLayerNorm)
+// and the classifier's softmax cross-entropy widen bf16 storage a block of
+// at most kRowBlockElements values at a time, not the whole tensor (a
+// micro-batch's logits took 4 bytes a vocabulary entry a token beside the
+// plan). Their rows are independent, so blocks give the same bits; fp32
+// storage is used in place, in one block. The ops that sum over rows
+// (LayerNormBackward, BiasBackward) and attention still widen whole.
+constexpr int64_t kRowBlockElements = int64_t{1} << 22;  // 4 Mi
+
+// fn(r0, r1) over [0, rows) in blocks of whole rows of `width` values, at
+// most kRowBlockElements values a block (one row when a row is longer);
+// one block for fp32 storage, which is used in place.
+template <typename Fn>
+absl::Status ForEachRowBlock(int64_t rows, int64_t width, DType dtype, Fn fn) {
+  const int64_t block = dtype == DType::kF32 ? std::max<int64_t>(rows, 1)
+                                             : std::max<int64_t>(1, kRowBlockElements / std::max<int64_t>(width, 1));
+  for (int64_t r0 = 0; r0 < rows; r0 += block) MEMWALL_RETURN_IF_ERROR(fn(r0, std::min(rows, r0 + block)));
+  return absl::OkStatus();
+}
+
+// Element i of storage p of type dtype.
+inline void* ElementAt(const void* p, DType dtype, int64_t i) {
+  return static_cast<char*>(const_cast<void*>(p)) + i * static_cast<int64_t>(SizeOf(dtype));
+}
+
 // The last dimension of a LayerNorm input, and how many rows it has.
 absl::StatusOr<std::pair<int64_t, int64_t>> RowsAndWidth(absl::string_view op, const Tensor& x) {
   if (x.shape().empty() || x.shape().back() <= 0) {
@@ -423,12 +449,14 @@ absl::Status Gelu(const Tensor& x, const Tensor& y, Stream& stream) {
   return Dispatch(
       stream, op,
       [=]() -> absl::Status {
-        const HostF32 fx(px, at, n);
-        HostF32 fy(py, at, n);
-        const float* x32 = fx.data();
-        float* y32 = fy.data();
-        CpuChunks(n, [&](int64_t i, int64_t k) { kernels::GeluForward(x32 + i, y32 + i, k); });
-        return fy.Store();
+        return ForEachRowBlock(n, 1, at, [&](int64_t i0, int64_t i1) {  // see [Note: row blocks]
+          const HostF32 fx(ElementAt(px, at, i0), at, i1 - i0);
+          HostF32 fy(ElementAt(py, at, i0), at, i1 - i0);
+          const float* x32 = fx.data();
+          float* y32 = fy.data();
+          CpuChunks(i1 - i0, [&](int64_t i, int64_t k) { kernels::GeluForward(x32 + i, y32 + i, k); });
+          return fy.Store();
+        });
       },
       [=](void* s) { return cuda::GeluForward(px, py, ElemOf(at), n, s); });
 }
@@ -446,12 +474,14 @@ absl::Status GeluBackward(const Tensor& x, const Tensor& dy, const Tensor& dx, S
   return Dispatch(
       stream, op,
       [=]() -> absl::Status {
-        const HostF32 fx(px, at, n), fdy(pdy, at, n);
-        HostF32 fdx(pdx, at, n);
-        const float *x32 = fx.data(), *dy32 = fdy.data();
-        float* dx32 = fdx.data();
-        CpuChunks(n, [&](int64_t i, int64_t k) { kernels::GeluBackward(x32 + i, dy32 + i, dx32 + i, k); });
-        return fdx.Store();
+        return ForEachRowBlock(n, 1, at, [&](int64_t i0, int64_t i1) {  // see [Note: row blocks]
+          const HostF32 fx(ElementAt(px, at, i0), at, i1 - i0), fdy(ElementAt(pdy, at, i0), at, i1 - i0);
+          HostF32 fdx(ElementAt(pdx, at, i0), at, i1 - i0);
+          const float *x32 = fx.data(), *dy32 = fdy.data();
+          float* dx32 = fdx.data();
+          CpuChunks(i1 - i0, [&](int64_t i, int64_t k) { kernels::GeluBackward(x32 + i, dy32 + i, dx32 + i, k); });
+          return fdx.Store();
+        });
       },
       [=](void* s) { return cuda::GeluBackward(px, pdy, pdx, ElemOf(at), n, s); });
 }
@@ -515,10 +545,13 @@ absl::Status LayerNormWithResidual(absl::string_view op, const std::pair<const T
       [=]() -> absl::Status {
         // The residual sum exactly as Add computes it, then LayerNorm of it.
         if (pa != nullptr) MEMWALL_RETURN_IF_ERROR(HostAdd(pa, pb_add, px, at, rows * d, nullptr, &CpuPool()));
-        const HostF32 g(pg, pt, d), b(pb, pt, d), fx(px, at, rows * d);
-        HostF32 fy(py, at, rows * d);
-        kernels::LayerNormForward(fx.data(), g.data(), b.data(), eps, fy.data(), pm, pr, rows, d);
-        return fy.Store();
+        const HostF32 g(pg, pt, d), b(pb, pt, d);
+        return ForEachRowBlock(rows, d, at, [&](int64_t r0, int64_t r1) {  // see [Note: row blocks]
+          const HostF32 fx(ElementAt(px, at, r0 * d), at, (r1 - r0) * d);
+          HostF32 fy(ElementAt(py, at, r0 * d), at, (r1 - r0) * d);
+          kernels::LayerNormForward(fx.data(), g.data(), b.data(), eps, fy.data(), pm + r0, pr + r0, r1 - r0, d);
+          return fy.Store();
+        });
       },
       [=](void* s) {
         return cuda::LayerNormForward(pa, pb_add, px, pg, pb, ElemOf(at), ElemOf(pt), eps, py, pm, pr, rows,
@@ -618,9 +651,15 @@ absl::Status SoftmaxCrossEntropy(const MatrixView& view, const Tensor& targets,
   if (OnCpu(stream)) {
     // Not Dispatch: the CPU path can report a bad target precisely.
     return stream.EnqueueHost([=]() -> absl::Status {
-      HostF32 l(pl, at, rows * ld);
-      const int64_t bad = kernels::SoftmaxCrossEntropy(l.data(), pt, ploss, grad_scale, rows, v, ld);
-      MEMWALL_RETURN_IF_ERROR(l.Store());
+      int64_t bad = -1;  // the first row whose target is outside the vocabulary
+      // See [Note: row blocks].
+      MEMWALL_RETURN_IF_ERROR(ForEachRowBlock(rows, ld, at, [&](int64_t r0, int64_t r1) {
+        HostF32 l(ElementAt(pl, at, r0 * ld), at, (r1 - r0) * ld);
+        const int64_t bad_here =
+            kernels::SoftmaxCrossEntropy(l.data(), pt + r0, ploss + r0, grad_scale, r1 - r0, v, ld);
+        if (bad < 0 && bad_here >= 0) bad = r0 + bad_here;
+        return l.Store();
+      }));
       if (bad < 0) return absl::OkStatus();
       return absl::InvalidArgumentError(absl::StrCat(op, ": target ", pt[bad], " at row ", bad,
                                                      " is outside the vocabulary [0, ", v, ")"));
@@ -805,9 +844,11 @@ absl::Status AddBias(const Tensor& y, const Tensor& bias, Stream& stream) {
       stream, op,
       [=]() -> absl::Status {
         const HostF32 b(pb, pt, n);
-        HostF32 fy(py, at, rows * n);
-        kernels::AddBias(fy.data(), b.data(), rows, n);
-        return fy.Store();
+        return ForEachRowBlock(rows, n, at, [&](int64_t r0, int64_t r1) {  // see [Note: row blocks]
+          HostF32 fy(ElementAt(py, at, r0 * n), at, (r1 - r0) * n);
+          kernels::AddBias(fy.data(), b.data(), r1 - r0, n);
+          return fy.Store();
+        });
       },
       [=](void* s) { return cuda::AddBias(py, ElemOf(at), pb, ElemOf(pt), rows, n, s); });
 }
