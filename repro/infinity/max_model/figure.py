@@ -13,7 +13,6 @@ each gains 2 more, with them on NVMe only a few swap buffers.
 
 usage: figure.py DATA.csv OUT.png  (reads summary.csv beside DATA.csv)
 """
-import csv
 import os
 import sys
 
@@ -22,34 +21,33 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # repro/
+from attempts_figure import bar_largest, label_attempts, plot_attempts, read_result  # noqa: E402
+
 COLORS = {"stage3": "#1f77b4", "stage3+offload": "#2ca02c", "stage3+nvme": "#9467bd",
           "stage3+offload+params": "#8c564b", "stage3+nvme+params": "#e377c2",
           "stage3+nvme+nvme-params": "#ff7f0e"}
 
 
 def main(data_path, out_path):
-    with open(data_path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    with open(os.path.join(os.path.dirname(data_path), "summary.csv"), newline="") as f:
-        summary = list(csv.DictReader(f))
+    rows, summary = read_result(data_path)
     measured = [r for r in summary if r["source"] == "measured"]
     paper = {r["mode"]: r for r in summary if r["source"] == "paper"}
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
     ax = axes[0]
-    xs = range(len(measured))
-    heights = [int(r["largest_params"]) / 1e6 for r in measured]
-    ax.bar(xs, heights, color=[COLORS.get(r["mode"], "#333") for r in measured])
-    for x, r, h in zip(xs, measured, heights):
-        label = r["largest_model"] or "none"
+
+    def note(r):
+        lines = ""
         if r["ratio_to_cpu_offload"]:
-            label += "\n%.2fx" % float(r["ratio_to_cpu_offload"])
+            lines += "\n%.2fx" % float(r["ratio_to_cpu_offload"])
         if r.get("ratio_to_cpu_offload_with_params"):
-            label += "\n%.2fx of +params" % float(r["ratio_to_cpu_offload_with_params"])
+            lines += "\n%.2fx of +params" % float(r["ratio_to_cpu_offload_with_params"])
         if r["mode"] in paper:
-            label += "\n(paper %.2fx)" % float(paper[r["mode"]]["ratio_to_cpu_offload_with_params"])
-        ax.text(x, h, label, ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(list(xs))
+            lines += "\n(paper %.2fx)" % float(paper[r["mode"]]["ratio_to_cpu_offload_with_params"])
+        return lines
+
+    heights = bar_largest(ax, measured, COLORS, note, 8)
     ax.set_xticklabels([r["mode"].replace("+", "\n+") for r in measured], fontsize=8)
     ax.set_ylabel("largest model that trains (M parameters)")
     ax.set_title("Largest model on one device (ratio to CPU offload)")
@@ -57,17 +55,10 @@ def main(data_path, out_path):
 
     ax = axes[1]
     for mode, color in COLORS.items():
-        pts = [r for r in rows if r["mode"] == mode and r["host_pinned_peak_bytes"]]
-        fit = [r for r in pts if r["fits"] == "yes"]
-        no = [r for r in pts if r["fits"] != "yes"]
-        ax.plot([int(r["params"]) / 1e6 for r in fit], [int(r["host_pinned_peak_bytes"]) / 2**20 for r in fit],
-                "o-", color=color, label=mode)
-        ax.plot([int(r["params"]) / 1e6 for r in no], [int(r["host_pinned_peak_bytes"]) / 2**20 for r in no],
-                "x", color=color, markersize=10)
-    ax.set_xlabel("parameters (M)")
-    ax.set_ylabel("pinned host peak (MiB); x: refused at that point")
-    ax.set_title("Pinned host memory per attempt")
-    ax.legend(fontsize=8)
+        plot_attempts(ax, [r for r in rows if r["mode"] == mode and r["host_pinned_peak_bytes"]],
+                      lambda r: int(r["params"]) / 1e6, lambda r: int(r["host_pinned_peak_bytes"]) / 2**20, mode,
+                      color=color)
+    label_attempts(ax, "parameters (M)", "pinned host peak", "Pinned host memory per attempt")
     fig.tight_layout()
     fig.savefig(out_path, dpi=120)
 

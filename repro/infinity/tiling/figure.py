@@ -8,7 +8,6 @@ line per factor, with the budget; x marks a refusal.
 
 usage: figure.py DATA.csv OUT.png  (reads summary.csv beside DATA.csv)
 """
-import csv
 import os
 import sys
 
@@ -17,12 +16,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # repro/
+from attempts_figure import label_attempts, plot_attempts, read_result  # noqa: E402
+
 
 def main(data_path, out_path):
-    with open(data_path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    with open(os.path.join(os.path.dirname(data_path), "summary.csv"), newline="") as f:
-        summary = list(csv.DictReader(f))
+    rows, summary = read_result(data_path)
     factors = sorted({int(r["tiling"]) for r in summary if r["source"] != "paper"})
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
     ax = axes[0]
@@ -48,17 +47,10 @@ def main(data_path, out_path):
 
     ax = axes[1]
     for f in factors:
-        pts = [r for r in rows if r["source"] == "measured" and int(r["tiling"]) == f and r["device_peak_bytes"]]
-        fit = [r for r in pts if r["fits"] == "yes"]
-        no = [r for r in pts if r["fits"] != "yes"]
-        line, = ax.plot([int(r["hidden"]) for r in fit], [int(r["device_peak_bytes"]) / 2**20 for r in fit], "o-",
-                        label="factor %d" % f)
-        ax.plot([int(r["hidden"]) for r in no], [int(r["device_peak_bytes"]) / 2**20 for r in no], "x",
-                color=line.get_color(), markersize=10)
-    ax.set_xlabel("hidden size")
-    ax.set_ylabel("device peak (MiB); x: refused at that point")
-    ax.set_title("Device memory per attempt")
-    ax.legend(fontsize=8)
+        plot_attempts(ax, [r for r in rows
+                           if r["source"] == "measured" and int(r["tiling"]) == f and r["device_peak_bytes"]],
+                      lambda r: int(r["hidden"]), lambda r: int(r["device_peak_bytes"]) / 2**20, "factor %d" % f)
+    label_attempts(ax, "hidden size", "device peak", "Device memory per attempt")
     fig.tight_layout()
     fig.savefig(out_path, dpi=120)
 

@@ -7,7 +7,6 @@ Right: every attempt's device peak against its parameters, with the budget.
 
 usage: figure.py DATA.csv OUT.png  (reads summary.csv beside DATA.csv)
 """
-import csv
 import os
 import sys
 
@@ -16,33 +15,26 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # repro/
+from attempts_figure import bar_largest, label_attempts, plot_attempts, read_result  # noqa: E402
+
 COLORS = {"stage0": "#7f7f7f", "stage2": "#1f77b4", "stage2+offload": "#2ca02c", "stage2+offload+dpu": "#d62728"}
 
 
 def main(data_path, out_path):
-    with open(data_path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    with open(os.path.join(os.path.dirname(data_path), "summary.csv"), newline="") as f:
-        summary = list(csv.DictReader(f))
+    rows, summary = read_result(data_path)
     measured = [r for r in summary if r["source"] == "measured"]
     paper = [r for r in summary if r["source"] == "paper"]
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
     ax = axes[0]
-    xs = range(len(measured))
-    heights = [int(r["largest_params"]) / 1e6 for r in measured]
-    ax.bar(xs, heights, color=[COLORS.get(r["mode"], "#333") for r in measured])
-    for x, r, h in zip(xs, measured, heights):
-        label = r["largest_model"] or "none"
-        if r["ratio_to_stage0"]:
-            label += "\n%.1fx" % float(r["ratio_to_stage0"])
-        ax.text(x, h, label, ha="center", va="bottom", fontsize=9)
+    heights = bar_largest(ax, measured, COLORS,
+                          lambda r: "\n%.1fx" % float(r["ratio_to_stage0"]) if r["ratio_to_stage0"] else "", 9)
     for r, style in zip(paper, [":", "--"]):
         scaled = int(r["largest_params"]) / 28.4 / 1e6
         ax.axhline(scaled, color="#777777", linestyle=style, linewidth=1,
                    label="%s / 28.4 = %.0fM" % (r["largest_model"], scaled))
     ax.legend(fontsize=8, loc="upper left")
-    ax.set_xticks(list(xs))
     ax.set_xticklabels([r["mode"] for r in measured], fontsize=9)
     ax.set_ylabel("largest model that trains (M parameters)")
     ax.set_title("Largest model on one device")
@@ -50,18 +42,11 @@ def main(data_path, out_path):
 
     ax = axes[1]
     for mode, color in COLORS.items():
-        pts = [r for r in rows if r["mode"] == mode and r["device_peak_bytes"]]
-        fit = [r for r in pts if r["fits"] == "yes"]
-        no = [r for r in pts if r["fits"] != "yes"]
-        style = "s--" if mode.endswith("dpu") else "o-"  # DPU's device peak is offload's: drawn over it
-        ax.plot([int(r["params"]) / 1e6 for r in fit], [int(r["device_peak_bytes"]) / 2**20 for r in fit],
-                style, color=color, label=mode, markersize=4 if mode.endswith("dpu") else 6)
-        ax.plot([int(r["params"]) / 1e6 for r in no], [int(r["device_peak_bytes"]) / 2**20 for r in no],
-                "x", color=color, markersize=10)
-    ax.set_xlabel("parameters (M)")
-    ax.set_ylabel("device peak (MiB); x: refused at that point")
-    ax.set_title("Device memory per attempt")
-    ax.legend(fontsize=8)
+        dpu = mode.endswith("dpu")  # DPU's device peak is offload's: drawn over it
+        plot_attempts(ax, [r for r in rows if r["mode"] == mode and r["device_peak_bytes"]],
+                      lambda r: int(r["params"]) / 1e6, lambda r: int(r["device_peak_bytes"]) / 2**20, mode,
+                      color=color, style="s--" if dpu else "o-", markersize=4 if dpu else 6)
+    label_attempts(ax, "parameters (M)", "device peak", "Device memory per attempt")
     fig.tight_layout()
     fig.savefig(out_path, dpi=120)
 
