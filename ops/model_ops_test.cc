@@ -445,10 +445,11 @@ TEST(CpuDeviceOps, Bf16ActivationsAreTheFp32OpsRoundedOnce) { ExpectBf16IsTheFp3
 
 // The CpuDevice widens bf16 activations a block of at most 4 Mi values at a
 // time ([Note: row blocks] in ops/ops.cc). 9000 rows of 512 take 2 blocks
-// (LayerNorm, AddBias), the GELU's rows of 2048 take 5 and the logits' rows
-// of 520 take 2, the last blocks short: still bit for bit the fp32 ops
-// rounded once, and a target outside the vocabulary in a later block is
-// named by its row in the whole.
+// (LayerNorm and its backward, AddBias, BiasBackward), the GELU's rows of
+// 2048 take 5 and the logits' rows of 520 take 2, the last blocks short:
+// still bit for bit the fp32 ops rounded once (the parameter gradients
+// summed over the blocks in order), and a target outside the vocabulary in
+// a later block is named by its row in the whole.
 TEST(CpuDeviceOps, Bf16ActivationsInRowBlocksAreTheFp32OpsRoundedOnce) {
   const ActivationShape shape{9000, 512, 520};
   ExpectBf16IsTheFp32OpsRoundedOnce(shape);

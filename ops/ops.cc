@@ -182,13 +182,14 @@ absl::Status ForEachF32Chunk(const void* x, DType dtype, int64_t n, Fn fn) {
 }
 
 // [Note: row blocks]
-// The CpuDevice's GELU, its backward, AddBias, LayerNorm (and AddLayerNorm)
-// and the classifier's softmax cross-entropy widen bf16 storage a block of
-// at most kRowBlockElements values at a time, not the whole tensor (a
-// micro-batch's logits took 4 bytes a vocabulary entry a token beside the
-// plan). Their rows are independent, so blocks give the same bits; fp32
-// storage is used in place, in one block. The ops that sum over rows
-// (LayerNormBackward, BiasBackward) and attention still widen whole.
+// The CpuDevice's GELU and its backward, AddBias and BiasBackward, LayerNorm
+// (and AddLayerNorm) and its backward, and the classifier's softmax
+// cross-entropy widen bf16 storage a block of at most kRowBlockElements
+// values at a time, not the whole tensor (a micro-batch's logits took 4
+// bytes a vocabulary entry a token beside the plan). Rows are independent,
+// and the parameter gradients that sum over rows take the blocks in order,
+// so blocks give the same bits; fp32 storage is used in place, in one
+// block. Attention still widens whole (a sequence is its unit of work).
 constexpr int64_t kRowBlockElements = int64_t{1} << 22;  // 4 Mi
 
 // fn(r0, r1) over [0, rows) in blocks of whole rows of `width` values, at
@@ -611,11 +612,16 @@ absl::Status LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& 
       stream, op,
       [=]() -> absl::Status {
         HostF32 g(pg, pt, d), dg(pdg, pt, d), db(pdb, pt, d);
-        const HostF32 fdy(pdy, at, rows * d), fx(px, at, rows * d);
-        HostF32 fdx(pdx, at, rows * d);
-        kernels::LayerNormBackward(fdy.data(), fx.data(), g.data(), pm, pr, fdx.data(), dg.data(),
-                                   db.data(), rows, d);
-        MEMWALL_RETURN_IF_ERROR(fdx.Store());
+        // Row blocks in order: dgamma and dbeta accumulate the rows in the
+        // same order as in one call. See [Note: row blocks].
+        MEMWALL_RETURN_IF_ERROR(ForEachRowBlock(rows, d, at, [&](int64_t r0, int64_t r1) {
+          const int64_t n = (r1 - r0) * d;
+          const HostF32 fdy(ElementAt(pdy, at, r0 * d), at, n), fx(ElementAt(px, at, r0 * d), at, n);
+          HostF32 fdx(ElementAt(pdx, at, r0 * d), at, n);
+          kernels::LayerNormBackward(fdy.data(), fx.data(), g.data(), pm + r0, pr + r0, fdx.data(), dg.data(),
+                                     db.data(), r1 - r0, d);
+          return fdx.Store();
+        }));
         MEMWALL_RETURN_IF_ERROR(dg.Store());
         return db.Store();
       },
@@ -867,8 +873,12 @@ absl::Status BiasBackward(const Tensor& dy, const Tensor& dbias, Stream& stream)
       stream, op,
       [=] {
         HostF32 db(pdb, pt, n);
-        const HostF32 fdy(pdy, at, rows * n);
-        kernels::BiasBackward(fdy.data(), db.data(), rows, n);
+        // Row blocks in order: the same sums as one call. See [Note: row blocks].
+        MEMWALL_RETURN_IF_ERROR(ForEachRowBlock(rows, n, at, [&](int64_t r0, int64_t r1) {
+          const HostF32 fdy(ElementAt(pdy, at, r0 * n), at, (r1 - r0) * n);
+          kernels::BiasBackward(fdy.data(), db.data(), r1 - r0, n);
+          return absl::OkStatus();
+        }));
         return db.Store();
       },
       [=](void* s) { return cuda::BiasBackward(pdy, ElemOf(at), pdb, ElemOf(pt), rows, n, s); });
