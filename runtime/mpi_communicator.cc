@@ -97,28 +97,20 @@ class MpiCommunicator final : public Communicator {
       const WatchedCollective watch("ReduceScatter", rank_);
       const size_t n = send.numel();
       // Chunk j: elements [j, j + k) of every rank's block ([Note: bounded
-      // host collectives]); with one chunk, the blocks themselves.
+      // host collectives]), copied one after another (widened to fp32 when
+      // 16-bit, see [Note: 16-bit reductions]); MPI then writes this rank's
+      // piece straight into recv (widened: through `reduced`). recv may be
+      // this rank's block of send (ZeRO reduces a bucket in place), which
+      // MPI forbids of its own buffers but not of the copy: the piece a
+      // chunk writes was copied before, and no later chunk reads it.
       const size_t k = std::max<size_t>(1, kHostCallElements / size_);
       const size_t longest = BlockShard(n, size_, 0).size;
-      const bool native = HasNativeType(send.dtype());
-      std::vector<int> counts(size_);
-      if (longest <= k && native) {
-        for (int r = 0; r < size_; ++r) counts[r] = static_cast<int>(BlockShard(n, size_, r).size);
-        // MPI forbids recv aliasing send (ZeRO reduces a bucket in place):
-        // stage through a temporary then.
-        const bool aliased = Overlaps(send, recv);
-        std::vector<char> staged(aliased ? recv.bytes() : 0);
-        void* out = aliased ? staged.data() : recv.data();
-        MEMWALL_MPI_RETURN_IF_ERROR(MPI_Reduce_scatter(send.data(), out, counts.data(),
-                                                       NativeType(send.dtype()), MpiOp(op), comm_));
-        if (aliased) std::memcpy(recv.data(), out, recv.bytes());
-        return absl::OkStatus();
-      }
-      // The chunk's pieces, one after another (fp32 when 16-bit, see [Note:
-      // 16-bit reductions]), and this rank's reduced piece.
-      const DType wire = native ? send.dtype() : DType::kF32;
+      const bool widened = !HasNativeType(send.dtype());
+      const DType wire = widened ? DType::kF32 : send.dtype();
       const size_t elem = SizeOf(wire);
-      std::vector<char> pieces(std::min(n, k * size_) * elem), reduced(std::min(longest, k) * elem);
+      std::vector<char> pieces(std::min(n, k * size_) * elem);
+      std::vector<char> reduced(widened ? std::min(longest, k) * elem : 0);
+      std::vector<int> counts(size_);
       for (size_t j = 0; j < longest; j += k) {
         size_t at = 0;
         for (int r = 0; r < size_; ++r) {
@@ -131,11 +123,12 @@ class MpiCommunicator final : public Communicator {
           }
           at += c;
         }
-        MEMWALL_MPI_RETURN_IF_ERROR(MPI_Reduce_scatter(pieces.data(), reduced.data(), counts.data(),
-                                                       NativeType(wire), MpiOp(op), comm_));
-        if (counts[rank_] > 0) {
-          MEMWALL_RETURN_IF_ERROR(
-              Convert(reduced.data(), wire, recv.Slice(j, counts[rank_]).data(), recv.dtype(), counts[rank_]));
+        const Tensor mine = recv.Slice(j, counts[rank_]);
+        void* out = widened ? reduced.data() : mine.data();
+        MEMWALL_MPI_RETURN_IF_ERROR(
+            MPI_Reduce_scatter(pieces.data(), out, counts.data(), NativeType(wire), MpiOp(op), comm_));
+        if (widened) {
+          MEMWALL_RETURN_IF_ERROR(Convert(reduced.data(), wire, mine.data(), recv.dtype(), counts[rank_]));
         }
       }
       return absl::OkStatus();
@@ -219,12 +212,6 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
-  static bool Overlaps(const Tensor& a, const Tensor& b) {
-    const auto* pa = static_cast<const char*>(a.data());
-    const auto* pb = static_cast<const char*>(b.data());
-    return pa < pb + b.bytes() && pb < pa + a.bytes();
-  }
-
   static MPI_Op MpiOp(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX; }
 
   absl::Status CheckCount(size_t n, absl::string_view op) const {

@@ -196,7 +196,9 @@ class TcpCommunicator final : public Communicator {
           }
         }
         const auto [lo, hi] = inside(mine);
-        if (lo < hi) std::memcpy(recv.Slice(lo - mine.offset, hi - lo).data(), out.data() + (lo - j) * elem, (hi - lo) * elem);
+        if (lo < hi) {
+          std::memcpy(recv.Slice(lo - mine.offset, hi - lo).data(), out.data() + (lo - j) * elem, (hi - lo) * elem);
+        }
         MEMWALL_RETURN_IF_ERROR(Finish(absl::OkStatus()));
       }
       return absl::OkStatus();
