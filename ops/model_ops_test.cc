@@ -3,13 +3,16 @@
 // Gradients against fp64 central differences; attention against a
 // materialized softmax; Adam against PyTorch's bias-corrected form written
 // independently; CUDA against the CpuDevice (skipped without a GPU).
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "ops/device_scratch_testing.h"
 #include "ops/gradcheck_testing.h"
@@ -17,6 +20,7 @@
 #include "ops/ops.h"
 #include "runtime/cpu_device.h"
 #include "runtime/cuda_device.h"
+#include "runtime/peak_resident_testing.h"
 
 namespace memwall::ops {
 namespace {
@@ -26,6 +30,7 @@ using testing::ExpectGradientsMatch;
 using testing::NumericGradient;
 using testing::Random;
 using testing::Scratch;
+namespace resident = ::memwall::testing;
 
 // ---- fp64 reference checks ------------------------------------------------
 
@@ -348,6 +353,64 @@ TEST(CpuDeviceOps, Bf16AttentionIsTheFp32OpOnRoundedInputsRoundedOnce) {
                  Tensor(big.data(), DType::kF32, {1, 2, 8}), Tensor(big.data(), DType::kF32, {4}),
                  s.stream());
   EXPECT_NE(st.message().find("out is fp32; this op takes bf16"), std::string::npos) << st;
+}
+
+// The CpuDevice's bf16 attention widens one sequence at a time, inside the
+// task that computes it ([Note: row blocks]): forward and backward hold a
+// sequence's fp32 copies a thread, not the micro-batch's (here 256
+// sequences, 268 MB of fp32 copies whole). Each sequence is still the fp32
+// op on its own widened inputs, rounded once.
+TEST(CpuDeviceOps, Bf16AttentionWidensASequenceAtATime) {
+  if (!resident::ResetPeakResident() || resident::ResidentBytes("VmHWM") == 0) {
+    GTEST_SKIP() << "no /proc/self peak to read";
+  }
+  auto device = *CreateCpuDevice();
+  const int64_t batch = 256, t = 32, heads = 16, hd = 64, c = heads * hd;
+  const std::vector<float> qkv_h = testing::RoundTo(Floats(Random(batch * t * 3 * c, -2, 2, 43)), DType::kBF16);
+  const std::vector<float> dout_h = testing::RoundTo(Floats(Random(batch * t * c, -1, 1, 44)), DType::kBF16);
+  Scratch s(*device);
+  Tensor qkv = s.UploadAs(qkv_h, {batch, t, 3 * c}, DType::kBF16);
+  Tensor dout = s.UploadAs(dout_h, {batch, t, c}, DType::kBF16);
+  Tensor out = s.UploadAs(std::vector<float>(batch * t * c), {batch, t, c}, DType::kBF16);
+  Tensor dqkv = s.UploadAs(std::vector<float>(batch * t * 3 * c), {batch, t, 3 * c}, DType::kBF16);
+  Tensor lse = s.Zeros({batch, heads, t}), delta = s.Zeros({batch, heads, t});
+
+  ASSERT_TRUE(resident::ResetPeakResident());
+  const size_t before = resident::ResidentBytes("VmRSS");
+  absl::Status st = Attention(qkv, heads, out, lse, s.stream());
+  ASSERT_TRUE(st.ok()) << st;
+  st = AttentionBackward(qkv, out, dout, lse, heads, delta, dqkv, s.stream());
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_TRUE(s.stream().Synchronize().ok());
+  const size_t peak = resident::ResidentBytes("VmHWM");
+  // The backward's fp32 copies of one sequence: qkv, out, dout and dqkv.
+  const size_t sequence_bytes = t * (3 * c + c + c + 3 * c) * sizeof(float);
+  const size_t bound = std::max(1u, std::thread::hardware_concurrency()) * sequence_bytes + (size_t{16} << 20);
+  const bool discriminating = 2 * bound < batch * sequence_bytes;  // false beyond about 100 threads
+  if (resident::kPeakResidentMeaningful && discriminating) {
+    EXPECT_LT(peak - std::min(peak, before), bound) << "peak " << peak << " bytes, " << before << " before";
+  }
+
+  // First, a middle and the last sequence against the fp32 op on that
+  // sequence alone.
+  const std::vector<float> out_b = s.Download(out), lse_b = s.Download(lse), dqkv_b = s.Download(dqkv);
+  for (int64_t b : {int64_t{0}, int64_t{137}, batch - 1}) {
+    SCOPED_TRACE(absl::StrCat("sequence ", b));
+    auto part = [b](const std::vector<float>& v, int64_t per) {
+      return std::vector<float>(v.begin() + b * per, v.begin() + (b + 1) * per);
+    };
+    Tensor q1 = s.Upload(part(qkv_h, t * 3 * c), {1, t, 3 * c});
+    Tensor g1 = s.Upload(part(dout_h, t * c), {1, t, c});
+    Tensor o1 = s.Zeros({1, t, c}), l1 = s.Zeros({1, heads, t}), d1 = s.Zeros({1, heads, t});
+    Tensor dq1 = s.Zeros({1, t, 3 * c});
+    ASSERT_TRUE(Attention(q1, heads, o1, l1, s.stream()).ok());
+    const std::vector<float> o1_rounded = testing::RoundTo(s.Download(o1), DType::kBF16);
+    Tensor o1_b = s.Upload(o1_rounded, {1, t, c});  // the backward reads the stored bf16 out
+    ASSERT_TRUE(AttentionBackward(q1, o1_b, g1, l1, heads, d1, dq1, s.stream()).ok());
+    EXPECT_EQ(part(out_b, t * c), o1_rounded);
+    EXPECT_EQ(part(lse_b, heads * t), s.Download(l1));
+    EXPECT_EQ(part(dqkv_b, t * 3 * c), testing::RoundTo(s.Download(dq1), DType::kBF16));
+  }
 }
 
 // ---- bf16 activations -------------------------------------------------------

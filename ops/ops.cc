@@ -9,6 +9,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <type_traits>
 #include <vector>
 
@@ -148,6 +149,8 @@ class HostF32 {
     data_ = copy_.data();
   }
   float* data() const { return data_; }
+  // The widening's status (Store returns it too).
+  const absl::Status& status() const { return status_; }
   absl::Status Store() {
     if (!status_.ok() || dtype_ == DType::kF32) return status_;
     return Convert(copy_.data(), DType::kF32, p_, dtype_, n_);
@@ -161,6 +164,11 @@ class HostF32 {
   float* data_ = nullptr;
   absl::Status status_;
 };
+
+// The most fp32 values the CpuDevice widens one 16-bit operand into at a
+// time (16 MiB) in its blocked ops: see [Note: row blocks] and the GEMM's
+// [Note: the CpuDevice's 16-bit GEMM in blocks].
+constexpr int64_t kWideBlockElements = int64_t{1} << 22;  // 4 Mi
 
 // Runs fn(const float* chunk, int64_t offset, int64_t count) over x stored
 // as `dtype`, widened to fp32 a cache-sized chunk at a time.
@@ -184,21 +192,22 @@ absl::Status ForEachF32Chunk(const void* x, DType dtype, int64_t n, Fn fn) {
 // [Note: row blocks]
 // The CpuDevice's GELU and its backward, AddBias and BiasBackward, LayerNorm
 // (and AddLayerNorm) and its backward, and the classifier's softmax
-// cross-entropy widen bf16 storage a block of at most kRowBlockElements
+// cross-entropy widen bf16 storage a block of at most kWideBlockElements
 // values at a time, not the whole tensor (a micro-batch's logits took 4
 // bytes a vocabulary entry a token beside the plan). Rows are independent,
 // and the parameter gradients that sum over rows take the blocks in order,
 // so blocks give the same bits; fp32 storage is used in place, in one
-// block. Attention still widens whole (a sequence is its unit of work).
-constexpr int64_t kRowBlockElements = int64_t{1} << 22;  // 4 Mi
+// block. Attention widens a sequence at a time, inside the task that
+// computes it (a sequence is its unit of work), so what it holds in fp32 is
+// a sequence's worth a thread, not the micro-batch's.
 
 // fn(r0, r1) over [0, rows) in blocks of whole rows of `width` values, at
-// most kRowBlockElements values a block (one row when a row is longer);
+// most kWideBlockElements values a block (one row when a row is longer);
 // one block for fp32 storage, which is used in place.
 template <typename Fn>
 absl::Status ForEachRowBlock(int64_t rows, int64_t width, DType dtype, Fn fn) {
   const int64_t block = dtype == DType::kF32 ? std::max<int64_t>(rows, 1)
-                                             : std::max<int64_t>(1, kRowBlockElements / std::max<int64_t>(width, 1));
+                                             : std::max<int64_t>(1, kWideBlockElements / std::max<int64_t>(width, 1));
   for (int64_t r0 = 0; r0 < rows; r0 += block) MEMWALL_RETURN_IF_ERROR(fn(r0, std::min(rows, r0 + block)));
   return absl::OkStatus();
 }
@@ -344,12 +353,11 @@ void Fp32GemmBlock(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int
 // then `bias` (n values, may be null) added in fp32 and a 16-bit C rounded
 // once. The copies are made a block of C at a time: rows [m0, m1) of op(A),
 // columns [n0, n1) of op(B) and that block of C, each at most
-// kGemmBlockElements fp32 values, so they stay near 48 MiB whatever the
+// kWideBlockElements fp32 values, so they stay near 48 MiB whatever the
 // shapes (whole copies of the classifier's operands took 4 bytes for each
 // of wte's elements, twice in its backward, which no plan counts). Every
 // element of C is still one sgemm over all of K. fp32 operands are used in
 // place.
-constexpr int64_t kGemmBlockElements = int64_t{1} << 22;
 
 absl::Status CpuGemm(const GemmArgs& g, float alpha, const void* pa, const void* pb, float beta, void* pc,
                      const void* bias, DType bias_type) {
@@ -362,8 +370,8 @@ absl::Status CpuGemm(const GemmArgs& g, float alpha, const void* pa, const void*
     return absl::OkStatus();
   }
   const int64_t k = std::max<int64_t>(g.k, 1);
-  const int64_t mt = std::clamp<int64_t>(kGemmBlockElements / k, 1, g.m);
-  const int64_t nt = std::clamp<int64_t>(std::min(kGemmBlockElements / k, kGemmBlockElements / mt), 1, g.n);
+  const int64_t mt = std::clamp<int64_t>(kWideBlockElements / k, 1, g.m);
+  const int64_t nt = std::clamp<int64_t>(std::min(kWideBlockElements / k, kWideBlockElements / mt), 1, g.n);
   std::vector<float> a32(mt * g.k), b32(g.k * nt), c32(g.ct == DType::kF32 ? 0 : mt * nt);
   for (int64_t m0 = 0; m0 < g.m; m0 += mt) {
     const int64_t m1 = std::min(g.m, m0 + mt);
@@ -889,6 +897,15 @@ struct AttentionShape {
   int64_t batch, t, heads, hd;
 };
 
+// fn(b) for every sequence b of a micro-batch, one task each on the CPU
+// pool; the first failure in sequence order.
+absl::Status ForEachSequence(int64_t batch, const std::function<absl::Status(int64_t)>& fn) {
+  std::vector<absl::Status> status(batch);
+  CpuPool().ParallelFor(batch, [&](int64_t b) { status[b] = fn(b); });
+  for (absl::Status& st : status) MEMWALL_RETURN_IF_ERROR(st);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<AttentionShape> CheckAttentionShape(absl::string_view op, const Tensor& qkv,
                                                    int64_t heads, Stream& stream) {
   if (qkv.shape().size() != 3 || qkv.shape()[2] % 3 != 0) {
@@ -927,15 +944,13 @@ absl::Status Attention(const Tensor& qkv, int64_t heads, const Tensor& out, cons
   return Dispatch(
       stream, op,
       [=]() -> absl::Status {  // sequences are independent: one per task
-        const HostF32 q(pq, at, tokens * 3 * c);
-        HostF32 o(po, at, tokens * c);
-        const float* fq = q.data();
-        float* fo = o.data();
-        CpuPool().ParallelFor(sh.batch, [&](int64_t b) {
-          kernels::AttentionForward(fq + b * sh.t * 3 * c, fo + b * sh.t * c,
-                                    pl + b * sh.heads * sh.t, 1, sh.t, sh.heads, sh.hd);
+        return ForEachSequence(sh.batch, [&](int64_t b) {  // see [Note: row blocks]
+          const HostF32 q(ElementAt(pq, at, b * sh.t * 3 * c), at, sh.t * 3 * c);
+          HostF32 o(ElementAt(po, at, b * sh.t * c), at, sh.t * c);
+          MEMWALL_RETURN_IF_ERROR(q.status());
+          kernels::AttentionForward(q.data(), o.data(), pl + b * sh.heads * sh.t, 1, sh.t, sh.heads, sh.hd);
+          return o.Store();
         });
-        return o.Store();
       },
       [=](void* s) {
         if (at == DType::kBF16) {
@@ -974,16 +989,16 @@ absl::Status AttentionBackward(const Tensor& qkv, const Tensor& out, const Tenso
   return Dispatch(
       stream, op,
       [=]() -> absl::Status {
-        const HostF32 q(pq, at, tokens * 3 * c), o(po, at, tokens * c), g(pdo, at, tokens * c);
-        HostF32 dq(pdq, at, tokens * 3 * c);
-        const float *fq = q.data(), *fo = o.data(), *fg = g.data();
-        float* fdq = dq.data();
-        CpuPool().ParallelFor(sh.batch, [&](int64_t b) {
-          kernels::AttentionBackward(fq + b * sh.t * 3 * c, fo + b * sh.t * c, fg + b * sh.t * c,
-                                     pl + b * sh.heads * sh.t, fdq + b * sh.t * 3 * c, 1, sh.t,
+        return ForEachSequence(sh.batch, [&](int64_t b) {  // see [Note: row blocks]
+          const HostF32 q(ElementAt(pq, at, b * sh.t * 3 * c), at, sh.t * 3 * c);
+          const HostF32 o(ElementAt(po, at, b * sh.t * c), at, sh.t * c);
+          const HostF32 g(ElementAt(pdo, at, b * sh.t * c), at, sh.t * c);
+          HostF32 dq(ElementAt(pdq, at, b * sh.t * 3 * c), at, sh.t * 3 * c);
+          for (const HostF32* in : {&q, &o, &g}) MEMWALL_RETURN_IF_ERROR(in->status());
+          kernels::AttentionBackward(q.data(), o.data(), g.data(), pl + b * sh.heads * sh.t, dq.data(), 1, sh.t,
                                      sh.heads, sh.hd);
+          return dq.Store();
         });
-        return dq.Store();
       },
       [=](void* s) {
         if (at == DType::kBF16) {

@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
 #include "runtime/launch.h"
+#include "runtime/peak_resident_testing.h"
 #ifdef MEMWALL_COMMUNICATOR_TEST_ON_CUDA
 #include "runtime/best_device.h"
 #include "runtime/cuda_device.h"
@@ -428,17 +429,8 @@ TEST_P(CommunicatorTest, StagingBufferUnderTheMinimumIsRefused) {
       << comm.status();
 }
 
-// Linux's peak resident set since the last reset ("VmHWM"), the current
-// one ("VmRSS"), and the reset (5 written to /proc/self/clear_refs).
-size_t ResidentBytes(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) * 1024;
-  }
-  return 0;
-}
-bool ResetPeakResident() { return static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5"); }
+using testing::ResetPeakResident;
+using testing::ResidentBytes;
 
 // Stages 0 and 1 reduce the whole gradient in one collective. The host
 // backends run it in chunks ([Note: bounded host collectives]), so what a
@@ -454,12 +446,6 @@ TEST_P(CommunicatorTest, AWholeGradientsCollectiveAllocatesAChunksWorth) {
   if (staged()) GTEST_SKIP() << "bounded by its staging buffer (StagingTakesOnePinnedBufferPerStream)";
   if (LaunchedBackend() == CommBackend::kSingleProcess) GTEST_SKIP() << "one process allocates nothing to reduce";
   if (!ResetPeakResident() || ResidentBytes("VmHWM") == 0) GTEST_SKIP() << "no /proc/self peak to read";
-#if defined(__SANITIZE_ADDRESS__)
-  // Its quarantine keeps freed chunks resident: the sums are checked, the peak is not.
-  constexpr bool kPeakMeaningful = false;
-#else
-  constexpr bool kPeakMeaningful = true;
-#endif
   constexpr size_t n = (size_t{32} << 20) + 3;  // uneven blocks, chunks that end short
   constexpr size_t kBound = size_t{64} << 20;
   // What rank r holds at element i, as stored: exact sums in fp32 (see
@@ -492,7 +478,7 @@ TEST_P(CommunicatorTest, AWholeGradientsCollectiveAllocatesAChunksWorth) {
       ASSERT_TRUE(st.ok()) << st;
       ASSERT_TRUE(stream().Synchronize().ok());
       const size_t peak = ResidentBytes("VmHWM");
-      if (kPeakMeaningful) {
+      if (testing::kPeakResidentMeaningful) {  // under ASan the sums are checked, the peak is not
         EXPECT_LT(peak - std::min(peak, before), kBound) << "peak " << peak << " bytes, " << before << " before";
       }
       // The sums where this rank has them (every 4099th element, and the last).

@@ -186,7 +186,7 @@ class TcpCommunicator final : public Communicator {
             MEMWALL_RETURN_IF_ERROR(
                 RecvFrom(0, Op::kReduceScatter, recv.Slice(lo - mine.offset, hi - lo).data(), (hi - lo) * elem));
           }
-          MEMWALL_RETURN_IF_ERROR(Finish(absl::OkStatus()));
+          Finish();
           continue;
         }
         for (int r = 1; r < size_; ++r) {
@@ -199,7 +199,7 @@ class TcpCommunicator final : public Communicator {
         if (lo < hi) {
           std::memcpy(recv.Slice(lo - mine.offset, hi - lo).data(), out.data() + (lo - j) * elem, (hi - lo) * elem);
         }
-        MEMWALL_RETURN_IF_ERROR(Finish(absl::OkStatus()));
+        Finish();
       }
       return absl::OkStatus();
     });
@@ -242,7 +242,7 @@ class TcpCommunicator final : public Communicator {
         } else if (rank_ == root) {
           MEMWALL_RETURN_IF_ERROR(RecvFrom(0, Op::kReduce, part.data(), part.bytes()));
         }
-        MEMWALL_RETURN_IF_ERROR(Finish(absl::OkStatus()));
+        Finish();
       }
       return absl::OkStatus();
     });
@@ -291,10 +291,7 @@ class TcpCommunicator final : public Communicator {
   }
 
   // Ends a collective that did not end in BroadcastLocked.
-  absl::Status Finish(absl::Status st) {
-    ++seq_;
-    return st;
-  }
+  void Finish() { ++seq_; }
 
   // `root`'s bytes to every rank, through rank 0; ends the collective.
   absl::Status BroadcastLocked(Op op, void* data, size_t bytes, int root) {
