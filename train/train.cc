@@ -31,12 +31,14 @@
 #include "absl/strings/str_replace.h"
 #include "engine/deepspeed_config.h"
 #include "engine/engine.h"
+#include "engine/estimate.h"
 #include "models/data.h"
 #include "models/gpt.h"
 #include "runtime/best_device.h"
 #include "runtime/communicator.h"
 #include "runtime/files.h"
 #include "runtime/launch.h"
+#include "runtime/memory.h"
 #include "runtime/status.h"
 #include "runtime/timeline.h"
 #include "zero/checkpoint.h"
@@ -157,6 +159,47 @@ std::string Placements(const zero::TrainingOptions& t) {
                     z.partitioning() == zero::ZeroConfig::BANDWIDTH_CENTRIC ? ", bandwidth-centric" : "");
   }
   absl::StrReplaceAll({{"on NONE", "on the device"}}, &line);
+  return line;
+}
+
+// Linux's peak resident set of this process (VmHWM), in bytes; 0 where
+// /proc/self/status cannot be read.
+size_t PeakResidentBytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// What this rank held at its peak beside what the estimator
+// (engine/estimate.h, //repro:estimate) says for the same run before it
+// starts: "device peak 4.41 GiB of 4.41 GiB estimated; pinned host peak ...;
+// process resident peak 4.66 GiB". The estimate counts memwall's buffers;
+// the process also holds its code, libraries and the host's copies.
+std::string MemoryLine(Device& device, const models::GptConfig& config, const zero::TrainingConfig& training,
+                       int world_size) {
+  engine::EstimateInput in;
+  in.model = config;
+  in.ranks = world_size;
+  in.training = training;
+  in.checkpointing = config.activation_checkpointing();
+  const absl::StatusOr<engine::Estimate> estimate = engine::EstimateMemory(in);
+  auto of = [&](int64_t bytes) {
+    return estimate.ok() ? absl::StrCat(" of ", FormatBytes(bytes), " estimated") : std::string();
+  };
+  const size_t device_peak = device.memory().account().total_peak();
+  const size_t pinned_peak = device.pinned_host().account().total_peak();
+  std::string line = absl::StrCat("device peak ", FormatBytes(device_peak),
+                                  of(estimate.ok() ? estimate->total_device_bytes : 0));
+  if (pinned_peak > 0 || (estimate.ok() && estimate->host_bytes > 0)) {
+    absl::StrAppend(&line, "; pinned host peak ", FormatBytes(pinned_peak),
+                    of(estimate.ok() ? estimate->host_bytes : 0));
+  }
+  if (const size_t resident = PeakResidentBytes(); resident > 0) {
+    absl::StrAppend(&line, "; process resident peak ", FormatBytes(resident));
+  }
+  if (!estimate.ok()) absl::StrAppend(&line, " (no estimate: ", estimate.status().message(), ")");
   return line;
 }
 
@@ -311,11 +354,15 @@ absl::Status Main() {
     exported = dir + "/model.safetensors";
     MEMWALL_RETURN_IF_ERROR(trainer->Export(exported));
   }
+  // Rank 0's memory; the other ranks' differ by their partitions only.
+  const std::string memory = MemoryLine(*device, config, trainer->training().config(), comm->world_size());
   if (rank0) {
+    log << "memory: " << memory << "\n" << std::flush;
     if (!std::isnan(first)) {
       std::printf("first loss %.4f, last loss %.4f (uniform over the vocabulary: %.4f)\n", first, last,
                   std::log(double(config.vocab())));
     }
+    std::printf("memory:      %s\n", memory.c_str());
     std::printf("log:         %s\n", log_path.c_str());
     if (save_every > 0) std::printf("checkpoints: %s (resume with --resume)\n", save_dir.c_str());
     if (!exported.empty()) {

@@ -9,7 +9,7 @@ set -euo pipefail
 out="$TEST_TMPDIR/train"
 train/train --steps=60 --device=cpu --out="$out" > "$TEST_TMPDIR/stdout" 2> "$TEST_TMPDIR/stderr"
 cat "$TEST_TMPDIR/stdout"
-[[ $(wc -l < "$out/train.log") -eq 60 ]] || { echo "expected 60 log lines"; exit 1; }
+[[ $(grep -c '^step ' "$out/train.log") -eq 60 ]] || { echo "expected 60 step lines in the log"; exit 1; }
 grep -q '"n_head": 4' "$out/config.json" || { echo "no config.json beside the weights"; exit 1; }
 read -r first last < <(sed -n 's/^first loss \([0-9.]*\), last loss \([0-9.]*\).*/\1 \2/p' "$TEST_TMPDIR/stdout")
 echo "first=$first last=$last"
@@ -21,6 +21,17 @@ loss=$(echo "$eval_out" | tail -1 | sed -n 's/^loss=\([0-9.]*\)$/\1/p')
 # The trained weights fit the text: within 25% of the last training loss
 # (bf16 training vs fp32 evaluation over every window, not a sampled batch).
 awk -v e="$loss" -v l="$last" 'BEGIN { exit !(e < 1.25 * l && e > 0.75 * l) }' || { echo "evaluate loss $loss vs last training loss $last"; exit 1; }
+# The memory line: at stage 0 on the CpuDevice the device peak is the
+# estimate (engine/estimate.h), and the process holds at least that much.
+memory=$(sed -n 's/^memory: *//p' "$TEST_TMPDIR/stdout")
+grep -q "^memory: $memory$" "$out/train.log" || { echo "no memory line in train.log"; exit 1; }
+bytes() { awk -v n="$1" -v u="$2" 'BEGIN { m = u == "B" ? 1 : u == "KiB" ? 2^10 : u == "MiB" ? 2^20 : u == "GiB" ? 2^30 : -1;
+                                          if (m < 0) exit 1; printf "%.0f", n * m }'; }
+read -r peak peak_unit est est_unit res res_unit < <(echo "$memory" |
+  sed -n 's/^device peak \([0-9.]*\) \([KMG]*i*B\) of \([0-9.]*\) \([KMG]*i*B\) estimated; process resident peak \([0-9.]*\) \([KMG]*i*B\)$/\1 \2 \3 \4 \5 \6/p')
+[[ -n "$res_unit" ]] || { echo "memory line: $memory"; exit 1; }
+[[ "$peak $peak_unit" == "$est $est_unit" ]] || { echo "device peak $peak $peak_unit, estimated $est $est_unit"; exit 1; }
+(( $(bytes "$res" "$res_unit") >= $(bytes "$peak" "$peak_unit") )) || { echo "resident below the device peak: $memory"; exit 1; }
 # Bad input is a clear error, not a crash.
 if models/evaluate --weights="$out/missing.safetensors" --heads=4 --text=data/quickstart.txt 2> "$TEST_TMPDIR/err"; then
   echo "missing weights accepted"; exit 1
