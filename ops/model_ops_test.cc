@@ -20,6 +20,7 @@
 #include "ops/ops.h"
 #include "runtime/cpu_device.h"
 #include "runtime/cuda_device.h"
+#include "runtime/memory.h"
 #include "runtime/peak_resident_testing.h"
 
 namespace memwall::ops {
@@ -30,7 +31,6 @@ using testing::ExpectGradientsMatch;
 using testing::NumericGradient;
 using testing::Random;
 using testing::Scratch;
-namespace resident = ::memwall::testing;
 
 // ---- fp64 reference checks ------------------------------------------------
 
@@ -361,7 +361,7 @@ TEST(CpuDeviceOps, Bf16AttentionIsTheFp32OpOnRoundedInputsRoundedOnce) {
 // sequences, 268 MB of fp32 copies whole). Each sequence is still the fp32
 // op on its own widened inputs, rounded once.
 TEST(CpuDeviceOps, Bf16AttentionWidensASequenceAtATime) {
-  if (!resident::ResetPeakResident() || resident::ResidentBytes("VmHWM") == 0) {
+  if (!ResetPeakResident() || PeakResidentBytes() == 0) {
     GTEST_SKIP() << "no /proc/self peak to read";
   }
   auto device = *CreateCpuDevice();
@@ -375,19 +375,19 @@ TEST(CpuDeviceOps, Bf16AttentionWidensASequenceAtATime) {
   Tensor dqkv = s.UploadAs(std::vector<float>(batch * t * 3 * c), {batch, t, 3 * c}, DType::kBF16);
   Tensor lse = s.Zeros({batch, heads, t}), delta = s.Zeros({batch, heads, t});
 
-  ASSERT_TRUE(resident::ResetPeakResident());
-  const size_t before = resident::ResidentBytes("VmRSS");
+  ASSERT_TRUE(ResetPeakResident());
+  const size_t before = ResidentBytes();
   absl::Status st = Attention(qkv, heads, out, lse, s.stream());
   ASSERT_TRUE(st.ok()) << st;
   st = AttentionBackward(qkv, out, dout, lse, heads, delta, dqkv, s.stream());
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_TRUE(s.stream().Synchronize().ok());
-  const size_t peak = resident::ResidentBytes("VmHWM");
+  const size_t peak = PeakResidentBytes();
   // The backward's fp32 copies of one sequence: qkv, out, dout and dqkv.
   const size_t sequence_bytes = t * (3 * c + c + c + 3 * c) * sizeof(float);
   const size_t bound = std::max(1u, std::thread::hardware_concurrency()) * sequence_bytes + (size_t{16} << 20);
   const bool discriminating = 2 * bound < batch * sequence_bytes;  // false beyond about 100 threads
-  if (resident::kPeakResidentMeaningful && discriminating) {
+  if (::memwall::testing::kPeakResidentMeaningful && discriminating) {
     EXPECT_LT(peak - std::min(peak, before), bound) << "peak " << peak << " bytes, " << before << " before";
   }
 

@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
 #include "runtime/launch.h"
+#include "runtime/memory.h"
 #include "runtime/peak_resident_testing.h"
 #ifdef MEMWALL_COMMUNICATOR_TEST_ON_CUDA
 #include "runtime/best_device.h"
@@ -429,9 +430,6 @@ TEST_P(CommunicatorTest, StagingBufferUnderTheMinimumIsRefused) {
       << comm.status();
 }
 
-using testing::ResetPeakResident;
-using testing::ResidentBytes;
-
 // Stages 0 and 1 reduce the whole gradient in one collective. The host
 // backends run it in chunks ([Note: bounded host collectives]), so what a
 // collective allocates is a chunk's worth, whatever the message: here 32 Mi
@@ -445,7 +443,7 @@ TEST_P(CommunicatorTest, AWholeGradientsCollectiveAllocatesAChunksWorth) {
 #endif
   if (staged()) GTEST_SKIP() << "bounded by its staging buffer (StagingTakesOnePinnedBufferPerStream)";
   if (LaunchedBackend() == CommBackend::kSingleProcess) GTEST_SKIP() << "one process allocates nothing to reduce";
-  if (!ResetPeakResident() || ResidentBytes("VmHWM") == 0) GTEST_SKIP() << "no /proc/self peak to read";
+  if (!ResetPeakResident() || PeakResidentBytes() == 0) GTEST_SKIP() << "no /proc/self peak to read";
   constexpr size_t n = (size_t{32} << 20) + 3;  // uneven blocks, chunks that end short
   constexpr size_t kBound = size_t{64} << 20;
   // What rank r holds at element i, as stored: exact sums in fp32 (see
@@ -470,14 +468,14 @@ TEST_P(CommunicatorTest, AWholeGradientsCollectiveAllocatesAChunksWorth) {
         ASSERT_TRUE(Convert(part.data(), DType::kF32, all.Slice(j, c).data(), dtype, c).ok());
       }
       ASSERT_TRUE(ResetPeakResident());
-      const size_t before = ResidentBytes("VmRSS");
+      const size_t before = ResidentBytes();
       absl::Status st = op == Op::kAllReduce ? comm_->AllReduce(all, all, ReduceOp::kSum, stream())
                         : op == Op::kReduceScatter
                             ? comm_->ReduceScatter(all, all.Slice(block.offset, block.size), ReduceOp::kSum, stream())
                             : comm_->Reduce(all, all, ReduceOp::kSum, root, stream());
       ASSERT_TRUE(st.ok()) << st;
       ASSERT_TRUE(stream().Synchronize().ok());
-      const size_t peak = ResidentBytes("VmHWM");
+      const size_t peak = PeakResidentBytes();
       if (testing::kPeakResidentMeaningful) {  // under ASan the sums are checked, the peak is not
         EXPECT_LT(peak - std::min(peak, before), kBound) << "peak " << peak << " bytes, " << before << " before";
       }

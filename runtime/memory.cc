@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -129,5 +132,22 @@ MemorySnapshot MemoryAccount::Snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   return state_;
 }
+
+namespace {
+// `field` of /proc/self/status ("VmHWM: 1234 kB"), in bytes; 0 if absent.
+size_t ProcStatusBytes(absl::string_view field) {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (absl::StartsWith(line, absl::StrCat(field, ":"))) {
+      return std::strtoull(line.c_str() + field.size() + 1, nullptr, 10) * 1024;
+    }
+  }
+  return 0;
+}
+}  // namespace
+
+size_t PeakResidentBytes() { return ProcStatusBytes("VmHWM"); }
+size_t ResidentBytes() { return ProcStatusBytes("VmRSS"); }
+bool ResetPeakResident() { return static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5"); }
 
 }  // namespace memwall

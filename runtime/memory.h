@@ -90,6 +90,16 @@ class MemoryAccount {
   MemorySnapshot state_;
 };
 
+// What the operating system counts against this process, beside the
+// accounts above (which count memwall's buffers only): the resident set
+// from /proc/self/status, in bytes, at its peak ("VmHWM", since the start or
+// the last ResetPeakResident) or now ("VmRSS"); 0 where it cannot be read.
+size_t PeakResidentBytes();
+size_t ResidentBytes();
+// Starts a new resident peak at the current resident set (Linux's
+// /proc/self/clear_refs, 5); false where that is refused.
+bool ResetPeakResident();
+
 }  // namespace memwall
 
 #endif  // MEMWALL_RUNTIME_MEMORY_H_

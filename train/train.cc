@@ -162,16 +162,6 @@ std::string Placements(const zero::TrainingOptions& t) {
   return line;
 }
 
-// Linux's peak resident set of this process (VmHWM), in bytes; 0 where
-// /proc/self/status cannot be read.
-size_t PeakResidentBytes() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
 // What this rank held at its peak beside what the estimator
 // (engine/estimate.h, //repro:estimate) says for the same run before it
 // starts: "device peak 4.41 GiB of 4.41 GiB estimated; pinned host peak ...;
