@@ -175,16 +175,14 @@ std::string MemoryLine(Device& device, const models::GptConfig& config, const ze
   in.training = training;
   in.checkpointing = config.activation_checkpointing();
   const absl::StatusOr<engine::Estimate> estimate = engine::EstimateMemory(in);
-  auto of = [&](int64_t bytes) {
-    return estimate.ok() ? absl::StrCat(" of ", FormatBytes(bytes), " estimated") : std::string();
+  auto of = [&](int64_t engine::Estimate::*bytes) {
+    return estimate.ok() ? absl::StrCat(" of ", FormatBytes((*estimate).*bytes), " estimated") : std::string();
   };
-  const size_t device_peak = device.memory().account().total_peak();
   const size_t pinned_peak = device.pinned_host().account().total_peak();
-  std::string line = absl::StrCat("device peak ", FormatBytes(device_peak),
-                                  of(estimate.ok() ? estimate->total_device_bytes : 0));
+  std::string line = absl::StrCat("device peak ", FormatBytes(device.memory().account().total_peak()),
+                                  of(&engine::Estimate::total_device_bytes));
   if (pinned_peak > 0 || (estimate.ok() && estimate->host_bytes > 0)) {
-    absl::StrAppend(&line, "; pinned host peak ", FormatBytes(pinned_peak),
-                    of(estimate.ok() ? estimate->host_bytes : 0));
+    absl::StrAppend(&line, "; pinned host peak ", FormatBytes(pinned_peak), of(&engine::Estimate::host_bytes));
   }
   if (const size_t resident = PeakResidentBytes(); resident > 0) {
     absl::StrAppend(&line, "; process resident peak ", FormatBytes(resident));
@@ -344,9 +342,8 @@ absl::Status Main() {
     exported = dir + "/model.safetensors";
     MEMWALL_RETURN_IF_ERROR(trainer->Export(exported));
   }
-  // Rank 0's memory; the other ranks' differ by their partitions only.
-  const std::string memory = MemoryLine(*device, config, trainer->training().config(), comm->world_size());
   if (rank0) {
+    const std::string memory = MemoryLine(*device, config, trainer->training().config(), comm->world_size());
     log << "memory: " << memory << "\n" << std::flush;
     if (!std::isnan(first)) {
       std::printf("first loss %.4f, last loss %.4f (uniform over the vocabulary: %.4f)\n", first, last,
