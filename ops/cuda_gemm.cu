@@ -14,6 +14,14 @@
 // heuristic offers no algorithm for a shape, or Lt refuses the call, the
 // same GEMM runs through cublasGemmEx (remembered per shape).
 //
+// [Note: one rounding of C]
+// A 16-bit C is rounded once, from the fp32 sum over all of K. cuBLAS may
+// split K across thread blocks (split-K) and add the parts in C's own type
+// (Lt's INPLACE and OUTPUT_TYPE reduction schemes, cublasGemmEx's "reduced
+// precision reduction"), which rounds a bf16 C once per part: one bf16 ulp
+// off at k = 300 on an H100. Both are turned off here; split-K whose parts
+// meet in fp32 (Lt's COMPUTE_TYPE scheme) stays allowed.
+//
 // Row-major storage and column-major BLAS: a row-major (m, n) matrix is the
 // column-major (n, m) matrix with the same leading dimension, so row-major
 // C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: one GEMM with A and
@@ -59,7 +67,10 @@ cublasHandle_t BlasHandle(int device) {
   if (it != handles.end()) return it->second;
   cublasHandle_t handle = nullptr;
   if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return nullptr;
-  cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH);  // full fp32: no TF32
+  // Full fp32 (no TF32), and split-K partial sums added in fp32, never in a
+  // 16-bit C's type: see [Note: one rounding of C].
+  cublasSetMathMode(handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                      CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
   handles[device] = handle;
   return handle;
 }
@@ -211,6 +222,8 @@ bool FindAlgo(LtState& lt, cublasLtHandle_t handle, const GemmShape& g, const Lt
   Preference pref;
   bool found = cublasLtMatmulPreferenceCreate(&pref.h) == CUBLAS_STATUS_SUCCESS;
   const uint64_t workspace = kGemmWorkspaceBytes;
+  // No split-K whose partial sums meet in C's type: see [Note: one rounding of C].
+  const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
   const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.align_b},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.align_a},
@@ -219,7 +232,9 @@ bool FindAlgo(LtState& lt, cublasLtHandle_t handle, const GemmShape& g, const Lt
   };
   if (found) {
     found = cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &workspace, sizeof(workspace)) == CUBLAS_STATUS_SUCCESS;
+                                                 &workspace, sizeof(workspace)) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                 &reductions, sizeof(reductions)) == CUBLAS_STATUS_SUCCESS;
     for (const auto& [attribute, bytes] : alignments) {
       found = found && cublasLtMatmulPreferenceSetAttribute(pref.h, attribute, &bytes, sizeof(bytes)) ==
                            CUBLAS_STATUS_SUCCESS;
@@ -273,6 +288,44 @@ int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, fl
          const void* a, int64_t lda, const void* b, int64_t ldb, Elem ab, float beta, void* c,
          int64_t ldc, Elem c_type, const void* bias, Elem bias_type, void* stream) {
   if (m == 0 || n == 0) return 0;
+  // [Note: a GEMM in aligned parts]
+  // cuBLAS's fast 16-bit kernels read and write 16-byte vectors along m and
+  // n, so an m or n that is not a multiple of 8 (the classifier's 50257
+  // columns of logits, its weight gradient's 50257 rows) sends the whole
+  // GEMM to slower kernels. Such a GEMM runs as the aligned part and the
+  // last m % 8 rows or n % 8 columns: disjoint blocks of C, each element
+  // still one fp32 sum over all of K, rounded once.
+  if (ab != Elem::kF32 && k > 0) {
+    constexpr int64_t kVector = 8;
+    const auto at = [](const void* p, int64_t elements, Elem e) {
+      return static_cast<const char*>(p) + elements * (e == Elem::kF32 ? 4 : 2);
+    };
+    if (const int64_t n0 = n / kVector * kVector; n0 != n && n0 > 0) {
+      // op(B)'s columns [n0, n): stored rows when transposed, columns otherwise.
+      const void* b_tail = at(b, transpose_b ? n0 * ldb : n0, ab);
+      void* c_tail = const_cast<char*>(at(c, n0, c_type));
+      const void* bias_tail = bias != nullptr ? at(bias, n0, bias_type) : nullptr;
+      if (const int error = Gemm(transpose_a, transpose_b, m, n0, k, alpha, a, lda, b, ldb, ab, beta, c, ldc,
+                                 c_type, bias, bias_type, stream);
+          error != 0) {
+        return error;
+      }
+      return Gemm(transpose_a, transpose_b, m, n - n0, k, alpha, a, lda, b_tail, ldb, ab, beta, c_tail, ldc,
+                  c_type, bias_tail, bias_type, stream);
+    }
+    if (const int64_t m0 = m / kVector * kVector; m0 != m && m0 > 0) {
+      // op(A)'s rows [m0, m): stored columns when transposed, rows otherwise.
+      const void* a_tail = at(a, transpose_a ? m0 : m0 * lda, ab);
+      void* c_tail = const_cast<char*>(at(c, m0 * ldc, c_type));
+      if (const int error = Gemm(transpose_a, transpose_b, m0, n, k, alpha, a, lda, b, ldb, ab, beta, c, ldc,
+                                 c_type, bias, bias_type, stream);
+          error != 0) {
+        return error;
+      }
+      return Gemm(transpose_a, transpose_b, m - m0, n, k, alpha, a_tail, lda, b, ldb, ab, beta, c_tail, ldc,
+                  c_type, bias, bias_type, stream);
+    }
+  }
   const auto s = static_cast<cudaStream_t>(stream);
   const bool epilogue_bias = bias != nullptr && ab != Elem::kF32 && k > 0 &&
                              bias_type == c_type && Alignment(bias) >= 16;

@@ -104,12 +104,14 @@ TEST(MixedPrecision, SixteenBitGemmAccumulatesInFp32OnTheCpuDevice) {
 // The CpuDevice widens 16-bit operands a block of C at a time ([Note: the
 // CpuDevice's 16-bit GEMM in blocks]). With k = 2^16, op(A) comes in blocks
 // of 64 rows and op(B) of 64 columns, so a 150 x 150 C takes 3 x 3 blocks,
-// the last ones short. Each element is still one fp32 sgemm over all of K:
-// the 16-bit results equal the fp32 GEMM on the same values (one block,
-// no copies), plus C0 or the bias, rounded once, bit for bit.
+// the last ones short. Each block is one fp32 sgemm over all of K on exact
+// copies: the 16-bit results equal, bit for bit, the fp32 GEMM of that
+// block's rows and columns, plus C0 or the bias, rounded once. (Not the
+// fp32 GEMM of the whole C: BLAS kernels for other shapes may sum in
+// another order, as OpenBLAS's Haswell and Zen kernels do.)
 TEST(MixedPrecision, SixteenBitGemmInBlocksIsTheFp32GemmRoundedOnce) {
   auto cpu = *CreateCpuDevice();
-  const int64_t m = 150, n = 150, k = int64_t{1} << 16;
+  const int64_t m = 150, n = 150, k = int64_t{1} << 16, block = 64;
   const DType dtype = DType::kBF16;
   for (int transposes = 0; transposes < 4; ++transposes) {
     const bool ta = transposes & 1, tb = transposes & 2;
@@ -118,20 +120,52 @@ TEST(MixedPrecision, SixteenBitGemmInBlocksIsTheFp32GemmRoundedOnce) {
     const auto b = RoundTo(RandomFloats(k * n, -1, 1, 170 + transposes), dtype);
     const auto c0 = RoundTo(RandomFloats(m * n, -4, 4, 180 + transposes), dtype);
     const auto bias = RoundTo(RandomFloats(n, -4, 4, 190 + transposes), dtype);
-    const std::vector<int64_t> a_shape = ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k};
-    const std::vector<int64_t> b_shape = tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n};
     Scratch s(*cpu);
-    const Tensor a16 = s.UploadAs(a, a_shape, dtype), b16 = s.UploadAs(b, b_shape, dtype);
-    const Tensor a32 = s.UploadAs(a, a_shape, DType::kF32), b32 = s.UploadAs(b, b_shape, DType::kF32);
-    const Tensor c16 = s.UploadAs(c0, {m, n}, dtype), c32 = s.UploadAs(c0, {m, n}, DType::kF32);
-    const Tensor biased16 = s.UploadAs(std::vector<float>(m * n), {m, n}, dtype), biased32 = s.Zeros({m, n});
-    const Tensor bias16 = s.UploadAs(bias, {n}, dtype), bias32 = s.UploadAs(bias, {n}, DType::kF32);
+    const Tensor a16 = s.UploadAs(a, ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k}, dtype);
+    const Tensor b16 = s.UploadAs(b, tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, dtype);
+    const Tensor c16 = s.UploadAs(c0, {m, n}, dtype);
+    const Tensor biased16 = s.UploadAs(std::vector<float>(m * n), {m, n}, dtype);
     ASSERT_TRUE(Matmul(a16, ta, b16, tb, c16, 0.5f, 1.0f, s.stream()).ok());
-    ASSERT_TRUE(Matmul(a32, ta, b32, tb, c32, 0.5f, 1.0f, s.stream()).ok());
-    ASSERT_TRUE(MatmulBias(a16, ta, b16, tb, bias16, biased16, s.stream()).ok());
-    ASSERT_TRUE(MatmulBias(a32, ta, b32, tb, bias32, biased32, s.stream()).ok());
-    EXPECT_EQ(s.Download(c16), RoundTo(s.Download(c32), dtype));
-    EXPECT_EQ(s.Download(biased16), RoundTo(s.Download(biased32), dtype));
+    ASSERT_TRUE(MatmulBias(a16, ta, b16, tb, s.UploadAs(bias, {n}, dtype), biased16, s.stream()).ok());
+    const std::vector<float> got = s.Download(c16), got_biased = s.Download(biased16);
+    // The fp32 GEMM of each block, on its own fp32 copies stored as the
+    // operands are (op(A)'s rows [m0, m1), op(B)'s columns [n0, n1)).
+    for (int64_t m0 = 0; m0 < m; m0 += block) {
+      const int64_t mb = std::min(block, m - m0);
+      std::vector<float> a_block(mb * k);
+      for (int64_t i = 0; i < mb; ++i) {
+        for (int64_t p = 0; p < k; ++p) {
+          (ta ? a_block[p * mb + i] : a_block[i * k + p]) = ta ? a[p * m + m0 + i] : a[(m0 + i) * k + p];
+        }
+      }
+      for (int64_t n0 = 0; n0 < n; n0 += block) {
+        const int64_t nb = std::min(block, n - n0);
+        std::vector<float> b_block(k * nb), c_block(mb * nb), bias_block(bias.begin() + n0, bias.begin() + n0 + nb);
+        for (int64_t j = 0; j < nb; ++j) {
+          for (int64_t p = 0; p < k; ++p) {
+            (tb ? b_block[j * k + p] : b_block[p * nb + j]) = tb ? b[(n0 + j) * k + p] : b[p * n + n0 + j];
+          }
+        }
+        for (int64_t i = 0; i < mb; ++i) {
+          for (int64_t j = 0; j < nb; ++j) c_block[i * nb + j] = c0[(m0 + i) * n + n0 + j];
+        }
+        Scratch f(*cpu);
+        const Tensor a32 = f.Upload(a_block, ta ? std::vector<int64_t>{k, mb} : std::vector<int64_t>{mb, k});
+        const Tensor b32 = f.Upload(b_block, tb ? std::vector<int64_t>{nb, k} : std::vector<int64_t>{k, nb});
+        const Tensor c32 = f.Upload(c_block, {mb, nb}), biased32 = f.Zeros({mb, nb});
+        ASSERT_TRUE(Matmul(a32, ta, b32, tb, c32, 0.5f, 1.0f, f.stream()).ok());
+        ASSERT_TRUE(MatmulBias(a32, ta, b32, tb, f.Upload(bias_block, {nb}), biased32, f.stream()).ok());
+        const std::vector<float> want = RoundTo(f.Download(c32), dtype);
+        const std::vector<float> want_biased = RoundTo(f.Download(biased32), dtype);
+        for (int64_t i = 0; i < mb; ++i) {
+          for (int64_t j = 0; j < nb; ++j) {
+            ASSERT_EQ(got[(m0 + i) * n + n0 + j], want[i * nb + j]) << "C (" << m0 + i << ", " << n0 + j << ")";
+            ASSERT_EQ(got_biased[(m0 + i) * n + n0 + j], want_biased[i * nb + j])
+                << "biased C (" << m0 + i << ", " << n0 + j << ")";
+          }
+        }
+      }
+    }
   }
 }
 

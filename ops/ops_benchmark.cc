@@ -146,20 +146,46 @@ void BM_CudaLinear(benchmark::State& state, bool fused_bias) {
 BENCHMARK_CAPTURE(BM_CudaLinear, c_fc_matmul_bias, true)->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK_CAPTURE(BM_CudaLinear, c_fc_matmul_then_add_bias, false)->Unit(benchmark::kMillisecond)->Iterations(1);
 
-// The tied LM head, (8192, 2048) x (2048, 50257)^T into bf16 logits whose
-// rows are `ld` long: 50304 as the model stores them (padded to a multiple
-// of 128, models/gpt.h), or 50257 unpadded, for what the padding buys.
-void BM_CudaLmHead(benchmark::State& state, int64_t ld) {
+// The tied LM head's three GEMMs at GPT-2's vocabulary of 50257 (wte is
+// (50257, 2048); the bf16 logits' rows are `ld` long, 50304 as the model
+// stores them, padded to a multiple of 128 by models/gpt.h):
+//   forward   logits = x wte^T         n = 50257 ([Note: a GEMM in aligned parts])
+//   dx        dx = dlogits wte         k = 50257
+//   dwte      dwte = dlogits^T x       m = 50257
+// and, for the bound, the forward over an aligned vocabulary of 50304.
+enum class HeadGemm { kForward, kInputGrad, kWeightGrad };
+void BM_CudaLmHead(benchmark::State& state, HeadGemm which, int64_t vocab, int64_t ld) {
   OnGpu(state, [&](Device& device, Bench& b) {
-    const Tensor x = b.Make({kRows, kHidden}, DType::kBF16), wte = b.Make({kVocab, kHidden}, DType::kBF16);
-    const MatrixView logits(b.Make({kRows, ld}, DType::kBF16), kVocab);
-    const double t = b.Time([&] { return Matmul(x, false, wte, true, logits, 1.0f, 0.0f, b.stream()); });
-    ComputeCounters(state, device, 2.0 * kRows * kHidden * kVocab, t);
+    const Tensor x = b.Make({kRows, kHidden}, DType::kBF16), wte = b.Make({vocab, kHidden}, DType::kBF16);
+    const Tensor dx = b.Make({kRows, kHidden}, DType::kBF16), dwte = b.Make({vocab, kHidden}, DType::kBF16);
+    const MatrixView logits(b.Make({kRows, ld}, DType::kBF16), vocab);
+    const double t = b.Time([&] {
+      switch (which) {
+        case HeadGemm::kForward: return Matmul(x, false, wte, true, logits, 1.0f, 0.0f, b.stream());
+        case HeadGemm::kInputGrad: return Matmul(logits, false, wte, false, dx, 1.0f, 0.0f, b.stream());
+        case HeadGemm::kWeightGrad: return Matmul(logits, true, x, false, dwte, 1.0f, 0.0f, b.stream());
+      }
+      return absl::OkStatus();
+    });
+    ComputeCounters(state, device, 2.0 * kRows * kHidden * vocab, t);
     return absl::OkStatus();
   });
 }
-BENCHMARK_CAPTURE(BM_CudaLmHead, padded_rows, kPaddedVocab)->Unit(benchmark::kMillisecond)->Iterations(1);
-BENCHMARK_CAPTURE(BM_CudaLmHead, unpadded_rows, kVocab)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK_CAPTURE(BM_CudaLmHead, padded_rows, HeadGemm::kForward, kVocab, kPaddedVocab)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+BENCHMARK_CAPTURE(BM_CudaLmHead, unpadded_rows, HeadGemm::kForward, kVocab, kVocab)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+BENCHMARK_CAPTURE(BM_CudaLmHead, input_grad, HeadGemm::kInputGrad, kVocab, kPaddedVocab)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+BENCHMARK_CAPTURE(BM_CudaLmHead, weight_grad, HeadGemm::kWeightGrad, kVocab, kPaddedVocab)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+BENCHMARK_CAPTURE(BM_CudaLmHead, aligned_vocab, HeadGemm::kForward, kPaddedVocab, kPaddedVocab)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 // ---- Attention ---------------------------------------------------------------
 

@@ -157,7 +157,8 @@ for name in "${names[@]}"; do
     *_benchmark) args=(--benchmark_out="$results/$name.json" --benchmark_out_format=json) ;;
   esac
   echo "== $name${launch:+ (${launch[1]} ranks)}"
-  if "${launch[@]}" "$binary" "${args[@]}" > "$results/$name.log" 2>&1; then
+  # A fresh TEST_TMPDIR for each binary, shared by its ranks, as Bazel gives a test.
+  if TEST_TMPDIR="$(mktemp -d)" "${launch[@]}" "$binary" "${args[@]}" > "$results/$name.log" 2>&1; then
     echo "   ok"; tail -n 3 "$results/$name.log"
   else
     echo "   FAILED (exit $?)"; tail -n 30 "$results/$name.log"; status=1

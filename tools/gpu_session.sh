@@ -8,17 +8,20 @@
 #
 #   gpu_bundle/session.sh RESULTS_DIR
 #
-# Afterwards RESULTS_DIR/summary.md is one page (what passed, each model's
-# TFLOPS against the GEMM rate measured in the same run, where a step's
-# time goes, each op alone against its bound, the offload modes' TFLOPS),
-# beside at most eight more files:
+# Afterwards RESULTS_DIR holds eight files, the most the device tool
+# brings back from one command (so a command that runs this writes nothing
+# else there):
+#   RESULTS_DIR/summary.md  one page: what passed, each model's TFLOPS
+#                         against the GEMM rate measured in the same run,
+#                         where a step's time goes, each op alone against
+#                         its bound, the offload modes' TFLOPS
 #   machine.txt           the bundle's MANIFEST, CPU, GPU, driver, libraries
 #   tests.log             every test's output, in order
 #   gpt_benchmark.json    BM_GptCuda* rows (Google Benchmark's JSON)
 #   ops_benchmark.json    each op at the 1.3B GPT's shapes (ops/ops_benchmark.cc)
-#   benchmarks.log        both benchmarks' console output
+#   benchmarks.log        both benchmarks' console output, then the offload
+#                         run's progress lines
 #   offload_dpu_gpu.csv   the offload run's data.csv
-#   offload_dpu_gpu.log   its progress lines
 #   offload_dpu_gpu.json  its provenance
 # Each part has a time limit (MEMWALL_TEST_SECONDS per test binary, 150 by
 # default; MEMWALL_BENCH_SECONDS for gpt_benchmark, 240; MEMWALL_OPS_BENCH_SECONDS
@@ -77,7 +80,10 @@ for binary in "$bin"/*_test "$bin"/*_test_bin; do
     continue
   fi
   echo "== $name ($(elapsed))" >> "$results/tests.log"
-  timeout "$seconds" "${launch[@]}" "$binary" --gtest_output="xml:$xml" >> "$results/tests.log" 2>&1
+  # A fresh TEST_TMPDIR for each binary, shared by its ranks, as Bazel gives a test.
+  tmpdir="$(mktemp -d "$scratch/tmp.XXXXXX")"
+  TEST_TMPDIR="$tmpdir" timeout "$seconds" "${launch[@]}" "$binary" --gtest_output="xml:$xml" \
+    >> "$results/tests.log" 2>&1
   code=$?
   echo "== $name exit $code" >> "$results/tests.log"
   (( code == 0 )) || status=1
@@ -110,13 +116,13 @@ part ops_benchmark "${MEMWALL_OPS_BENCH_SECONDS:-90}" "$results/benchmarks.log" 
 # 3. The offload run (a checkout's experiment file, this bundle's runner).
 experiment="repro/offload/dpu/gpu.textproto"
 if [[ -f "$experiment" ]]; then
-  : > "$results/offload_dpu_gpu.log"
-  part repro_run "${MEMWALL_OFFLOAD_SECONDS:-150}" "$results/offload_dpu_gpu.log" \
+  echo "== repro_run $experiment" >> "$results/benchmarks.log"
+  part repro_run "${MEMWALL_OFFLOAD_SECONDS:-150}" "$results/benchmarks.log" \
     "$bin/repro_run" --results_dir="$scratch/repro" "$experiment"
   cp "$scratch/repro/offload_dpu_gpu/data.csv" "$results/offload_dpu_gpu.csv" 2>/dev/null
   cp "$scratch/repro/offload_dpu_gpu/provenance.json" "$results/offload_dpu_gpu.json" 2>/dev/null
 else
-  echo "no $experiment here: run session.sh from a checkout's root" > "$results/offload_dpu_gpu.log"
+  echo "no $experiment here: run session.sh from a checkout's root" >> "$results/benchmarks.log"
   status=1
 fi
 

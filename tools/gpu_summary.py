@@ -143,7 +143,7 @@ def ops(path):
 
 def offload(path):
     if not os.path.exists(path):
-        return ["offload_dpu_gpu.csv is missing (see offload_dpu_gpu.log)"]
+        return ["offload_dpu_gpu.csv is missing (see benchmarks.log)"]
     with open(path, encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     lines = ["| model | mode | fits | micro-batch | TFLOPS | fraction of GEMM | device idle |",
