@@ -185,13 +185,15 @@ void BM_GptCpuBreakdown(benchmark::State& state) {
 }
 BENCHMARK(BM_GptCpuBreakdown)->Unit(benchmark::kMillisecond)->Iterations(2)->UseRealTime();
 
-void BM_GptCudaBreakdown(benchmark::State& state, DType dtype) {
+void BM_GptCudaBreakdown(benchmark::State& state, const std::string& model, DType dtype) {
   std::string reason;
   if (CudaDeviceCount(&reason) == 0) return state.SkipWithError(("needs a GPU: " + reason).c_str());
   auto device = *CreateCudaDevice();
-  RunBreakdown(state, *device, Config("gpt_125m"), 8, 1024, dtype);
+  RunBreakdown(state, *device, Config(model), 8, 1024, dtype);
 }
-BENCHMARK_CAPTURE(BM_GptCudaBreakdown, gpt_125m_bf16, DType::kBF16)
+BENCHMARK_CAPTURE(BM_GptCudaBreakdown, gpt_125m_bf16, std::string("gpt_125m"), DType::kBF16)
+    ->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GptCudaBreakdown, gpt_1_3b_bf16, std::string("gpt_1.3b"), DType::kBF16)
     ->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
 
 // Seconds per (m, k) x (k, n) GEMM in `dtype` with an fp32 result, on the device.

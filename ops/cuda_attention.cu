@@ -1,6 +1,6 @@
 // Causal self-attention on tensor cores for bf16 activations: the
 // flash-attention scheme (Dao et al. 2022; FlashAttention-2's split of the
-// work), written for memwall with WMMA (sm_80 and later).
+// work), written for memwall with mma.sync (sm_80 and later).
 //
 // Forward, one block per (64 queries, batch x head), four warps of 16
 // query rows: for each 64-key tile up to the diagonal,
@@ -15,15 +15,23 @@
 //   dV = P^T dO,  dK = scale dS^T Q,  dQ = scale dS K
 // in two kernels that each recompute P: one per key tile (dK, dV: summed
 // over query tiles in order) and one per query tile (dQ: summed over key
-// tiles in order). The (t, t) matrices exist only as one 64 x 64 tile per
-// block in shared memory.
+// tiles in order). The (t, t) matrices exist only as a warp's 16 x 64
+// slice, in registers.
 //
-// WMMA fragments are opaque, so the per-row work (softmax statistics, the
-// rescale of O) goes through per-warp fp32 staging tiles in shared memory:
-// two lanes per row, 32 columns each.
+// [Note: mma fragments]
+// Each warp multiplies with mma.sync.m16n8k16 (bf16 in, fp32 out), whose
+// operand layouts PTX fixes. With g = lane / 4 and q = lane % 4:
+//   C, D (16 x 8 fp32): c0, c1 = row g, columns 2q, 2q + 1; c2, c3 = row g + 8;
+//   A (16 x 16 bf16, two per register): a0 = row g, columns 2q, 2q + 1;
+//     a1 = row g + 8; a2, a3 = the same rows, columns 8 + 2q, 9 + 2q;
+//   B (16 x 8): b0 = rows 2q, 2q + 1 of column g; b1 = rows 8 + 2q, 9 + 2q.
+// So the accumulators of two 8-column tiles of S are, rounded to bf16 in
+// pairs, the A operand of one 16-deep step of P V: P never leaves
+// registers. Operands in shared memory come in with ldmatrix: row-major
+// 16 x 16 blocks as A; a matrix stored (n, k), as K is for S = Q K^T, as B;
+// one stored (k, n), as V is for P V, as B through ldmatrix's transpose.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <mma.h>
 
 #include <cstdint>
 
@@ -34,25 +42,16 @@
 namespace memwall::ops::cuda {
 namespace {
 
-namespace wmma = nvcuda::wmma;
 using bf16 = __nv_bfloat16;
 
 constexpr int kTile = 64;             // rows of a block's own tile, and of each streamed tile
-constexpr int kWarps = kTile / 16;    // one 16-row WMMA strip per warp
+constexpr int kWarps = kTile / 16;    // one 16-row strip per warp
 constexpr int kBlockThreads = kWarps * 32;
-constexpr int kPadB = 8;              // bf16 row padding: 16 bytes (fragments stay 32-byte aligned)
-constexpr int kPadF = 4;              // fp32 row padding: 16 bytes
-constexpr int kLdS = kTile + kPadF;   // a warp's fp32 staging tile (16 x kTile)
-constexpr int kLdP = kTile + kPadB;   // a warp's bf16 staging tile (16 x kTile)
+constexpr int kPadB = 8;              // bf16 row padding: 16 bytes, so ldmatrix's 8 rows hit 8 bank groups
+constexpr int kSteps = kTile / 16;    // 16-deep mma steps across a 64-wide tile
 constexpr float kLog2E = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
-using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
-using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
-using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-
-__device__ inline bf16 ToBF16(float x) { return __ushort_as_bfloat16(FloatToBF16(x)); }
 __device__ inline float FromBF16(bf16 x) { return BF16ToFloat(__bfloat16_as_ushort(x)); }
 
 // Where each part of a batch's (t, 3c) qkv and (t, c) out lives.
@@ -67,120 +66,187 @@ struct Shape {
   }
 };
 
-// Byte offsets of a kernel's shared-memory regions (each 128-byte aligned).
-struct Smem {
-  int bytes = 0;
-  __host__ __device__ int Take(int n) {
-    const int at = bytes;
-    bytes += (n + 127) / 128 * 128;
-    return at;
-  }
-};
+// Shared memory of a kernel: `tiles` (64, HD) bf16 tiles, then `floats`.
+template <int HD>
+constexpr int SmemBytes(int tiles, int floats) {
+  return tiles * kTile * (HD + kPadB) * 2 + floats * 4;
+}
 
-// rows [row0, row0 + kTile) of a (t, HD) strided bf16 matrix into shared
-// memory (ld HD + kPadB), 16 bytes per load; rows at or past t are zeros.
+__device__ inline uint32_t SmemAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Starts copying rows [row0, row0 + kTile) of a (t, HD) strided bf16
+// matrix into shared memory (ld HD + kPadB), 16 bytes per cp.async; rows at
+// or past t become zeros. The copies land by CommitLoads' group: a tile is
+// read only after WaitLoads for its group and a __syncthreads.
 template <int HD>
 __device__ void LoadTile(const bf16* src, int64_t stride, int64_t row0, int64_t t, bf16* dst) {
   constexpr int kVecs = HD / 8;
   for (int idx = threadIdx.x; idx < kTile * kVecs; idx += blockDim.x) {
     const int r = idx / kVecs, v = idx % kVecs;
-    uint4 x = make_uint4(0, 0, 0, 0);
-    if (row0 + r < t) x = *reinterpret_cast<const uint4*>(src + (row0 + r) * stride + v * 8);
-    *reinterpret_cast<uint4*>(dst + r * (HD + kPadB) + v * 8) = x;
+    const bool in = row0 + r < t;
+    const bf16* from = in ? src + (row0 + r) * stride + v * 8 : src;  // not read when out
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddress(dst + r * (HD + kPadB) + v * 8)),
+                 "l"(from), "r"(in ? 16 : 0));
   }
 }
+// Closes the group of the copies started since the last one.
+__device__ inline void CommitLoads() { asm volatile("cp.async.commit_group;\n"); }
+// Waits until at most `pending` groups are still in flight.
+template <int pending>
+__device__ inline void WaitLoads() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
 
-// acc[16 x 16 n] = A (16 x HD, row-major at a) times B^T where B is
-// (16 n x HD) row-major at b: S = Q K^T for one warp's strip.
-template <int HD, int N>
-__device__ void StripTimesTransposed(const bf16* a, const bf16* b, FragC (&acc)[N]) {
+// ---- Warp-level mma ([Note: mma fragments]) ------------------------------------
+
+using Acc = float[4];  // one 16 x 8 fp32 tile
+
+__device__ inline void LdMatrix(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddress(p)));
+}
+
+__device__ inline void LdMatrixTransposed(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddress(p)));
+}
+
+// d += a b for one 16 x 8 tile.
+__device__ inline void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two fp32 values rounded to bf16 (to nearest even), `lo` in the low half:
+// the order of a fragment register.
+__device__ inline uint32_t PackBF16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ inline float LowBF16(uint32_t x) { return __uint_as_float(x << 16); }
+__device__ inline float HighBF16(uint32_t x) { return __uint_as_float(x & 0xffff0000u); }
+
+// The A fragment of rows [16 w, 16 w + 16), columns [16 s, 16 s + 16) of a
+// row-major tile with leading dimension ld.
+__device__ inline void LoadA(uint32_t (&a)[4], const bf16* tile, int ld, int w, int s) {
+  const int lane = threadIdx.x % 32;
+  LdMatrix(a, tile + (16 * w + lane % 16) * ld + 16 * s + (lane / 16) * 8);
+}
+
+// acc[n] += A (16 x 16 at step s) times B for the 16 x 8 tiles n = 2 p,
+// 2 p + 1, where B^T is stored (n, k) row-major: B's columns [16 p, 16 p + 16)
+// are the tile's rows, its rows [16 s, 16 s + 16) the tile's columns.
+__device__ inline void MmaTransposedB(Acc* acc, const uint32_t (&a)[4], const bf16* tile, int ld, int s, int p) {
+  const int lane = threadIdx.x % 32;
+  uint32_t b[4];
+  LdMatrix(b, tile + (16 * p + lane % 8 + (lane / 16) * 8) * ld + 16 * s + ((lane / 8) % 2) * 8);
+  Mma(acc[2 * p], a, b[0], b[1]);
+  Mma(acc[2 * p + 1], a, b[2], b[3]);
+}
+
+// The same, with B stored (k, n) row-major: rows [16 s, 16 s + 16),
+// columns [16 p, 16 p + 16) of the tile.
+__device__ inline void MmaB(Acc* acc, const uint32_t (&a)[4], const bf16* tile, int ld, int s, int p) {
+  const int lane = threadIdx.x % 32;
+  uint32_t b[4];
+  LdMatrixTransposed(b, tile + (16 * s + lane % 8 + ((lane / 8) % 2) * 8) * ld + 16 * p + (lane / 16) * 8);
+  Mma(acc[2 * p], a, b[0], b[1]);
+  Mma(acc[2 * p + 1], a, b[2], b[3]);
+}
+
+// s[n] = rows [16 w, 16 w + 16) of `a` times the 64 rows of `b`, transposed:
+// a warp's 16 x 64 slice of A B^T, both (64, HD) tiles in shared memory.
+template <int HD>
+__device__ inline void SliceTimesTransposed(const bf16* a, const bf16* b, int w, Acc (&s)[kTile / 8]) {
+  constexpr int ld = HD + kPadB;
 #pragma unroll
-  for (int n = 0; n < N; ++n) wmma::fill_fragment(acc[n], 0.0f);
+  for (int n = 0; n < kTile / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
   for (int k = 0; k < HD / 16; ++k) {
-    FragA fa;
-    wmma::load_matrix_sync(fa, a + k * 16, HD + kPadB);
+    uint32_t fa[4];
+    LoadA(fa, a, ld, w, k);
 #pragma unroll
-    for (int n = 0; n < N; ++n) {
-      FragBCol fb;
-      wmma::load_matrix_sync(fb, b + n * 16 * (HD + kPadB) + k * 16, HD + kPadB);
-      wmma::mma_sync(acc[n], fa, fb, acc[n]);
-    }
+    for (int p = 0; p < kTile / 16; ++p) MmaTransposedB(s, fa, b, ld, k, p);
   }
 }
 
-// acc[n] += P (16 x kTile, bf16 at p, ld kLdP) times B (kTile x HD, row-major
-// at b), for the HD / 16 column blocks n.
+// acc += P B: P a warp's 16 x 64 slice as bf16 A fragments (one per 16-deep
+// step), B a (64, HD) tile in shared memory.
 template <int HD>
-__device__ void StripTimesTile(const bf16* p, const bf16* b, FragC (&acc)[HD / 16]) {
+__device__ inline void SliceTimesTile(const uint32_t (&p)[kSteps][4], const bf16* b, Acc (&acc)[HD / 8]) {
+  constexpr int ld = HD + kPadB;
 #pragma unroll
-  for (int k = 0; k < kTile / 16; ++k) {
-    FragA fa;
-    wmma::load_matrix_sync(fa, p + k * 16, kLdP);
+  for (int s = 0; s < kSteps; ++s) {
 #pragma unroll
-    for (int n = 0; n < HD / 16; ++n) {
-      FragBRow fb;
-      wmma::load_matrix_sync(fb, b + k * 16 * (HD + kPadB) + n * 16, HD + kPadB);
-      wmma::mma_sync(acc[n], fa, fb, acc[n]);
+    for (int n = 0; n < HD / 16; ++n) MmaB(acc, p[s], b, ld, s, n);
+  }
+}
+
+// Element e of 16 x 8 tile n of a warp's slice: its row (0 .. 15) and column.
+__device__ inline int SliceRow(int e) { return (threadIdx.x % 32) / 4 + (e / 2) * 8; }
+__device__ inline int SliceColumn(int n, int e) { return n * 8 + (threadIdx.x % 4) * 2 + e % 2; }
+
+// Values x[n][e] of a 16 x 64 slice, rounded to bf16, as the A fragments
+// of the four 16-deep steps that multiply it (c0 c1 | c2 c3 of tiles 2s
+// and 2s + 1 are a0 | a1 and a2 | a3).
+__device__ inline void SliceToA(const Acc (&x)[kTile / 8], uint32_t (&a)[kSteps][4]) {
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      a[s][2 * half] = PackBF16(x[2 * s + half][0], x[2 * s + half][1]);
+      a[s][2 * half + 1] = PackBF16(x[2 * s + half][2], x[2 * s + half][3]);
     }
   }
 }
 
-template <int N>
-__device__ void StoreStrip(float* staging, const FragC (&acc)[N]) {
-#pragma unroll
-  for (int n = 0; n < N; ++n) wmma::store_matrix_sync(staging + n * 16, acc[n], kLdS, wmma::mem_row_major);
-}
-
-// Writes a warp's 16 x HD accumulators, times `scale`, as bf16 rows
-// dst(r) (nullptr for rows past t), through the fp32 staging tile.
+// Writes a warp's 16 x HD accumulators times `scale` as bf16 rows
+// dst(r) (r = 0 .. 15; nullptr for rows past t), two values a store.
 template <int HD, typename RowFn>
-__device__ void WriteStrip(const FragC (&acc)[HD / 16], float scale, float* staging, RowFn dst) {
-  const int lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
-  bf16* row = dst(r);
+__device__ void WriteSlice(const Acc (&acc)[HD / 8], float scale, RowFn dst) {
+  const int g = (threadIdx.x % 32) / 4, q = threadIdx.x % 4;
 #pragma unroll
-  for (int n = 0; n < HD / 16; ++n) {
-    wmma::store_matrix_sync(staging, acc[n], kLdS, wmma::mem_row_major);
-    __syncwarp();
-    if (row != nullptr) {
-      alignas(16) bf16 v[8];
+  for (int half = 0; half < 2; ++half) {
+    bf16* row = dst(g + 8 * half);
+    if (row == nullptr) continue;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = ToBF16(staging[r * kLdS + half * 8 + e] * scale);
-      *reinterpret_cast<uint4*>(row + n * 16 + half * 8) = *reinterpret_cast<const uint4*>(v);
+    for (int n = 0; n < HD / 8; ++n) {
+      *reinterpret_cast<uint32_t*>(row + n * 8 + 2 * q) =
+          PackBF16(acc[n][2 * half] * scale, acc[n][2 * half + 1] * scale);
     }
-    __syncwarp();
   }
+}
+
+// The sum (or max) over the four lanes that hold a row of a slice.
+__device__ inline float QuadSum(float x) {
+  x += __shfl_xor_sync(0xffffffff, x, 1);
+  return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+__device__ inline float QuadMax(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
 }
 
 // ---- Forward ------------------------------------------------------------------
 
 template <int HD>
-struct ForwardSmem {
-  int q, k, v, s, p, o, bytes;
-  __host__ __device__ ForwardSmem() {
-    Smem m;
-    q = m.Take(kTile * (HD + kPadB) * 2);
-    k = m.Take(kTile * (HD + kPadB) * 2);
-    v = m.Take(kTile * (HD + kPadB) * 2);
-    s = m.Take(kWarps * 16 * kLdS * 4);
-    p = m.Take(kWarps * 16 * kLdP * 2);
-    o = m.Take(kWarps * 16 * (HD + kPadF) * 4);
-    bytes = m.bytes;
-  }
-};
+constexpr int kForwardSmem = SmemBytes<HD>(5, 0);  // Q; K and V twice (one tile lands while one is used)
 
 template <int HD>
 __global__ void __launch_bounds__(kBlockThreads)
     TcAttentionForwardKernel(const bf16* qkv, bf16* out, float* lse, Shape sh, float scale_log2) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const ForwardSmem<HD> L;
-  bf16* q_s = reinterpret_cast<bf16*>(smem + L.q);
-  bf16* k_s = reinterpret_cast<bf16*>(smem + L.k);
-  bf16* v_s = reinterpret_cast<bf16*>(smem + L.v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
-  float* s_w = reinterpret_cast<float*>(smem + L.s) + warp * 16 * kLdS;
-  bf16* p_w = reinterpret_cast<bf16*>(smem + L.p) + warp * 16 * kLdP;
-  float* o_w = reinterpret_cast<float*>(smem + L.o) + warp * 16 * (HD + kPadF);
+  constexpr int ld = HD + kPadB;
+  bf16* q_s = reinterpret_cast<bf16*>(smem);
+  bf16* kv_s = q_s + kTile * ld;  // buffer u: K at kv_s + 2 u kTile ld, V after it
+  const int warp = threadIdx.x / 32;
 
   // The longest rows (last query tiles) start first.
   const int64_t tiles = (sh.t + kTile - 1) / kTile;
@@ -188,71 +254,117 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int64_t b = blockIdx.y / sh.heads;
   const int h = blockIdx.y % sh.heads;
   const int64_t q0 = qt * kTile;
-  const int64_t i = q0 + warp * 16 + r;  // this lane's query row
   const int64_t stride = 3 * sh.c;
 
+  auto load_kv = [&](int64_t kt) {
+    bf16* k_s = kv_s + (kt % 2) * 2 * kTile * ld;
+    LoadTile<HD>(qkv + sh.Qkv(b, 0, 1, h, HD), stride, kt * kTile, sh.t, k_s);
+    LoadTile<HD>(qkv + sh.Qkv(b, 0, 2, h, HD), stride, kt * kTile, sh.t, k_s + kTile * ld);
+    CommitLoads();
+  };
   LoadTile<HD>(qkv + sh.Qkv(b, 0, 0, h, HD), stride, q0, sh.t, q_s);
-  for (int e = lane; e < 16 * (HD + kPadF); e += 32) o_w[e] = 0.0f;
-  float m = -INFINITY, l = 0.0f;
+  CommitLoads();
+  load_kv(0);
+  WaitLoads<1>();  // Q
+  __syncthreads();
+  uint32_t qf[HD / 16][4];  // this warp's 16 query rows, held for every key tile
+#pragma unroll
+  for (int k = 0; k < HD / 16; ++k) LoadA(qf[k], q_s, ld, warp, k);
+
+  Acc o[HD / 8];
+#pragma unroll
+  for (int n = 0; n < HD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
 
   for (int64_t kt = 0; kt <= qt; ++kt) {
     const int64_t k0 = kt * kTile;
-    __syncthreads();  // the previous K, V tiles are no longer read
-    LoadTile<HD>(qkv + sh.Qkv(b, 0, 1, h, HD), stride, k0, sh.t, k_s);
-    LoadTile<HD>(qkv + sh.Qkv(b, 0, 2, h, HD), stride, k0, sh.t, v_s);
+    // The next tile lands in the other buffer while this one is used.
+    if (kt < qt) {
+      load_kv(kt + 1);
+      WaitLoads<1>();
+    } else {
+      WaitLoads<0>();
+    }
     __syncthreads();
+    const bf16* k_s = kv_s + (kt % 2) * 2 * kTile * ld;
+    const bf16* v_s = k_s + kTile * ld;
 
-    FragC s[kTile / 16];
-    StripTimesTransposed<HD>(q_s + warp * 16 * (HD + kPadB), k_s, s);
-    StoreStrip(s_w, s);
-    __syncwarp();
-
-    // Row r's statistics; lanes 2r and 2r+1 hold 32 columns each.
-    float* srow = s_w + r * kLdS + half * 32;
-    float tile_max = -INFINITY;
-    for (int c = 0; c < 32; ++c) {
-      const int64_t j = k0 + half * 32 + c;
-      const float x = j <= i && j < sh.t ? srow[c] * scale_log2 : -INFINITY;
-      srow[c] = x;
-      tile_max = fmaxf(tile_max, x);
-    }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
-    const float m_new = fmaxf(m, tile_max);
-    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet
-    float sum = 0.0f;
-    for (int c = 0; c < 32; ++c) {
-      const bf16 p = ToBF16(exp2f(srow[c] - m_use));
-      p_w[r * kLdP + half * 32 + c] = p;
-      sum += FromBF16(p);  // l sums what P V multiplies
-    }
-    sum += __shfl_xor_sync(0xffffffff, sum, 1);
-    const float correction = exp2f(m - m_use);  // 0 on the first tile
-    l = l * correction + sum;
-    m = m_new;
-    float* orow = o_w + r * (HD + kPadF) + half * (HD / 2);
-    for (int d = 0; d < HD / 2; ++d) orow[d] *= correction;
-    __syncwarp();
-
-    FragC o[HD / 16];
+    Acc s[kTile / 8];
 #pragma unroll
-    for (int n = 0; n < HD / 16; ++n) wmma::load_matrix_sync(o[n], o_w + n * 16, HD + kPadF, wmma::mem_row_major);
-    StripTimesTile<HD>(p_w, v_s, o);
+    for (int n = 0; n < kTile / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-    for (int n = 0; n < HD / 16; ++n) wmma::store_matrix_sync(o_w + n * 16, o[n], HD + kPadF, wmma::mem_row_major);
-    __syncwarp();
+    for (int k = 0; k < HD / 16; ++k) {
+#pragma unroll
+      for (int p = 0; p < kTile / 16; ++p) MmaTransposedB(s, qf[k], k_s, ld, k, p);
+    }
+
+    // Scores in log2 units, causal mask, each row's running max.
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = q0 + 16 * warp + SliceRow(e), j = k0 + SliceColumn(n, e);
+        const float x = j <= i && j < sh.t ? s[n][e] * scale_log2 : -INFINITY;
+        s[n][e] = x;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
+      }
+    }
+    float m_use[2], correction[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m[r], QuadMax(tile_max[r]));
+      m_use[r] = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet
+      correction[r] = exp2f(m[r] - m_use[r]);         // 0 on the first tile
+      m[r] = m_new;
+    }
+    // P, rounded to bf16; l sums what P V multiplies.
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = exp2f(s[n][e] - m_use[e / 2]);
+    }
+    uint32_t pf[kSteps][4];
+    SliceToA(s, pf);
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st) {
+#pragma unroll
+      for (int reg = 0; reg < 4; ++reg) sum[reg % 2] += LowBF16(pf[st][reg]) + HighBF16(pf[st][reg]);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * correction[r] + QuadSum(sum[r]);
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      o[n][0] *= correction[0];
+      o[n][1] *= correction[0];
+      o[n][2] *= correction[1];
+      o[n][3] *= correction[1];
+    }
+    SliceTimesTile<HD>(pf, v_s, o);
+    __syncthreads();  // this buffer is free for tile kt + 2
   }
 
-  if (i >= sh.t) return;
-  const float inv_l = 1.0f / l;
-  const float* orow = o_w + r * (HD + kPadF) + half * (HD / 2);
-  bf16* dst = out + sh.Out(b, i, h, HD) + half * (HD / 2);
-  for (int d = 0; d < HD / 2; d += 8) {
-    alignas(16) bf16 v[8];
+  // out = O / l, one scale per row: rows g and g + 8 of the slice.
 #pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = ToBF16(orow[d + e] * inv_l);
-    *reinterpret_cast<uint4*>(dst + d) = *reinterpret_cast<const uint4*>(v);
+  for (int n = 0; n < HD / 8; ++n) {
+    const float inv0 = 1.0f / l[0], inv1 = 1.0f / l[1];
+    o[n][0] *= inv0;
+    o[n][1] *= inv0;
+    o[n][2] *= inv1;
+    o[n][3] *= inv1;
   }
-  if (half == 0) lse[blockIdx.y * sh.t + i] = m * kLn2 + logf(l);
+  WriteSlice<HD>(o, 1.0f, [&](int r) -> bf16* {
+    const int64_t i = q0 + 16 * warp + r;
+    return i < sh.t ? out + sh.Out(b, i, h, HD) : nullptr;
+  });
+  if (threadIdx.x % 4 == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t i = q0 + 16 * warp + SliceRow(2 * r);
+      if (i < sh.t) lse[blockIdx.y * sh.t + i] = m[r] * kLn2 + logf(l[r]);
+    }
+  }
 }
 
 // ---- Backward -----------------------------------------------------------------
@@ -275,160 +387,184 @@ __global__ void TcAttentionDeltaKernel(const bf16* out, const bf16* dout, float*
 }
 
 template <int HD>
-struct BackwardSmem {
-  int own_a, own_b, other_a, other_b, s, dp, p, ds, lse, delta, bytes;
-  __host__ __device__ BackwardSmem() {
-    Smem m;
-    own_a = m.Take(kTile * (HD + kPadB) * 2);
-    own_b = m.Take(kTile * (HD + kPadB) * 2);
-    other_a = m.Take(kTile * (HD + kPadB) * 2);
-    other_b = m.Take(kTile * (HD + kPadB) * 2);
-    s = m.Take(kWarps * 16 * kLdS * 4);
-    dp = m.Take(kWarps * 16 * kLdS * 4);
-    p = m.Take(kWarps * 16 * kLdP * 2);
-    ds = m.Take(kWarps * 16 * kLdP * 2);
-    lse = m.Take(kTile * 4);
-    delta = m.Take(kTile * 4);
-    bytes = m.bytes;
-  }
-};
+constexpr int kBackwardSmem = SmemBytes<HD>(6, 4 * kTile);  // two own tiles; two streamed, twice; lse, delta twice
 
-// dK and dV for one 64-key tile: own_a = K, own_b = V; query tiles stream
-// through other_a = Q, other_b = dO. A warp's strip is 16 keys x 64 queries:
-// S^T = K Q^T, dP^T = V dO^T.
+// dK and dV for one 64-key tile: K, V stay; query tiles stream through
+// Q, dO. A warp's slice is 16 keys x 64 queries: S^T = K Q^T, dP^T = V dO^T.
 template <int HD>
 __global__ void __launch_bounds__(kBlockThreads)
     TcAttentionBackwardKeyValueKernel(const bf16* qkv, const bf16* dout, const float* lse,
                                       const float* delta, bf16* dqkv, Shape sh, float scale,
                                       float scale_log2) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const BackwardSmem<HD> L;
-  bf16* k_s = reinterpret_cast<bf16*>(smem + L.own_a);
-  bf16* v_s = reinterpret_cast<bf16*>(smem + L.own_b);
-  bf16* q_s = reinterpret_cast<bf16*>(smem + L.other_a);
-  bf16* do_s = reinterpret_cast<bf16*>(smem + L.other_b);
-  float* lse_s = reinterpret_cast<float*>(smem + L.lse);
-  float* delta_s = reinterpret_cast<float*>(smem + L.delta);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
-  float* s_w = reinterpret_cast<float*>(smem + L.s) + warp * 16 * kLdS;
-  float* dp_w = reinterpret_cast<float*>(smem + L.dp) + warp * 16 * kLdS;
-  bf16* p_w = reinterpret_cast<bf16*>(smem + L.p) + warp * 16 * kLdP;
-  bf16* ds_w = reinterpret_cast<bf16*>(smem + L.ds) + warp * 16 * kLdP;
+  constexpr int ld = HD + kPadB;
+  bf16* k_s = reinterpret_cast<bf16*>(smem);
+  bf16* v_s = k_s + kTile * ld;
+  bf16* stream_s = v_s + kTile * ld;  // buffer u: Q at stream_s + 2 u kTile ld, dO after it
+  float* stats_s = reinterpret_cast<float*>(stream_s + 4 * kTile * ld);  // buffer u: lse, delta at 2 u kTile
+  const int warp = threadIdx.x / 32;
 
   const int64_t tiles = (sh.t + kTile - 1) / kTile;
   const int64_t kt = blockIdx.x;  // the first key tiles see the most queries
   const int64_t b = blockIdx.y / sh.heads;
   const int h = blockIdx.y % sh.heads;
   const int64_t k0 = kt * kTile;
-  const int64_t j = k0 + warp * 16 + r;  // this lane's key row
   const int64_t stride = 3 * sh.c;
-  LoadTile<HD>(qkv + sh.Qkv(b, 0, 1, h, HD), stride, k0, sh.t, k_s);
-  LoadTile<HD>(qkv + sh.Qkv(b, 0, 2, h, HD), stride, k0, sh.t, v_s);
-
-  FragC dk[HD / 16], dv[HD / 16];
-#pragma unroll
-  for (int n = 0; n < HD / 16; ++n) {
-    wmma::fill_fragment(dk[n], 0.0f);
-    wmma::fill_fragment(dv[n], 0.0f);
-  }
-  for (int64_t qt = kt; qt < tiles; ++qt) {
+  // Query tile qt's Q and dO (copies) and its lse, delta (stores) into buffer qt % 2.
+  auto load_queries = [&](int64_t qt) {
     const int64_t q0 = qt * kTile;
-    __syncthreads();
+    bf16* q_s = stream_s + (qt % 2) * 2 * kTile * ld;
     LoadTile<HD>(qkv + sh.Qkv(b, 0, 0, h, HD), stride, q0, sh.t, q_s);
-    LoadTile<HD>(dout + sh.Out(b, 0, h, HD), sh.c, q0, sh.t, do_s);
+    LoadTile<HD>(dout + sh.Out(b, 0, h, HD), sh.c, q0, sh.t, q_s + kTile * ld);
+    CommitLoads();
+    float* lse_s = stats_s + (qt % 2) * 2 * kTile;
     for (int e = threadIdx.x; e < kTile; e += blockDim.x) {
       const bool in = q0 + e < sh.t;
       lse_s[e] = in ? lse[blockIdx.y * sh.t + q0 + e] * kLog2E : 0.0f;
-      delta_s[e] = in ? delta[blockIdx.y * sh.t + q0 + e] : 0.0f;
+      lse_s[kTile + e] = in ? delta[blockIdx.y * sh.t + q0 + e] : 0.0f;
+    }
+  };
+  LoadTile<HD>(qkv + sh.Qkv(b, 0, 1, h, HD), stride, k0, sh.t, k_s);
+  LoadTile<HD>(qkv + sh.Qkv(b, 0, 2, h, HD), stride, k0, sh.t, v_s);
+  CommitLoads();
+  load_queries(kt);
+
+  Acc dk[HD / 8], dv[HD / 8];
+#pragma unroll
+  for (int n = 0; n < HD / 8; ++n) {
+    dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = 0.0f;
+    dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
+  }
+  for (int64_t qt = kt; qt < tiles; ++qt) {
+    const int64_t q0 = qt * kTile;
+    if (qt + 1 < tiles) {
+      load_queries(qt + 1);
+      WaitLoads<1>();
+    } else {
+      WaitLoads<0>();
     }
     __syncthreads();
+    const bf16* q_s = stream_s + (qt % 2) * 2 * kTile * ld;
+    const bf16* do_s = q_s + kTile * ld;
+    const float* lse_s = stats_s + (qt % 2) * 2 * kTile;
+    const float* delta_s = lse_s + kTile;
 
-    FragC acc[kTile / 16];
-    StripTimesTransposed<HD>(k_s + warp * 16 * (HD + kPadB), q_s, acc);
-    StoreStrip(s_w, acc);
-    StripTimesTransposed<HD>(v_s + warp * 16 * (HD + kPadB), do_s, acc);
-    StoreStrip(dp_w, acc);
-    __syncwarp();
-    for (int c = half * 32; c < half * 32 + 32; ++c) {
-      const int64_t i = q0 + c;
-      const bool live = j <= i && i < sh.t && j < sh.t;
-      const float p = live ? exp2f(s_w[r * kLdS + c] * scale_log2 - lse_s[c]) : 0.0f;
-      p_w[r * kLdP + c] = ToBF16(p);
-      ds_w[r * kLdP + c] = ToBF16(p * (dp_w[r * kLdS + c] - delta_s[c]));
+    // P^T, then dV += P^T dO (P rounded to bf16).
+    Acc p[kTile / 8];
+    SliceTimesTransposed<HD>(k_s, q_s, warp, p);
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = k0 + 16 * warp + SliceRow(e);
+        const int c = SliceColumn(n, e);
+        const int64_t i = q0 + c;
+        const bool live = j <= i && i < sh.t && j < sh.t;
+        p[n][e] = live ? exp2f(p[n][e] * scale_log2 - lse_s[c]) : 0.0f;
+      }
     }
-    __syncwarp();
-    StripTimesTile<HD>(p_w, do_s, dv);
-    StripTimesTile<HD>(ds_w, q_s, dk);
+    {
+      uint32_t pf[kSteps][4];
+      SliceToA(p, pf);
+      SliceTimesTile<HD>(pf, do_s, dv);
+    }
+    // dS^T = P^T (dP^T - delta), then dK += dS^T Q (dS rounded to bf16).
+    Acc ds[kTile / 8];
+    SliceTimesTransposed<HD>(v_s, do_s, warp, ds);
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds[n][e] = p[n][e] * (ds[n][e] - delta_s[SliceColumn(n, e)]);
+    }
+    uint32_t dsf[kSteps][4];
+    SliceToA(ds, dsf);
+    SliceTimesTile<HD>(dsf, q_s, dk);
+    __syncthreads();  // this buffer is free for tile qt + 2
   }
   auto row_of = [&](int part) {
-    return [&, part](int rr) -> bf16* {
-      const int64_t jj = k0 + warp * 16 + rr;
-      return jj < sh.t ? dqkv + sh.Qkv(b, jj, part, h, HD) : nullptr;
+    return [&, part](int r) -> bf16* {
+      const int64_t j = k0 + 16 * warp + r;
+      return j < sh.t ? dqkv + sh.Qkv(b, j, part, h, HD) : nullptr;
     };
   };
-  WriteStrip<HD>(dk, scale, s_w, row_of(1));
-  WriteStrip<HD>(dv, 1.0f, s_w, row_of(2));
+  WriteSlice<HD>(dk, scale, row_of(1));
+  WriteSlice<HD>(dv, 1.0f, row_of(2));
 }
 
-// dQ for one 64-query tile: own_a = Q, own_b = dO; key tiles up to the
-// diagonal stream through other_a = K, other_b = V. S = Q K^T, dP = dO V^T.
+// dQ for one 64-query tile: Q, dO stay; key tiles up to the diagonal stream
+// through K, V. S = Q K^T, dP = dO V^T.
 template <int HD>
 __global__ void __launch_bounds__(kBlockThreads)
     TcAttentionBackwardQueryKernel(const bf16* qkv, const bf16* dout, const float* lse,
                                    const float* delta, bf16* dqkv, Shape sh, float scale,
                                    float scale_log2) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const BackwardSmem<HD> L;
-  bf16* q_s = reinterpret_cast<bf16*>(smem + L.own_a);
-  bf16* do_s = reinterpret_cast<bf16*>(smem + L.own_b);
-  bf16* k_s = reinterpret_cast<bf16*>(smem + L.other_a);
-  bf16* v_s = reinterpret_cast<bf16*>(smem + L.other_b);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
-  float* s_w = reinterpret_cast<float*>(smem + L.s) + warp * 16 * kLdS;
-  float* dp_w = reinterpret_cast<float*>(smem + L.dp) + warp * 16 * kLdS;
-  bf16* ds_w = reinterpret_cast<bf16*>(smem + L.ds) + warp * 16 * kLdP;
+  constexpr int ld = HD + kPadB;
+  bf16* q_s = reinterpret_cast<bf16*>(smem);
+  bf16* do_s = q_s + kTile * ld;
+  bf16* kv_s = do_s + kTile * ld;  // buffer u: K at kv_s + 2 u kTile ld, V after it
+  const int warp = threadIdx.x / 32;
 
   const int64_t tiles = (sh.t + kTile - 1) / kTile;
   const int64_t qt = tiles - 1 - blockIdx.x;
   const int64_t b = blockIdx.y / sh.heads;
   const int h = blockIdx.y % sh.heads;
   const int64_t q0 = qt * kTile;
-  const int64_t i = q0 + warp * 16 + r;  // this lane's query row
   const int64_t stride = 3 * sh.c;
+  auto load_kv = [&](int64_t kt) {
+    bf16* k_s = kv_s + (kt % 2) * 2 * kTile * ld;
+    LoadTile<HD>(qkv + sh.Qkv(b, 0, 1, h, HD), stride, kt * kTile, sh.t, k_s);
+    LoadTile<HD>(qkv + sh.Qkv(b, 0, 2, h, HD), stride, kt * kTile, sh.t, k_s + kTile * ld);
+    CommitLoads();
+  };
   LoadTile<HD>(qkv + sh.Qkv(b, 0, 0, h, HD), stride, q0, sh.t, q_s);
   LoadTile<HD>(dout + sh.Out(b, 0, h, HD), sh.c, q0, sh.t, do_s);
-  const bool row_in = i < sh.t;
-  const float lse_i = row_in ? lse[blockIdx.y * sh.t + i] * kLog2E : 0.0f;
-  const float delta_i = row_in ? delta[blockIdx.y * sh.t + i] : 0.0f;
-
-  FragC dq[HD / 16];
+  CommitLoads();
+  load_kv(0);
+  float lse_r[2], delta_r[2];  // rows g and g + 8
 #pragma unroll
-  for (int n = 0; n < HD / 16; ++n) wmma::fill_fragment(dq[n], 0.0f);
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = q0 + 16 * warp + SliceRow(2 * r);
+    lse_r[r] = i < sh.t ? lse[blockIdx.y * sh.t + i] * kLog2E : 0.0f;
+    delta_r[r] = i < sh.t ? delta[blockIdx.y * sh.t + i] : 0.0f;
+  }
+
+  Acc dq[HD / 8];
+#pragma unroll
+  for (int n = 0; n < HD / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
   for (int64_t kt = 0; kt <= qt; ++kt) {
     const int64_t k0 = kt * kTile;
-    __syncthreads();
-    LoadTile<HD>(qkv + sh.Qkv(b, 0, 1, h, HD), stride, k0, sh.t, k_s);
-    LoadTile<HD>(qkv + sh.Qkv(b, 0, 2, h, HD), stride, k0, sh.t, v_s);
-    __syncthreads();
-
-    FragC acc[kTile / 16];
-    StripTimesTransposed<HD>(q_s + warp * 16 * (HD + kPadB), k_s, acc);
-    StoreStrip(s_w, acc);
-    StripTimesTransposed<HD>(do_s + warp * 16 * (HD + kPadB), v_s, acc);
-    StoreStrip(dp_w, acc);
-    __syncwarp();
-    for (int c = half * 32; c < half * 32 + 32; ++c) {
-      const int64_t jj = k0 + c;
-      const bool live = jj <= i && row_in && jj < sh.t;
-      const float p = live ? exp2f(s_w[r * kLdS + c] * scale_log2 - lse_i) : 0.0f;
-      ds_w[r * kLdP + c] = ToBF16(p * (dp_w[r * kLdS + c] - delta_i));
+    if (kt < qt) {
+      load_kv(kt + 1);
+      WaitLoads<1>();
+    } else {
+      WaitLoads<0>();
     }
-    __syncwarp();
-    StripTimesTile<HD>(ds_w, k_s, dq);
+    __syncthreads();
+    const bf16* k_s = kv_s + (kt % 2) * 2 * kTile * ld;
+    const bf16* v_s = k_s + kTile * ld;
+
+    Acc p[kTile / 8], ds[kTile / 8];
+    SliceTimesTransposed<HD>(q_s, k_s, warp, p);
+    SliceTimesTransposed<HD>(do_s, v_s, warp, ds);
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = q0 + 16 * warp + SliceRow(e), j = k0 + SliceColumn(n, e);
+        const bool live = j <= i && i < sh.t && j < sh.t;
+        const float pe = live ? exp2f(p[n][e] * scale_log2 - lse_r[e / 2]) : 0.0f;
+        ds[n][e] = pe * (ds[n][e] - delta_r[e / 2]);
+      }
+    }
+    uint32_t dsf[kSteps][4];
+    SliceToA(ds, dsf);
+    SliceTimesTile<HD>(dsf, k_s, dq);
+    __syncthreads();  // this buffer is free for tile kt + 2
   }
-  WriteStrip<HD>(dq, scale, s_w, [&](int rr) -> bf16* {
-    const int64_t ii = q0 + warp * 16 + rr;
-    return ii < sh.t ? dqkv + sh.Qkv(b, ii, 0, h, HD) : nullptr;
+  WriteSlice<HD>(dq, scale, [&](int r) -> bf16* {
+    const int64_t i = q0 + 16 * warp + r;
+    return i < sh.t ? dqkv + sh.Qkv(b, i, 0, h, HD) : nullptr;
   });
 }
 
@@ -481,7 +617,7 @@ bool TensorCoreAttention(int64_t hd) {
   int device = 0, major = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  return major >= 8;  // bf16 WMMA
+  return major >= 8;  // bf16 mma.sync
 }
 
 int AttentionForwardBF16(const void* qkv, void* out, float* lse, int64_t batch, int64_t t,
@@ -504,9 +640,9 @@ int AttentionForwardBF16(const void* qkv, void* out, float* lse, int64_t batch, 
   auto q = static_cast<const bf16*>(qkv);
   auto o = static_cast<bf16*>(out);
   if (hd == 64) {
-    return Launch(TcAttentionForwardKernel<64>, grid, ForwardSmem<64>().bytes, s, q, o, lse, sh, scale_log2);
+    return Launch(TcAttentionForwardKernel<64>, grid, kForwardSmem<64>, s, q, o, lse, sh, scale_log2);
   }
-  return Launch(TcAttentionForwardKernel<128>, grid, ForwardSmem<128>().bytes, s, q, o, lse, sh,
+  return Launch(TcAttentionForwardKernel<128>, grid, kForwardSmem<128>, s, q, o, lse, sh,
                 scale_log2);
 }
 
@@ -547,7 +683,7 @@ int AttentionBackwardBF16(const void* qkv, const void* out, const void* dout, co
   const float scale_log2 = scale * kLog2E;
   auto run = [&](auto hd_tag) {
     constexpr int kHd = decltype(hd_tag)::value;
-    const int bytes = BackwardSmem<kHd>().bytes;
+    const int bytes = kBackwardSmem<kHd>;
     if (int err = Launch(TcAttentionBackwardKeyValueKernel<kHd>, grid, bytes, s, q, g, lse,
                          static_cast<const float*>(delta), dq, sh, scale, scale_log2);
         err != 0) {
