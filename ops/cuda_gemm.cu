@@ -15,12 +15,15 @@
 // same GEMM runs through cublasGemmEx (remembered per shape).
 //
 // [Note: one rounding of C]
-// A 16-bit C is rounded once, from the fp32 sum over all of K. cuBLAS may
-// split K across thread blocks (split-K) and add the parts in C's own type
-// (Lt's INPLACE and OUTPUT_TYPE reduction schemes, cublasGemmEx's "reduced
-// precision reduction"), which rounds a bf16 C once per part: one bf16 ulp
-// off at k = 300 on an H100. Both are turned off here; split-K whose parts
-// meet in fp32 (Lt's COMPUTE_TYPE scheme) stays allowed.
+// A 16-bit C is rounded once, from the fp32 sum over all of K plus the
+// bias. cuBLAS may split K across thread blocks (split-K) and add the parts
+// in C's own type (Lt's INPLACE and OUTPUT_TYPE reduction schemes,
+// cublasGemmEx's "reduced precision reduction"), which rounds a bf16 C once
+// per part; both are turned off here. Split-K whose parts meet in fp32
+// (Lt's COMPUTE_TYPE scheme) stays allowed, except under the bias
+// epilogue: there the reduction adds the bias to a product already rounded
+// to C's type (a bf16 C one ulp off at (37, 29, 300) on an H100), so a GEMM
+// with the epilogue runs unsplit.
 //
 // Row-major storage and column-major BLAS: a row-major (m, n) matrix is the
 // column-major (n, m) matrix with the same leading dimension, so row-major
@@ -222,8 +225,11 @@ bool FindAlgo(LtState& lt, cublasLtHandle_t handle, const GemmShape& g, const Lt
   Preference pref;
   bool found = cublasLtMatmulPreferenceCreate(&pref.h) == CUBLAS_STATUS_SUCCESS;
   const uint64_t workspace = kGemmWorkspaceBytes;
-  // No split-K whose partial sums meet in C's type: see [Note: one rounding of C].
-  const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  // No split-K whose partial sums meet in C's type, none at all under the
+  // bias epilogue: see [Note: one rounding of C].
+  const uint32_t reductions =
+      g.epilogue_bias ? CUBLASLT_REDUCTION_SCHEME_NONE
+                      : CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
   const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.align_b},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.align_a},
