@@ -24,6 +24,7 @@
 #include "runtime/timeline.h"
 #include "runtime/status.h"
 #include "zero/checkpoint.h"
+#include "zero/config.h"
 #include "zero/trainer.h"
 
 namespace py = pybind11;
@@ -189,6 +190,8 @@ class PyTrainer {
 }  // namespace
 
 void BindTraining(py::module_& m) {
+  // The trainer's reduce bucket where a config sets none (perf_model's Run).
+  m.attr("DEFAULT_REDUCE_BUCKET_BYTES") = zero::kDefaultReduceBucketBytes;
   m.def("estimate", &Estimate, py::arg("config") = py::none(), py::kw_only(), py::arg("model") = py::none(),
         py::arg("params") = 0, py::arg("ranks") = 1, py::arg("checkpointing") = py::none(),
         py::arg("device_bytes") = 0, py::arg("host_bytes") = 0, py::arg("disk_bytes") = 0,

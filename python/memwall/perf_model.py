@@ -47,17 +47,27 @@ k = 1 with activation recomputation (checkpointing) else 0:
                (and from NVMe), then all-gathers (bandwidth-centric
                partitioning)
 
-Overlap, as the engine schedules it (and an H100's traces show it,
-results/offload_dpu_gpu/traces/): the gradient reduction, the gradients'
-copy down and their accumulation into the host buffer run under the
-backward pass, stage 3's gathers and the parameter fetches under the pass
-they feed (prefetch), the NVMe optimizer swap and the parameters' copy up
-under the CPU Adam (the tile pipeline); the norm and the optimizer run
-after the backward pass:
+Overlap, as the engine schedules it (and an H100's traces show it: commit
+0aaa5c3's results/offload_dpu_gpu/traces/, and the zones of 60787c5's
+results/offload_dpu_gpu/run.log): the gradient reduction and the
+gradients' copy down run under the backward pass, stage 3's gathers and
+the parameter fetches under the pass they feed (prefetch), the NVMe
+optimizer swap under the CPU Adam (the tile pipeline). The host
+accumulates the gradients a reduce bucket at a time as the backward pass
+fills them, a two-stage pipeline:
+
+  backward = max(backward pass, accumulation)
+             + min(backward pass, accumulation) · bucket / shard
+
+The norm and the optimizer run after the backward pass, the parameters'
+copy up under the CPU Adam (the tile pipeline):
 
   step = passes + norm + max(optimizer, copy up)
-  step = max(passes, optimizer) + norm + copy up     with the delayed
-                                                     parameter update
+  step = max(passes, optimizer + accumulation)       with the delayed
+         + norm + copy up                            parameter update
+                                                     (the update and the
+                                                     next accumulation share
+                                                     the host)
 
 (ZeRO-Offload §5.2: the update of the step before runs under this step's
 forward and backward; its parameters go up after them). A machine whose
@@ -178,6 +188,7 @@ class Run:
     seq: Optional[int] = None         # default: the model's positions
     checkpointing: Optional[bool] = None  # default: the model's setting
     prefetch: bool = True             # overlap-centric prefetch of offloaded parameters
+    reduce_bucket_bytes: Optional[int] = None  # default: the trainer's (DEFAULT_REDUCE_BUCKET_BYTES)
     partition_activations: bool = False  # ZeRO-R's P_a: activation checkpoints split across the MP group
 
     @property
@@ -351,13 +362,22 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
         forward = over(fwd, gather_fwd * ga, fetch_fwd, nvme_fwd)
         backward = max(over(bwd, gather_bwd * ga, fetch_pass * passes_bwd, nvme_pass * passes_bwd), grad_reduce,
                        grads_down, accumulate)
+        if accumulate:
+            # The host accumulates the gradients a reduce bucket at a time
+            # (2 bytes a gradient) as the backward pass fills them: a
+            # two-stage pipeline, the slower stage plus one bucket of the other.
+            bucket = (run.reduce_bucket_bytes or _memwall.DEFAULT_REDUCE_BUCKET_BYTES) / 2
+            backward += min(bwd, accumulate / ga) * min(1.0, bucket / shard)
         passes = forward + backward + mp_comm
         host_update = opt_device + max(opt_cpu, opt_nvme)
         if run.dpu:
-            # The update of the step before runs under this step's passes;
-            # the norm, then its parameters' copy up, wait for both.
-            hidden = min(host_update, passes)
-            after = host_update - hidden + params_up + gather_after
+            # The update of the step before runs under this step's passes,
+            # on the host beside this step's gradient accumulation: the two
+            # share its memory bandwidth. The norm, then the parameters'
+            # copy up, wait for both.
+            host_busy = host_update + accumulate
+            hidden = min(host_busy, passes)
+            after = host_busy - hidden + params_up + gather_after
         else:
             # The tile pipeline copies each tile up as the CPU Adam ends it.
             after = max(host_update, params_up) + gather_after
@@ -431,7 +451,8 @@ def calibrate(rows, nvme_gbps: float, name: str = "calibrated") -> Hardware:
     device = bytes_per_second([(_shard(r["run"]) * DEVICE_ADAM_BYTES_PER_PARAM, r["zones"][ADAM])
                                for r in rows if ADAM in r["zones"]], "the device Adam")
     offloaded = [r for r in rows if CPU_ADAM in r["zones"]]
-    cpu = bytes_per_second([(_shard(r["run"]) * CPU_ADAM_BYTES_PER_PARAM, r["zones"][CPU_ADAM]) for r in offloaded],
+    alone = [r for r in offloaded if not r["delayed"]] or offloaded  # the delayed Adam shares the host
+    cpu = bytes_per_second([(_shard(r["run"]) * CPU_ADAM_BYTES_PER_PARAM, r["zones"][CPU_ADAM]) for r in alone],
                            "the CPU Adam")
     host = [(sum(r["zones"].get(z, 0.0) for z in (CPU_ADAM, GRAD_ACCUMULATE, GRAD_NORM)), _shard(r["run"]))
             for r in offloaded]
@@ -453,19 +474,24 @@ def calibrate_device(rows, base: Hardware, name: str) -> Hardware:
     "delayed" (whether the row's mode ran the delayed parameter update).
     Fitted: the compute rate as compute_efficiency of base.device_tflops
     and, where the rows span two or more hidden sizes, h0 (least squares on
-    seconds/flop = 1/R + (h0/R)/h; one hidden size keeps base's h0); the
+    seconds/flop = 1/R + (h0/R)/h; one hidden size keeps base's h0), from
+    the rows that offload nothing where there are any (an offloaded
+    step's backward waits on the host's gradient accumulation); the
     device Adam's bandwidth (device_memory_gbps) and the CPU Adam's
-    (cpu_memory_gbps) at 28 bytes per parameter; the gradient accumulation's
+    (cpu_memory_gbps) at 28 bytes per parameter, from the undelayed rows
+    where there are any (the delayed Adam shares the host with the next
+    gradient accumulation); the gradient accumulation's
     and the norm's bytes per parameter at the CPU Adam's bandwidth; PCIe
     from the gradients' copy down and the delayed update's parameter copy up
     (the undelayed copy up runs tile by tile under the CPU Adam, which
     paces it). The rest is base's."""
     import numpy as np
 
-    hiddens = sorted({_field(r["run"].model, "hidden") for r in rows})
+    passes = [r for r in rows if CPU_ADAM not in r["zones"]] or rows
+    hiddens = sorted({_field(r["run"].model, "hidden") for r in passes})
     if len(hiddens) >= 2:
-        xs = [[1.0, 1.0 / _field(r["run"].model, "hidden")] for r in rows]
-        ys = [r["zones"][FORWARD_BACKWARD] / _run_flops(r["run"]) for r in rows]
+        xs = [[1.0, 1.0 / _field(r["run"].model, "hidden")] for r in passes]
+        ys = [r["zones"][FORWARD_BACKWARD] / _run_flops(r["run"]) for r in passes]
         (a, c), *_ = np.linalg.lstsq(np.array(xs), np.array(ys), rcond=None)
         if a <= 0 or c < 0:
             raise ValueError("calibration: forward+backward times do not fall with the hidden size as the model assumes")
@@ -473,8 +499,8 @@ def calibrate_device(rows, base: Hardware, name: str) -> Hardware:
     else:
         h0 = base.half_hidden
         h = hiddens[0]
-        rate_flops = (sum(_run_flops(r["run"]) * (h + h0) / h for r in rows)
-                      / sum(r["zones"][FORWARD_BACKWARD] for r in rows))
+        rate_flops = (sum(_run_flops(r["run"]) * (h + h0) / h for r in passes)
+                      / sum(r["zones"][FORWARD_BACKWARD] for r in passes))
 
     def per_param(zone, bandwidth, rows_):  # bytes per parameter of `zone` at `bandwidth`
         pairs = [(r["zones"][zone], _shard(r["run"])) for r in rows_ if zone in r["zones"]]
@@ -483,7 +509,8 @@ def calibrate_device(rows, base: Hardware, name: str) -> Hardware:
     device_adam = [(_shard(r["run"]) * DEVICE_ADAM_BYTES_PER_PARAM, r["zones"][ADAM]) for r in rows if ADAM in r["zones"]]
     device_gbps = bytes_per_second(device_adam, "the device Adam") / GB if device_adam else base.device_memory_gbps
     offloaded = [r for r in rows if CPU_ADAM in r["zones"]]
-    cpu = bytes_per_second([(_shard(r["run"]) * CPU_ADAM_BYTES_PER_PARAM, r["zones"][CPU_ADAM]) for r in offloaded],
+    alone = [r for r in offloaded if not r["delayed"]] or offloaded  # the delayed Adam shares the host
+    cpu = bytes_per_second([(_shard(r["run"]) * CPU_ADAM_BYTES_PER_PARAM, r["zones"][CPU_ADAM]) for r in alone],
                            "the CPU Adam")
     copies = [(2 * _shard(r["run"]), r["zones"][GRAD_D2H]) for r in offloaded if GRAD_D2H in r["zones"]]
     copies += [(2 * _shard(r["run"]), r["zones"][PARAM_H2D]) for r in offloaded if r["delayed"] and PARAM_H2D in r["zones"]]

@@ -12,8 +12,12 @@
    the measured steps of results/offload_throughput_h100/ and predicts
    those of results/offload_dpu_gpu/ (another micro-batch, a 32 GB budget);
    until offload_throughput_h100 is measured, offload_dpu_gpu's smallest
-   model is the fit and its larger one held out. Writes the fitted file
-   beside the results (h100_box.json), which the committed one must equal.
+   model is the fit and its larger one held out. The compute rate and h0
+   come from the stage-0 rows, with gpt_benchmark's forward and backward
+   passes of three GPTs (hidden 768, 1024, 2048) measured by the same
+   build on the same kind of machine (results/models/h100/<commit>/, the
+   commit of offload_dpu_gpu's provenance). Writes the fitted file beside
+   the results (h100_box.json), which the committed one must equal.
 3. The V100 DGX-2 (python/memwall/hardware/v100_dgx2.json): sets the
    host's bandwidth from ZeRO-Offload Table 4's CPU-Adam time for the 10B,
    then fits compute_efficiency and half_hidden to two points of
@@ -44,6 +48,11 @@ BOX = "h100_box"
 BOX_FIT = ("offload_throughput_h100",)
 BOX_HELD_OUT = ("offload_dpu_gpu",)
 PAPERS = "models/configs/papers.textproto"
+GPTS = "models/configs/gpt.textproto"
+# BM_GptCuda/<config>_bf16[_ckpt] (models/gpt_benchmark.cc): forward and
+# backward at micro-batch 8, sequence 1024; "gpt_1_3b" is gpt_1.3b.
+GPT_BENCHMARK = re.compile(r"^BM_GptCuda/(gpt_\w+?)_bf16(_ckpt)?/")
+GPT_BENCHMARK_BATCH, GPT_BENCHMARK_SEQ = 8, 1024
 # ZeRO-Offload Figure 8 (the paper's numbers): one V100.
 # Micro-batch 0: the largest that fits (the paper does not give PyTorch's).
 V100_POINTS = (("zero_dp_1.5b", dict(stage=0, micro_batch=0), 30.0,
@@ -66,8 +75,9 @@ MODES = {
 
 
 def experiment(workspace, name):
-    """The experiment's training settings and ladder, from the text proto
-    under repro/ whose name is `name` (results/<name>/)."""
+    """The experiment's sequence, micro-batch, ladder and reduce bucket (None:
+    the trainer's), from the text proto under repro/ whose name is `name`
+    (results/<name>/)."""
     for path in sorted(glob.glob(os.path.join(workspace, "repro", "**", "*.textproto"), recursive=True)):
         with open(path) as f:
             text = f.read()
@@ -77,13 +87,14 @@ def experiment(workspace, name):
         raise ValueError(f"no experiment under repro/ is named {name}")
     seq = int(re.search(r"\bseq:\s*(\d+)", text).group(1))
     micro_batch = int(re.search(r"\bmicro_batch:\s*(\d+)", text).group(1))
+    bucket = re.search(r"\breduce_bucket_bytes:\s*(\d+)", text)
     ladder = {}
     for body in re.findall(r"ladder\s*\{(.*?)\}", text, re.S):
         model_name = re.search(r'name:\s*"([^"]+)"', body).group(1)
         fields = " ".join(f"{k}: {v}" for k, v in re.findall(r"\b(layers|hidden|heads|vocab|positions|"
                                                               r"activation_checkpointing):\s*(\w+)", body))
         ladder[model_name] = f'name: "{model_name}" {fields}'
-    return seq, micro_batch, ladder
+    return seq, micro_batch, ladder, int(bucket.group(1)) if bucket else None
 
 
 def zones(breakdown):
@@ -98,7 +109,7 @@ def zones(breakdown):
 def measured_rows(workspace, names, split):
     rows = []
     for name in names:
-        seq, micro_batch, ladder = experiment(workspace, name)
+        seq, micro_batch, ladder, bucket = experiment(workspace, name)
         with open(os.path.join(workspace, "results", name, "data.csv")) as f:
             for r in csv.DictReader(f):
                 if r["fits"] != "yes":
@@ -106,7 +117,7 @@ def measured_rows(workspace, names, split):
                 # The row's own micro-batch where data.csv has the column
                 # (a per-model or halved one), else the experiment's.
                 run = perf_model.Run(model=ladder[r["model"]], micro_batch=int(r.get("micro_batch") or micro_batch),
-                                     seq=seq, **MODES[r["mode"]])
+                                     seq=seq, reduce_bucket_bytes=bucket, **MODES[r["mode"]])
                 if perf_model._params(run.model) != int(r["params"]):
                     raise ValueError(f"{name}/{r['model']}: the model counts {perf_model._params(run.model)} "
                                      f"parameters, the run {r['params']}")
@@ -127,6 +138,31 @@ def box_rows(workspace):
     fit = [r for r in rows if perf_model._params(r["run"].model) == smallest]
     held = [dict(r, split="held-out") for r in rows if perf_model._params(r["run"].model) != smallest]
     return fit, held
+
+
+def benchmark_rows(workspace):
+    """gpt_benchmark's bf16 forward and backward passes on the box, from
+    the build that measured BOX_HELD_OUT (its provenance's commit), as rows
+    with a forward+backward zone only; none where that folder is missing."""
+    with open(os.path.join(workspace, "results", BOX_HELD_OUT[0], "provenance.json")) as f:
+        commit = json.load(f)["commit"][:7]
+    path = os.path.join(workspace, "results", "models", "h100", commit, "gpt_benchmark.json")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        benchmarks = json.load(f)["benchmarks"]
+    rows = []
+    for b in benchmarks:
+        m = GPT_BENCHMARK.match(b["name"])
+        if not m or b.get("error_occurred") or b["time_unit"] != "ms":
+            continue
+        name = m.group(1).replace("_1_3b", "_1.3b")
+        run = perf_model.Run(model=memwall.model_config(os.path.join(workspace, GPTS), name),
+                             micro_batch=GPT_BENCHMARK_BATCH, seq=GPT_BENCHMARK_SEQ, checkpointing=bool(m.group(2)))
+        rows.append(dict(experiment="gpt_benchmark", model=name + (m.group(2) or ""), mode="stage0", run=run,
+                         split="fit", measured=b["real_time"] / 1e3,
+                         zones={perf_model.FORWARD_BACKWARD: b["real_time"] / 1e3}, delayed=False))
+    return rows
 
 
 def copy_gbps(rows, zone, delayed_only=False):
@@ -197,14 +233,17 @@ def main(argv):
     held = measured_rows(workspace, HELD_OUT, "held-out")
     hw = perf_model.calibrate(train, nvme_gbps=fio_read_gbps(workspace), name="dev_vm")
     box_fit, box_held = box_rows(workspace)
-    box = perf_model.calibrate_device(box_fit, perf_model.load_hardware(BOX), BOX)
-    box_experiments = sorted({r["experiment"] for r in box_fit})
-    one_hidden = len({perf_model._field(r["run"].model, "hidden") for r in box_fit}) == 1
+    passes = benchmark_rows(workspace)  # the compute fit's other hidden sizes; not steps
+    box = perf_model.calibrate_device(box_fit + passes, perf_model.load_hardware(BOX), BOX)
+    box_experiments = sorted({r["experiment"] for r in box_fit + passes})
+    one_hidden = len({perf_model._field(r["run"].model, "hidden") for r in box_fit + passes}) == 1
     fitted = [f for f in perf_model.DEVICE_FITTED_FIELDS if not (one_hidden and f == "half_hidden")]
     box = dataclasses.replace(box, source=(
         "One H100 80GB HBM3 (989 TFLOPS dense bf16, 3.35 TB/s) with a 16-core Xeon host and 128 GiB, as lent "
         "for GPU runs (results/offload_dpu_gpu/provenance.json). Fitted by //repro:perf_model_calibration to "
-        f"the measured steps of {', '.join(box_experiments)} (results/perf_model_calibration/): "
+        f"the measured steps of {', '.join(sorted({r['experiment'] for r in box_fit}))}"
+        + (" and gpt_benchmark's forward and backward passes in results/models/h100/" if passes else "")
+        + " (results/perf_model_calibration/): "
         f"{', '.join(fitted)}" + ("; half_hidden is the file's (the steps span one hidden size)" if one_hidden else "") +
         ". The rest is the datasheet's; nvme_gbps is assumed, not measured; intra_node_gbps and inter_node_gbps "
         "are unused on one GPU."))
