@@ -6,7 +6,10 @@
 #
 #   tools/gpu_bundle.sh [OUT_DIR]          (default: gpu_bundle/, git-ignored)
 #   OUT_DIR/session.sh RESULTS_DIR         (on the GPU machine, from a checkout's root: one
-#                                          visit, ~10 minutes, RESULTS_DIR/summary.md + 8 files; see gpu_session.sh)
+#                                          visit, ~10 minutes, 8 files with RESULTS_DIR/summary.md; see gpu_session.sh)
+#   OUT_DIR/experiments.sh RESULTS_DIR EXPERIMENT.textproto...
+#                                          (on the GPU machine, from a checkout's root: each
+#                                          experiment back as one tarball; see gpu_experiments.sh)
 #   OUT_DIR/run.sh RESULTS_DIR [NAME...]   (on the GPU machine)
 #   source OUT_DIR/env.sh; "$bin"/repro_run --results_dir=DIR repro/<paper>/<result>/experiment.textproto
 #                                          (an experiment on the GPU machine, from a checkout's root)
@@ -18,7 +21,7 @@
 # match the build), launch.sh (starts N ranks of a binary with
 # torchrun-style variables), env.sh (the library path, $bin for the
 # binaries' folder and MEMWALL_COMMIT for provenance), run.sh, session.sh,
-# MANIFEST (what was built, from which commit).
+# experiments.sh, MANIFEST (what was built, from which commit).
 # The driver (libcuda), cuBLAS and NCCL come from the GPU machine.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -48,6 +51,7 @@ cp -L bazel-bin/repro/run "$out/bin/repro_run"
 cp tools/torchrun_test_runner.sh "$out/launch.sh"
 # One visit's command and its one-page summary (tools/gpu_session.sh).
 cp tools/gpu_session.sh "$out/session.sh"
+cp tools/gpu_experiments.sh "$out/experiments.sh"
 cp tools/gpu_summary.py "$out/gpu_summary.py"
 # Symbols are not needed there and halve the binaries (the device tool
 # carries at most 64 MiB, repository included).

@@ -22,7 +22,8 @@
 #   benchmarks.log        both benchmarks' console output, then the offload
 #                         run's progress lines
 #   offload_dpu_gpu.csv   the offload run's data.csv
-#   offload_dpu_gpu.json  its provenance
+#   offload_dpu_gpu.tar.gz  its results folder: data.csv, provenance.json,
+#                         traces/ (each step's Chrome trace)
 # Each part has a time limit (MEMWALL_TEST_SECONDS per test binary, 150 by
 # default; MEMWALL_BENCH_SECONDS for gpt_benchmark, 240; MEMWALL_OPS_BENCH_SECONDS
 # for ops_benchmark, 90; MEMWALL_OFFLOAD_SECONDS for the offload run, 150), so a
@@ -120,7 +121,9 @@ if [[ -f "$experiment" ]]; then
   part repro_run "${MEMWALL_OFFLOAD_SECONDS:-150}" "$results/benchmarks.log" \
     "$bin/repro_run" --results_dir="$scratch/repro" "$experiment"
   cp "$scratch/repro/offload_dpu_gpu/data.csv" "$results/offload_dpu_gpu.csv" 2>/dev/null
-  cp "$scratch/repro/offload_dpu_gpu/provenance.json" "$results/offload_dpu_gpu.json" 2>/dev/null
+  # The whole results folder (provenance, figure inputs, every step's trace) as one file.
+  [[ -d "$scratch/repro/offload_dpu_gpu" ]] &&
+    tar -C "$scratch/repro" -czf "$results/offload_dpu_gpu.tar.gz" offload_dpu_gpu
 else
   echo "no $experiment here: run session.sh from a checkout's root" >> "$results/benchmarks.log"
   status=1
