@@ -231,17 +231,24 @@ def _training_config(run: Run, seq: int) -> str:
         if v not in devices:
             raise ValueError(f"{what} '{v}' is not none, cpu or nvme")
     zero = f"stage: {run.stage}"
+    if run.reduce_bucket_bytes:
+        zero += f" reduce_bucket_bytes: {run.reduce_bucket_bytes}"
     for what, v in (("offload_optimizer", run.offload_optimizer), ("offload_param", run.offload_param)):
         if v != "none":
             path = " nvme_path: '/nvme'" if v == "nvme" else ""
-            zero += f" {what} {{ device: {devices[v]}{path} }}"
+            # The delayed update holds a second gradient buffer and the 16-bit result.
+            delayed = " delayed_update_after_steps: 1" if run.dpu and what == "offload_optimizer" else ""
+            zero += f" {what} {{ device: {devices[v]}{path}{delayed} }}"
     return (f"seq: {seq} micro_batch: {run.micro_batch} accumulation: {run.accumulation} precision: BF16 "
             f"zero {{ {zero} }}")
 
 
 def memory(run: Run, hw: Optional[Hardware] = None) -> dict:
     """memwall.estimate for one rank of `run` (model-parallel slice of the
-    parameters; checked against hw's device memory when given)."""
+    parameters; checked against hw's device memory when given). The host's
+    memory is not checked: the estimator plans more host memory for
+    ZeRO-Infinity's NVMe runs than the papers' DGX-2 has per GPU (96 GiB),
+    where the papers trained them."""
     seq = run.seq or _field(run.model, "positions")
     config = _training_config(run, seq)
     budget = hw.device_memory_bytes if hw else 0
