@@ -458,8 +458,7 @@ def calibrate(rows, nvme_gbps: float, name: str = "calibrated") -> Hardware:
     device = bytes_per_second([(_shard(r["run"]) * DEVICE_ADAM_BYTES_PER_PARAM, r["zones"][ADAM])
                                for r in rows if ADAM in r["zones"]], "the device Adam")
     offloaded = [r for r in rows if CPU_ADAM in r["zones"]]
-    alone = [r for r in offloaded if not r["delayed"]] or offloaded  # the delayed Adam shares the host
-    cpu = bytes_per_second([(_shard(r["run"]) * CPU_ADAM_BYTES_PER_PARAM, r["zones"][CPU_ADAM]) for r in alone],
+    cpu = bytes_per_second([(_shard(r["run"]) * CPU_ADAM_BYTES_PER_PARAM, r["zones"][CPU_ADAM]) for r in offloaded],
                            "the CPU Adam")
     host = [(sum(r["zones"].get(z, 0.0) for z in (CPU_ADAM, GRAD_ACCUMULATE, GRAD_NORM)), _shard(r["run"]))
             for r in offloaded]

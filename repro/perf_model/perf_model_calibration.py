@@ -235,13 +235,14 @@ def main(argv):
     box_fit, box_held = box_rows(workspace)
     passes = benchmark_rows(workspace)  # the compute fit's other hidden sizes; not steps
     box = perf_model.calibrate_device(box_fit + passes, perf_model.load_hardware(BOX), BOX)
+    box_steps = sorted({r["experiment"] for r in box_fit})  # measured steps, not passes alone
     box_experiments = sorted({r["experiment"] for r in box_fit + passes})
     one_hidden = len({perf_model._field(r["run"].model, "hidden") for r in box_fit + passes}) == 1
     fitted = [f for f in perf_model.DEVICE_FITTED_FIELDS if not (one_hidden and f == "half_hidden")]
     box = dataclasses.replace(box, source=(
         "One H100 80GB HBM3 (989 TFLOPS dense bf16, 3.35 TB/s) with a 16-core Xeon host and 128 GiB, as lent "
         "for GPU runs (results/offload_dpu_gpu/provenance.json). Fitted by //repro:perf_model_calibration to "
-        f"the measured steps of {', '.join(sorted({r['experiment'] for r in box_fit}))}"
+        f"the measured steps of {', '.join(box_steps)}"
         + (" and gpt_benchmark's forward and backward passes in results/models/h100/" if passes else "")
         + " (results/perf_model_calibration/): "
         f"{', '.join(fitted)}" + ("; half_hidden is the file's (the steps span one hidden size)" if one_hidden else "") +
@@ -287,7 +288,7 @@ def main(argv):
                            ("pcie h2d gbps (the delayed update's parameters up)",
                             copy_gbps(box_fit, perf_model.PARAM_H2D, delayed_only=True))):
             if gbps is not None:
-                w.writerow([BOX, what, f"{gbps:.4g}", "measured in " + "+".join(box_experiments)])
+                w.writerow([BOX, what, f"{gbps:.4g}", "measured in " + "+".join(box_steps)])
         for split in ("fit", "held-out"):
             n, mean, worst = summary(split, BOX)
             w.writerow([BOX, f"{split} mean |error|", f"{mean:.4f}", f"{n} steps"])
