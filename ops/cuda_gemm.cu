@@ -23,7 +23,9 @@
 // (Lt's COMPUTE_TYPE scheme) stays allowed, except under the bias
 // epilogue: there the reduction adds the bias to a product already rounded
 // to C's type (a bf16 C one ulp off at (37, 29, 300) on an H100), so a GEMM
-// with the epilogue runs unsplit.
+// with the epilogue runs unsplit. Lt is asked for these schemes and each
+// candidate's own config (split count, scheme) is checked before it runs;
+// a shape with no unsplit candidate takes the bias through C (beta = 1).
 //
 // Row-major storage and column-major BLAS: a row-major (m, n) matrix is the
 // column-major (n, m) matrix with the same leading dimension, so row-major
@@ -214,8 +216,25 @@ struct LtCall {
   }
 };
 
+// Whether `algo`, as configured, rounds C once (see [Note: one rounding of
+// C]): its split-K parts meet in a scheme of `reductions`, and under the bias
+// epilogue K is not split at all. A config that cannot be read is refused.
+bool KeepsOneRounding(const cublasLtMatmulAlgo_t& algo, bool epilogue_bias, uint32_t reductions) {
+  int32_t splits = 1;
+  uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits),
+                                           &written) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                           sizeof(scheme), &written) != CUBLAS_STATUS_SUCCESS) {
+    return false;
+  }
+  if (splits <= 1) return true;
+  return !epilogue_bias && scheme != CUBLASLT_REDUCTION_SCHEME_NONE && (scheme & ~reductions) == 0;
+}
+
 // The cached algorithm for `g`, asking the heuristic on first use. false:
-// none (or Lt failed), so the caller uses cublasGemmEx.
+// none that rounds C once (or Lt failed), so the caller goes another way.
 bool FindAlgo(LtState& lt, cublasLtHandle_t handle, const GemmShape& g, const LtCall& call,
               cublasLtMatmulAlgo_t* algo) {
   if (auto it = lt.algos.find(g); it != lt.algos.end()) {
@@ -246,14 +265,25 @@ bool FindAlgo(LtState& lt, cublasLtHandle_t handle, const GemmShape& g, const Lt
                            CUBLAS_STATUS_SUCCESS;
     }
   }
-  cublasLtMatmulHeuristicResult_t result{};
+  // The heuristic's candidates, best first; the first one whose own config
+  // keeps to the rule above is taken (the mask is a request, the config is
+  // what runs).
+  constexpr int kCandidates = 8;
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int count = 0;
   found = found && call.status == CUBLAS_STATUS_SUCCESS &&
           cublasLtMatmulAlgoGetHeuristic(handle, call.desc.h, call.a.h, call.b.h, call.c.h, call.c.h,
-                                         pref.h, 1, &result, &count) == CUBLAS_STATUS_SUCCESS &&
-          count > 0;
-  lt.algos[g] = {found, result.algo};
-  *algo = result.algo;
+                                         pref.h, kCandidates, results, &count) == CUBLAS_STATUS_SUCCESS;
+  const cublasLtMatmulHeuristicResult_t* chosen = nullptr;
+  for (int i = 0; found && i < count && chosen == nullptr; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS && KeepsOneRounding(results[i].algo, g.epilogue_bias, reductions)) {
+      chosen = &results[i];
+    }
+  }
+  found = chosen != nullptr;
+  const cublasLtMatmulAlgo_t none{};
+  lt.algos[g] = {found, found ? chosen->algo : none};
+  *algo = lt.algos[g].second;
   return found;
 }
 
@@ -344,14 +374,17 @@ int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, fl
   }
   const int device = CurrentDevice();
   if (ab != Elem::kF32) {
-    const GemmShape g{device, transpose_a, transpose_b, m, n, k, lda, ldb, ldc, ab, c_type,
-                      epilogue_bias, beta == 0.0f, Alignment(a), Alignment(b), Alignment(c)};
+    GemmShape g{device, transpose_a, transpose_b, m, n, k, lda, ldb, ldc, ab, c_type,
+                epilogue_bias, beta == 0.0f, Alignment(a), Alignment(b), Alignment(c)};
     if (k > 0 && LtGemm(g, alpha, a, b, beta, c, bias, s)) return static_cast<int>(cudaGetLastError());
-    if (epilogue_bias) {  // Lt said no: broadcast, then beta = 1 as above
+    if (epilogue_bias) {  // no unsplit algorithm, or Lt said no: broadcast, then beta = 1 as above
       if (const int error = BroadcastBias(c, ldc, c_type, bias, bias_type, m, n, s); error != 0) {
         return error;
       }
       beta = 1.0f;
+      g.epilogue_bias = false;
+      g.beta_zero = false;
+      if (LtGemm(g, alpha, a, b, beta, c, nullptr, s)) return static_cast<int>(cudaGetLastError());
     }
   }
   std::lock_guard<std::mutex> lock(blas_mu);
