@@ -305,6 +305,32 @@ class OffloadedStream : public ResidualStream {
   std::array<std::unique_ptr<Event>, kOffloadSlots> ready_, copied_, released_;
 };
 
+// df = dlogits wte, the head's input gradient: a sum over the V words.
+// [Note: the head's input gradient in fp32]
+// A 16-bit df over a vocabulary that is not a multiple of kVocabPadding
+// is computed into fp32 and rounded once by a cast: a GEMM into an fp32 C
+// may run in aligned parts along K ([Note: a GEMM in aligned parts],
+// ops/cuda_gemm.cu), where one into a 16-bit C must take the whole odd K in
+// slow kernels (GPT-2's 50257 words: 0.16 of the GEMM rate on an H100).
+// The same fp32 sum rounded once, so the result's semantics are unchanged.
+// The fp32 chunk borrows `scratch` (the blocks' backward scratch, rows x 4d
+// in the activations' type, unused until the blocks' backward and at least
+// the chunk's rows x d in fp32).
+absl::Status HeadInputGradient(const ops::MatrixView& dlogits, const Tensor& wte, const Tensor& scratch,
+                               const Tensor& df, Stream& s) {
+  const int64_t v = dlogits.cols, n = df.shape()[0], d = df.shape()[1];
+  if (df.dtype() == DType::kF32 || v % kVocabPadding == 0) {
+    return ops::Matmul(dlogits, false, wte, false, df, 1.0f, 0.0f, s);
+  }
+  if (scratch.bytes() < n * d * SizeOf(DType::kF32)) {
+    return absl::InternalError(absl::StrCat("Gpt: the head's fp32 input gradient needs ", n * d * 4,
+                                            " bytes of scratch; it has ", scratch.bytes()));
+  }
+  const Tensor df32(scratch.data(), DType::kF32, {n, d}, scratch.device());
+  MEMWALL_RETURN_IF_ERROR(ops::Matmul(dlogits, false, wte, false, df32, 1.0f, 0.0f, s));
+  return ops::Cast(df32, df, s);
+}
+
 }  // namespace
 
 int64_t PaddedVocab(const GptConfig& config) {
@@ -661,8 +687,7 @@ absl::StatusOr<LossSum> Gpt::Run(Device& device, const int32_t* ids, const int32
       MEMWALL_ASSIGN_OR_RETURN(const Tensor dlogits_stored,
                                ToStorage(lg.tensor, dtype, b.dlogits_storage, n, vp, s));
       const ops::MatrixView dlogits(dlogits_stored, v);
-      MEMWALL_RETURN_IF_ERROR(
-          ops::Matmul(dlogits, false, wte_->Table(), false, Rows(df, r0, n, d), 1.0f, 0.0f, s));
+      MEMWALL_RETURN_IF_ERROR(HeadInputGradient(dlogits, wte_->Table(), b.g.big, Rows(df, r0, n, d), s));
       MEMWALL_RETURN_IF_ERROR(ops::Matmul(dlogits, true, Rows(f_in, r0, n, d), false,
                                           wte_->GradTable(), 1.0f, 1.0f, s));
     }

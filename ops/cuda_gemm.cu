@@ -330,7 +330,11 @@ int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, fl
   // columns of logits, its weight gradient's 50257 rows) sends the whole
   // GEMM to slower kernels. Such a GEMM runs as the aligned part and the
   // last m % 8 rows or n % 8 columns: disjoint blocks of C, each element
-  // still one fp32 sum over all of K, rounded once.
+  // still one fp32 sum over all of K, rounded once. A K that is not a
+  // multiple of 8 (the classifier's input gradient sums over the 50257
+  // words) splits only into an fp32 C: the first k - k % 8 terms, then the
+  // rest added with beta = 1, two fp32 sums meeting in fp32; a 16-bit C
+  // would be rounded between them.
   if (ab != Elem::kF32 && k > 0) {
     constexpr int64_t kVector = 8;
     const auto at = [](const void* p, int64_t elements, Elem e) {
@@ -360,6 +364,19 @@ int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, fl
       }
       return Gemm(transpose_a, transpose_b, m - m0, n, k, alpha, a_tail, lda, b, ldb, ab, beta, c_tail, ldc,
                   c_type, bias, bias_type, stream);
+    }
+    if (const int64_t k0 = k / kVector * kVector; c_type == Elem::kF32 && k0 != k && k0 > 0) {
+      // op(A)'s columns [k0, k): stored rows when transposed, columns otherwise;
+      // op(B)'s rows [k0, k): stored columns when transposed, rows otherwise.
+      const void* a_tail = at(a, transpose_a ? k0 * lda : k0, ab);
+      const void* b_tail = at(b, transpose_b ? k0 : k0 * ldb, ab);
+      if (const int error = Gemm(transpose_a, transpose_b, m, n, k0, alpha, a, lda, b, ldb, ab, beta, c, ldc,
+                                 c_type, bias, bias_type, stream);
+          error != 0) {
+        return error;
+      }
+      return Gemm(transpose_a, transpose_b, m, n, k - k0, alpha, a_tail, lda, b_tail, ldb, ab, 1.0f, c, ldc,
+                  c_type, nullptr, bias_type, stream);
     }
   }
   const auto s = static_cast<cudaStream_t>(stream);

@@ -150,19 +150,25 @@ BENCHMARK_CAPTURE(BM_CudaLinear, c_fc_matmul_then_add_bias, false)->Unit(benchma
 // (50257, 2048); the bf16 logits' rows are `ld` long, 50304 as the model
 // stores them, padded to a multiple of 128 by models/gpt.h):
 //   forward   logits = x wte^T         n = 50257 ([Note: a GEMM in aligned parts])
-//   dx        dx = dlogits wte         k = 50257
+//   dx        dx = dlogits wte         k = 50257, into bf16 C (k unsplit)
+//   dx fp32   the model's dx: into fp32 C (k in aligned parts), then a
+//             cast to bf16 ([Note: the head's input gradient in fp32])
 //   dwte      dwte = dlogits^T x       m = 50257
 // and, for the bound, the forward over an aligned vocabulary of 50304.
-enum class HeadGemm { kForward, kInputGrad, kWeightGrad };
+enum class HeadGemm { kForward, kInputGrad, kInputGradViaFp32, kWeightGrad };
 void BM_CudaLmHead(benchmark::State& state, HeadGemm which, int64_t vocab, int64_t ld) {
   OnGpu(state, [&](Device& device, Bench& b) {
     const Tensor x = b.Make({kRows, kHidden}, DType::kBF16), wte = b.Make({vocab, kHidden}, DType::kBF16);
     const Tensor dx = b.Make({kRows, kHidden}, DType::kBF16), dwte = b.Make({vocab, kHidden}, DType::kBF16);
+    const Tensor dx32 = b.Make({kRows, kHidden}, DType::kF32);
     const MatrixView logits(b.Make({kRows, ld}, DType::kBF16), vocab);
     const double t = b.Time([&] {
       switch (which) {
         case HeadGemm::kForward: return Matmul(x, false, wte, true, logits, 1.0f, 0.0f, b.stream());
         case HeadGemm::kInputGrad: return Matmul(logits, false, wte, false, dx, 1.0f, 0.0f, b.stream());
+        case HeadGemm::kInputGradViaFp32:
+          if (absl::Status st = Matmul(logits, false, wte, false, dx32, 1.0f, 0.0f, b.stream()); !st.ok()) return st;
+          return Cast(dx32, dx, b.stream());
         case HeadGemm::kWeightGrad: return Matmul(logits, true, x, false, dwte, 1.0f, 0.0f, b.stream());
       }
       return absl::OkStatus();
@@ -178,6 +184,9 @@ BENCHMARK_CAPTURE(BM_CudaLmHead, unpadded_rows, HeadGemm::kForward, kVocab, kVoc
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
 BENCHMARK_CAPTURE(BM_CudaLmHead, input_grad, HeadGemm::kInputGrad, kVocab, kPaddedVocab)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+BENCHMARK_CAPTURE(BM_CudaLmHead, input_grad_via_fp32, HeadGemm::kInputGradViaFp32, kVocab, kPaddedVocab)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
 BENCHMARK_CAPTURE(BM_CudaLmHead, weight_grad, HeadGemm::kWeightGrad, kVocab, kPaddedVocab)
