@@ -90,6 +90,19 @@ for binary in "$bin"/*_test "$bin"/*_test_bin; do
   (( code == 0 )) || status=1
 done
 
+# 1b. If a GEMM test failed, its CUDA cases once more under cuBLASLt's trace
+#     (CUBLASLT_LOG_LEVEL=2: each launch with its algorithm's tile, split-K
+#     and reduction scheme), the last 200 lines into tests.log, so a
+#     wrong result comes back with the algorithm that gave it.
+if grep -q "^== mixed_precision_test exit [1-9]" "$results/tests.log"; then
+  seconds=$(limit 30)
+  if (( seconds > 0 )); then
+    echo "== mixed_precision_test CudaOps.Matmul* under CUBLASLT_LOG_LEVEL=2 (last 200 lines)" >> "$results/tests.log"
+    TEST_TMPDIR="$(mktemp -d "$scratch/tmp.XXXXXX")" CUBLASLT_LOG_LEVEL=2 timeout "$seconds" \
+      "$bin/mixed_precision_test" --gtest_filter='CudaOps.Matmul*' 2>&1 | tail -n 200 >> "$results/tests.log"
+  fi
+fi
+
 # 2. gpt_benchmark: the breakdown and the model rows against the GEMM rate;
 #    ops_benchmark: each op alone against its bound.
 #    A row finished before a limit stays in the JSON (the summary reads a
