@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -152,28 +153,81 @@ std::string ThroughputCsv(const OffloadRow& r) {
                       CsvField(r.device));
 }
 
+namespace {
+
+// Where a mode's max-model walk starts: the smallest model, or with
+// start_at_estimate the largest one whose estimate fits the experiment's
+// budgets (the smallest when none does).
+absl::StatusOr<int> WalkStart(const Experiment& e, Mode mode) {
+  const OffloadSweep& sweep = e.offload();
+  if (!sweep.start_at_estimate()) return 0;
+  const zero::TrainerOptions options = OffloadTrainerOptions(e, mode);
+  int start = 0;
+  for (int i = 0; i < sweep.ladder_size(); ++i) {
+    engine::EstimateInput in = EstimateInputFor(options, sweep.ladder(i), 1);
+    in.device_bytes = sweep.device_memory_bytes();
+    in.host_bytes = sweep.host_pinned_memory_bytes();
+    MEMWALL_ASSIGN_OR_RETURN(const engine::Estimate est, engine::EstimateMemory(in));
+    if (!est.fits) break;
+    start = i;
+  }
+  return start;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e) {
   std::vector<OffloadRow> rows;
   const OffloadSweep& sweep = e.offload();
   for (int m = 0; m < sweep.modes_size(); ++m) {
     const Mode mode = sweep.modes(m);
-    for (int i = 0; i < sweep.ladder_size(); ++i) {
+    auto attempt = [&](int i) -> absl::StatusOr<OffloadRow> {
       const models::GptConfig& config = sweep.ladder(i);
       std::printf("[%s %d/%d] %s (%.1fM parameters)\n", ModeName(mode).c_str(), i + 1, sweep.ladder_size(),
                   config.name().c_str(), models::CountParameters(config) / 1e6);
       std::fflush(stdout);
-      MEMWALL_ASSIGN_OR_RETURN(OffloadRow row,
-                               Attempt(e, config, mode, e.steps(), 0, ""));
+      MEMWALL_ASSIGN_OR_RETURN(OffloadRow row, Attempt(e, config, mode, e.steps(), 0, ""));
       std::printf("  %s: %s (device peak %s, pinned host peak %s, %.1f s)\n", row.model.c_str(),
                   row.fits ? "trains" : absl::StrCat("does not fit: ", row.reason).c_str(),
                   FormatBytes(row.device_peak_bytes).c_str(), FormatBytes(row.host_pinned_peak_bytes).c_str(),
                   row.seconds);
       std::fflush(stdout);
-      rows.push_back(row);
-      if (!row.fits) break;
+      return row;
+    };
+    MEMWALL_ASSIGN_OR_RETURN(const int start, WalkStart(e, mode));
+    if (sweep.start_at_estimate()) {
+      std::printf("[%s] the walk starts at %s, the largest model the estimate fits\n", ModeName(mode).c_str(),
+                  sweep.ladder(start).name().c_str());
     }
+    MEMWALL_ASSIGN_OR_RETURN(const std::vector<OffloadRow> walk, WalkLadder(start, sweep.ladder_size(), attempt));
+    rows.insert(rows.end(), walk.begin(), walk.end());
   }
   return rows;
+}
+
+absl::StatusOr<std::vector<OffloadRow>> WalkLadder(
+    int start, int n, const std::function<absl::StatusOr<OffloadRow>(int)>& attempt) {
+  if (n <= 0 || start < 0 || start >= n) {
+    return absl::InvalidArgumentError(absl::StrCat("a ladder walk from ", start, " over ", n, " models"));
+  }
+  // Up from `start` to the first refusal.
+  std::vector<OffloadRow> walk;
+  for (int i = start; i < n; ++i) {
+    MEMWALL_ASSIGN_OR_RETURN(OffloadRow row, attempt(i));
+    walk.push_back(row);
+    if (!row.fits) break;
+  }
+  // The start itself refused: down until a model trains. Only the lowest
+  // refusal stays, the one a walk from the smallest model would have met.
+  for (int i = start - 1; i >= 0 && !walk.front().fits; --i) {
+    MEMWALL_ASSIGN_OR_RETURN(OffloadRow row, attempt(i));
+    if (row.fits) {
+      walk.insert(walk.begin(), row);
+    } else {
+      walk.front() = row;
+    }
+  }
+  return walk;
 }
 
 engine::EstimateInput EstimateInputFor(const zero::TrainerOptions& options, const models::GptConfig& config,
@@ -361,6 +415,9 @@ absl::Status ValidateLadder(const Experiment& e, LadderFields reads) {
   }
   if (o.halve_micro_batch_to_fit() && !reads.micro_batches) {
     return BadField("offload.halve_micro_batch_to_fit", "true", "is for OFFLOAD_THROUGHPUT");
+  }
+  if (o.start_at_estimate() && !reads.max_model_walk) {
+    return BadField("offload.start_at_estimate", "true", "is for OFFLOAD_MAX_MODEL and INFINITY_MAX_MODEL");
   }
   if (o.host_pinned_memory_bytes() < 0) {
     return BadField("offload.host_pinned_memory_bytes", o.host_pinned_memory_bytes(), "must be >= 0 (0: unlimited)");

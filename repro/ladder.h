@@ -4,7 +4,8 @@
 // `offload.modes` ([Note: offload modes], sweep.h).
 //
 //   a max-model walk    for each mode, walk the ladder from the smallest
-//                       model and train each for `steps` steps in a fresh
+//                       model (offload.start_at_estimate: from the largest
+//                       the memory estimator fits) and train each for `steps` steps in a fresh
 //                       device of `offload.device_memory_bytes` (and a
 //                       pinned host budget, offload.host_pinned_memory_bytes);
 //                       the largest model whose steps all complete is the
@@ -29,6 +30,7 @@
 #define MEMWALL_REPRO_LADDER_H_
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -84,8 +86,18 @@ std::string ThroughputCsv(const OffloadRow& row);
 
 // The max-model walk: every (mode, ladder model) attempted, in order: per
 // mode the models that fit and the first that does not (or none when all
-// fit).
+// fit). With offload.start_at_estimate a mode's rows start at the first
+// model it ran, the estimator's largest or the first that trained below it.
 absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e);
+
+// One mode's max-model walk over ladder models [0, n), from `start`:
+// attempt(i) up from `start` to the first refusal and, where `start` itself
+// was refused, down until a model trains, keeping only the lowest refusal.
+// The rows in ladder order. Where fitting is monotone in the ladder (a
+// model fits when a larger one does), these are the last rows of the walk
+// from 0, and the same largest model.
+absl::StatusOr<std::vector<OffloadRow>> WalkLadder(int start, int n,
+                                                   const std::function<absl::StatusOr<OffloadRow>(int)>& attempt);
 
 // Per mode the largest model that fit and its Ψ over each base mode's
 // largest (empty where the base has none), a "measured" row each, under the
@@ -116,6 +128,7 @@ struct LadderFields {
   bool traces = false;         // write_traces
   bool tiling = false;         // tiling_factors
   bool micro_batches = false;  // micro_batches, halve_micro_batch_to_fit
+  bool max_model_walk = false; // start_at_estimate
 };
 absl::Status ValidateLadder(const Experiment& e, LadderFields reads = {});
 // Whether a mode of the sweep delays the parameter update (ZeRO-Offload's DPU).

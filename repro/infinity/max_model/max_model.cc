@@ -24,7 +24,7 @@ void FillInfinityModes(Experiment& e) {
   FillLadder(e, {OffloadSweep::STAGE3, OffloadSweep::STAGE3_OFFLOAD, OffloadSweep::STAGE3_NVME});
 }
 
-absl::Status ValidateInfinityMaxModel(const Experiment& e) { return ValidateLadder(e); }
+absl::Status ValidateInfinityMaxModel(const Experiment& e) { return ValidateLadder(e, {.max_model_walk = true}); }
 
 absl::Status DriveInfinityMaxModel(const Experiment& e, const RunContext& run) {
   return DriveMaxModelWalk(e, run,

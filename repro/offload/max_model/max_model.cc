@@ -15,7 +15,7 @@ std::string MaxModelSummaryCsv(const std::vector<OffloadRow>& rows) {
 namespace {
 
 absl::Status ValidateOffloadMaxModel(const Experiment& e) {
-  MEMWALL_RETURN_IF_ERROR(ValidateLadder(e, {}));
+  MEMWALL_RETURN_IF_ERROR(ValidateLadder(e, {.max_model_walk = true}));
   const OffloadSweep& o = e.offload();
   if (RunsDpu(o) && e.steps() < o.dpu_after_steps() + 2) {
     return BadField("steps", e.steps(),

@@ -11,6 +11,9 @@ independently of the code that wrote it:
     gradient buffer);
   - summary.csv's ratio is the largest offload Ψ over stage 0's, recomputed;
 and it writes a PNG and provenance.json whose command regenerates them.
+The same walk started at the estimator's answer (offload.start_at_estimate)
+finds every mode's largest model again, in fewer attempts, each walk still
+ending at its first refusal.
 Then bad input: a ladder that does not grow exits 2 naming the field; an
 unwritable results dir exits 1."""
 import os
@@ -52,6 +55,29 @@ class OffloadMaxModel(results_check.ResultsTest):
                          f"{largest['stage2+offload'] / largest['stage0']:.3f}")
         self.assert_figure_and_provenance(directory)
         self.assert_command(directory, EXPERIMENT)
+
+    def largest_per_mode(self, directory):
+        """{mode: (largest model that trained, rows of its walk)} of a run's data.csv."""
+        walks = self.ladder_walks(results_check.rows(os.path.join(directory, "data.csv")), lambda r: r["mode"])
+        out = {}
+        for mode, (trained, refusal) in walks.items():
+            largest = max(trained, key=lambda r: int(r["params"]))["model"] if trained else None
+            out[mode] = (largest, len(trained) + (refusal is not None))
+        return out
+
+    def test_start_at_estimate_finds_the_same_models_in_fewer_attempts(self):
+        full = self.largest_per_mode(self.run_experiment(RUNNER, EXPERIMENT))
+        with open(EXPERIMENT, encoding="utf-8") as handle:
+            text = handle.read().replace("offload {", "offload {\n  start_at_estimate: true", 1)
+        guided_experiment = os.path.join(os.environ["TEST_TMPDIR"], "guided.textproto")
+        with open(guided_experiment, "w", encoding="utf-8") as handle:
+            handle.write(text.replace('name: "offload_max_model_ci"', 'name: "offload_max_model_guided"'))
+        guided = self.largest_per_mode(self.run_experiment(RUNNER, guided_experiment))
+        self.assertEqual(set(guided), set(full))
+        for mode in full:
+            self.assertEqual(guided[mode][0], full[mode][0], f"{mode}: the largest model that trains")
+            self.assertLessEqual(guided[mode][1], full[mode][1], f"{mode}: attempts")
+        self.assertLess(sum(n for _, n in guided.values()), sum(n for _, n in full.values()))
 
     def test_bad_input(self):
         tmp = os.environ["TEST_TMPDIR"]
