@@ -8,8 +8,8 @@
 //                  kept pending instead of run (an overflow keeps nothing)
 //   BeginStep()    (top of iteration i + 1) the pending update starts on a
 //                  host thread over the gradients accumulated so far, while
-//                  backward accumulates into the optimizer's other gradient
-//                  buffer
+//                  backward accumulates into the sub-groups it has finished
+//                  with
 //   Step(i + 1)    waits for it and lands its values, which the engine then
 //                  publishes; schedules iteration i + 1's own update
 //   Flush()        a pending update started and landed at once (the end
@@ -34,7 +34,8 @@ namespace memwall::offload {
 
 // An optimizer whose step can run behind the engine: StartDelayedStep
 // begins an update over the gradients accumulated so far and returns at
-// once (accumulation moves to a second gradient buffer);
+// once (the next iteration's accumulation gets each sub-group of the
+// gradients back as the step is done with it);
 // FinishDelayedStep waits for it and writes the updated values into
 // `values` in `stream`'s order.
 class DelayableOptimizer : public zero::ShardOptimizer {

@@ -48,11 +48,10 @@ FoldedNorm::Split FoldedNorm::For(int64_t n) {
   return split;
 }
 
-MemoryPlan HostGradientShard::Plan(int64_t elements, DType dtype, int64_t largest_piece, bool double_buffered) {
+MemoryPlan HostGradientShard::Plan(int64_t elements, DType dtype, int64_t largest_piece) {
   const int64_t g = SizeOf(dtype);
   MemoryPlan plan;
-  plan.Add("gradients 0", MemorySpace::kPinnedHost, MemoryTag::kGrads, g * elements);
-  if (double_buffered) plan.Add("gradients 1", MemorySpace::kPinnedHost, MemoryTag::kGrads, g * elements);
+  plan.Add("gradients", MemorySpace::kPinnedHost, MemoryTag::kGrads, g * elements);
   plan.Add("staging gradients", MemorySpace::kPinnedHost, MemoryTag::kStaging, g * largest_piece)
       .Add("norm", MemorySpace::kPinnedHost, MemoryTag::kStaging, 2 * sizeof(float));
   return plan;
@@ -63,12 +62,8 @@ HostGradientShard::HostGradientShard(Device& device, int64_t elements, DType dty
     : device_(device), n_(elements), dtype_(dtype), staging_elements_(largest_piece), timeline_(timeline), pool_(0) {}
 
 absl::Status HostGradientShard::Init(const MemoryPlan& plan) {
-  for (int i = 0; i < 2; ++i) {
-    const std::string name = absl::StrCat("gradients ", i);
-    if (!plan.contains(name)) continue;
-    MEMWALL_ASSIGN_OR_RETURN(grads_[i], AllocatePlanned(device_, plan, name));
-    std::memset(grads_[i].data(), 0, grads_[i].bytes());
-  }
+  MEMWALL_ASSIGN_OR_RETURN(grads_, AllocatePlanned(device_, plan, "gradients"));
+  std::memset(grads_.data(), 0, grads_.bytes());
   MEMWALL_ASSIGN_OR_RETURN(staging_, AllocatePlanned(device_, plan, "staging gradients"));
   MEMWALL_ASSIGN_OR_RETURN(norm_host_, AllocatePlanned(device_, plan, "norm"));
   return absl::OkStatus();
@@ -79,7 +74,18 @@ absl::Status HostGradientShard::Init(const MemoryPlan& plan) {
 // (one thread left 2 bytes per parameter to a single memset, about 0.3 s of
 // an H100 step for 1.1B parameters, and the forward waited for it).
 absl::Status HostGradientShard::ZeroGradients(Stream& stream) {
-  const Buffer* grads = &grads_[active_];
+  bool consuming;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    consuming = consuming_;
+  }
+  if (consuming) {  // the delayed step zeroes each sub-group it hands back
+    return stream.EnqueueHost([this] {
+      folded_.Clear();
+      return absl::OkStatus();
+    });
+  }
+  const Buffer* grads = &grads_;
   return stream.EnqueueHost([this, grads] {
     constexpr size_t kPiece = size_t{16} << 20;
     char* bytes = grads->as<char>();
@@ -102,12 +108,13 @@ absl::Status HostGradientShard::AddPiece(const Tensor& reduced, int64_t shard_of
                                             " does not fit the staging (", staging_elements_, ") or the shard (",
                                             n_, ")"));
   }
+  WaitConsumed(shard_offset, shard_offset + n);
   {
     StreamZone d2h(timeline_, coll, ZoneKind::kGradD2H);
     MEMWALL_RETURN_IF_ERROR(coll.Copy(staging_.data(), reduced.data(), reduced.bytes()));
   }
   StreamZone add(timeline_, coll, ZoneKind::kGradAccumulate);
-  char* dst = grads_[active_].as<char>() + shard_offset * SizeOf(dtype_);
+  char* dst = grads_.as<char>() + shard_offset * SizeOf(dtype_);
   // The last pass completes the gradient: its adds also sum the squares of
   // their results. Host functions on one stream run in order, so folded_
   // needs no lock.
@@ -124,8 +131,9 @@ absl::Status HostGradientShard::AddPiece(const Tensor& reduced, int64_t shard_of
 // (FoldedNorm): in the step's usual case GPT's tied wte, whose head and
 // embedding gradients arrive in different flushes.
 absl::Status HostGradientShard::Norm(const Tensor& norm, Stream& stream) {
+  WaitConsumed(0, n_);
   StreamZone zone(timeline_, stream, ZoneKind::kGradNorm);
-  const Buffer* grads = &grads_[active_];
+  const Buffer* grads = &grads_;
   MEMWALL_RETURN_IF_ERROR(stream.EnqueueHost([this, grads]() -> absl::Status {
     const FoldedNorm::Split split = folded_.For(n_);
     ops::SquareSum g = split.folded;
@@ -153,18 +161,91 @@ absl::Status HostGradientShard::CheckRange(int64_t begin, int64_t n) const {
 
 absl::Status HostGradientShard::ReadActive(int64_t begin, int64_t n, float* out) const {
   MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
-  return Convert(active() + begin * SizeOf(dtype_), dtype_, out, DType::kF32, n);
+  return Convert(shard() + begin * SizeOf(dtype_), dtype_, out, DType::kF32, n);
 }
 
 absl::Status HostGradientShard::WriteActive(int64_t begin, int64_t n, const float* in) {
   MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
-  return Convert(in, DType::kF32, grads_[active_].as<char>() + begin * SizeOf(dtype_), dtype_, n);
+  return Convert(in, DType::kF32, grads_.as<char>() + begin * SizeOf(dtype_), dtype_, n);
 }
 
-const char* HostGradientShard::Swap() {
-  const int consumed = active_;
-  active_ ^= 1;
-  return grads_[consumed].as<char>();
+// ---- [Note: one shard under the delayed step] --------------------------------
+
+void HostGradientShard::BeginConsuming(int64_t sub_group_elements) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sub_group_ = std::max<int64_t>(1, sub_group_elements);
+  const int64_t groups = (n_ + sub_group_ - 1) / sub_group_;
+  state_.assign(groups, SubGroup::kHeld);
+  held_count_ = groups;
+  wanted_.clear();
+  next_in_order_ = 0;
+  consuming_ = groups > 0;
+}
+
+int64_t HostGradientShard::NextToConsume() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!consuming_) return -1;
+  // First what an add waits for, then the rest in order; each one once.
+  auto take = [this](int64_t k) {
+    if (state_[k] != SubGroup::kHeld) return false;
+    state_[k] = SubGroup::kTaken;
+    return true;
+  };
+  while (!wanted_.empty()) {
+    const int64_t k = wanted_.front();
+    wanted_.pop_front();
+    if (take(k)) return k;
+  }
+  while (next_in_order_ < static_cast<int64_t>(state_.size())) {
+    const int64_t k = next_in_order_++;
+    if (take(k)) return k;
+  }
+  return -1;
+}
+
+void HostGradientShard::Consumed(int64_t k) {
+  const int64_t begin = k * sub_group_, end = std::min(n_, begin + sub_group_);
+  std::memset(grads_.as<char>() + begin * SizeOf(dtype_), 0, (end - begin) * SizeOf(dtype_));
+  std::lock_guard<std::mutex> lock(mu_);
+  state_[k] = SubGroup::kReturned;
+  if (--held_count_ == 0) consuming_ = false;
+  changed_.notify_all();
+}
+
+void HostGradientShard::StopConsuming() {
+  std::lock_guard<std::mutex> lock(mu_);
+  consuming_ = false;
+  changed_.notify_all();
+}
+
+int64_t HostGradientShard::Wanted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = 0;
+  for (int64_t k : wanted_) n += state_[k] == SubGroup::kHeld;
+  return n;
+}
+
+void HostGradientShard::WaitConsumed(int64_t begin, int64_t end) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!consuming_ || begin >= end) return;
+  // Ask for the sub-groups of [begin, end) not yet taken, then wait until
+  // every one of them is handed back (or the step stops).
+  const int64_t first = begin / sub_group_, last = (end - 1) / sub_group_;
+  bool asked = false;
+  for (int64_t k = first; k <= last; ++k) {
+    if (state_[k] == SubGroup::kHeld) {
+      wanted_.push_back(k);
+      asked = true;
+    }
+  }
+  if (asked) changed_.notify_all();
+  changed_.wait(lock, [&] {
+    if (!consuming_) return true;
+    for (int64_t k = first; k <= last; ++k) {
+      if (state_[k] != SubGroup::kReturned) return false;
+    }
+    return true;
+  });
 }
 
 }  // namespace memwall::offload

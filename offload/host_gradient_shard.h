@@ -5,18 +5,35 @@
 // their results into the norm (§5.1: no extra pass over the gradients).
 //
 // [Note: gradient shard states]
-//   kAccumulating  backward adds into the active shard (ZeroGradients
-//                  clears it at the top of a step)
+//   kAccumulating  backward adds into the shard (ZeroGradients clears it at
+//                  the top of a step)
 //   kComplete      after the last micro-batch: Norm() has the global
-//                  norm's local part; the optimizer reads active()
-//   kConsumed      with the delayed parameter update, Swap() hands the
-//                  completed shard to the delayed step and backward goes on
-//                  into the other one (two shards: "gradients 0", "gradients
-//                  1" in the plan)
-#ifndef MEMWALL_OFFLOAD_HOST_GRADIENT_SHARD_H_
+//                  norm's local part; the optimizer reads shard()
+//   kConsuming     with the delayed parameter update: the delayed step of
+//                  iteration i steps the shard's sub-groups (g_i) while
+//                  iteration i + 1's backward accumulates g_{i+1} into the
+//                  same shard, see [Note: one shard under the delayed step]
+//
+// [Note: one shard under the delayed step]
+// BeginConsuming(S) starts it: every sub-group of S elements holds g_i.
+// The delayed step takes them one at a time (NextToConsume) and hands each
+// back zeroed (Consumed); an add into a sub-group the step still holds
+// waits for it on the calling thread before it is enqueued (AddPiece), so
+// the add sees zeros, as after ZeroGradients. The step takes first the
+// sub-groups an add waits for, then the others in order, so backward
+// rarely waits. ZeroGradients clears nothing while it runs (the step
+// does), and Norm waits for every sub-group (its pass over what the folded
+// squares cannot serve may read any element). StopConsuming (the step's
+// end, or its failure) releases every wait. One shard, 2 bytes a
+// parameter, where a second shard for the next iteration's backward would
+// take another 2.
+#ifndef MEMWALL_OFFLOAD_HOST_GRADIENT_SHARD_H_#ifndef MEMWALL_OFFLOAD_HOST_GRADIENT_SHARD_H_
 #define MEMWALL_OFFLOAD_HOST_GRADIENT_SHARD_H_
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -62,10 +79,10 @@ class FoldedNorm {
 
 class HostGradientShard : public zero::GradientSink {
  public:
-  // "gradients 0" (and "gradients 1" when `double_buffered`): `elements`
-  // of `dtype`; "staging gradients": the largest piece a flush delivers;
-  // "norm": the [sum of squares, inf/NaN] pair. All pinned host memory.
-  static MemoryPlan Plan(int64_t elements, DType dtype, int64_t largest_piece, bool double_buffered);
+  // "gradients": `elements` of `dtype`; "staging gradients": the largest
+  // piece a flush delivers; "norm": the [sum of squares, inf/NaN] pair. All
+  // pinned host memory.
+  static MemoryPlan Plan(int64_t elements, DType dtype, int64_t largest_piece);
 
   HostGradientShard(Device& device, int64_t elements, DType dtype, int64_t largest_piece, Timeline* timeline);
   absl::Status Init(const MemoryPlan& plan);
@@ -81,20 +98,34 @@ class HostGradientShard : public zero::GradientSink {
   absl::Status Norm(const Tensor& norm, Stream& stream);
 
   // The shard the optimizer steps (elements of dtype()).
-  const char* active() const { return grads_[active_].as<char>(); }
-  // kConsumed: returns the completed shard; backward now accumulates into
-  // the other (needs the double-buffered plan).
-  const char* Swap();
+  const char* shard() const { return grads_.as<char>(); }
   DType dtype() const { return dtype_; }
-  // Elements [begin, begin + n) of the active shard, widened to fp32
-  // (exactly), or written from fp32 (a checkpoint's pending gradient,
-  // exact when it came from this dtype). Host copies: call between steps.
+  // Elements [begin, begin + n) of the shard, widened to fp32 (exactly), or
+  // written from fp32 (a checkpoint's pending gradient, exact when it came
+  // from this dtype). Host copies: call between steps.
   absl::Status ReadActive(int64_t begin, int64_t n, float* out) const;
   absl::Status WriteActive(int64_t begin, int64_t n, const float* in);
+
+  // kConsuming ([Note: one shard under the delayed step]), for the delayed
+  // step's thread: sub-groups of `sub_group_elements` (> 0), the last one
+  // shorter.
+  void BeginConsuming(int64_t sub_group_elements);
+  // The sub-group to step next, or -1 when every one has been taken.
+  int64_t NextToConsume();
+  // Zeroes sub-group k and releases the adds that wait for it.
+  void Consumed(int64_t k);
+  // Every sub-group released (the step ended, or failed: a failed step is
+  // the Status of the engine's next Step, and its adds must not wait).
+  void StopConsuming();
+  // How many sub-groups adds have asked for and the step has not yet taken
+  // (tests: to know an add is waiting).
+  int64_t Wanted();
 
  private:
   // OutOfRange unless [begin, begin + n) lies in the shard.
   absl::Status CheckRange(int64_t begin, int64_t n) const;
+  // Waits until no element of [begin, end) is held by the delayed step.
+  void WaitConsumed(int64_t begin, int64_t end);
 
   Device& device_;
   const int64_t n_;
@@ -102,9 +133,19 @@ class HostGradientShard : public zero::GradientSink {
   const int64_t staging_elements_;
   Timeline* timeline_;  // may be null
   ThreadPool pool_;
-  Buffer grads_[2], staging_, norm_host_;
-  int active_ = 0;
+  Buffer grads_, staging_, norm_host_;
   bool last_pass_ = true;  // set on the host before each micro-batch
+  // kConsuming: each sub-group's state, how many are not yet handed back,
+  // those an add waits for (in the order asked), the next one in order.
+  enum class SubGroup : uint8_t { kHeld, kTaken, kReturned };
+  std::mutex mu_;
+  std::condition_variable changed_;
+  bool consuming_ = false;
+  int64_t sub_group_ = 0;
+  std::vector<SubGroup> state_;
+  int64_t held_count_ = 0;
+  std::deque<int64_t> wanted_;
+  int64_t next_in_order_ = 0;
   // Written by host functions in the collective stream's order (no lock).
   FoldedNorm folded_;
   std::vector<ops::SquareSum> chunk_norms_;  // one add's, before they join folded_

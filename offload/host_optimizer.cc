@@ -7,6 +7,7 @@
 #include <vector>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "cpu_adam/cpu_adam.h"
 #include "runtime/status.h"
@@ -82,7 +83,7 @@ class HostOptimizer : public DelayableOptimizer {
     const zero::StepUpdate update = *outcome.update;
     MEMWALL_RETURN_IF_ERROR(CheckValues(values));
     MEMWALL_RETURN_IF_ERROR(adam_->SetLearningRate(update.lr));
-    const char* grads = grads_.active();
+    const char* grads = grads_.shard();
     MEMWALL_RETURN_IF_ERROR(tiles_.Send(values, stream, [&](int64_t k, int64_t, int64_t len, void* tile) {
       HostZone zone(timeline_, ZoneKind::kCpuAdam);
       if (hooks_.adam_started) hooks_.adam_started(k);
@@ -97,24 +98,30 @@ class HostOptimizer : public DelayableOptimizer {
   }
 
   // The step on the gradients accumulated so far, on a host thread (zone
-  // kCpuAdamDelayed on track kDelayedUpdateTrack), its 16-bit result kept whole;
-  // accumulation moves to the other gradient shard.
+  // kCpuAdamDelayed on track kDelayedUpdateTrack), its 16-bit result kept
+  // whole. It hands the gradient shard back sub-group by sub-group, zeroed,
+  // to the next iteration's backward ([Note: one shard under the delayed
+  // step], host_gradient_shard.h).
   absl::Status StartDelayedStep(const zero::StepUpdate& update) override {
     if (!delayed_) return absl::FailedPreconditionError("offload: the delayed update is not configured");
     if (worker_.joinable()) return absl::FailedPreconditionError("offload: a delayed step is already running");
     MEMWALL_RETURN_IF_ERROR(adam_->SetLearningRate(update.lr));
     MEMWALL_RETURN_IF_ERROR(tiles_.Synchronize());  // the last copies from delayed_values_
-    const char* grads = grads_.Swap();
+    // One sub-group of the state store is one sub-group of the shard.
+    grads_.BeginConsuming(states_->sub_group_elements());
     worker_status_ = absl::OkStatus();
-    worker_ = std::thread([this, grads, update] {
+    worker_ = std::thread([this, update] {
+      absl::Cleanup release = [this] { grads_.StopConsuming(); };
       HostZone zone(timeline_, ZoneKind::kCpuAdamDelayed, kDelayedUpdateTrack);
       if (hooks_.delayed_step_running) hooks_.delayed_step_running();
       const size_t v = SizeOf(value_dtype_);
-      for (int64_t k = 0; k < states_->sub_groups() && worker_status_.ok(); ++k) {
+      const char* grads = grads_.shard();
+      for (int64_t k; worker_status_.ok() && (k = grads_.NextToConsume()) >= 0;) {
         worker_status_ = WithSubGroup(k, /*written=*/true, [&](const zero::StateSubGroup& g) {
           void* out16 = wide_ ? nullptr : delayed_values_.as<char>() + g.begin * v;
           return adam_->Step(Buffers(g, grads, out16), update.step, update.grad_scale);
         });
+        if (worker_status_.ok()) grads_.Consumed(k);
       }
       if (worker_status_.ok()) worker_status_ = states_->Sync();
     });
@@ -235,9 +242,9 @@ HostStateStore PinnedStateStore() {
 MemoryPlan HostOptimizerPlan(const zero::ShardOptimizerRequest& r, const HostStateStore& states) {
   const bool delayed = Delayed(r);
   MemoryPlan plan = states.plan(r, TileElements(r));
-  // The delayed update steps one gradient shard while the next iteration
-  // accumulates into the other, and keeps its 16-bit result whole.
-  plan.Append(HostGradientShard::Plan(r.elements, r.grad_dtype, r.largest_piece, /*double_buffered=*/delayed));
+  // The delayed update keeps its 16-bit result whole (its gradients share
+  // the one shard with the next iteration's: host_gradient_shard.h).
+  plan.Append(HostGradientShard::Plan(r.elements, r.grad_dtype, r.largest_piece));
   if (delayed && r.value_dtype != DType::kF32) {
     plan.Add("delayed values", MemorySpace::kPinnedHost, MemoryTag::kStaging, SizeOf(r.value_dtype) * r.elements);
   }

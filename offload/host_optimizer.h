@@ -69,8 +69,8 @@ struct HostStateStore {
 HostStateStore PinnedStateStore();
 
 // What the host optimizer for `request` allocates, all pinned host memory:
-// the state store's plan, "gradients 0" (and "gradients 1" with the delayed
-// update), "delayed values" (the delayed step's 16-bit result, whole),
+// the state store's plan, "gradients" (one shard, with the delayed update
+// too), "delayed values" (the delayed step's 16-bit result, whole),
 // "staging gradients" (one reduce bucket: request.largest_piece), "staging
 // values" (two tiles), "norm" (2 fp32): ZeRO-Offload's 12Ψ/N + 2Ψ/N plus
 // staging with the pinned store.

@@ -194,12 +194,13 @@ TEST_F(Offload, ModelStatesLeaveTheDevice) {
     EXPECT_EQ(dev.peak(MemoryTag::kGrads), 0u) << what;
     EXPECT_EQ(dev.peak(MemoryTag::kMasterParams), 0u) << what;
     EXPECT_EQ(dev.peak(MemoryTag::kOptimizerStates), 0u) << what;
-    // Host: 12Ψ/N of optimizer states and 2Ψ/N of gradients (twice with
-    // DPU), plus staging: one reduce bucket of gradients, two tiles of
-    // values, the norm pair (and with DPU the delayed step's 16-bit shard).
+    // Host: 12Ψ/N of optimizer states and 2Ψ/N of gradients (one shard
+    // with DPU too: the delayed step hands it back sub-group by sub-group),
+    // plus staging: one reduce bucket of gradients, two tiles of values,
+    // the norm pair (and with DPU the delayed step's 16-bit shard).
     EXPECT_EQ(host.peak(MemoryTag::kMasterParams), size_t(4 * shard)) << what;
     EXPECT_EQ(host.peak(MemoryTag::kOptimizerStates), size_t(8 * shard)) << what;
-    EXPECT_EQ(host.peak(MemoryTag::kGrads), size_t((dpu ? 2 : 1) * 2 * shard)) << what;
+    EXPECT_EQ(host.peak(MemoryTag::kGrads), size_t(2 * shard)) << what;
     const int64_t padded = n * shard;
     const int64_t bucket = std::min<int64_t>(padded, std::max<int64_t>(4096 / 2, zero::LargestModuleParameters(*model)));
     const int64_t tile = std::min<int64_t>(3000, shard);
@@ -494,9 +495,10 @@ TEST_F(Offload, DelayedUpdateTracksTheUndelayedRunOnTheOverfitTask) {
     EXPECT_FALSE(timed_out) << "a delayed step waited in vain for its iteration to start";
     if (delayed) {
       zones = timeline.Zones();
-      // Memory: two host gradient shards and the whole 16-bit result.
+      // Memory: one host gradient shard, shared by the delayed step and the
+      // next iteration's backward.
       const int64_t shard = (models::CountParameters(Small()) + W() - 1) / W();
-      EXPECT_EQ(device->pinned_host().account().peak(MemoryTag::kGrads), size_t(2 * 2 * shard));
+      EXPECT_EQ(device->pinned_host().account().peak(MemoryTag::kGrads), size_t(2 * shard));
     }
   }
   // Through warm-up and the first delayed iteration (which still uses the

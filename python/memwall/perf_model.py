@@ -236,7 +236,7 @@ def _training_config(run: Run, seq: int) -> str:
     for what, v in (("offload_optimizer", run.offload_optimizer), ("offload_param", run.offload_param)):
         if v != "none":
             path = " nvme_path: '/nvme'" if v == "nvme" else ""
-            # The delayed update holds a second gradient buffer and the 16-bit result.
+            # The delayed update holds its 16-bit result whole (2 bytes a parameter).
             delayed = " delayed_update_after_steps: 1" if run.dpu and what == "offload_optimizer" else ""
             zero += f" {what} {{ device: {devices[v]}{path}{delayed} }}"
     return (f"seq: {seq} micro_batch: {run.micro_batch} accumulation: {run.accumulation} precision: BF16 "

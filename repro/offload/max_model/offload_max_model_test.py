@@ -7,8 +7,8 @@ independently of the code that wrote it:
   - stage 0's largest model has 16Ψ within the budget, the first it refuses
     trains under offload, and offload's largest is at least 4x stage 0's;
   - offload's device peak is at least 2Ψ and below 16Ψ; its pinned host peak
-    is at least 14Ψ (master 4, Adam 8, gradients 2), 16Ψ with DPU (a second
-    gradient buffer);
+    is at least 14Ψ (master 4, Adam 8, gradients 2), 16Ψ with DPU (the
+    delayed step's 16-bit result, kept whole);
   - summary.csv's ratio is the largest offload Ψ over stage 0's, recomputed;
 and it writes a PNG and provenance.json whose command regenerates them.
 The same walk started at the estimator's answer (offload.start_at_estimate)
