@@ -1,6 +1,7 @@
 // Every offload placement on a GPU against the same placement on the
 // CpuDevice (one process): ZeRO-Offload's stage 2 with the optimizer on the
-// host, with the delayed parameter update, stage 3 with the 16-bit
+// host, with the delayed parameter update (its result in pinned host
+// memory, and on the device), stage 3 with the 16-bit
 // parameters in pinned host memory too, and ZeRO-Infinity's NVMe stores for
 // the optimizer states and the parameters. The host side (CPU Adam,
 // accumulation, the stores) is the same code on both; what differs is where
@@ -38,12 +39,15 @@ struct Placement {
   OffloadOptimizerConfig::Device optimizer;
   OffloadParamConfig::Device params;
   int64_t dpu_after_steps = 0;
+  bool dpu_values_on_device = false;
 };
 
 std::vector<Placement> Placements() {
   return {
       {"stage 2 + offload", 2, OffloadOptimizerConfig::CPU, OffloadParamConfig::NONE},
       {"stage 2 + offload + DPU", 2, OffloadOptimizerConfig::CPU, OffloadParamConfig::NONE, 3},
+      {"stage 2 + offload + DPU, its result on the device", 2, OffloadOptimizerConfig::CPU, OffloadParamConfig::NONE,
+       3, true},
       {"stage 3 + offload + params on the host", 3, OffloadOptimizerConfig::CPU, OffloadParamConfig::CPU},
       {"stage 3 + NVMe optimizer + NVMe params", 3, OffloadOptimizerConfig::NVME, OffloadParamConfig::NVME},
   };
@@ -60,6 +64,7 @@ zero::TrainerOptions Options(const Placement& p, Precision precision, const std:
   opt.set_device(p.optimizer);
   opt.set_tile_elements(3000);  // several tiles per shard: the copy/Adam pipeline runs
   if (p.dpu_after_steps > 0) opt.set_delayed_update_after_steps(p.dpu_after_steps);
+  if (p.dpu_values_on_device) opt.set_delayed_values_on_device(true);
   if (p.optimizer == OffloadOptimizerConfig::NVME) opt.set_nvme_path(swap_dir);
   z.mutable_offload_param()->set_device(p.params);
   if (p.params == OffloadParamConfig::NVME) z.mutable_offload_param()->set_nvme_path(swap_dir);

@@ -27,7 +27,7 @@
 // end, or its failure) releases every wait. One shard, 2 bytes a
 // parameter, where a second shard for the next iteration's backward would
 // take another 2.
-#ifndef MEMWALL_OFFLOAD_HOST_GRADIENT_SHARD_H_#ifndef MEMWALL_OFFLOAD_HOST_GRADIENT_SHARD_H_
+#ifndef MEMWALL_OFFLOAD_HOST_GRADIENT_SHARD_H_
 #define MEMWALL_OFFLOAD_HOST_GRADIENT_SHARD_H_
 
 #include <condition_variable>

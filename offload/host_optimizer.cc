@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +26,12 @@ int64_t TileElements(const zero::ShardOptimizerRequest& r) {
 bool Delayed(const zero::ShardOptimizerRequest& r) {
   return r.zero.offload_optimizer().delayed_update_after_steps() > 0;
 }
+// Where the delayed step's 16-bit result waits (none for fp32 values: the
+// master weights are the values).
+std::optional<MemorySpace> DelayedValuesSpace(const zero::ShardOptimizerRequest& r) {
+  if (!Delayed(r) || r.value_dtype == DType::kF32) return std::nullopt;
+  return r.zero.offload_optimizer().delayed_values_on_device() ? MemorySpace::kDevice : MemorySpace::kPinnedHost;
+}
 
 // ZeRO-Offload's optimizer as a composition: a resident pinned state store
 // in sub-groups of one tile (zero/optimizer_state_store.h), the host
@@ -40,6 +47,7 @@ class HostOptimizer : public DelayableOptimizer {
         value_dtype_(r.value_dtype),
         wide_(r.value_dtype == DType::kF32),
         delayed_(Delayed(r)),
+        values_on_device_(DelayedValuesSpace(r) == MemorySpace::kDevice),
         timeline_(r.timeline),
         grads_(*r.device, r.elements, r.grad_dtype, r.largest_piece, r.timeline),
         tiles_(*r.device, TileElements(r), r.value_dtype, r.timeline, hooks_.copy_starting) {}
@@ -117,9 +125,13 @@ class HostOptimizer : public DelayableOptimizer {
       const size_t v = SizeOf(value_dtype_);
       const char* grads = grads_.shard();
       for (int64_t k; worker_status_.ok() && (k = grads_.NextToConsume()) >= 0;) {
-        worker_status_ = WithSubGroup(k, /*written=*/true, [&](const zero::StateSubGroup& g) {
-          void* out16 = wide_ ? nullptr : delayed_values_.as<char>() + g.begin * v;
-          return adam_->Step(Buffers(g, grads, out16), update.step, update.grad_scale);
+        worker_status_ = WithSubGroup(k, /*written=*/true, [&](const zero::StateSubGroup& g) -> absl::Status {
+          char* out16 = wide_ ? nullptr : delayed_values_.as<char>() + g.begin * v;
+          if (!values_on_device_) return adam_->Step(Buffers(g, grads, out16), update.step, update.grad_scale);
+          // Into a staging tile, and from there to the device's copy.
+          return tiles_.SendTile(g.numel, out16, [&](void* tile) {
+            return adam_->Step(Buffers(g, grads, tile), update.step, update.grad_scale);
+          });
         });
         if (worker_status_.ok()) grads_.Consumed(k);
       }
@@ -133,8 +145,16 @@ class HostOptimizer : public DelayableOptimizer {
     worker_.join();
     MEMWALL_RETURN_IF_ERROR(worker_status_);
     MEMWALL_RETURN_IF_ERROR(CheckValues(values));
-    if (!wide_) return tiles_.SendWhole(values, delayed_values_.data(), stream);
-    return WriteValues(values, stream);  // fp32: the values are the master weights
+    if (wide_) return WriteValues(values, stream);  // fp32: the values are the master weights
+    if (!values_on_device_) return tiles_.SendWhole(values, delayed_values_.data(), stream);
+    // Already on the device: every tile's copy done, then one device copy
+    // in `stream`'s order, after its compute on the old values.
+    const std::optional<Tensor> resident = values.resident();
+    if (!resident.has_value()) {
+      return absl::InternalError("offload: delayed_values_on_device with parameters that are not on the device");
+    }
+    MEMWALL_RETURN_IF_ERROR(tiles_.Synchronize());
+    return stream.Copy(resident->data(), delayed_values_.data(), resident->bytes());
   }
 
   absl::Status ReadGradients(int64_t begin, int64_t n, float* out) override {
@@ -216,6 +236,7 @@ class HostOptimizer : public DelayableOptimizer {
   const DType value_dtype_;
   const bool wide_;  // fp32 values: the values are the master weights, nothing to round
   const bool delayed_;
+  const bool values_on_device_;  // the delayed step's result goes to the device tile by tile
   Timeline* timeline_;  // may be null
   std::unique_ptr<zero::OptimizerStateStore> states_;
   HostGradientShard grads_;
@@ -240,13 +261,12 @@ HostStateStore PinnedStateStore() {
 }
 
 MemoryPlan HostOptimizerPlan(const zero::ShardOptimizerRequest& r, const HostStateStore& states) {
-  const bool delayed = Delayed(r);
   MemoryPlan plan = states.plan(r, TileElements(r));
   // The delayed update keeps its 16-bit result whole (its gradients share
   // the one shard with the next iteration's: host_gradient_shard.h).
   plan.Append(HostGradientShard::Plan(r.elements, r.grad_dtype, r.largest_piece));
-  if (delayed && r.value_dtype != DType::kF32) {
-    plan.Add("delayed values", MemorySpace::kPinnedHost, MemoryTag::kStaging, SizeOf(r.value_dtype) * r.elements);
+  if (const std::optional<MemorySpace> space = DelayedValuesSpace(r); space.has_value()) {
+    plan.Add("delayed values", *space, MemoryTag::kStaging, SizeOf(r.value_dtype) * r.elements);
   }
   plan.Append(TilePipeline::Plan(TileElements(r), r.value_dtype));
   return plan;

@@ -578,6 +578,41 @@ TEST_F(Offload, DelayedUpdateConsumesEveryGradientOnce) {
   EXPECT_TRUE(shard[0] == shard[1]) << "master, m and v differ between the delayed and the undelayed run";
 }
 
+// The delayed step's 16-bit result on the device (sent tile by tile as the
+// step makes it, landed by one device copy) is the same run as with it in
+// pinned host memory (sent whole as it lands), bit for bit, with its 2
+// bytes a parameter of the shard moved from pinned host memory to the
+// device.
+TEST_F(Offload, DelayedValuesOnTheDeviceGiveTheSameRun) {
+  for (int stage : {2, 3}) {
+    Outcome runs[2];
+    for (int on_device = 0; on_device < 2; ++on_device) {
+      Case c;
+      c.stage = stage;
+      c.offload = true;
+      c.accumulation = 2;
+      c.precision = Precision::BF16;
+      zero::TrainerOptions o = Options(c, W());
+      auto* off = o.training.mutable_zero()->mutable_offload_optimizer();
+      off->set_delayed_update_after_steps(2);
+      off->set_delayed_values_on_device(on_device == 1);
+      auto device = *CreateCpuDevice();
+      auto model = *models::Gpt::Create(Small());
+      auto trainer = engine::CreateTrainer(*model, *device, *comm_, o);
+      ASSERT_TRUE(trainer.ok()) << trainer.status();
+      zero::test::RunSteps(**trainer, *device, 8, runs[on_device], c.Name());
+    }
+    const std::string what = absl::StrCat("stage ", stage, " + offload + DPU, world ", W());
+    ASSERT_EQ(runs[1].losses.size(), 8u) << what;
+    EXPECT_EQ(runs[1].losses, runs[0].losses) << what;
+    EXPECT_EQ(Differ(runs[1].weights, runs[0].weights), 0u) << what;
+    const int64_t shard = (models::CountParameters(Small()) + W() - 1) / W();
+    const int staging = static_cast<int>(MemoryTag::kStaging);
+    EXPECT_EQ(int64_t(runs[0].pinned_peaks[staging]) - int64_t(runs[1].pinned_peaks[staging]), 2 * shard) << what;
+    EXPECT_EQ(int64_t(runs[1].device_peaks[staging]) - int64_t(runs[0].device_peaks[staging]), 2 * shard) << what;
+  }
+}
+
 TEST_F(Offload, RefusesWhatItCannotDo) {
   auto device = *CreateCpuDevice();
   auto model = *models::Gpt::Create(Small());

@@ -115,6 +115,25 @@ absl::Status TilePipeline::Receive(zero::ParameterStore& values, Stream& stream,
   return absl::OkStatus();
 }
 
+absl::Status TilePipeline::SendTile(int64_t len, void* dst, const std::function<absl::Status(void* tile)>& fill) {
+  if (len <= 0 || len > tile_) {
+    return absl::InternalError(absl::StrCat("offload: a tile of ", len, " values; tiles hold ", tile_));
+  }
+  const size_t size = SizeOf(dtype_);
+  const int slot = static_cast<int>(tiles_sent_ % 2);
+  // The staging tile is free once its previous copy is done.
+  if (tiles_sent_ >= 2) MEMWALL_RETURN_IF_ERROR(slot_free_[slot]->Synchronize());
+  char* tile = staging_.as<char>() + slot * tile_ * size;
+  MEMWALL_RETURN_IF_ERROR(fill(tile));
+  {
+    StreamZone h2d(timeline_, *copy_, ZoneKind::kParamH2D);
+    MEMWALL_RETURN_IF_ERROR(copy_->Copy(dst, tile, len * size));
+  }
+  MEMWALL_RETURN_IF_ERROR(copy_->Record(*slot_free_[slot]));
+  ++tiles_sent_;
+  return absl::OkStatus();
+}
+
 absl::Status TilePipeline::Synchronize() { return copy_ ? copy_->Synchronize() : absl::OkStatus(); }
 
 }  // namespace memwall::offload

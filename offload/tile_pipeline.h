@@ -56,6 +56,12 @@ class TilePipeline {
   // store into the staging tile, then read(k, begin, len, tile) on the host.
   using Read = std::function<absl::Status(int64_t k, int64_t begin, int64_t len, const void* tile)>;
   absl::Status Receive(zero::ParameterStore& values, Stream& stream, const Read& read);
+  // One tile of `len` (<= tile_elements) values to device memory `dst`,
+  // the staging tiles taken in turn: fill(tile) on the calling thread, then
+  // the copy stream's H2D (zone kParamH2D). For the delayed update, whose
+  // tiles come in any order and go to a buffer of its own while the device
+  // computes on the parameters.
+  absl::Status SendTile(int64_t len, void* dst, const std::function<absl::Status(void* tile)>& fill);
   // Every copy done (before the staging tiles or a source are reused).
   absl::Status Synchronize();
 
@@ -69,6 +75,7 @@ class TilePipeline {
   std::unique_ptr<Stream> copy_;
   std::unique_ptr<Event> slot_free_[2];
   std::unique_ptr<Event> copied_;
+  int64_t tiles_sent_ = 0;  // SendTile's: which staging tile is next
 };
 
 }  // namespace memwall::offload

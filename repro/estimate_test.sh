@@ -44,8 +44,9 @@ echo "$text"
 
 # ZeRO-Offload, 10B parameters on one rank: the device keeps 2Ψ; the host
 # 4Ψ + 8Ψ + 2Ψ plus staging: one 64 MiB reduce bucket, two 4 Mi-element
-# tiles of bf16 values, the 8-byte norm pair (engine/estimate.h); with DPU a
-# second 2Ψ of gradients and the delayed step's 2Ψ of values.
+# tiles of bf16 values, the 8-byte norm pair (engine/estimate.h); with DPU
+# the delayed step's 2Ψ of values (its gradients share the one shard), on
+# the device with delayed_values_on_device.
 json=$($bin --params=10000000000 --ranks=1 --set='zero { stage: 2 offload_optimizer { device: CPU } }' --format=json) || fail "offload: exit $?"
 echo "$json"
 [[ "$json" == *'"model_states_bytes_per_rank": 20000000000,'* ]] || fail "offload device model states != 2 psi"
@@ -55,8 +56,13 @@ json=$($bin --params=10000000000 --ranks=4 \
   --set='zero { stage: 1 offload_optimizer { device: CPU delayed_update_after_steps: 40 } }' --format=json) \
   || fail "dpu: exit $?"
 shard=2500000000
-host=$((16 * shard + 64 * 1048576 + 2 * 2 * 4194304 + 8 + 2 * shard))
+host=$((14 * shard + 64 * 1048576 + 2 * 2 * 4194304 + 8 + 2 * shard))
 [[ "$json" == *"\"host_bytes_per_rank\": $host,"* ]] || fail "stage 1 + offload + DPU on 4 ranks: host bytes != $host"
+json=$($bin --params=10000000000 --ranks=4 --set='zero { stage: 1 offload_optimizer { device: CPU
+  delayed_update_after_steps: 40 delayed_values_on_device: true } }' --format=json) || fail "dpu on the device: exit $?"
+host=$((14 * shard + 64 * 1048576 + 2 * 2 * 4194304 + 8))
+[[ "$json" == *"\"host_bytes_per_rank\": $host,"* ]] || fail "DPU, its values on the device: host bytes != $host"
+[[ "$json" == *"\"staging\": $((2 * shard)),"* ]] || fail "DPU, its values on the device: no 2 psi of device staging"
 [[ "$json" == *'"grads": 0,'* ]] || fail "stage 1 + offload keeps device gradients"
 
 err=$($bin --params=100 --set='zero { stage: 2 offload_optimizer { device: GPU } }' 2>&1); code=$?

@@ -184,6 +184,10 @@ TEST(Experiment, EachBadOffloadValueNamesItsField) {
   expect(throughput_with("start_at_estimate: true"),
          "offload.start_at_estimate = true is for OFFLOAD_MAX_MODEL and INFINITY_MAX_MODEL");
   EXPECT_TRUE(ParseOffload("offload {", "offload { start_at_estimate: true").ok());
+  expect(ParseOffload("offload {", "offload { modes: [STAGE0, OFFLOAD] dpu_values_on_device: true"),
+         "offload.dpu_values_on_device = true needs a mode with the delayed update (OFFLOAD_DPU)");
+  EXPECT_TRUE(ParseOffload("offload {", "offload { modes: [OFFLOAD_DPU] dpu_values_on_device: true").ok());
+  EXPECT_TRUE(ParseOffload("offload {", "offload { dpu_values_on_device: true").ok()) << "the default modes run DPU";
   expect(throughput_with("micro_batches: [2]"), "offload.micro_batches = 1 entries must give one per ladder model (2)");
   expect(throughput_with("micro_batches: [2, 0]"), "offload.micro_batches[1] (\"b\") = 0 must be in [1, 268435455] (at most 2147483647 tokens at training.seq = 8)");
   expect(throughput_with("micro_batches: [2, 4294967296]"), "offload.micro_batches[1] (\"b\") = 4294967296 must be in");

@@ -416,6 +416,9 @@ absl::Status ValidateLadder(const Experiment& e, LadderFields reads) {
   if (o.halve_micro_batch_to_fit() && !reads.micro_batches) {
     return BadField("offload.halve_micro_batch_to_fit", "true", "is for OFFLOAD_THROUGHPUT");
   }
+  if (o.dpu_values_on_device() && !RunsDpu(o)) {
+    return BadField("offload.dpu_values_on_device", "true", "needs a mode with the delayed update (OFFLOAD_DPU)");
+  }
   if (o.start_at_estimate() && !reads.max_model_walk) {
     return BadField("offload.start_at_estimate", "true", "is for OFFLOAD_MAX_MODEL and INFINITY_MAX_MODEL");
   }

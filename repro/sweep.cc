@@ -95,6 +95,7 @@ zero::TrainerOptions OffloadTrainerOptions(const Experiment& e, OffloadSweep::Mo
   }
   if (z.offload_optimizer().delayed_update_after_steps() > 0) {
     z.mutable_offload_optimizer()->set_delayed_update_after_steps(sweep.dpu_after_steps());
+    if (sweep.dpu_values_on_device()) z.mutable_offload_optimizer()->set_delayed_values_on_device(true);
   }
   return o;
 }

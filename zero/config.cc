@@ -134,6 +134,8 @@ const FieldRule kZeroRules[] = {
     {"offload_optimizer.delayed_update_after_steps", Int(0), Check::kNonNegative,
      "0: no delayed parameter update; the paper uses 40", kMaxSteps, "steps", Scope::kOffloadedOptimizer,
      Unit::kCount, /*zero_is_off=*/true},
+    {"offload_optimizer.delayed_values_on_device", Bool(false), Check::kAny, "", 0, "",
+     Scope::kOffloadedOptimizer},
     {"offload_optimizer.pinned_budget_bytes", None(), Check::kNonNegative, "0: three swap buffers", kMaxBudgetBytes,
      "bytes", Scope::kNvmeOptimizer},
     {"offload_param.buffer_count", Int(kDefaultParamSwapBuffers), Check::kAtLeastTwo,
@@ -385,6 +387,17 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c, absl::string_view what) {
   if (o.device() == OffloadOptimizerConfig::NVME && o.nvme_path().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(what, "offload_optimizer.nvme_path is empty: device = NVME "
                                                    "needs the directory of the swap files"));
+  }
+  if (o.delayed_values_on_device()) {
+    if (o.delayed_update_after_steps() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "offload_optimizer.delayed_values_on_device = true needs "
+                                                     "the delayed update (offload_optimizer.delayed_update_after_steps > 0)"));
+    }
+    if (param.device() != OffloadParamConfig::NONE) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, "offload_optimizer.delayed_values_on_device = true needs the parameters on the device "
+          "(offload_param.device = NONE, not ", OffloadParamConfig::Device_Name(param.device()), ")"));
+    }
   }
   if (const OffloadParamConfig::Device p = param.device(); p != OffloadParamConfig::NONE && c.stage() != 3) {
     return Bad(absl::StrCat("offload_param.device = ", OffloadParamConfig::Device_Name(p), " with stage"), c.stage(),

@@ -66,6 +66,15 @@ TEST(ZeroConfig, EachBadValueNamesItsField) {
   ExpectError("stage: two", "not a ZeroConfig text proto");
   ExpectError("stage: 2 offload_optimizer { delayed_update_after_steps: 40 }",
               "offload_optimizer.delayed_update_after_steps = 40 needs offload_optimizer.device = CPU");
+  ExpectError("stage: 2 offload_optimizer { delayed_values_on_device: true }",
+              "offload_optimizer.delayed_values_on_device = true needs offload_optimizer.device = CPU");
+  ExpectError("stage: 2 offload_optimizer { device: CPU delayed_values_on_device: true }",
+              "offload_optimizer.delayed_values_on_device = true needs the delayed update "
+              "(offload_optimizer.delayed_update_after_steps > 0)");
+  ExpectError("stage: 3 offload_optimizer { device: CPU delayed_update_after_steps: 2 delayed_values_on_device: true } "
+              "offload_param { device: CPU }",
+              "offload_optimizer.delayed_values_on_device = true needs the parameters on the device "
+              "(offload_param.device = NONE, not CPU)");
   ExpectError("stage: 2 offload_optimizer { tile_elements: 8 }",
               "offload_optimizer.tile_elements = 8 needs offload_optimizer.device = CPU");
   ExpectError("stage: 2 offload_optimizer { device: NVME }", "offload_optimizer.nvme_path is empty");

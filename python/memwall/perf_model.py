@@ -183,6 +183,7 @@ class Run:
     offload_optimizer: str = "none"   # none, cpu, nvme
     offload_param: str = "none"       # none, cpu, nvme (stage 3)
     dpu: bool = False                 # delayed parameter update (offload_optimizer)
+    dpu_values_on_device: bool = False  # its 16-bit result waits on the device, copied up as made
     micro_batch: int = 1
     accumulation: int = 1             # micro-batches per step per rank (one reduction and update per step)
     seq: Optional[int] = None         # default: the model's positions
@@ -236,8 +237,13 @@ def _training_config(run: Run, seq: int) -> str:
     for what, v in (("offload_optimizer", run.offload_optimizer), ("offload_param", run.offload_param)):
         if v != "none":
             path = " nvme_path: '/nvme'" if v == "nvme" else ""
-            # The delayed update holds its 16-bit result whole (2 bytes a parameter).
-            delayed = " delayed_update_after_steps: 1" if run.dpu and what == "offload_optimizer" else ""
+            # The delayed update holds its 16-bit result whole (2 bytes a
+            # parameter), on the host or on the device.
+            delayed = ""
+            if run.dpu and what == "offload_optimizer":
+                delayed = " delayed_update_after_steps: 1"
+                if run.dpu_values_on_device:
+                    delayed += " delayed_values_on_device: true"
             zero += f" {what} {{ device: {devices[v]}{path}{delayed} }}"
     return (f"seq: {seq} micro_batch: {run.micro_batch} accumulation: {run.accumulation} precision: BF16 "
             f"zero {{ {zero} }}")
@@ -297,6 +303,8 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
         raise ValueError("offload_param needs stage 3")
     if run.dpu and run.offload_optimizer == "none":
         raise ValueError("dpu needs offload_optimizer")
+    if run.dpu_values_on_device and not run.dpu:
+        raise ValueError("dpu_values_on_device needs dpu")
     seq = run.seq or _field(run.model, "positions")
     L, h = _field(run.model, "layers"), _field(run.model, "hidden")
     k = 1 if _checkpointing(run) else 0
@@ -383,8 +391,11 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
             # share its memory bandwidth. The norm, then the parameters'
             # copy up, wait for both.
             host_busy = host_update + accumulate
+            if run.dpu_values_on_device:
+                # Each tile goes up as the delayed Adam makes it.
+                host_busy = max(host_busy, params_up)
             hidden = min(host_busy, passes)
-            after = host_busy - hidden + params_up + gather_after
+            after = host_busy - hidden + (0 if run.dpu_values_on_device else params_up) + gather_after
         else:
             # The tile pipeline copies each tile up as the CPU Adam ends it.
             after = max(host_update, params_up) + gather_after

@@ -68,6 +68,11 @@ class PerfModelTest(unittest.TestCase):
         self.assertAlmostEqual(plain.step_seconds, passes + max(adam, up))
         self.assertAlmostEqual(dpu.step_seconds, max(passes, adam) + up)
         self.assertLess(dpu.step_seconds, plain.step_seconds)
+        # With the result on the device each tile goes up as the delayed
+        # Adam makes it, under the passes too.
+        on_device = perf_model.predict(dataclasses.replace(run, dpu=True, dpu_values_on_device=True), self.hw,
+                                       with_memory=False)
+        self.assertAlmostEqual(on_device.step_seconds, max(passes, adam, up))
 
     def test_host_passes_run_where_the_traces_put_them(self):
         # The traces of an H100 (commit 0aaa5c3's results/offload_dpu_gpu/
@@ -162,6 +167,11 @@ class PerfModelTest(unittest.TestCase):
         plain = perf_model.memory(dataclasses.replace(dpu, dpu=False), self.hw)
         shard = -(-perf_model._params(self.model) // 8)
         self.assertAlmostEqual((want["host_bytes_per_rank"] - plain["host_bytes_per_rank"]) / shard, 2, delta=0.01)
+        # With the result on the device, those 2 bytes move there.
+        on_device = perf_model.memory(dataclasses.replace(dpu, dpu_values_on_device=True), self.hw)
+        self.assertEqual(on_device["host_bytes_per_rank"], plain["host_bytes_per_rank"])
+        self.assertAlmostEqual((on_device["total_device_bytes_per_rank"] - want["total_device_bytes_per_rank"]) / shard,
+                               2, delta=0.01)
         # Model parallel: the slice's model states, plus the checkpoints (split with P_a).
         mp = perf_model.Run(model=self.model, ranks=16, model_parallel=4, stage=2, micro_batch=2)
         a, b = perf_model.memory(mp, self.hw), perf_model.memory(dataclasses.replace(mp, partition_activations=True))
@@ -190,6 +200,9 @@ class PerfModelTest(unittest.TestCase):
             perf_model.predict(perf_model.Run(model=self.model, ranks=6, model_parallel=4), self.hw)
         with self.assertRaisesRegex(ValueError, "stage 3"):
             perf_model.predict(perf_model.Run(model=self.model, stage=2, offload_param="cpu"), self.hw)
+        with self.assertRaisesRegex(ValueError, "dpu_values_on_device needs dpu"):
+            perf_model.predict(perf_model.Run(model=self.model, stage=2, offload_optimizer="cpu",
+                                              dpu_values_on_device=True), self.hw)
         with self.assertRaisesRegex(ValueError, "checkpointing"):
             perf_model.memory(perf_model.Run(model=self.model, ranks=4, model_parallel=4, checkpointing=False))
 

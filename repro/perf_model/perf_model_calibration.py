@@ -75,9 +75,9 @@ MODES = {
 
 
 def experiment(workspace, name):
-    """The experiment's sequence, micro-batch, ladder and reduce bucket (None:
-    the trainer's), from the text proto under repro/ whose name is `name`
-    (results/<name>/)."""
+    """The experiment's sequence, micro-batch, ladder, reduce bucket (None:
+    the trainer's) and whether its DPU keeps its result on the device, from
+    the text proto under repro/ whose name is `name` (results/<name>/)."""
     for path in sorted(glob.glob(os.path.join(workspace, "repro", "**", "*.textproto"), recursive=True)):
         with open(path) as f:
             text = f.read()
@@ -94,7 +94,8 @@ def experiment(workspace, name):
         fields = " ".join(f"{k}: {v}" for k, v in re.findall(r"\b(layers|hidden|heads|vocab|positions|"
                                                               r"activation_checkpointing):\s*(\w+)", body))
         ladder[model_name] = f'name: "{model_name}" {fields}'
-    return seq, micro_batch, ladder, int(bucket.group(1)) if bucket else None
+    values_on_device = re.search(r"^\s*dpu_values_on_device:\s*true", text, re.M) is not None
+    return seq, micro_batch, ladder, int(bucket.group(1)) if bucket else None, values_on_device
 
 
 def zones(breakdown):
@@ -109,15 +110,18 @@ def zones(breakdown):
 def measured_rows(workspace, names, split):
     rows = []
     for name in names:
-        seq, micro_batch, ladder, bucket = experiment(workspace, name)
+        seq, micro_batch, ladder, bucket, values_on_device = experiment(workspace, name)
         with open(os.path.join(workspace, "results", name, "data.csv")) as f:
             for r in csv.DictReader(f):
                 if r["fits"] != "yes":
                     continue
                 # The row's own micro-batch where data.csv has the column
                 # (a per-model or halved one), else the experiment's.
+                mode = dict(MODES[r["mode"]])
+                if mode.get("dpu"):
+                    mode["dpu_values_on_device"] = values_on_device
                 run = perf_model.Run(model=ladder[r["model"]], micro_batch=int(r.get("micro_batch") or micro_batch),
-                                     seq=seq, reduce_bucket_bytes=bucket, **MODES[r["mode"]])
+                                     seq=seq, reduce_bucket_bytes=bucket, **mode)
                 if perf_model._params(run.model) != int(r["params"]):
                     raise ValueError(f"{name}/{r['model']}: the model counts {perf_model._params(run.model)} "
                                      f"parameters, the run {r['params']}")
