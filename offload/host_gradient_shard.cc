@@ -230,15 +230,11 @@ void HostGradientShard::WaitConsumed(int64_t begin, int64_t end) {
   if (!consuming_ || begin >= end) return;
   // Ask for the sub-groups of [begin, end) not yet taken, then wait until
   // every one of them is handed back (or the step stops).
+  // (The step never waits: it finds the asked-for ones at its next take.)
   const int64_t first = begin / sub_group_, last = (end - 1) / sub_group_;
-  bool asked = false;
   for (int64_t k = first; k <= last; ++k) {
-    if (state_[k] == SubGroup::kHeld) {
-      wanted_.push_back(k);
-      asked = true;
-    }
+    if (state_[k] == SubGroup::kHeld) wanted_.push_back(k);
   }
-  if (asked) changed_.notify_all();
   changed_.wait(lock, [&] {
     if (!consuming_) return true;
     for (int64_t k = first; k <= last; ++k) {

@@ -164,10 +164,8 @@ absl::StatusOr<int> WalkStart(const Experiment& e, Mode mode) {
   const zero::TrainerOptions options = OffloadTrainerOptions(e, mode);
   int start = 0;
   for (int i = 0; i < sweep.ladder_size(); ++i) {
-    engine::EstimateInput in = EstimateInputFor(options, sweep.ladder(i), 1);
-    in.device_bytes = sweep.device_memory_bytes();
-    in.host_bytes = sweep.host_pinned_memory_bytes();
-    MEMWALL_ASSIGN_OR_RETURN(const engine::Estimate est, engine::EstimateMemory(in));
+    MEMWALL_ASSIGN_OR_RETURN(const engine::Estimate est,
+                             engine::EstimateMemory(BudgetedEstimateInput(e, options, sweep.ladder(i))));
     if (!est.fits) break;
     start = i;
   }
@@ -236,6 +234,14 @@ engine::EstimateInput EstimateInputFor(const zero::TrainerOptions& options, cons
   in.model = config;
   in.ranks = ranks;
   in.training = options.training;
+  return in;
+}
+
+engine::EstimateInput BudgetedEstimateInput(const Experiment& e, const zero::TrainerOptions& options,
+                                            const models::GptConfig& config) {
+  engine::EstimateInput in = EstimateInputFor(options, config, 1);
+  in.device_bytes = e.offload().device_memory_bytes();
+  in.host_bytes = e.offload().host_pinned_memory_bytes();
   return in;
 }
 

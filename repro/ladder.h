@@ -52,6 +52,10 @@ namespace memwall::repro {
 // from options' offload settings (rank 0's).
 engine::EstimateInput EstimateInputFor(const zero::TrainerOptions& options, const models::GptConfig& config,
                                      int64_t ranks);
+// The same for one rank, checked against the sweep's device and pinned host
+// budgets (offload.device_memory_bytes, offload.host_pinned_memory_bytes).
+engine::EstimateInput BudgetedEstimateInput(const Experiment& e, const zero::TrainerOptions& options,
+                                            const models::GptConfig& config);
 
 // One (model, mode) attempt.
 struct OffloadRow {

@@ -39,10 +39,8 @@ absl::StatusOr<std::vector<TilingRow>> MeasureTiling(const Experiment& e) {
       if (base.hidden() % factor != 0) continue;
       models::GptConfig config = base;
       config.set_tiling(factor);
-      engine::EstimateInput in = EstimateInputFor(options, config, 1);
-      in.device_bytes = sweep.device_memory_bytes();
-      in.host_bytes = sweep.host_pinned_memory_bytes();
-      MEMWALL_ASSIGN_OR_RETURN(const engine::Estimate est, engine::EstimateMemory(in));
+      MEMWALL_ASSIGN_OR_RETURN(const engine::Estimate est,
+                               engine::EstimateMemory(BudgetedEstimateInput(e, options, config)));
       TilingRow row{factor, "estimator", {}};
       row.attempt.model = config.name();
       row.attempt.params = models::CountParameters(config);
