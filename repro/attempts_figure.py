@@ -35,6 +35,14 @@ def label_attempts(ax, xlabel, what, title):
     ax.legend(fontsize=8)
 
 
+def rate_note(r):
+    """A summary row's last-step rate as a bar label's line ("" when it has
+    none): TFLOPS and the fraction of it the device sat idle."""
+    if not r.get("tflops"):
+        return ""
+    return "\n%.3g TFLOPS\n%.0f%% idle" % (float(r["tflops"]), 100 * float(r["device_idle_fraction"]))
+
+
 def bar_largest(ax, measured, colors, note, fontsize):
     """Bars of each summary row's largest model (millions of parameters),
     each labelled with the model's name and the lines note(row) gives

@@ -63,6 +63,16 @@ absl::StatusOr<std::unique_ptr<Device>> CreateExperimentDevice(const Experiment&
 
 }  // namespace
 
+absl::StatusOr<std::string> FreshTraceDir(const std::string& trace_root, const models::GptConfig& config, Mode mode) {
+  if (trace_root.empty()) return std::string();
+  const std::string dir = absl::StrCat(trace_root, "/", config.name(), "_", ModeName(mode));
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  return dir;
+}
+
 absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig& config, Mode mode,
                                    int64_t warmup, int64_t timed, const std::string& trace_dir,
                                    const zero::TrainerOptions* given) {
@@ -94,7 +104,7 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
     row.reason = FirstLine(st);
     row.device_peak_bytes = static_cast<int64_t>(device->memory().account().total_peak());
     row.host_pinned_peak_bytes = static_cast<int64_t>(device->pinned_host().account().total_peak());
-    row.seconds = Seconds(start);
+    row.attempt_seconds = Seconds(start);
     return row;
   };
 
@@ -121,9 +131,10 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
       row.breakdown = stats->breakdown;
     }
     row.fits = true;
-    row.steps = timed > 0 ? timed : warmup;
+    row.steps = warmup + timed;
+    row.timed_steps = timed;
     if (timed > 0) {
-      row.seconds = timed_seconds / double(timed);
+      row.step_seconds = timed_seconds / double(timed);
       row.tokens_per_second = double(timed_tokens) / timed_seconds;
       row.tflops = flops / timed_seconds / 1e12;
       row.device_idle_fraction = idle / timed_seconds;
@@ -131,21 +142,24 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
   }
   row.device_peak_bytes = static_cast<int64_t>(device->memory().account().total_peak());
   row.host_pinned_peak_bytes = static_cast<int64_t>(device->pinned_host().account().total_peak());
-  if (timed == 0) row.seconds = Seconds(start);
+  row.attempt_seconds = Seconds(start);
   return row;
 }
 
 std::string MaxModelCsv(const OffloadRow& r) {
   return absl::StrCat(CsvField(r.model), ",", r.params, ",", r.layers, ",", r.hidden, ",", r.mode, ",",
                       r.fits ? "yes" : "no", ",", r.steps, ",", CsvCell(r.device_peak_bytes), ",",
-                      CsvCell(r.host_pinned_peak_bytes), ",", absl::StrFormat("%.2f", r.seconds), ",",
-                      CsvField(r.reason), ",", CsvField(r.device));
+                      CsvCell(r.host_pinned_peak_bytes), ",", absl::StrFormat("%.2f", r.attempt_seconds), ",",
+                      CsvCell(r.timed_steps > 0 ? r.step_seconds : -1, "%.4f"), ",",
+                      CsvCell(r.timed_steps > 0 ? r.tflops : -1, "%.5f"), ",",
+                      CsvCell(r.timed_steps > 0 ? r.device_idle_fraction : -1, "%.4f"), ",", CsvField(r.reason), ",",
+                      CsvField(r.device));
 }
 
 std::string ThroughputCsv(const OffloadRow& r) {
   const double fraction = r.fits && r.gemm_tflops > 0 ? r.tflops / r.gemm_tflops : -1;
   return absl::StrCat(CsvField(r.model), ",", r.params, ",", r.layers, ",", r.hidden, ",", r.micro_batch, ",",
-                      r.mode, ",", r.fits ? "yes" : "no", ",", r.steps, ",", CsvCell(r.fits ? r.seconds : -1, "%.4f"), ",",
+                      r.mode, ",", r.fits ? "yes" : "no", ",", r.timed_steps, ",", CsvCell(r.fits ? r.step_seconds : -1, "%.4f"), ",",
                       CsvCell(r.fits ? r.tokens_per_second : -1, "%.1f"), ",", CsvCell(r.fits ? r.tflops : -1, "%.5f"),
                       ",", CsvCell(r.fits ? r.gemm_tflops : -1, "%.5f"), ",", CsvCell(fraction, "%.4f"), ",",
                       CsvCell(r.device_idle_fraction, "%.4f"), ",", CsvCell(r.device_peak_bytes), ",",
@@ -174,7 +188,7 @@ absl::StatusOr<int> WalkStart(const Experiment& e, Mode mode) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e) {
+absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e, const std::string& trace_root) {
   std::vector<OffloadRow> rows;
   const OffloadSweep& sweep = e.offload();
   for (int m = 0; m < sweep.modes_size(); ++m) {
@@ -184,11 +198,22 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e) {
       std::printf("[%s %d/%d] %s (%.1fM parameters)\n", ModeName(mode).c_str(), i + 1, sweep.ladder_size(),
                   config.name().c_str(), models::CountParameters(config) / 1e6);
       std::fflush(stdout);
-      MEMWALL_ASSIGN_OR_RETURN(OffloadRow row, Attempt(e, config, mode, e.steps(), 0, ""));
-      std::printf("  %s: %s (device peak %s, pinned host peak %s, %.1f s)\n", row.model.c_str(),
-                  row.fits ? "trains" : absl::StrCat("does not fit: ", row.reason).c_str(),
-                  FormatBytes(row.device_peak_bytes).c_str(), FormatBytes(row.host_pinned_peak_bytes).c_str(),
-                  row.seconds);
+      MEMWALL_ASSIGN_OR_RETURN(const std::string trace_dir, FreshTraceDir(trace_root, config, mode));
+      // Every step but the last warms up; the last is timed (with DPU it
+      // runs the delayed update, ValidateOffloadMaxModel).
+      MEMWALL_ASSIGN_OR_RETURN(OffloadRow row, Attempt(e, config, mode, e.steps() - 1, 1, trace_dir));
+      if (row.fits) {
+        std::printf("  %s: trains (device peak %s, pinned host peak %s; last step %.3f s, %.4g TFLOPS, device idle "
+                    "%.0f%%; %.1f s in all)\n",
+                    row.model.c_str(), FormatBytes(row.device_peak_bytes).c_str(),
+                    FormatBytes(row.host_pinned_peak_bytes).c_str(), row.step_seconds, row.tflops,
+                    100 * row.device_idle_fraction, row.attempt_seconds);
+      } else {
+        std::printf("  %s: does not fit: %s (device peak %s, pinned host peak %s, %.1f s)\n", row.model.c_str(),
+                    row.reason.c_str(), FormatBytes(row.device_peak_bytes).c_str(),
+                    FormatBytes(row.host_pinned_peak_bytes).c_str(), row.attempt_seconds);
+        if (!trace_dir.empty()) std::filesystem::remove_all(trace_dir);
+      }
       std::fflush(stdout);
       return row;
     };
@@ -254,7 +279,7 @@ std::string LargestPerMode(const std::vector<OffloadRow>& rows, const std::vecto
   }
   std::string csv = "mode,largest_model,largest_params,";
   for (const RatioColumn& c : ratios) absl::StrAppend(&csv, c.name, ",");
-  csv += "source\n";
+  csv += "tflops,device_idle_fraction,source\n";
   for (const std::string& mode : modes) {
     const OffloadRow* r = largest[mode];
     absl::StrAppend(&csv, mode, ",", r ? CsvField(r->model) : "", ",", r ? absl::StrCat(r->params) : "0", ",");
@@ -262,7 +287,9 @@ std::string LargestPerMode(const std::vector<OffloadRow>& rows, const std::vecto
       const OffloadRow* base = largest[c.base_mode];
       absl::StrAppend(&csv, r && base ? absl::StrFormat("%.3f", double(r->params) / double(base->params)) : "", ",");
     }
-    csv += "measured\n";
+    const bool timed = r != nullptr && r->timed_steps > 0;
+    absl::StrAppend(&csv, CsvCell(timed ? r->tflops : -1, "%.5f"), ",",
+                    CsvCell(timed ? r->device_idle_fraction : -1, "%.4f"), ",measured\n");
   }
   return csv;
 }
@@ -296,19 +323,13 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, c
                   sweep.ladder_size() * sweep.modes_size(), config.name().c_str(),
                   models::CountParameters(config) / 1e6, ModeName(mode).c_str(), (long long)micro_batch);
       std::fflush(stdout);
-      std::string trace_dir;
-      if (!trace_root.empty()) trace_dir = absl::StrCat(trace_root, "/", config.name(), "_", ModeName(mode));
       zero::TrainerOptions options = OffloadTrainerOptions(e, mode);
       OffloadRow row;
+      std::string trace_dir;
       // The listed micro-batch, then (halve_micro_batch_to_fit) half of
       // it until one fits or 1 does not.
       for (int64_t b = micro_batch;; b /= 2) {
-        if (!trace_dir.empty()) {
-          std::error_code ec;
-          std::filesystem::remove_all(trace_dir, ec);
-          std::filesystem::create_directories(trace_dir, ec);
-          if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", trace_dir, ": ", ec.message()));
-        }
+        MEMWALL_ASSIGN_OR_RETURN(trace_dir, FreshTraceDir(trace_root, config, mode));
         options.training.set_micro_batch(b);
         MEMWALL_ASSIGN_OR_RETURN(row, Attempt(e, config, mode, sweep.warmup_steps(), e.steps(), trace_dir, &options));
         if (row.fits || !sweep.halve_micro_batch_to_fit() || b == 1) break;
@@ -400,7 +421,9 @@ absl::Status ValidateLadder(const Experiment& e, LadderFields reads) {
   }
   if (o.dpu_after_steps() < 1) return BadField("offload.dpu_after_steps", o.dpu_after_steps(), "must be >= 1 (unset: 1)");
   if (o.warmup_steps() < 0) return BadField("offload.warmup_steps", o.warmup_steps(), "must be >= 0");
-  if (o.write_traces() && !reads.traces) return BadField("offload.write_traces", "true", "is for OFFLOAD_THROUGHPUT");
+  if (o.write_traces() && !reads.traces) {
+    return BadField("offload.write_traces", "true", "is for OFFLOAD_THROUGHPUT, OFFLOAD_MAX_MODEL and INFINITY_MAX_MODEL");
+  }
   if (!o.tiling_factors().empty() && !reads.tiling) return BadField("offload.tiling_factors", "[...]", "is for INFINITY_TILING");
   if (!o.micro_batches().empty()) {
     if (!reads.micro_batches) return BadField("offload.micro_batches", "[...]", "is for OFFLOAD_THROUGHPUT");
@@ -489,7 +512,9 @@ absl::Status DriveMaxModelWalk(const Experiment& e, const RunContext& run, const
   MEMWALL_ASSIGN_OR_RETURN(const std::string dir, ResultsDir(e, run));
   Provenance p = ProvenanceOf(e, run);
   const std::string budget = FormatBytes(size_t(e.offload().device_memory_bytes()));
-  MEMWALL_ASSIGN_OR_RETURN(const std::vector<OffloadRow> rows, MeasureMaxModel(e));
+  const std::string traces = e.offload().write_traces() ? dir + "/traces" : "";
+  if (!traces.empty()) std::filesystem::remove_all(traces);
+  MEMWALL_ASSIGN_OR_RETURN(const std::vector<OffloadRow> rows, MeasureMaxModel(e, traces));
   std::string csv = absl::StrCat(kMaxModelCsvHeader, "\n");
   for (const OffloadRow& r : rows) absl::StrAppend(&csv, MaxModelCsv(r), "\n");
   const std::string summary = report.summary_csv(rows);
@@ -506,11 +531,17 @@ absl::Status DriveMaxModelWalk(const Experiment& e, const RunContext& run, const
       " with a ", budgets, " (one rank, no MPI",
       report.disk,
       "): fits = every training step completed; peaks from the device's and the pinned host allocator's "
-      "accounts. summary.csv: source=measured rows derived from data.csv; source=paper rows are ",
+      "accounts; step_seconds, tflops (model FLOPs: 3 x forward, per token, over the step time) and "
+      "device_idle_fraction (time the compute stream ran no zone) are the last step's, at training.micro_batch = ",
+      e.training().micro_batch(), ". summary.csv: source=measured rows derived from data.csv; source=paper rows are ",
       report.paper_rows);
   p.files["data.csv"] = "one row per (mode, ladder model) attempted; a mode stops at its first model that does not fit";
-  p.files["summary.csv"] = absl::StrCat("per mode the largest model that trained and its size over ",
-                                        report.ratio_base, "'s");
+  p.files["summary.csv"] = absl::StrCat("per mode the largest model that trained, its size over ", report.ratio_base,
+                                        "'s, and its last step's tflops and device_idle_fraction");
+  if (!traces.empty()) {
+    p.files["traces/"] = "<model>_<mode>/step_<k>.json: each step's zones of every attempt that trained, Chrome trace "
+                         "format (Perfetto)";
+  }
   // The provenance before the figure: a GPU machine may have no matplotlib,
   // and the measurement must survive that (the figure can be drawn later).
   MEMWALL_RETURN_IF_ERROR(WriteProvenance(dir + "/provenance.json", p));

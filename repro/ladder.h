@@ -65,22 +65,27 @@ struct OffloadRow {
   int64_t micro_batch = 0;
   std::string mode;
   bool fits = false;
-  std::string reason;  // why not (the status's message), when !fits
-  int64_t steps = 0;   // steps run (timed ones for throughput)
+  std::string reason;       // why not (the status's message), when !fits
+  int64_t steps = 0;        // steps run, warm-up and timed
+  int64_t timed_steps = 0;  // the last `timed_steps` of them
   int64_t device_peak_bytes = -1;
   int64_t host_pinned_peak_bytes = -1;
-  double seconds = 0;  // wall time of the attempt (max model); mean timed step (throughput)
-  // Throughput only.
+  double attempt_seconds = 0;  // wall time of the whole attempt: device, model, trainer, every step
+  // Over the timed steps, when the attempt trained and timed any.
+  double step_seconds = 0;  // mean step time
   double tokens_per_second = 0;
   double tflops = 0;
-  double gemm_tflops = 0;           // the device's rate on the model's largest matmul
   double device_idle_fraction = -1;
-  std::string breakdown;            // zone name -> seconds, the last timed step
+  std::string breakdown;    // zone name -> seconds, the last timed step
+  double gemm_tflops = 0;   // throughput only: the device's rate on the model's largest matmul
   std::string device;               // where it was measured ("cpu:0"); empty for a modeled row
 };
 
+// `seconds` is the attempt's wall time; step_seconds, tflops and
+// device_idle_fraction are its last step's, empty where it did not train.
 inline constexpr char kMaxModelCsvHeader[] =
-    "model,params,layers,hidden,mode,fits,steps,device_peak_bytes,host_pinned_peak_bytes,seconds,reason,device";
+    "model,params,layers,hidden,mode,fits,steps,device_peak_bytes,host_pinned_peak_bytes,seconds,step_seconds,tflops,"
+    "device_idle_fraction,reason,device";
 std::string MaxModelCsv(const OffloadRow& row);
 
 inline constexpr char kThroughputCsvHeader[] =
@@ -92,7 +97,10 @@ std::string ThroughputCsv(const OffloadRow& row);
 // mode the models that fit and the first that does not (or none when all
 // fit). With offload.start_at_estimate a mode's rows start at the first
 // model it ran, the estimator's largest or the first that trained below it.
-absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e);
+// Every attempt runs `steps` steps and times the last. `trace_root`, when not
+// empty: each attempt that trains keeps its steps' traces in
+// trace_root/<model>_<mode>/step_<k>.json.
+absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e, const std::string& trace_root);
 
 // One mode's max-model walk over ladder models [0, n), from `start`:
 // attempt(i) up from `start` to the first refusal and, where `start` itself
@@ -103,9 +111,10 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e);
 absl::StatusOr<std::vector<OffloadRow>> WalkLadder(int start, int n,
                                                    const std::function<absl::StatusOr<OffloadRow>(int)>& attempt);
 
-// Per mode the largest model that fit and its Ψ over each base mode's
-// largest (empty where the base has none), a "measured" row each, under the
-// header "mode,largest_model,largest_params,<ratio columns>,source".
+// Per mode the largest model that fit, its Ψ over each base mode's largest
+// (empty where the base has none) and its timed steps' TFLOPS and device idle
+// fraction, a "measured" row each, under the header
+// "mode,largest_model,largest_params,<ratio columns>,tflops,device_idle_fraction,source".
 struct RatioColumn {
   std::string base_mode, name;
 };
@@ -147,6 +156,10 @@ void FillLadder(Experiment& e, std::initializer_list<OffloadSweep::Mode> modes);
 void FillOffloadModes(Experiment& e);
 // ZeRO-Inf-CPU alone (Figure 6b, d, e): the optimizer and the parameters on the host.
 void FillInfCpuMode(Experiment& e);
+
+// trace_root/<model>_<mode>, emptied and created; "" when trace_root is.
+absl::StatusOr<std::string> FreshTraceDir(const std::string& trace_root, const models::GptConfig& config,
+                                          OffloadSweep::Mode mode);
 
 // One attempt: a fresh device of the experiment's budgets (so its peaks
 // are this attempt's alone), the model, the trainer with `options` (null:

@@ -5,7 +5,8 @@ offload of them, each offload also with the 16-bit parameters on the CPU,
 and NVMe offload with the parameters on NVMe too),
 the largest ladder model whose steps all completed (bars, millions of
 parameters; on top the ratio to CPU offload, to CPU offload with the
-parameters, and the paper's ratio over ZeRO-Inf-CPU).
+parameters, the paper's ratio over ZeRO-Inf-CPU, and the last step's TFLOPS and
+device idle fraction).
 Right: every attempt's pinned host peak against its parameters: CPU
 offload's grows 14 bytes per parameter (bf16), NVMe offload's 2 (the
 gradient shard) plus its swap buffers; with the parameters on the CPU
@@ -22,7 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # repro/
-from attempts_figure import bar_largest, label_attempts, plot_attempts, read_result  # noqa: E402
+from attempts_figure import bar_largest, label_attempts, plot_attempts, rate_note, read_result  # noqa: E402
 
 COLORS = {"stage3": "#1f77b4", "stage3+offload": "#2ca02c", "stage3+nvme": "#9467bd",
           "stage3+offload+params": "#8c564b", "stage3+nvme+params": "#e377c2",
@@ -45,7 +46,7 @@ def main(data_path, out_path):
             lines += "\n%.2fx of +params" % float(r["ratio_to_cpu_offload_with_params"])
         if r["mode"] in paper:
             lines += "\n(paper %.2fx)" % float(paper[r["mode"]]["ratio_to_cpu_offload_with_params"])
-        return lines
+        return lines + rate_note(r)
 
     heights = bar_largest(ax, measured, COLORS, note, 8)
     ax.set_xticklabels([r["mode"].replace("+", "\n+") for r in measured], fontsize=8)

@@ -13,9 +13,9 @@ std::string InfinityMaxModelSummaryCsv(const std::vector<OffloadRow>& rows) {
   // over ZeRO-Inf-CPU.
   return absl::StrCat(LargestPerMode(rows, {{"stage3+offload", "ratio_to_cpu_offload"},
                                             {"stage3+offload+params", "ratio_to_cpu_offload_with_params"}}),
-                      "stage3,ZeRO-3 (paper),20000000000,,0.286,paper\n",
-                      "stage3+offload+params,ZeRO-Inf-CPU (paper),70000000000,,1.000,paper\n",
-                      "stage3+nvme+nvme-params,ZeRO-Inf-NVMe (paper),1000000000000,,14.286,paper\n");
+                      "stage3,ZeRO-3 (paper),20000000000,,0.286,,,paper\n",
+                      "stage3+offload+params,ZeRO-Inf-CPU (paper),70000000000,,1.000,,,paper\n",
+                      "stage3+nvme+nvme-params,ZeRO-Inf-NVMe (paper),1000000000000,,14.286,,,paper\n");
 }
 
 namespace {
@@ -24,7 +24,9 @@ void FillInfinityModes(Experiment& e) {
   FillLadder(e, {OffloadSweep::STAGE3, OffloadSweep::STAGE3_OFFLOAD, OffloadSweep::STAGE3_NVME});
 }
 
-absl::Status ValidateInfinityMaxModel(const Experiment& e) { return ValidateLadder(e, {.max_model_walk = true}); }
+absl::Status ValidateInfinityMaxModel(const Experiment& e) {
+  return ValidateLadder(e, {.traces = true, .max_model_walk = true});
+}
 
 absl::Status DriveInfinityMaxModel(const Experiment& e, const RunContext& run) {
   return DriveMaxModelWalk(e, run,

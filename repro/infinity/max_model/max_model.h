@@ -18,7 +18,8 @@ namespace memwall::repro {
 
 // Per mode the largest model that fit and its Ψ over "stage3+offload"'s
 // largest and over "stage3+offload+params"'s ("...,ratio_to_cpu_offload,
-// ratio_to_cpu_offload_with_params,source"), followed by the paper's
+// ratio_to_cpu_offload_with_params,tflops,device_idle_fraction,source"),
+// followed by the paper's
 // one-DGX-2 points (ZeRO-3 20B, ZeRO-Inf-CPU 70B, ZeRO-Inf-NVMe 1T, their
 // ratios over ZeRO-Inf-CPU in the second column).
 std::string InfinityMaxModelSummaryCsv(const std::vector<OffloadRow>& rows);

@@ -24,7 +24,7 @@ std::string TilingCsv(const TilingRow& row) {
   return absl::StrCat(row.tiling, ",", CsvField(r.model), ",", r.params, ",", r.hidden, ",", r.mode, ",", row.source,
                       ",", r.fits ? "yes" : "no", ",", CsvCell(r.device_peak_bytes), ",",
                       CsvCell(r.host_pinned_peak_bytes), ",",
-                      row.source == "measured" ? absl::StrFormat("%.2f", r.seconds) : "", ",", CsvField(r.reason),
+                      row.source == "measured" ? absl::StrFormat("%.2f", r.attempt_seconds) : "", ",", CsvField(r.reason),
                       ",", CsvField(r.device));
 }
 
@@ -67,7 +67,7 @@ absl::StatusOr<std::vector<TilingRow>> MeasureTiling(const Experiment& e) {
       std::printf("  %s (device peak %s, pinned host peak %s, %.1f s)\n",
                   attempt.fits ? "trains" : absl::StrCat("does not fit: ", attempt.reason).c_str(),
                   FormatBytes(attempt.device_peak_bytes).c_str(), FormatBytes(attempt.host_pinned_peak_bytes).c_str(),
-                  attempt.seconds);
+                  attempt.attempt_seconds);
       std::fflush(stdout);
       rows.push_back({factor, "measured", attempt});
       if (!attempt.fits) break;

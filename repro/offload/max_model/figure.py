@@ -1,7 +1,8 @@
 """Figure for results/offload_max_model: the largest GPT each mode trains.
 
 Left: per mode, the largest ladder model whose steps all completed (bars,
-millions of parameters; the ratio to stage 0 on top), beside the paper's one
+millions of parameters; the ratio to stage 0 and the last step's TFLOPS and
+device idle fraction on top), beside the paper's one
 V100 (PyTorch 1.4B, ZeRO-Offload 13B: 9.3x) scaled by the ladder's 1/28.4.
 Right: every attempt's device peak against its parameters, with the budget.
 
@@ -16,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # repro/
-from attempts_figure import bar_largest, label_attempts, plot_attempts, read_result  # noqa: E402
+from attempts_figure import bar_largest, label_attempts, plot_attempts, rate_note, read_result  # noqa: E402
 
 COLORS = {"stage0": "#7f7f7f", "stage2": "#1f77b4", "stage2+offload": "#2ca02c", "stage2+offload+dpu": "#d62728"}
 
@@ -29,7 +30,8 @@ def main(data_path, out_path):
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
     ax = axes[0]
     heights = bar_largest(ax, measured, COLORS,
-                          lambda r: "\n%.1fx" % float(r["ratio_to_stage0"]) if r["ratio_to_stage0"] else "", 9)
+                          lambda r: ("\n%.1fx" % float(r["ratio_to_stage0"]) if r["ratio_to_stage0"] else "") + rate_note(r),
+                          9)
     for r, style in zip(paper, [":", "--"]):
         scaled = int(r["largest_params"]) / 28.4 / 1e6
         ax.axhline(scaled, color="#777777", linestyle=style, linewidth=1,
@@ -38,7 +40,7 @@ def main(data_path, out_path):
     ax.set_xticklabels([r["mode"] for r in measured], fontsize=9)
     ax.set_ylabel("largest model that trains (M parameters)")
     ax.set_title("Largest model on one device")
-    ax.set_ylim(0, max(heights + [1]) * 1.35)
+    ax.set_ylim(0, max(heights + [1]) * 1.45)
 
     ax = axes[1]
     for mode, color in COLORS.items():

@@ -8,14 +8,14 @@ namespace memwall::repro {
 std::string MaxModelSummaryCsv(const std::vector<OffloadRow>& rows) {
   // ZeRO-Offload §6.2.1, Figure 7: one 32 GB V100.
   return absl::StrCat(LargestPerMode(rows, {{"stage0", "ratio_to_stage0"}}),
-                      "stage0,PyTorch DDP (paper),1400000000,1.000,paper\n",
-                      "stage2+offload,ZeRO-Offload (paper),13000000000,9.286,paper\n");
+                      "stage0,PyTorch DDP (paper),1400000000,1.000,,,paper\n",
+                      "stage2+offload,ZeRO-Offload (paper),13000000000,9.286,,,paper\n");
 }
 
 namespace {
 
 absl::Status ValidateOffloadMaxModel(const Experiment& e) {
-  MEMWALL_RETURN_IF_ERROR(ValidateLadder(e, {.max_model_walk = true}));
+  MEMWALL_RETURN_IF_ERROR(ValidateLadder(e, {.traces = true, .max_model_walk = true}));
   const OffloadSweep& o = e.offload();
   if (RunsDpu(o) && e.steps() < o.dpu_after_steps() + 2) {
     return BadField("steps", e.steps(),

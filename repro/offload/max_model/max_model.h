@@ -16,9 +16,10 @@
 
 namespace memwall::repro {
 
-// Per mode the largest model that fit and its Ψ over stage 0's
-// ("mode,largest_model,largest_params,ratio_to_stage0,source"), followed
-// by the paper's one-GPU points (PyTorch 1.4B, ZeRO-Offload 13B: 9.3x).
+// Per mode the largest model that fit, its Ψ over stage 0's and its last
+// step's rate ("mode,largest_model,largest_params,ratio_to_stage0,tflops,
+// device_idle_fraction,source"), followed by the paper's one-GPU points
+// (PyTorch 1.4B, ZeRO-Offload 13B: 9.3x).
 std::string MaxModelSummaryCsv(const std::vector<OffloadRow>& rows);
 
 // OFFLOAD_MAX_MODEL's row of the registry; results/offload_max_model/.

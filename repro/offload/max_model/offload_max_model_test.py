@@ -10,6 +10,12 @@ independently of the code that wrote it:
     is at least 14Ψ (master 4, Adam 8, gradients 2), 16Ψ with DPU (the
     delayed step's 16-bit result, kept whole);
   - summary.csv's ratio is the largest offload Ψ over stage 0's, recomputed;
+  - every model that trained has its last step timed: step seconds x
+    TFLOPS within [0.9, 1.5] of 6Ψ x the step's tokens, device idle in
+    [0, 1], and summary.csv's TFLOPS and idle fraction are its largest
+    model's; one that did not train has none;
+  - a Chrome trace per step of every attempt that trained, the last with
+    the mode's optimizer zone, none for one that did not;
 and it writes a PNG and provenance.json whose command regenerates them.
 The same walk started at the estimator's answer (offload.start_at_estimate)
 finds every mode's largest model again, in fewer attempts, each walk still
@@ -39,6 +45,7 @@ class OffloadMaxModel(results_check.ResultsTest):
                 model, psi = r["model"], int(r["params"])
                 device, host = int(r["device_peak_bytes"]), int(r["host_pinned_peak_bytes"])
                 self.assertLessEqual(device, BUDGET, f"{mode} {model}: device peak")
+                self.assert_last_step_timed(directory, r)
                 largest[mode] = max(largest.get(mode, 0), psi)
                 fits.add((mode, model))
                 if "offload" in mode:
@@ -53,8 +60,33 @@ class OffloadMaxModel(results_check.ResultsTest):
                    if r["source"] == "measured"}
         self.assertEqual(summary["stage2+offload"]["ratio_to_stage0"],
                          f"{largest['stage2+offload'] / largest['stage0']:.3f}")
+        for mode, (trained, refusal) in walks.items():
+            if refusal is not None:
+                self.assertEqual([refusal[k] for k in ("step_seconds", "tflops", "device_idle_fraction")],
+                                 ["", "", ""], f"{mode} {refusal['model']}: a refused attempt has no step")
+                traces = os.path.join(directory, "traces", f"{refusal['model']}_{mode}")
+                self.assertFalse(os.path.exists(traces), f"{mode} {refusal['model']}: traces of a refused attempt")
+            best = max(trained, key=lambda r: int(r["params"]))
+            self.assertEqual((summary[mode]["tflops"], summary[mode]["device_idle_fraction"]),
+                             (best["tflops"], best["device_idle_fraction"]), f"{mode}: the largest model's rate")
         self.assert_figure_and_provenance(directory)
         self.assert_command(directory, EXPERIMENT)
+
+    def assert_last_step_timed(self, directory, r):
+        """A trained attempt's last step: its rate against 6Ψ per token, its traces."""
+        key = f"{r['mode']} {r['model']}"
+        seconds, tflops, idle = (float(r[k]) for k in ("step_seconds", "tflops", "device_idle_fraction"))
+        self.assertGreater(seconds, 0, key)
+        six = 6 * int(r["params"]) * 64 / seconds / 1e12  # seq 64 x micro-batch 1 tokens a step
+        self.assertTrue(0.9 <= tflops / six <= 1.5, f"{key}: tflops {tflops} vs 6 psi x tokens / s {six}")
+        self.assertTrue(0 <= idle <= 1, key)
+        traces = os.path.join(directory, "traces", f"{r['model']}_{r['mode']}")
+        self.assertEqual(sorted(os.listdir(traces)), [f"step_{k}.json" for k in (1, 2, 3)], key)
+        with open(os.path.join(traces, "step_3.json"), encoding="utf-8") as handle:
+            last = handle.read()
+        want = {"stage0": '"adam"', "stage2": '"adam"', "stage2+offload": '"cpu_adam"',
+                "stage2+offload+dpu": '"cpu_adam (delayed)"'}[r["mode"]]
+        self.assertIn('"name": ' + want, last, key)
 
     def largest_per_mode(self, directory):
         """{mode: (largest model that trained, rows of its walk)} of a run's data.csv."""
