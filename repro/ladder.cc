@@ -146,6 +146,35 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
   return row;
 }
 
+namespace {
+
+std::string CsvOf(absl::string_view header, std::string (*csv)(const OffloadRow&),
+                  const std::vector<OffloadRow>& rows) {
+  std::string text = absl::StrCat(header, "\n");
+  for (const OffloadRow& r : rows) absl::StrAppend(&text, csv(r), "\n");
+  return text;
+}
+
+constexpr char kPartialCsv[] = "/data.partial.csv";
+
+}  // namespace
+
+RowsSoFar PartialCsv(const std::string& dir, absl::string_view header, std::string (*csv)(const OffloadRow&)) {
+  std::error_code ec;
+  std::filesystem::remove(dir + kPartialCsv, ec);
+  return [dir, header = std::string(header), csv](const std::vector<OffloadRow>& rows) {
+    return WriteFileAtomically(dir + kPartialCsv, CsvOf(header, csv, rows));
+  };
+}
+
+absl::Status CompleteCsv(const std::string& dir, absl::string_view header, std::string (*csv)(const OffloadRow&),
+                         const std::vector<OffloadRow>& rows) {
+  MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/data.csv", CsvOf(header, csv, rows)));
+  std::error_code ec;
+  std::filesystem::remove(dir + kPartialCsv, ec);
+  return absl::OkStatus();
+}
+
 std::string MaxModelCsv(const OffloadRow& r) {
   return absl::StrCat(CsvField(r.model), ",", r.params, ",", r.layers, ",", r.hidden, ",", r.mode, ",",
                       r.fits ? "yes" : "no", ",", r.steps, ",", CsvCell(r.device_peak_bytes), ",",
@@ -161,7 +190,7 @@ std::string ThroughputCsv(const OffloadRow& r) {
   return absl::StrCat(CsvField(r.model), ",", r.params, ",", r.layers, ",", r.hidden, ",", r.micro_batch, ",",
                       r.mode, ",", r.fits ? "yes" : "no", ",", r.timed_steps, ",", CsvCell(r.fits ? r.step_seconds : -1, "%.4f"), ",",
                       CsvCell(r.fits ? r.tokens_per_second : -1, "%.1f"), ",", CsvCell(r.fits ? r.tflops : -1, "%.5f"),
-                      ",", CsvCell(r.fits ? r.gemm_tflops : -1, "%.5f"), ",", CsvCell(fraction, "%.4f"), ",",
+                      ",", CsvCell(r.fits && r.gemm_tflops > 0 ? r.gemm_tflops : -1, "%.5f"), ",", CsvCell(fraction, "%.4f"), ",",
                       CsvCell(r.device_idle_fraction, "%.4f"), ",", CsvCell(r.device_peak_bytes), ",",
                       CsvCell(r.host_pinned_peak_bytes), ",", CsvField(r.breakdown), ",", CsvField(r.reason), ",",
                       CsvField(r.device));
@@ -188,8 +217,9 @@ absl::StatusOr<int> WalkStart(const Experiment& e, Mode mode) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e, const std::string& trace_root) {
-  std::vector<OffloadRow> rows;
+absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e, const std::string& trace_root,
+                                                        const RowsSoFar& rows_so_far) {
+  std::vector<OffloadRow> rows, attempted;
   const OffloadSweep& sweep = e.offload();
   for (int m = 0; m < sweep.modes_size(); ++m) {
     const Mode mode = sweep.modes(m);
@@ -215,6 +245,8 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e, con
         if (!trace_dir.empty()) std::filesystem::remove_all(trace_dir);
       }
       std::fflush(stdout);
+      attempted.push_back(row);
+      if (rows_so_far) MEMWALL_RETURN_IF_ERROR(rows_so_far(attempted));
       return row;
     };
     MEMWALL_ASSIGN_OR_RETURN(const int start, WalkStart(e, mode));
@@ -267,6 +299,14 @@ engine::EstimateInput BudgetedEstimateInput(const Experiment& e, const zero::Tra
   engine::EstimateInput in = EstimateInputFor(options, config, 1);
   in.device_bytes = e.offload().device_memory_bytes();
   in.host_bytes = e.offload().host_pinned_memory_bytes();
+  // Swap files go where the trainer will put them; that file system's free
+  // bytes are the disk's budget (unknown: none).
+  const zero::ZeroConfig& z = options.training.zero();
+  const std::string& swap_dir =
+      !z.offload_optimizer().nvme_path().empty() ? z.offload_optimizer().nvme_path() : z.offload_param().nvme_path();
+  if (const int64_t free = swap_dir.empty() ? -1 : FileSystemAvailableBytes(swap_dir); free >= 0) {
+    in.disk_bytes = std::max<int64_t>(free, 1);  // 0 would be no budget
+  }
   return in;
 }
 
@@ -299,7 +339,8 @@ int64_t MicroBatchOf(const Experiment& e, int i) {
   return sweep.micro_batches().empty() ? e.training().micro_batch() : sweep.micro_batches(i);
 }
 
-absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, const std::string& trace_root) {
+absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, const std::string& trace_root,
+                                                          const RowsSoFar& rows_so_far) {
   std::vector<OffloadRow> rows;
   const OffloadSweep& sweep = e.offload();
   for (int i = 0; i < sweep.ladder_size(); ++i) {
@@ -345,7 +386,9 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, c
         if (!trace_dir.empty()) std::filesystem::remove_all(trace_dir);
       }
       std::fflush(stdout);
+      row.gemm_tflops = gemm_before / 1e12;  // until the rate after the model's runs is in
       rows.push_back(row);
+      if (rows_so_far) MEMWALL_RETURN_IF_ERROR(rows_so_far(rows));
     }
     MEMWALL_ASSIGN_OR_RETURN(const double gemm_after, gemm_rate());
     const double gemm = std::max(gemm_before, gemm_after);
@@ -358,6 +401,7 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, c
         std::printf("  %s: %.0f%% of the GEMM rate\n", rows[r].mode.c_str(), 100 * rows[r].tflops / rows[r].gemm_tflops);
       }
     }
+    if (rows_so_far) MEMWALL_RETURN_IF_ERROR(rows_so_far(rows));
   }
   return rows;
 }
@@ -514,11 +558,10 @@ absl::Status DriveMaxModelWalk(const Experiment& e, const RunContext& run, const
   const std::string budget = FormatBytes(size_t(e.offload().device_memory_bytes()));
   const std::string traces = e.offload().write_traces() ? dir + "/traces" : "";
   if (!traces.empty()) std::filesystem::remove_all(traces);
-  MEMWALL_ASSIGN_OR_RETURN(const std::vector<OffloadRow> rows, MeasureMaxModel(e, traces));
-  std::string csv = absl::StrCat(kMaxModelCsvHeader, "\n");
-  for (const OffloadRow& r : rows) absl::StrAppend(&csv, MaxModelCsv(r), "\n");
+  MEMWALL_ASSIGN_OR_RETURN(const std::vector<OffloadRow> rows,
+                           MeasureMaxModel(e, traces, PartialCsv(dir, kMaxModelCsvHeader, MaxModelCsv)));
   const std::string summary = report.summary_csv(rows);
-  MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/data.csv", csv));
+  MEMWALL_RETURN_IF_ERROR(CompleteCsv(dir, kMaxModelCsvHeader, MaxModelCsv, rows));
   MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/summary.csv", summary));
   const std::string budgets =
       e.offload().host_pinned_memory_bytes() > 0

@@ -38,6 +38,7 @@
 #include "engine/engine.h"
 #include "engine/estimate.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "repro/experiment.pb.h"
 #include "repro/harness.h"
 #include "repro/kind.h"
@@ -53,7 +54,8 @@ namespace memwall::repro {
 engine::EstimateInput EstimateInputFor(const zero::TrainerOptions& options, const models::GptConfig& config,
                                      int64_t ranks);
 // The same for one rank, checked against the sweep's device and pinned host
-// budgets (offload.device_memory_bytes, offload.host_pinned_memory_bytes).
+// budgets (offload.device_memory_bytes, offload.host_pinned_memory_bytes)
+// and, where the mode has swap files, the free bytes of their file system.
 engine::EstimateInput BudgetedEstimateInput(const Experiment& e, const zero::TrainerOptions& options,
                                             const models::GptConfig& config);
 
@@ -93,6 +95,19 @@ inline constexpr char kThroughputCsvHeader[] =
     "fraction_of_gemm,device_idle_fraction,device_peak_bytes,host_pinned_peak_bytes,breakdown,reason,device";
 std::string ThroughputCsv(const OffloadRow& row);
 
+// Called with every row measured so far after each attempt (null: not
+// called): a run cut short keeps what it measured (PartialCsv).
+using RowsSoFar = std::function<absl::Status(const std::vector<OffloadRow>&)>;
+
+// A RowsSoFar that writes `header` and each row as `csv` gives it to
+// <dir>/data.partial.csv, atomically, after every attempt: what a run killed
+// by a time limit (a GPU machine's) leaves behind. CompleteCsv writes the
+// finished run's data.csv and removes the partial file; a run that starts
+// removes the last one's.
+RowsSoFar PartialCsv(const std::string& dir, absl::string_view header, std::string (*csv)(const OffloadRow&));
+absl::Status CompleteCsv(const std::string& dir, absl::string_view header, std::string (*csv)(const OffloadRow&),
+                         const std::vector<OffloadRow>& rows);
+
 // The max-model walk: every (mode, ladder model) attempted, in order: per
 // mode the models that fit and the first that does not (or none when all
 // fit). With offload.start_at_estimate a mode's rows start at the first
@@ -100,7 +115,9 @@ std::string ThroughputCsv(const OffloadRow& row);
 // Every attempt runs `steps` steps and times the last. `trace_root`, when not
 // empty: each attempt that trains keeps its steps' traces in
 // trace_root/<model>_<mode>/step_<k>.json.
-absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e, const std::string& trace_root);
+// `rows_so_far` sees every attempt in the order it ran.
+absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e, const std::string& trace_root,
+                                                        const RowsSoFar& rows_so_far = nullptr);
 
 // One mode's max-model walk over ladder models [0, n), from `start`:
 // attempt(i) up from `start` to the first refusal and, where `start` itself
@@ -179,7 +196,8 @@ int64_t MicroBatchOf(const Experiment& e, int i);
 // offload.halve_micro_batch_to_fit. `trace_root`,
 // when not empty: each (model, mode)'s steps (warm-up and timed) write
 // trace_root/<model>_<mode>/step_<k>.json.
-absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, const std::string& trace_root);
+absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, const std::string& trace_root,
+                                                          const RowsSoFar& rows_so_far = nullptr);
 
 // Floating-point operations per second of ops::Matmul on `device`'s compute
 // stream for C(m, n) = A(m, k) B(k, n) in `dtype`: the fastest of at least

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -194,6 +195,12 @@ absl::Status AtomicFile::Commit() {
     ::close(dfd);
   }
   return absl::OkStatus();
+}
+
+int64_t FileSystemAvailableBytes(const std::string& dir) {
+  struct statvfs fs;
+  if (::statvfs(dir.c_str(), &fs) != 0) return -1;
+  return static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
 }
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {

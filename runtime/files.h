@@ -58,6 +58,10 @@ absl::StatusOr<int64_t> RegularFileSize(const std::string& path, absl::string_vi
 absl::StatusOr<std::string> ReadRegularFile(const std::string& path, absl::string_view what,
                                             int64_t max_bytes = kMaxTextFileBytes);
 
+// Bytes an unprivileged writer may still allocate on the file system that
+// holds `dir` (statvfs: f_bavail x f_frsize); -1 when it cannot be read.
+int64_t FileSystemAvailableBytes(const std::string& dir);
+
 // The whole of `contents`, atomically (AtomicFile).
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
 

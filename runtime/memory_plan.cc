@@ -1,7 +1,6 @@
 #include "runtime/memory_plan.h"
 
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -11,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "runtime/files.h"
 
 namespace memwall {
 
@@ -151,11 +151,10 @@ absl::Status CheckFiles(const MemoryPlan& plan) {
     g.files[b.file] += b.bytes;
   }
   for (const auto& [dir, g] : dirs) {
-    struct statvfs fs;
     // A directory that cannot be read is left to the store that opens it,
     // which names the path.
-    if (::statvfs(dir.c_str(), &fs) != 0) continue;
-    int64_t available = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+    int64_t available = FileSystemAvailableBytes(dir);
+    if (available < 0) continue;
     for (const auto& [file, bytes] : g.files) {
       struct stat st;
       if (::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode)) available += int64_t{st.st_blocks} * 512;

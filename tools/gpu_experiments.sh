@@ -13,8 +13,9 @@
 # The command has a time limit (MEMWALL_SESSION_SECONDS, 560 s: under the
 # device tool's 10 minutes), shared in order: an experiment gets what is
 # left less 10 s, and one with under 30 s left is not started and says so.
-# A run cut short still packs what it wrote. Exits non-zero if a run
-# failed, was cut short or was not started.
+# A run cut short still packs what it wrote (a ladder experiment's
+# data.partial.csv holds every attempt that finished). Exits non-zero if a
+# run failed, was cut short or was not started.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 results="${1:?usage: experiments.sh RESULTS_DIR EXPERIMENT.textproto...}"

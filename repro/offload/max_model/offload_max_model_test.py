@@ -20,6 +20,9 @@ and it writes a PNG and provenance.json whose command regenerates them.
 The same walk started at the estimator's answer (offload.start_at_estimate)
 finds every mode's largest model again, in fewer attempts, each walk still
 ending at its first refusal.
+A run that fails part way (an NVMe mode whose swap directory cannot be
+made) exits 1 naming the path and keeps every attempt before it in
+data.partial.csv, with no data.csv; a complete run leaves no partial file.
 Then bad input: a ladder that does not grow exits 2 naming the field; an
 unwritable results dir exits 1."""
 import os
@@ -71,6 +74,30 @@ class OffloadMaxModel(results_check.ResultsTest):
                              (best["tflops"], best["device_idle_fraction"]), f"{mode}: the largest model's rate")
         self.assert_figure_and_provenance(directory)
         self.assert_command(directory, EXPERIMENT)
+        self.assertFalse(os.path.exists(os.path.join(directory, "data.partial.csv")), "a complete run's partial file")
+
+    def test_a_run_cut_short_keeps_its_attempts(self):
+        tmp = os.environ["TEST_TMPDIR"]
+        blocker = os.path.join(tmp, "not_a_directory")
+        open(blocker, "w").close()
+        with open(EXPERIMENT, encoding="utf-8") as handle:
+            text = handle.read().replace(
+                "offload {", f'offload {{\n  modes: [STAGE0, STAGE3_NVME]\n  nvme_path: "{blocker}/swap"', 1)
+        experiment = os.path.join(tmp, "cut_short.textproto")
+        with open(experiment, "w", encoding="utf-8") as handle:
+            handle.write(text.replace('name: "offload_max_model_ci"', 'name: "offload_max_model_cut_short"'))
+        results = os.path.join(tmp, "cut_short_results")
+        code, out = results_check.run(RUNNER, experiment, results_dir=results)
+        self.assertEqual(code, 1, out)
+        self.assertIn(f"{blocker}/swap", out)
+        directory = os.path.join(results, "offload_max_model_cut_short")
+        self.assertFalse(os.path.exists(os.path.join(directory, "data.csv")))
+        kept = results_check.rows(os.path.join(directory, "data.partial.csv"))
+        trained, refusal = self.ladder_walks(kept, lambda r: r["mode"])["stage0"]
+        self.assertEqual(set(r["mode"] for r in kept), {"stage0"}, "the NVMe mode's attempt failed, unwritten")
+        self.assertIsNotNone(refusal, "stage 0's whole walk, its refusal included")
+        for r in trained:
+            self.assert_last_step_timed(directory, r)
 
     def assert_last_step_timed(self, directory, r):
         """A trained attempt's last step: its rate against 6Ψ per token, its traces."""

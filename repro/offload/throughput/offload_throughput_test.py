@@ -95,6 +95,7 @@ class OffloadThroughput(results_check.ResultsTest):
                 self.assertNotIn("cpu_adam", last, key)
         self.assert_figure_and_provenance(directory)
         self.assert_command(directory, EXPERIMENT)
+        self.assertFalse(os.path.exists(os.path.join(directory, "data.partial.csv")), "a complete run's partial file")
 
 
 if __name__ == "__main__":

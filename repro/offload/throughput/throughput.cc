@@ -34,10 +34,9 @@ absl::Status DriveThroughput(const Experiment& e, const RunContext& run) {
   const std::string budget = FormatBytes(size_t(e.offload().device_memory_bytes()));
   const std::string traces = e.offload().write_traces() ? dir + "/traces" : "";
   if (!traces.empty()) std::filesystem::remove_all(traces);
-  MEMWALL_ASSIGN_OR_RETURN(const std::vector<OffloadRow> rows, MeasureThroughput(e, traces));
-  std::string csv = absl::StrCat(kThroughputCsvHeader, "\n");
-  for (const OffloadRow& r : rows) absl::StrAppend(&csv, ThroughputCsv(r), "\n");
-  MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(dir + "/data.csv", csv));
+  MEMWALL_ASSIGN_OR_RETURN(const std::vector<OffloadRow> rows,
+                           MeasureThroughput(e, traces, PartialCsv(dir, kThroughputCsvHeader, ThroughputCsv)));
+  MEMWALL_RETURN_IF_ERROR(CompleteCsv(dir, kThroughputCsvHeader, ThroughputCsv, rows));
   p.measured_or_modeled = absl::StrCat(
       "measured on ", e.device() == "cuda" ? "a GPU (cuda:0)" : "a CpuDevice", " with a ", budget,
       " budget, one rank, each model at the micro-batch in data.csv",
