@@ -27,7 +27,9 @@
 # Each part has a time limit (MEMWALL_TEST_SECONDS per test binary, 150 by
 # default; MEMWALL_BENCH_SECONDS for gpt_benchmark, 240; MEMWALL_OPS_BENCH_SECONDS
 # for ops_benchmark, 90; MEMWALL_OFFLOAD_SECONDS for the offload run, 150), so a
-# hang costs one part, not the visit; and the visit has one
+# hang costs one part, not the visit. MEMWALL_OFFLOAD_SECONDS=0 skips the
+# offload run (six files then; the rest of the command's time and its two
+# files can go to experiments.sh). The visit has a limit too
 # (MEMWALL_SESSION_SECONDS, 560: under the 10 minutes one command may run
 # there), so the summary is always written: a part gets at most what is left
 # of it less 15 s, and one with under 10 s left is not started and says so.
@@ -129,7 +131,9 @@ part ops_benchmark "${MEMWALL_OPS_BENCH_SECONDS:-90}" "$results/benchmarks.log" 
 
 # 3. The offload run (a checkout's experiment file, this bundle's runner).
 experiment="repro/offload/dpu/gpu.textproto"
-if [[ -f "$experiment" ]]; then
+if [[ "${MEMWALL_OFFLOAD_SECONDS:-150}" == 0 ]]; then
+  echo "== repro_run $experiment skipped: MEMWALL_OFFLOAD_SECONDS=0" >> "$results/benchmarks.log"
+elif [[ -f "$experiment" ]]; then
   echo "== repro_run $experiment" >> "$results/benchmarks.log"
   part repro_run "${MEMWALL_OFFLOAD_SECONDS:-150}" "$results/benchmarks.log" \
     "$bin/repro_run" --results_dir="$scratch/repro" "$experiment"

@@ -141,8 +141,13 @@ def ops(path):
     return lines
 
 
-def offload(path):
+def offload(path, log):
     if not os.path.exists(path):
+        if os.path.exists(log):
+            with open(log, encoding="utf-8") as handle:
+                skipped = [line.strip() for line in handle if re.match(r"== repro_run \S+ skipped: ", line)]
+            if skipped:
+                return [f"not run: {skipped[0].split(' skipped: ', 1)[1]} (skipped on request)"]
         return ["offload_dpu_gpu.csv is missing (see benchmarks.log)"]
     with open(path, encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
@@ -172,7 +177,7 @@ def main():
     out += ["## Each op alone at the 1.3B GPT's shapes (ops_benchmark)", ""]
     out += ops(os.path.join(results, "ops_benchmark.json")) + [""]
     out += ["## ZeRO-Offload Figure 9 on this GPU (offload_dpu_gpu)", ""]
-    out += offload(os.path.join(results, "offload_dpu_gpu.csv"))
+    out += offload(os.path.join(results, "offload_dpu_gpu.csv"), os.path.join(results, "benchmarks.log"))
     print("\n".join(out))
 
 

@@ -4,9 +4,12 @@ judged against the 0.40 bar on either side of it, a breakdown row lists its
 shares, each op row shows its rate beside its bound, a missing part is
 reported as missing; a test binary that crashed, timed out or was not run
 is named though it left no XML; a benchmark file cut short by its limit
-gives the rows that finished; and session.sh parses."""
+gives the rows that finished; and session.sh parses, and with a stand-in
+bundle runs its tests and benchmarks and skips the offload run on request
+(MEMWALL_OFFLOAD_SECONDS=0: six files, exit 0, the summary says so)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,6 +25,10 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
 <testcase name="Breaks" classname="CudaOps" result="completed"><failure message="mismatch"/></testcase>
 </testsuite></testsuites>"""
 
+XML_PASSED = """<?xml version="1.0" encoding="UTF-8"?>
+<testsuites><testsuite name="CudaOps">
+<testcase name="Passes" classname="CudaOps" result="completed"/>
+</testsuite></testsuites>"""
 
 # tests.log as session.sh writes it: a start line and an exit line per
 # binary, or one line for a binary the visit had no time left for.
@@ -117,6 +124,50 @@ class GpuSummary(unittest.TestCase):
 
     def test_session_script_parses(self):
         subprocess.run(["bash", "-n", os.path.join(HERE, "gpu_session.sh")], check=True)
+
+    def test_a_session_that_skips_the_offload_run(self):
+        root = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        bundle = os.path.join(root, "bundle")
+        os.makedirs(os.path.join(bundle, "bin"))
+        shutil.copy(os.path.join(HERE, "gpu_session.sh"), os.path.join(bundle, "session.sh"))
+        shutil.copy(SUMMARY, os.path.join(bundle, "gpu_summary.py"))
+        with open(os.path.join(bundle, "env.sh"), "w") as f:
+            f.write('bin="$here/bin"\n')
+        with open(os.path.join(bundle, "MANIFEST"), "w") as f:
+            f.write("commit: abc\n")
+        stand_ins = {
+            # A test binary: gtest's XML where --gtest_output says.
+            "ops_test": 'xml="${1#--gtest_output=xml:}"; mkdir -p "$(dirname "$xml")"\n'
+                        f"cat > \"$xml\" <<'END'\n{XML_PASSED}\nEND\nexit 0\n",
+            # The benchmarks: Google Benchmark's JSON where --benchmark_out says.
+            "gpt_benchmark": 'for a; do [[ "$a" == --benchmark_out=* ]] && echo \'{"benchmarks": []}\' > "${a#*=}"; done; exit 0\n',
+            "ops_benchmark": 'for a; do [[ "$a" == --benchmark_out=* ]] && echo \'{"benchmarks": []}\' > "${a#*=}"; done; exit 0\n',
+            "repro_run": "echo ran > \"$OFFLOAD_RAN\"\n",
+        }
+        for name, body in stand_ins.items():
+            path = os.path.join(bundle, "bin", name)
+            with open(path, "w") as f:
+                f.write("#!/usr/bin/env bash\n" + body)
+            os.chmod(path, 0o755)
+        os.makedirs(os.path.join(root, "repro", "offload", "dpu"))
+        open(os.path.join(root, "repro", "offload", "dpu", "gpu.textproto"), "w").close()
+        out = os.path.join(root, "out")
+        env = dict(os.environ, MEMWALL_OFFLOAD_SECONDS="0", MEMWALL_SESSION_SECONDS="120",
+                   OFFLOAD_RAN=os.path.join(root, "offload_ran"))
+        done = subprocess.run(["bash", os.path.join(bundle, "session.sh"), out], capture_output=True, text=True,
+                              env=env, cwd=root)
+        self.assertEqual(done.returncode, 0, "a skipped part is no failure: " + done.stdout + done.stderr)
+        self.assertFalse(os.path.exists(os.path.join(root, "offload_ran")), "the offload run was skipped")
+        self.assertEqual(sorted(os.listdir(out)), ["benchmarks.log", "gpt_benchmark.json", "machine.txt",
+                                                   "ops_benchmark.json", "summary.md", "tests.log"])
+        with open(os.path.join(out, "summary.md")) as f:
+            summary = f.read()
+        self.assertIn("1 passed, 0 failed, 0 skipped", summary)
+        self.assertIn("not run: MEMWALL_OFFLOAD_SECONDS=0 (skipped on request)", summary)
+        # Without the request the offload run runs.
+        del env["MEMWALL_OFFLOAD_SECONDS"]
+        subprocess.run(["bash", os.path.join(bundle, "session.sh"), out], capture_output=True, env=env, cwd=root)
+        self.assertTrue(os.path.exists(os.path.join(root, "offload_ran")), "the offload run ran")
 
 
 if __name__ == "__main__":
