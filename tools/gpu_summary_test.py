@@ -5,8 +5,9 @@ shares, each op row shows its rate beside its bound, a missing part is
 reported as missing; a test binary that crashed, timed out or was not run
 is named though it left no XML; a benchmark file cut short by its limit
 gives the rows that finished; and session.sh parses, and with a stand-in
-bundle runs its tests and benchmarks and skips the offload run on request
-(MEMWALL_OFFLOAD_SECONDS=0: six files, exit 0, the summary says so)."""
+bundle runs its tests and benchmarks, narrows gpt_benchmark's rows and
+skips the offload run on request (MEMWALL_BENCH_FILTER;
+MEMWALL_OFFLOAD_SECONDS=0: six files, exit 0, the summary says so)."""
 import json
 import os
 import shutil
@@ -140,7 +141,8 @@ class GpuSummary(unittest.TestCase):
             "ops_test": 'xml="${1#--gtest_output=xml:}"; mkdir -p "$(dirname "$xml")"\n'
                         f"cat > \"$xml\" <<'END'\n{XML_PASSED}\nEND\nexit 0\n",
             # The benchmarks: Google Benchmark's JSON where --benchmark_out says.
-            "gpt_benchmark": 'for a; do [[ "$a" == --benchmark_out=* ]] && echo \'{"benchmarks": []}\' > "${a#*=}"; done; exit 0\n',
+            "gpt_benchmark": 'echo "$@" > "$BENCH_ARGS"\n'
+                             'for a; do [[ "$a" == --benchmark_out=* ]] && echo \'{"benchmarks": []}\' > "${a#*=}"; done; exit 0\n',
             "ops_benchmark": 'for a; do [[ "$a" == --benchmark_out=* ]] && echo \'{"benchmarks": []}\' > "${a#*=}"; done; exit 0\n',
             "repro_run": "echo ran > \"$OFFLOAD_RAN\"\n",
         }
@@ -153,7 +155,8 @@ class GpuSummary(unittest.TestCase):
         open(os.path.join(root, "repro", "offload", "dpu", "gpu.textproto"), "w").close()
         out = os.path.join(root, "out")
         env = dict(os.environ, MEMWALL_OFFLOAD_SECONDS="0", MEMWALL_SESSION_SECONDS="120",
-                   OFFLOAD_RAN=os.path.join(root, "offload_ran"))
+                   MEMWALL_BENCH_FILTER="BM_GptCuda.*/gpt_1_3b", OFFLOAD_RAN=os.path.join(root, "offload_ran"),
+                   BENCH_ARGS=os.path.join(root, "bench_args"))
         done = subprocess.run(["bash", os.path.join(bundle, "session.sh"), out], capture_output=True, text=True,
                               env=env, cwd=root)
         self.assertEqual(done.returncode, 0, "a skipped part is no failure: " + done.stdout + done.stderr)
@@ -164,10 +167,14 @@ class GpuSummary(unittest.TestCase):
             summary = f.read()
         self.assertIn("1 passed, 0 failed, 0 skipped", summary)
         self.assertIn("not run: MEMWALL_OFFLOAD_SECONDS=0 (skipped on request)", summary)
-        # Without the request the offload run runs.
-        del env["MEMWALL_OFFLOAD_SECONDS"]
+        with open(os.path.join(root, "bench_args")) as f:
+            self.assertIn("--benchmark_filter=BM_GptCuda.*/gpt_1_3b ", f.read())
+        # Without the requests the offload run runs, and every BM_GptCuda row.
+        del env["MEMWALL_OFFLOAD_SECONDS"], env["MEMWALL_BENCH_FILTER"]
         subprocess.run(["bash", os.path.join(bundle, "session.sh"), out], capture_output=True, env=env, cwd=root)
         self.assertTrue(os.path.exists(os.path.join(root, "offload_ran")), "the offload run ran")
+        with open(os.path.join(root, "bench_args")) as f:
+            self.assertIn("--benchmark_filter=BM_GptCuda ", f.read())
 
 
 if __name__ == "__main__":
