@@ -80,7 +80,7 @@ struct OffloadRow {
   double device_idle_fraction = -1;
   std::string breakdown;    // zone name -> seconds, the last timed step
   double gemm_tflops = 0;   // throughput only: the device's rate on the model's largest matmul
-  std::string device;               // where it was measured ("cpu:0"); empty for a modeled row
+  std::string device;       // where it was measured ("cpu:0"); empty for a modeled row
 };
 
 // `seconds` is the attempt's wall time; step_seconds, tflops and
@@ -195,7 +195,9 @@ int64_t MicroBatchOf(const Experiment& e, int i);
 // model's micro-batch (MicroBatchOf), halved until it fits when
 // offload.halve_micro_batch_to_fit. `trace_root`,
 // when not empty: each (model, mode)'s steps (warm-up and timed) write
-// trace_root/<model>_<mode>/step_<k>.json.
+// trace_root/<model>_<mode>/step_<k>.json. `rows_so_far` sees the rows after
+// each attempt, and again once a model's GEMM rate after its runs is in
+// (until then its rows carry the rate measured before them).
 absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, const std::string& trace_root,
                                                           const RowsSoFar& rows_so_far = nullptr);
 
