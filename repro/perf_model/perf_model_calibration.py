@@ -9,10 +9,11 @@
    error on this machine.
 2. The GPU box (python/memwall/hardware/h100_box.json: one H100 80GB, a
    16-core host): fits its rates (memwall.perf_model.calibrate_device) to
-   the measured steps of results/offload_throughput_h100/ and predicts
-   those of results/offload_dpu_gpu/ (another micro-batch, a 32 GB budget);
-   until offload_throughput_h100 is measured, offload_dpu_gpu's smallest
-   model is the fit and its larger one held out. The compute rate and h0
+   the measured steps of results/offload_throughput_h100/ (or, while only
+   its subset has run, results/offload_throughput_h100_headline/) and
+   predicts those of results/offload_dpu_gpu/ (another micro-batch, a 32 GB
+   budget); until either is measured, offload_dpu_gpu's smallest model is
+   the fit and its larger one held out. The compute rate and h0
    come from the stage-0 rows, with gpt_benchmark's forward and backward
    passes of three GPTs (hidden 768, 1024, 2048) measured by the same
    build on the same kind of machine (results/models/h100/<commit>/, the
@@ -45,7 +46,9 @@ NAME = "perf_model_calibration"
 TRAIN = ("offload_throughput",)
 HELD_OUT = ("infinity_prefetch", "infinity_activation_offload")
 BOX = "h100_box"
-BOX_FIT = ("offload_throughput_h100",)
+# The first of these with results is the box's fit: the whole figure, else
+# its headline subset.
+BOX_FIT = ("offload_throughput_h100", "offload_throughput_h100_headline")
 BOX_HELD_OUT = ("offload_dpu_gpu",)
 PAPERS = "models/configs/papers.textproto"
 GPTS = "models/configs/gpt.textproto"
@@ -132,11 +135,13 @@ def measured_rows(workspace, names, split):
 
 
 def box_rows(workspace):
-    """The GPU box's (fit, held-out) measured steps: BOX_FIT's, BOX_HELD_OUT's
-    held out; while BOX_FIT has no results, BOX_HELD_OUT's smallest model
-    fits and its others are held out."""
-    if all(os.path.exists(os.path.join(workspace, "results", n, "data.csv")) for n in BOX_FIT):
-        return measured_rows(workspace, BOX_FIT, "fit"), measured_rows(workspace, BOX_HELD_OUT, "held-out")
+    """The GPU box's (fit, held-out) measured steps: the first of BOX_FIT
+    with results fits, BOX_HELD_OUT's are held out; while none of BOX_FIT
+    has results, BOX_HELD_OUT's smallest model fits and its others are held
+    out."""
+    measured = [n for n in BOX_FIT if os.path.exists(os.path.join(workspace, "results", n, "data.csv"))]
+    if measured:
+        return measured_rows(workspace, measured[:1], "fit"), measured_rows(workspace, BOX_HELD_OUT, "held-out")
     rows = measured_rows(workspace, BOX_HELD_OUT, "fit")
     smallest = min(perf_model._params(r["run"].model) for r in rows)
     fit = [r for r in rows if perf_model._params(r["run"].model) == smallest]
