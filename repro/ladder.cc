@@ -181,8 +181,8 @@ std::string MaxModelCsv(const OffloadRow& r) {
                       CsvCell(r.host_pinned_peak_bytes), ",", absl::StrFormat("%.2f", r.attempt_seconds), ",",
                       CsvCell(r.timed_steps > 0 ? r.step_seconds : -1, "%.4f"), ",",
                       CsvCell(r.timed_steps > 0 ? r.tflops : -1, "%.5f"), ",",
-                      CsvCell(r.timed_steps > 0 ? r.device_idle_fraction : -1, "%.4f"), ",", CsvField(r.reason), ",",
-                      CsvField(r.device));
+                      CsvCell(r.timed_steps > 0 ? r.device_idle_fraction : -1, "%.4f"), ",", CsvField(r.breakdown),
+                      ",", CsvField(r.reason), ",", CsvField(r.device));
 }
 
 std::string ThroughputCsv(const OffloadRow& r) {

@@ -83,11 +83,12 @@ struct OffloadRow {
   std::string device;       // where it was measured ("cpu:0"); empty for a modeled row
 };
 
-// `seconds` is the attempt's wall time; step_seconds, tflops and
-// device_idle_fraction are its last step's, empty where it did not train.
+// `seconds` is the attempt's wall time; step_seconds, tflops,
+// device_idle_fraction and breakdown (its zones, as StepStats gives them)
+// are its last step's, empty where it did not train.
 inline constexpr char kMaxModelCsvHeader[] =
     "model,params,layers,hidden,mode,fits,steps,device_peak_bytes,host_pinned_peak_bytes,seconds,step_seconds,tflops,"
-    "device_idle_fraction,reason,device";
+    "device_idle_fraction,breakdown,reason,device";
 std::string MaxModelCsv(const OffloadRow& row);
 
 inline constexpr char kThroughputCsvHeader[] =

@@ -17,8 +17,10 @@
    come from the stage-0 rows, with gpt_benchmark's forward and backward
    passes of three GPTs (hidden 768, 1024, 2048) measured by the same
    build on the same kind of machine (results/models/h100/<commit>/, the
-   commit of offload_dpu_gpu's provenance). Writes the fitted file beside
-   the results (h100_box.json), which the committed one must equal.
+   commit of offload_dpu_gpu's provenance). Its nvme_gbps comes from the
+   box's NVMe walk (results/offload_max_model_h100_nvme/) once that has
+   run. Writes the fitted file beside the results (h100_box.json), which
+   the committed one must equal.
 3. The V100 DGX-2 (python/memwall/hardware/v100_dgx2.json): sets the
    host's bandwidth from ZeRO-Offload Table 4's CPU-Adam time for the 10B,
    then fits compute_efficiency and half_hidden to two points of
@@ -189,6 +191,33 @@ def fio_read_gbps(workspace):
     return max(b["fio_GBps"] for b in runs if "write:0" in b["name"])
 
 
+# The box's NVMe walk (repro/offload/max_model/h100_nvme.textproto): its
+# largest model's last step sets the box's nvme_gbps once it has run.
+BOX_NVME = "offload_max_model_h100_nvme"
+
+
+def nvme_gbps_of(rows):
+    """The NVMe rate perf_model charges (NVME_OPTIMIZER_BYTES_PER_PARAM a
+    parameter, read and written, the CPU Adam pipelined beneath) as a
+    max-model walk's largest trained model measured it: those bytes over its
+    last step's optimizer zone (cpu_adam: the swap waits are inside it), in
+    GB/s; None when no row trained with that zone."""
+    trained = [r for r in rows if r["fits"] == "yes" and "cpu_adam" in zones(r.get("breakdown", ""))]
+    if not trained:
+        return None
+    r = max(trained, key=lambda r: int(r["params"]))
+    return perf_model.NVME_OPTIMIZER_BYTES_PER_PARAM * int(r["params"]) / zones(r["breakdown"])["cpu_adam"] / 1e9
+
+
+def box_nvme_gbps(workspace):
+    """nvme_gbps_of the box's NVMe walk, or None while it has not run."""
+    path = os.path.join(workspace, "results", BOX_NVME, "data.csv")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return nvme_gbps_of(list(csv.DictReader(f)))
+
+
 def v100_cpu_gbps():
     """The host bandwidth at which the CPU Adam takes V100_CPU_ADAM's time."""
     name, seconds, _ = V100_CPU_ADAM
@@ -244,6 +273,9 @@ def main(argv):
     box_fit, box_held = box_rows(workspace)
     passes = benchmark_rows(workspace)  # the compute fit's other hidden sizes; not steps
     box = perf_model.calibrate_device(box_fit + passes, perf_model.load_hardware(BOX), BOX)
+    nvme = box_nvme_gbps(workspace)
+    if nvme is not None:
+        box = dataclasses.replace(box, nvme_gbps=nvme)
     box_steps = sorted({r["experiment"] for r in box_fit})  # measured steps, not passes alone
     box_experiments = sorted({r["experiment"] for r in box_fit + passes})
     one_hidden = len({perf_model._field(r["run"].model, "hidden") for r in box_fit + passes}) == 1
@@ -254,9 +286,11 @@ def main(argv):
         f"the measured steps of {', '.join(box_steps)}"
         + (" and gpt_benchmark's forward and backward passes in results/models/h100/" if passes else "")
         + " (results/perf_model_calibration/): "
-        f"{', '.join(fitted)}" + ("; half_hidden is the file's (the steps span one hidden size)" if one_hidden else "") +
-        ". The rest is the datasheet's; nvme_gbps is assumed, not measured; intra_node_gbps and inter_node_gbps "
-        "are unused on one GPU."))
+        f"{', '.join(fitted)}" + ("; half_hidden is the file's (the steps span one hidden size)" if one_hidden else "")
+        + (f"; nvme_gbps from {BOX_NVME}'s largest model (24 bytes a parameter over its optimizer zone)"
+           if nvme is not None else "")
+        + ". The rest is the datasheet's" + ("" if nvme is not None else "; nvme_gbps is assumed, not measured")
+        + "; intra_node_gbps and inter_node_gbps are unused on one GPU."))
     rows = []
     for machine, hardware, group in (("dev_vm", hw, train + held), (BOX, box, box_fit + box_held)):
         for r in group:
@@ -293,6 +327,8 @@ def main(argv):
             w.writerow(["dev_vm", f"{split} max |error|", f"{worst:.4f}", f"{n} steps"])
         for field in perf_model.DEVICE_FITTED_FIELDS:
             w.writerow([BOX, field, f"{getattr(box, field):.6g}", "fitted to " + "+".join(box_experiments)])
+        w.writerow([BOX, "nvme_gbps", f"{box.nvme_gbps:.6g}",
+                    f"measured in {BOX_NVME}" if nvme is not None else "assumed (the NVMe walk has not run)"])
         for what, gbps in (("pcie d2h gbps (gradients down)", copy_gbps(box_fit, perf_model.GRAD_D2H)),
                            ("pcie h2d gbps (the delayed update's parameters up)",
                             copy_gbps(box_fit, perf_model.PARAM_H2D, delayed_only=True))):

@@ -12,7 +12,8 @@ independently of the code that wrote it:
   - summary.csv's ratio is the largest offload Ψ over stage 0's, recomputed;
   - every model that trained has its last step timed: step seconds x
     TFLOPS within [0.9, 1.5] of 6Ψ x the step's tokens, device idle in
-    [0, 1], and summary.csv's TFLOPS and idle fraction are its largest
+    [0, 1], its zones (the passes within the step, the mode's optimizer
+    named), and summary.csv's TFLOPS and idle fraction are its largest
     model's; one that did not train has none;
   - a Chrome trace per step of every attempt that trained, the last with
     the mode's optimizer zone, none for one that did not;
@@ -107,6 +108,9 @@ class OffloadMaxModel(results_check.ResultsTest):
         six = 6 * int(r["params"]) * 64 / seconds / 1e12  # seq 64 x micro-batch 1 tokens a step
         self.assertTrue(0.9 <= tflops / six <= 1.5, f"{key}: tflops {tflops} vs 6 psi x tokens / s {six}")
         self.assertTrue(0 <= idle <= 1, key)
+        zones = dict(part.split(" @ ")[0].rsplit(" ", 1) for part in r["breakdown"].split(", "))
+        self.assertIn("forward+backward", zones, key)
+        self.assertLessEqual(float(zones["forward+backward"]), seconds, key)
         traces = os.path.join(directory, "traces", f"{r['model']}_{r['mode']}")
         self.assertEqual(sorted(os.listdir(traces)), [f"step_{k}.json" for k in (1, 2, 3)], key)
         with open(os.path.join(traces, "step_3.json"), encoding="utf-8") as handle:
@@ -114,6 +118,7 @@ class OffloadMaxModel(results_check.ResultsTest):
         want = {"stage0": '"adam"', "stage2": '"adam"', "stage2+offload": '"cpu_adam"',
                 "stage2+offload+dpu": '"cpu_adam (delayed)"'}[r["mode"]]
         self.assertIn('"name": ' + want, last, key)
+        self.assertIn(want.strip('"'), zones, f"{key}: the breakdown names the mode's optimizer")
 
     def largest_per_mode(self, directory):
         """{mode: (largest model that trained, rows of its walk)} of a run's data.csv."""
