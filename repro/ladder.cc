@@ -61,8 +61,7 @@ absl::StatusOr<std::unique_ptr<Device>> CreateExperimentDevice(const Experiment&
   return CreateCpuDevice(o);
 }
 
-}  // namespace
-
+// trace_root/<model>_<mode>, emptied and created; "" when trace_root is.
 absl::StatusOr<std::string> FreshTraceDir(const std::string& trace_root, const models::GptConfig& config, Mode mode) {
   if (trace_root.empty()) return std::string();
   const std::string dir = absl::StrCat(trace_root, "/", config.name(), "_", ModeName(mode));
@@ -72,6 +71,8 @@ absl::StatusOr<std::string> FreshTraceDir(const std::string& trace_root, const m
   if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
   return dir;
 }
+
+}  // namespace
 
 absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig& config, Mode mode,
                                    int64_t warmup, int64_t timed, const std::string& trace_dir,
@@ -105,6 +106,7 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
     row.device_peak_bytes = static_cast<int64_t>(device->memory().account().total_peak());
     row.host_pinned_peak_bytes = static_cast<int64_t>(device->pinned_host().account().total_peak());
     row.attempt_seconds = Seconds(start);
+    if (!trace_dir.empty()) std::filesystem::remove_all(trace_dir);  // an attempt that did not fit keeps no traces
     return row;
   };
 
@@ -242,7 +244,6 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureMaxModel(const Experiment& e, con
         std::printf("  %s: does not fit: %s (device peak %s, pinned host peak %s, %.1f s)\n", row.model.c_str(),
                     row.reason.c_str(), FormatBytes(row.device_peak_bytes).c_str(),
                     FormatBytes(row.host_pinned_peak_bytes).c_str(), row.attempt_seconds);
-        if (!trace_dir.empty()) std::filesystem::remove_all(trace_dir);
       }
       std::fflush(stdout);
       attempted.push_back(row);
@@ -366,11 +367,10 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, c
       std::fflush(stdout);
       zero::TrainerOptions options = OffloadTrainerOptions(e, mode);
       OffloadRow row;
-      std::string trace_dir;
       // The listed micro-batch, then (halve_micro_batch_to_fit) half of
       // it until one fits or 1 does not.
       for (int64_t b = micro_batch;; b /= 2) {
-        MEMWALL_ASSIGN_OR_RETURN(trace_dir, FreshTraceDir(trace_root, config, mode));
+        MEMWALL_ASSIGN_OR_RETURN(const std::string trace_dir, FreshTraceDir(trace_root, config, mode));
         options.training.set_micro_batch(b);
         MEMWALL_ASSIGN_OR_RETURN(row, Attempt(e, config, mode, sweep.warmup_steps(), e.steps(), trace_dir, &options));
         if (row.fits || !sweep.halve_micro_batch_to_fit() || b == 1) break;
@@ -383,7 +383,6 @@ absl::StatusOr<std::vector<OffloadRow>> MeasureThroughput(const Experiment& e, c
                     row.tokens_per_second, row.tflops, 100 * row.device_idle_fraction);
       } else {
         std::printf("  does not fit: %s\n", row.reason.c_str());
-        if (!trace_dir.empty()) std::filesystem::remove_all(trace_dir);
       }
       std::fflush(stdout);
       row.gemm_tflops = gemm_before / 1e12;  // until the rate after the model's runs is in

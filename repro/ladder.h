@@ -175,15 +175,11 @@ void FillOffloadModes(Experiment& e);
 // ZeRO-Inf-CPU alone (Figure 6b, d, e): the optimizer and the parameters on the host.
 void FillInfCpuMode(Experiment& e);
 
-// trace_root/<model>_<mode>, emptied and created; "" when trace_root is.
-absl::StatusOr<std::string> FreshTraceDir(const std::string& trace_root, const models::GptConfig& config,
-                                          OffloadSweep::Mode mode);
-
 // One attempt: a fresh device of the experiment's budgets (so its peaks
 // are this attempt's alone), the model, the trainer with `options` (null:
 // the mode's, OffloadTrainerOptions), `warmup + timed` steps, each step's
 // trace under `trace_dir` when not empty. A ResourceExhausted anywhere is a
-// row with fits = false; any other error fails.
+// row with fits = false (its traces removed); any other error fails.
 absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig& config, OffloadSweep::Mode mode,
                                    int64_t warmup, int64_t timed, const std::string& trace_dir,
                                    const zero::TrainerOptions* options = nullptr);
