@@ -10,9 +10,11 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
 #include "runtime/files.h"
+#include "runtime/status.h"
 #include "zero/checkpoint.h"
 #include "zero/testing.h"
 
@@ -60,6 +63,9 @@ class DiskFull : public ::testing::Test {
     ::close(fd);
   }
 
+  void SecondSaveFails(const std::function<int64_t(int64_t numel)>& leave,
+                       const std::function<void(const absl::Status&, int64_t numel)>& check);
+
   std::vector<std::string> TemporaryFiles() const {
     std::vector<std::string> found;
     for (const auto& e : std::filesystem::recursive_directory_iterator(disk_)) {
@@ -84,7 +90,13 @@ zero::TrainerOptions Training(const std::string& swap_dir = "") {
   return o;
 }
 
-TEST_F(DiskFull, ASaveThatRunsOutOfSpaceLeavesThePreviousCheckpoint) {
+// A trainer saves step 1, steps again and saves step 2 with
+// `leave(numel)` bytes free, which must fail with ENOSPC naming step 2's
+// directory; `check` looks at that failure. Then what any failed save
+// promises: step 1 stays the latest checkpoint and loads to what it held,
+// no temporary file is left, and with room again step 2 saves whole.
+void DiskFull::SecondSaveFails(const std::function<int64_t(int64_t numel)>& leave,
+                               const std::function<void(const absl::Status&, int64_t numel)>& check) {
   auto device = *CreateCpuDevice();
   auto comm = CreateSingleProcessCommunicator();
   auto model = *models::Gpt::Create(zero::test::SmallGpt());
@@ -95,13 +107,13 @@ TEST_F(DiskFull, ASaveThatRunsOutOfSpaceLeavesThePreviousCheckpoint) {
   ASSERT_TRUE(first.ok()) << first.status();
   const std::vector<float> saved = *trainer->MasterWeights();
   ASSERT_TRUE(trainer->Step(zero::test::SyntheticData()).ok());
-  // Room for half of a shard: the save fails inside it.
-  FillLeaving(6 * trainer->layout().numel());
+  FillLeaving(leave(trainer->layout().numel()));
   auto second = trainer->Save(dir);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted) << second.status();
   EXPECT_TRUE(absl::StrContains(second.status().message(), zero::CheckpointPath(dir, 2))) << second.status();
-  EXPECT_TRUE(absl::StrContains(second.status().message(), "No space left")) << second.status();
+  EXPECT_EQ(ErrnoOf(second.status()), ENOSPC) << "a full disk, not a plan that does not fit";
+  check(second.status(), trainer->layout().numel());
   EXPECT_EQ(*zero::LatestCheckpoint(dir), *first);
   EXPECT_TRUE(TemporaryFiles().empty()) << TemporaryFiles().front();
   // The previous checkpoint loads, to exactly what was saved.
@@ -114,6 +126,29 @@ TEST_F(DiskFull, ASaveThatRunsOutOfSpaceLeavesThePreviousCheckpoint) {
   auto again = trainer->Save(dir);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(*zero::LatestCheckpoint(dir), zero::CheckpointPath(dir, 2));
+}
+
+// Room for half of a shard: the save is refused before it writes a byte.
+TEST_F(DiskFull, ASaveThatCannotFitIsRefusedBeforeItWrites) {
+  SecondSaveFails([](int64_t numel) { return 6 * numel; },
+                  [&](const absl::Status& st, int64_t numel) {
+                    EXPECT_TRUE(absl::StrContains(st.message(), absl::StrCat("(", zero::ShardFileBytes(numel, false),
+                                                                             " bytes) but its file system has")))
+                        << st;
+                    EXPECT_TRUE(std::filesystem::is_empty(zero::CheckpointPath(disk_ + "/ckpt", 2)))
+                        << "nothing written";
+                  });
+}
+
+// Room for the shard, in whole pages, and nothing more: the shard passes
+// the save's check and is written, and the metadata after it runs out.
+TEST_F(DiskFull, ASaveThatRunsOutOfSpaceLeavesThePreviousCheckpoint) {
+  SecondSaveFails(
+      [](int64_t numel) { return (static_cast<int64_t>(zero::ShardFileBytes(numel, false)) + 4095) / 4096 * 4096; },
+      [](const absl::Status& st, int64_t) {
+        EXPECT_TRUE(absl::StrContains(st.message(), "No space left")) << st;
+        EXPECT_TRUE(absl::StrContains(st.message(), "metadata.pb")) << st;
+      });
 }
 
 TEST_F(DiskFull, AResultsWriteThatRunsOutOfSpaceLeavesTheOldFile) {

@@ -11,9 +11,13 @@
 // The text is cut into consecutive windows of seq + 1 tokens that overlap by
 // one, so every token after the first is predicted exactly once; the last
 // window may be shorter. Prints `loss=<value>` as its last line.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -38,8 +42,11 @@ namespace memwall::models {
 namespace {
 
 absl::StatusOr<double> Evaluate() {
-  if (absl::GetFlag(FLAGS_weights).empty() || absl::GetFlag(FLAGS_text).empty() || absl::GetFlag(FLAGS_heads) < 0) {
-    return absl::InvalidArgumentError("--weights and --text are required (and --heads, when given, > 0)");
+  if (absl::GetFlag(FLAGS_weights).empty() || absl::GetFlag(FLAGS_text).empty()) {
+    return absl::InvalidArgumentError("--weights and --text are required");
+  }
+  for (const auto& [name, value] : {std::pair{"heads", absl::GetFlag(FLAGS_heads)}, {"seq", absl::GetFlag(FLAGS_seq)}}) {
+    if (value < 0) return absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, " must be > 0"));
   }
   const std::string weights = UserPath(absl::GetFlag(FLAGS_weights), std::getenv);
   const std::string text = UserPath(absl::GetFlag(FLAGS_text), std::getenv);
@@ -71,7 +78,12 @@ absl::StatusOr<double> Evaluate() {
   LossSum total;
   std::vector<int32_t> ids, targets;
   const int64_t predicted = source->size() - 1;
-  for (int64_t start = 0; start < predicted; start += seq) {
+  // A terminal gets one progress line rewritten in place; a log gets a
+  // line at every tenth of the text.
+  const bool tty = isatty(STDERR_FILENO);
+  const int64_t windows = (predicted + seq - 1) / seq;
+  const int64_t every = std::max<int64_t>(1, windows / 10);
+  for (int64_t start = 0, window = 1; start < predicted; start += seq, ++window) {
     const int64_t t = std::min(seq, predicted - start);
     ids.resize(t);
     targets.resize(t);
@@ -83,10 +95,12 @@ absl::StatusOr<double> Evaluate() {
                                                                   1, t, 1.0f, false));
     total.sum += part.sum;
     total.tokens += part.tokens;
-    std::fprintf(stderr, "\revaluate: %lld / %lld tokens, running loss %.4f", (long long)total.tokens,
-                 (long long)predicted, total.mean());
+    if (tty || window % every == 0 || window == windows) {
+      std::fprintf(stderr, "%sevaluate: %lld / %lld tokens, running loss %.4f%s", tty ? "\r" : "",
+                   (long long)total.tokens, (long long)predicted, total.mean(), tty ? "" : "\n");
+    }
   }
-  std::fprintf(stderr, "\n");
+  if (tty) std::fprintf(stderr, "\n");
   return total.mean();
 }
 

@@ -203,6 +203,24 @@ int64_t FileSystemAvailableBytes(const std::string& dir) {
   return static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
 }
 
+absl::Status CreateWritableDirectory(const std::string& dir, absl::string_view what) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec == std::errc::not_a_directory || ec == std::errc::file_exists) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", dir, ": it or a parent is a file, not a directory"));
+  }
+  if (ec) return absl::PermissionDeniedError(absl::StrCat(what, " ", dir, ": cannot create it: ", ec.message()));
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", dir, " is not a directory"));
+  }
+  // access() also answers EROFS for a read-only mount, which root's
+  // permissions do not override.
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(what, " ", dir, ": cannot write in it: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
   MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> f, AtomicFile::Open(path));
   MEMWALL_RETURN_IF_ERROR(f->Write(contents.data(), contents.size()));

@@ -62,6 +62,13 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path, absl::strin
 // holds `dir` (statvfs: f_bavail x f_frsize); -1 when it cannot be read.
 int64_t FileSystemAvailableBytes(const std::string& dir);
 
+// Creates `dir` and its parents where missing, and checks that this
+// process may create files in it. Refused naming `what` (its role:
+// "--export", "--save_dir") and the path: PermissionDenied when it cannot
+// be created or written (a read-only file system included), InvalidArgument
+// when the path or a parent is not a directory.
+absl::Status CreateWritableDirectory(const std::string& dir, absl::string_view what);
+
 // The whole of `contents`, atomically (AtomicFile).
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
 

@@ -3,6 +3,7 @@
 #include "runtime/files.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -119,6 +120,35 @@ TEST(ReadRegularFile, RefusesWhatIsNotAFileByKind) {
   const absl::Status big = ReadRegularFile(file, "--config", 9).status();
   EXPECT_EQ(big.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(big.message().find("is 10 bytes, more than the 9"), std::string::npos) << big;
+}
+
+TEST(CreateWritableDirectory, CreatesParentsAndRefusesWhatCannotHoldFiles) {
+  const std::string root = Tmp("writable");
+  std::filesystem::remove_all(root);
+  const std::string nested = root + "/a/b/c";
+  ASSERT_TRUE(CreateWritableDirectory(nested, "--export").ok());
+  EXPECT_TRUE(std::filesystem::is_directory(nested));
+  EXPECT_TRUE(CreateWritableDirectory(nested, "--export").ok()) << "an existing directory is fine";
+
+  auto expect = [](const std::string& path, absl::StatusCode code, const std::string& says) {
+    const absl::Status st = CreateWritableDirectory(path, "--save_dir");
+    EXPECT_EQ(st.code(), code) << path << ": " << st;
+    EXPECT_NE(st.message().find("--save_dir " + path), std::string::npos) << st;
+    EXPECT_NE(st.message().find(says), std::string::npos) << st;
+  };
+  const std::string file = root + "/a_file";
+  ASSERT_TRUE(WriteFileAtomically(file, "x").ok());
+  expect(file, absl::StatusCode::kInvalidArgument, "it or a parent is a file, not a directory");
+  expect(file + "/below", absl::StatusCode::kInvalidArgument, "it or a parent is a file, not a directory");
+  expect("/proc/memwall_cannot_be_here", absl::StatusCode::kPermissionDenied, "cannot create it");
+  // Permission bits do not bind root, so only an unprivileged run sees this.
+  if (::geteuid() != 0) {
+    const std::string locked = root + "/locked";
+    std::filesystem::create_directories(locked);
+    ASSERT_EQ(::chmod(locked.c_str(), 0555), 0);
+    expect(locked, absl::StatusCode::kPermissionDenied, "cannot write in it");
+    ::chmod(locked.c_str(), 0755);
+  }
 }
 
 }  // namespace

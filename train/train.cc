@@ -14,6 +14,7 @@
 // steps; the end exports the fp32 master weights.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -191,6 +193,37 @@ std::string MemoryLine(Device& device, const models::GptConfig& config, const ze
   return line;
 }
 
+// A save that failed ends the run; the message says what it can resume.
+absl::Status WhereToResume(const absl::Status& failed, int64_t step, const std::string& save_dir) {
+  const absl::StatusOr<std::string> latest = zero::LatestCheckpoint(save_dir);
+  return absl::Status(failed.code(),
+                      absl::StrCat("saving step ", step, ": ", failed.message(), "; ",
+                                   latest.ok() ? absl::StrCat("the latest complete checkpoint is ", *latest,
+                                                              " (continue with --resume)")
+                                               : absl::StrCat("no complete checkpoint under ", save_dir)));
+}
+
+// A warning when --save_dir's file system cannot hold the checkpoints this
+// run keeps at once: each is ShardFileBytes(Ψ) (zero/checkpoint.h), and a
+// save writes its own before --keep_checkpoints deletes older ones.
+void WarnIfCheckpointsDoNotFit(const zero::Trainer& trainer, const std::string& save_dir, int64_t steps,
+                               int64_t save_every, int64_t keep) {
+  const int64_t from = trainer.steps_done();
+  if (from >= steps) return;
+  const int64_t saves = steps / save_every - from / save_every + (steps % save_every != 0 ? 1 : 0);
+  if (saves <= 0) return;
+  const bool delayed = trainer.training()->zero().offload_optimizer().delayed_update_after_steps() > 0;
+  const int64_t each = static_cast<int64_t>(zero::ShardFileBytes(trainer.layout().numel(), delayed));
+  const int64_t held = keep > 0 ? std::min(saves, keep + 1) : saves;
+  const int64_t available = FileSystemAvailableBytes(save_dir);
+  if (available < 0 || held * each <= available) return;
+  std::fprintf(stderr,
+               "train: warning: %s has %s available; this run saves %lld checkpoint%s of %s and holds up to %lld "
+               "at once (%s): a save will fail unless space is freed or --keep_checkpoints is lowered\n",
+               save_dir.c_str(), FormatBytes(available).c_str(), (long long)saves, saves == 1 ? "" : "s",
+               FormatBytes(each).c_str(), (long long)held, FormatBytes(held * each).c_str());
+}
+
 absl::Status Main() {
   const int64_t steps = absl::GetFlag(FLAGS_steps);
   if (steps <= 0) return absl::InvalidArgumentError(absl::StrCat("--steps=", steps, " must be > 0"));
@@ -229,10 +262,13 @@ absl::Status Main() {
   const std::string trace_dir = absl::GetFlag(FLAGS_trace_dir).empty()
                                     ? ""
                                     : absl::StrCat(UserFlag(absl::GetFlag(FLAGS_trace_dir)), "/rank_", comm->rank());
-  for (const std::string& dir : {out, trace_dir}) {
-    std::error_code ec;
-    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-    if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  const std::string export_flag = absl::GetFlag(FLAGS_export);
+  const std::string export_dir = export_flag == "none" ? "" : export_flag.empty() ? out : UserFlag(export_flag);
+  // Every directory the run writes, checked now rather than after hours of
+  // training.
+  for (const auto& [dir, what] : {std::pair{out, "--out"}, {trace_dir, "--trace_dir"}, {export_dir, "--export"},
+                                  {save_every > 0 ? save_dir : std::string(), "--save_dir"}}) {
+    if (!dir.empty()) MEMWALL_RETURN_IF_ERROR(CreateWritableDirectory(dir, what));
   }
 
   Timeline timeline;  // the device-idle fraction and breakdown of each step
@@ -285,9 +321,27 @@ absl::Status Main() {
     }
     if (!step_dir.empty()) {
       MEMWALL_RETURN_IF_ERROR(trainer->Load(step_dir));
-      if (rank0) std::printf("train: resumed from %s at step %lld\n", step_dir.c_str(), (long long)trainer->steps_done());
+      if (rank0) {
+        std::printf("train: resumed from %s at step %lld\n", step_dir.c_str(), (long long)trainer->steps_done());
+        std::fflush(stdout);
+      }
+    }
+    // Resumed from an older step, the run's saves would meet the newer
+    // checkpoints (a complete one is never replaced): stop now, not there.
+    if (save_every > 0) {
+      if (absl::StatusOr<std::string> latest = zero::LatestCheckpoint(save_dir); latest.ok()) {
+        const absl::StatusOr<zero::CheckpointMetadata> meta = zero::ReadCheckpointMetadata(*latest);
+        if (meta.ok() && meta->step() > trainer->steps_done()) {
+          return absl::AlreadyExistsError(absl::StrCat(
+              save_dir, " holds ", *latest, ", newer than step ", trainer->steps_done(),
+              " that this run resumed from: its saves would meet it; give another --save_dir, or delete the "
+              "checkpoints after step ", trainer->steps_done()));
+        }
+      }
     }
   }
+
+  if (rank0 && save_every > 0) WarnIfCheckpointsDoNotFit(*trainer, save_dir, steps, save_every, keep);
 
   std::ofstream log;
   const std::string log_path = out + "/train.log";
@@ -315,8 +369,9 @@ absl::Status Main() {
       }
     }
     if (save_every > 0 && (st.step % save_every == 0 || st.step == steps)) {
-      MEMWALL_ASSIGN_OR_RETURN(const std::string saved, trainer->Save(save_dir));
-      if (rank0) log << "saved " << saved << "\n" << std::flush;
+      absl::StatusOr<std::string> saved = trainer->Save(save_dir);
+      if (!saved.ok()) return WhereToResume(saved.status(), st.step, save_dir);
+      if (rank0) log << "saved " << *saved << "\n" << std::flush;
       if (rank0 && keep > 0) {
         // The run goes on when a deletion fails: its checkpoints are whole.
         const absl::StatusOr<std::vector<std::string>> deleted = zero::PruneCheckpoints(save_dir, keep);
@@ -332,14 +387,10 @@ absl::Status Main() {
   }
 
   std::string exported;
-  if (const std::string e = absl::GetFlag(FLAGS_export); e != "none") {
-    const std::string dir = e.empty() ? out : UserFlag(e);
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  if (!export_dir.empty()) {
     // Every step's update in the weights, a delayed one included.
     MEMWALL_RETURN_IF_ERROR(trainer->ApplyPendingUpdate());
-    exported = dir + "/model.safetensors";
+    exported = export_dir + "/model.safetensors";
     MEMWALL_RETURN_IF_ERROR(trainer->Export(exported));
   }
   if (rank0) {

@@ -17,6 +17,10 @@ awk -v f="$first" -v l="$last" 'BEGIN { exit !(f > 5.0 && l < 0.8 * f) }' || { e
 eval_out=$(models/evaluate --weights="$out/model.safetensors" --text=data/quickstart.txt --device=cpu 2> "$TEST_TMPDIR/eval_stderr")
 echo "$eval_out"
 loss=$(echo "$eval_out" | tail -1 | sed -n 's/^loss=\([0-9.]*\)$/\1/p')
+# Written to a file, evaluate's progress is whole lines, the last at the end of the text.
+(( $(grep -c '^evaluate: [0-9]* / [0-9]* tokens, running loss [0-9.]*$' "$TEST_TMPDIR/eval_stderr") >= 2 )) &&
+  tail -1 "$TEST_TMPDIR/eval_stderr" | grep -q '^evaluate: \([0-9]*\) / \1 tokens' ||
+  { cat "$TEST_TMPDIR/eval_stderr"; echo "evaluate's progress lines"; exit 1; }
 [[ -n "$loss" ]] || { echo "evaluate did not print loss=<value> last"; exit 1; }
 # The trained weights fit the text: within 25% of the last training loss
 # (bf16 training vs fp32 evaluation over every window, not a sampled batch).
@@ -73,6 +77,31 @@ train/train --steps=6 --save_every=1 --keep_checkpoints=2 --device=cpu --out="$o
   { echo "resuming a run that keeps 2 checkpoints"; exit 1; }
 kept=$(cd "$out/keep/checkpoints" && echo step_*)
 [[ "$kept" == "step_00000005 step_00000006" ]] || { echo "kept after resuming: $kept"; exit 1; }
+# Resumed from an older step, its saves would meet the newer checkpoints:
+# refused before training, naming the newer one; nothing is changed.
+if train/train --steps=7 --save_every=1 --device=cpu --out="$out/keep" \
+     --resume="$out/keep/checkpoints/step_00000005" 2> "$TEST_TMPDIR/err"; then
+  echo "resumed below newer checkpoints"; exit 1
+fi
+grep -q "holds .*step_00000006, newer than step 5 that this run resumed from" "$TEST_TMPDIR/err" ||
+  { cat "$TEST_TMPDIR/err"; echo "resuming below newer checkpoints"; exit 1; }
+[[ "$(cd "$out/keep/checkpoints" && echo step_*)" == "step_00000005 step_00000006" ]] || { echo "a refused run saved"; exit 1; }
+# A step typed without its padding points at the one that is there.
+if train/train --steps=7 --device=cpu --out="$out/keep" --resume="$out/keep/checkpoints/step_5" 2> "$TEST_TMPDIR/err"; then
+  echo "resumed from a step that is not there"; exit 1
+fi
+grep -q "no such path; step 5's checkpoint is .*checkpoints/step_00000005" "$TEST_TMPDIR/err" ||
+  { cat "$TEST_TMPDIR/err"; echo "no hint for step_5"; exit 1; }
+# Every directory the run writes is checked before it trains: a file where
+# --export or --save_dir wants a directory is refused, and no step runs.
+for bad in "--export=$TEST_TMPDIR/stdout|--export $TEST_TMPDIR/stdout: it or a parent is a file" \
+           "--save_every=1 --save_dir=$TEST_TMPDIR/stdout/ck|--save_dir $TEST_TMPDIR/stdout/ck: it or a parent is a file"; do
+  if train/train --steps=1 --device=cpu --out="$out/bad_dir" ${bad%%|*} 2> "$TEST_TMPDIR/err"; then
+    echo "accepted ${bad%%|*}"; exit 1
+  fi
+  grep -q -- "${bad#*|}" "$TEST_TMPDIR/err" || { cat "$TEST_TMPDIR/err"; echo "refusal of ${bad%%|*}"; exit 1; }
+  [[ ! -e "$out/bad_dir/train.log" ]] || { echo "trained before refusing ${bad%%|*}"; exit 1; }
+done
 for bad in "--keep_checkpoints=-1 --save_every=1|--keep_checkpoints=-1 must be >= 0" \
            "--keep_checkpoints=2|--keep_checkpoints needs --save_every"; do
   if train/train --steps=1 --device=cpu --out="$out/bad_keep" ${bad%%|*} 2> "$TEST_TMPDIR/err"; then

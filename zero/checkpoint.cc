@@ -30,6 +30,7 @@
 #include "runtime/agreement.h"
 #include "runtime/bounds.h"
 #include "runtime/files.h"
+#include "runtime/memory.h"
 #include "runtime/status.h"
 #include "zero/rank_zero_reads.h"
 #include "zero/trainer.h"
@@ -342,7 +343,7 @@ absl::Status ValidateCheckpointMetadata(const CheckpointMetadata& meta, const st
       return bad("gives shard ", f, " pieces of ", sum, " elements from ", sh.pieces(0).flat_begin(),
                  " but elements [", sh.flat_begin(), ", +", sh.count(), ")");
     }
-    const uint64_t expected = uint64_t(kHeaderBytes) + 4 * Sections(meta) * uint64_t(sh.count());
+    const uint64_t expected = ShardFileBytes(sh.count(), meta.has_pending_update());
     if (sh.bytes() != expected) {
       return bad("gives shard ", f, " ", sh.bytes(), " bytes for ", sh.count(), " elements (expected ", expected, ")");
     }
@@ -396,6 +397,10 @@ absl::Status CheckShardHeader(absl::string_view header, const CheckpointShard& s
   return absl::OkStatus();
 }
 
+uint64_t ShardFileBytes(uint64_t count, bool pending_update) {
+  return uint64_t(kHeaderBytes) + 4 * uint64_t(pending_update ? 4 : 3) * count;
+}
+
 std::string CheckpointPath(const std::string& dir, int64_t step) {
   return Join(dir, absl::StrFormat("step_%08d", step));
 }
@@ -422,7 +427,17 @@ int64_t StepOfName(const std::string& name) {
 absl::Status WhyNotACheckpoint(const std::string& step_dir) {
   std::error_code ec;
   if (!std::filesystem::exists(step_dir, ec)) {
-    return absl::NotFoundError(absl::StrCat("no checkpoint at ", step_dir, ": no such path"));
+    // A step typed without its padding ("step_4"), or a run's other steps.
+    const std::filesystem::path given(step_dir);
+    const std::string parent = given.parent_path().empty() ? "." : given.parent_path().string();
+    std::string hint;
+    if (const int64_t step = StepOfName(given.filename().string());
+        step >= 0 && std::filesystem::exists(Join(CheckpointPath(parent, step), kMarker), ec)) {
+      hint = absl::StrCat("; step ", step, "'s checkpoint is ", CheckpointPath(parent, step));
+    } else if (absl::StatusOr<std::string> latest = LatestCheckpoint(parent); latest.ok()) {
+      hint = absl::StrCat("; the latest complete checkpoint under ", parent, " is ", *latest);
+    }
+    return absl::NotFoundError(absl::StrCat("no checkpoint at ", step_dir, ": no such path", hint));
   }
   if (!std::filesystem::is_directory(step_dir, ec)) {
     return absl::InvalidArgumentError(
@@ -641,10 +656,19 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
   absl::Status written;
   if (writes) {
     written = [&]() -> absl::Status {
-      MEMWALL_ASSIGN_OR_RETURN(ChecksummedFile file,
-                               ChecksummedFile::Open(Join(path, absl::StrFormat("rank_%05d.shard", rank))));
-      char header[kHeaderBytes];
+      const std::string shard = Join(path, absl::StrFormat("rank_%05d.shard", rank));
       const int64_t begin = pieces.empty() ? layout_.numel() : pieces.front().begin, count = Elements(pieces);
+      // A shard that cannot fit is refused before anything is written.
+      const int64_t need = static_cast<int64_t>(ShardFileBytes(count, pending.has_value()));
+      if (const int64_t available = FileSystemAvailableBytes(path); available >= 0 && need > available) {
+        return WithErrno(absl::ResourceExhaustedError(absl::StrCat("checkpoint shard ", shard, " needs ",
+                                                                   FormatBytes(need), " (", need,
+                                                                   " bytes) but its file system has ",
+                                                                   FormatBytes(available), " available")),
+                         ENOSPC);
+      }
+      MEMWALL_ASSIGN_OR_RETURN(ChecksummedFile file, ChecksummedFile::Open(shard));
+      char header[kHeaderBytes];
       std::memcpy(header, kMagic, 8);
       std::memcpy(header + 8, &begin, 8);
       std::memcpy(header + 16, &count, 8);

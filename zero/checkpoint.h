@@ -39,6 +39,7 @@
 #ifndef MEMWALL_ZERO_CHECKPOINT_H_
 #define MEMWALL_ZERO_CHECKPOINT_H_
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -52,6 +53,11 @@ namespace memwall::zero {
 
 // "DIR/step_00000010".
 std::string CheckpointPath(const std::string& dir, int64_t step);
+
+// The bytes of a shard file holding `count` elements: the 24-byte header,
+// then 12 bytes an element (master, m, v), 16 with a pending update's
+// gradients. A checkpoint is about ShardFileBytes(Ψ, ...) in all.
+uint64_t ShardFileBytes(uint64_t count, bool pending_update);
 
 // The complete checkpoint (marker present) with the highest step under
 // `dir`; NotFound when there is none.

@@ -112,6 +112,14 @@ TEST_F(CheckpointFiles, ReadingSomethingElseSaysWhatItIs) {
          "is a run directory (it holds step_N directories), not one checkpoint: its latest "
          "complete checkpoint is " + (run / "step_00000001").string());
 
+  // A step that is not there points at the one that is: the same step
+  // typed without its padding, or else the run's latest.
+  expect((run / "step_1").string(), absl::StatusCode::kNotFound,
+         "no such path; step 1's checkpoint is " + (run / "step_00000001").string());
+  expect((run / "step_00000009").string(), absl::StatusCode::kNotFound,
+         "no such path; the latest complete checkpoint under " + run.string() + " is " +
+             (run / "step_00000001").string());
+
   // An empty step directory is a save killed before its first file.
   expect((run / "step_00000002").string(), absl::StatusCode::kFailedPrecondition,
          "is incomplete: it has no COMPLETE marker and no metadata.pb");

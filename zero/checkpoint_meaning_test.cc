@@ -78,6 +78,23 @@ class CheckpointMeaning : public test::PerTestDirectory {
   }
 };
 
+// The size a save is checked against before it writes (and a loader
+// checks each shard against) is the size a save writes.
+TEST_F(CheckpointMeaning, ShardFilesAreTheSizeTheFormulaGives) {
+  const fs::path dir = Saved(Model(4));
+  auto meta = ReadCheckpointMetadata(dir.string());
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  ASSERT_FALSE(meta->has_pending_update());
+  int64_t elements = 0;
+  for (const CheckpointShard& shard : meta->shards()) {
+    EXPECT_EQ(fs::file_size(dir / shard.file()), ShardFileBytes(shard.count(), false)) << shard.file();
+    elements += shard.count();
+  }
+  EXPECT_EQ(elements, models::CountParameters(Model(4)));
+  EXPECT_EQ(ShardFileBytes(10, false), 24u + 10 * 12);
+  EXPECT_EQ(ShardFileBytes(10, true), 24u + 10 * 16);
+}
+
 TEST_F(CheckpointMeaning, AModelWithOtherHeadsIsRefused) {
   const std::string dir = Saved(Model(4));
   Training eight(Model(8));  // the same tensors: hidden 32 as 8 heads of 4
