@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<CpuAdam>> CpuAdam::Create(const Options& options)
   if (absl::Status st = ops::ValidateAdamOptions(options.adam); !st.ok()) return st;
   if (options.threads < 0 || options.threads > ThreadPool::MaxThreads()) {
     return Bad(absl::StrCat("threads = ", options.threads, " must be in [0, ", ThreadPool::MaxThreads(),
-                            "] (0: one per core; at most four per core)"));
+                            "] (0: one per core of this rank's share; at most four per core)"));
   }
   if (options.tile < 64) return Bad(absl::StrCat("tile = ", options.tile, " must be >= 64 elements"));
   const Path path = options.path == Path::kBest ? BestPath() : options.path;

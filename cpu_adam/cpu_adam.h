@@ -58,7 +58,7 @@ class CpuAdam {
  public:
   struct Options {
     ops::AdamOptions adam;  // checked by ops::ValidateAdamOptions
-    int threads = 0;  // 0: one per core
+    int threads = 0;  // 0: one per core of this rank's share (runtime/host_cpus.h)
     Path path = Path::kBest;
     // The smallest tile handed to a thread (see TileFor).
     int64_t tile = 16384;

@@ -525,7 +525,7 @@ absl::Status Gpt::Initialize(uint64_t seed, Device& device) {
   Stream& s = device.compute_stream();
   std::vector<float> host;
   std::vector<uint16_t> half;
-  ThreadPool pool(0);  // one thread per core
+  ThreadPool pool(0);  // one thread per core of this rank's share
   constexpr int64_t kChunk = 1 << 16;
   for (Parameter* p : Parameters()) {
     if (p->value.data() == nullptr) return Unbound(*p);

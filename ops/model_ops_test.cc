@@ -20,6 +20,7 @@
 #include "ops/ops.h"
 #include "runtime/cpu_device.h"
 #include "runtime/cuda_device.h"
+#include "runtime/host_cpus.h"
 #include "runtime/memory.h"
 #include "runtime/peak_resident_testing.h"
 
@@ -385,7 +386,8 @@ TEST(CpuDeviceOps, Bf16AttentionWidensASequenceAtATime) {
   const size_t peak = PeakResidentBytes();
   // The backward's fp32 copies of one sequence: qkv, out, dout and dqkv.
   const size_t sequence_bytes = t * (3 * c + c + c + 3 * c) * sizeof(float);
-  const size_t bound = std::max(1u, std::thread::hardware_concurrency()) * sequence_bytes + (size_t{16} << 20);
+  // A sequence's copies on each of the pool's threads (its default size).
+  const size_t bound = size_t(CurrentHostCpus().threads) * sequence_bytes + (size_t{16} << 20);
   const bool discriminating = 2 * bound < batch * sequence_bytes;  // false beyond about 100 threads
   if (::memwall::testing::kPeakResidentMeaningful && discriminating) {
     EXPECT_LT(peak - std::min(peak, before), bound) << "peak " << peak << " bytes, " << before << " before";

@@ -24,9 +24,11 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
+#include "runtime/host_cpus.h"
 #include "runtime/launch.h"
 #include "runtime/memory.h"
 #include "runtime/peak_resident_testing.h"
+#include "runtime/thread_pool.h"
 #ifdef MEMWALL_COMMUNICATOR_TEST_ON_CUDA
 #include "runtime/best_device.h"
 #include "runtime/cuda_device.h"
@@ -496,6 +498,16 @@ TEST_P(CommunicatorTest, AWholeGradientsCollectiveAllocatesAChunksWorth) {
       }
     }
   }
+}
+
+// Every rank of these tests runs on this machine, so they share its CPUs:
+// a pool's default size is each rank's share (runtime/host_cpus.h).
+TEST(RanksOnOneMachine, ShareItsCpus) {
+  const int world = CurrentLaunch().world_size;
+  EXPECT_EQ(CurrentLaunch().local_world_size, world);
+  const HostCpus& cpus = CurrentHostCpus();
+  EXPECT_EQ(cpus.local_ranks, world);
+  EXPECT_EQ(ThreadPool(0).threads(), std::max(1, std::min(cpus.allowed, cpus.machine / world)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backend, CommunicatorTest, ::testing::Bool(),

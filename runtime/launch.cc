@@ -50,17 +50,20 @@ absl::string_view LauncherName(Launcher launcher) {
 
 namespace {
 
-// One launcher's three variables.
+// One launcher's four variables.
 struct LauncherVars {
   Launcher launcher;
   const char* rank;
   const char* size;
   const char* local;
+  const char* local_size;
 };
 constexpr LauncherVars kOpenMpiVars = {Launcher::kOpenMpi, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                                       "OMPI_COMM_WORLD_LOCAL_RANK"};
-constexpr LauncherVars kSlurmVars = {Launcher::kSlurm, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"};
-constexpr LauncherVars kTorchrunVars = {Launcher::kTorchrun, "RANK", "WORLD_SIZE", "LOCAL_RANK"};
+                                       "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
+constexpr LauncherVars kSlurmVars = {Launcher::kSlurm, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+                                     "SLURM_NTASKS_PER_NODE"};
+constexpr LauncherVars kTorchrunVars = {Launcher::kTorchrun, "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                        "LOCAL_WORLD_SIZE"};
 
 // The launch `vars` describe; every variable checked.
 absl::StatusOr<LaunchInfo> Read(const LauncherVars& vars, const std::function<const char*(const char*)>& getenv) {
@@ -72,6 +75,8 @@ absl::StatusOr<LaunchInfo> Read(const LauncherVars& vars, const std::function<co
   if (!rank.ok()) return rank.status();
   auto local = ReadInt(getenv, vars.local, 0);
   if (!local.ok()) return local.status();
+  auto local_size = ReadInt(getenv, vars.local_size, 1);
+  if (!local_size.ok()) return local_size.status();
   if (*size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("environment variable ", vars.size, "=", *size, ": world size must be at least 1"));
@@ -80,9 +85,18 @@ absl::StatusOr<LaunchInfo> Read(const LauncherVars& vars, const std::function<co
     return absl::InvalidArgumentError(absl::StrCat("environment variable ", vars.rank, "=", *rank,
                                                    " is outside [0, ", *size, ") given by ", vars.size));
   }
+  if (*local_size < 1 || *local_size > *size) {
+    return absl::InvalidArgumentError(absl::StrCat("environment variable ", vars.local_size, "=", *local_size,
+                                                   " is outside [1, ", *size, "] given by ", vars.size));
+  }
+  if (getenv(vars.local_size) != nullptr && *local >= *local_size) {
+    return absl::InvalidArgumentError(absl::StrCat("environment variable ", vars.local, "=", *local,
+                                                   " is outside [0, ", *local_size, ") given by ", vars.local_size));
+  }
   info.world_size = *size;
   info.rank = *rank;
   info.local_rank = *local;
+  info.local_world_size = *local_size;
   return info;
 }
 
@@ -95,7 +109,10 @@ absl::StatusOr<LaunchInfo> ReadTorchrun(const std::function<const char*(const ch
     }
   }
   MEMWALL_ASSIGN_OR_RETURN(LaunchInfo info, Read(kTorchrunVars, getenv));
-  if (getenv("LOCAL_RANK") == nullptr) info.local_rank = info.rank;  // one node
+  if (getenv("LOCAL_RANK") == nullptr) {  // one node
+    info.local_rank = info.rank;
+    if (getenv("LOCAL_WORLD_SIZE") == nullptr) info.local_world_size = info.world_size;
+  }
   if (info.world_size > 1) {
     for (const char* needed : {"MASTER_ADDR", "MASTER_PORT"}) {
       if (getenv(needed) == nullptr || *getenv(needed) == 0) {

@@ -1,10 +1,11 @@
 // Where this process sits in a job: rank, world size and host, discovered
 // from the launcher's environment.
 //
-//   mpirun (OpenMPI)     OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK
-//   Slurm (srun)         SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID
-//   torchrun-style       RANK / WORLD_SIZE / LOCAL_RANK, with MASTER_ADDR and
-//                        MASTER_PORT (where rank 0 listens; runtime/communicator.h)
+//   mpirun (OpenMPI)     OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK / _LOCAL_SIZE
+//   Slurm (srun)         SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID / SLURM_NTASKS_PER_NODE
+//   torchrun-style       RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE, with
+//                        MASTER_ADDR and MASTER_PORT (where rank 0 listens;
+//                        runtime/communicator.h)
 //   none of them         a single process: rank 0 of 1
 //
 // Launchers nest: mpirun inside a Slurm allocation, torchrun under srun.
@@ -32,6 +33,10 @@ struct LaunchInfo {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  // Ranks of the job on this machine (they share its CPUs:
+  // runtime/host_cpus.h). Unset by the launcher: 1, except torchrun-style
+  // variables without LOCAL_RANK, which describe one machine.
+  int local_world_size = 1;
   std::string host;
   // torchrun-style launches: where rank 0 listens.
   std::string master_addr;

@@ -58,6 +58,41 @@ TEST(LaunchTest, ReadsOpenMpi) {
   EXPECT_EQ(info->local_rank, 1);
 }
 
+// The ranks on this machine share its CPUs (runtime/host_cpus.h).
+TEST(LaunchTest, ReadsTheRanksOnThisMachine) {
+  EXPECT_EQ(Discover({})->local_world_size, 1);
+  EXPECT_EQ(Discover({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "8"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}})
+                ->local_world_size,
+            4);
+  EXPECT_EQ(Discover({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}})->local_world_size, 1);
+  EXPECT_EQ(Discover({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+                      {"SLURM_NTASKS_PER_NODE", "2"}})
+                ->local_world_size,
+            2);
+  EXPECT_EQ(Discover({{"RANK", "1"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
+                      {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})
+                ->local_world_size,
+            4);
+  // torchrun-style variables without LOCAL_RANK describe one machine.
+  EXPECT_EQ(Discover({{"RANK", "1"}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})
+                ->local_world_size,
+            3);
+  // More ranks on this machine than in the job, or a local rank past them.
+  auto too_many = Discover({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                            {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}});
+  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_many.status().message().find("OMPI_COMM_WORLD_LOCAL_SIZE=3 is outside [1, 2]"), std::string::npos)
+      << too_many.status();
+  auto past = Discover({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"},
+                        {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+  EXPECT_EQ(past.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(past.status().message().find("LOCAL_RANK=2 is outside [0, 2) given by LOCAL_WORLD_SIZE"),
+            std::string::npos)
+      << past.status();
+  EXPECT_FALSE(Discover({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NTASKS_PER_NODE", "0"}}).ok());
+}
+
 TEST(LaunchTest, ReadsSlurm) {
   auto info = Discover({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}});
   ASSERT_TRUE(info.ok()) << info.status();

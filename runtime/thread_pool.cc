@@ -1,5 +1,7 @@
 #include "runtime/thread_pool.h"
 
+#include "runtime/host_cpus.h"
+
 namespace memwall {
 
 int ThreadPool::MaxThreads() {
@@ -7,7 +9,7 @@ int ThreadPool::MaxThreads() {
 }
 
 ThreadPool::ThreadPool(int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 0) threads = CurrentHostCpus().threads;
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
 

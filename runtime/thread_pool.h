@@ -1,7 +1,7 @@
 // A persistent pool of host threads for data-parallel loops over tiles
 // (cpu_adam's update, and any other host pass over large buffers).
 //
-//   ThreadPool pool(0);                       // one thread per core
+//   ThreadPool pool(0);                       // this rank's share of the cores
 //   pool.ParallelFor(tiles, [&](int64_t t) { ... tile t ... });
 //
 // ParallelFor runs fn(0) ... fn(count - 1), each exactly once, on the
@@ -25,7 +25,8 @@ namespace memwall {
 
 class ThreadPool {
  public:
-  // threads <= 0: std::thread::hardware_concurrency(). The pool owns
+  // threads <= 0: this rank's share of the CPUs (CurrentHostCpus().threads,
+  // runtime/host_cpus.h). The pool owns
   // threads - 1 workers; the caller of ParallelFor is the last one.
   explicit ThreadPool(int threads);
   ~ThreadPool();

@@ -2,12 +2,16 @@
 // many back-to-back jobs and from concurrent callers.
 #include "runtime/thread_pool.h"
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <set>
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/host_cpus.h"
 
 namespace memwall {
 namespace {
@@ -54,6 +58,40 @@ TEST(ThreadPool, OneThreadRunsInline) {
   ThreadPool pool(1);
   const auto caller = std::this_thread::get_id();
   pool.ParallelFor(5, [&](int64_t) { EXPECT_EQ(std::this_thread::get_id(), caller); });
+}
+
+// The default size is this rank's share of the CPUs: the formula's cases,
+// then this process.
+TEST(HostCpus, ARankTakesItsAllowedCpusUpToItsShareOfTheMachine) {
+  struct Case {
+    int machine, allowed, local_ranks, threads;
+    bool narrowed;
+  };
+  for (const Case& c : {
+           Case{16, 16, 1, 16, false},  // alone and unbound: every CPU
+           Case{16, 1, 1, 1, true},     // mpirun -np 1 binds to one core
+           Case{16, 16, 4, 4, false},   // 4 unbound ranks share the machine
+           Case{16, 8, 8, 2, false},    // bound to a socket with 3 others there
+           Case{16, 4, 4, 4, false},    // bound to its own 4 cores
+           Case{2, 2, 4, 1, false},     // more ranks than CPUs: one thread each
+           Case{0, 0, 0, 1, false},     // unreadable counts are 1
+           Case{2, 4, 1, 4, false},     // a machine narrower than the rank is the rank's
+       }) {
+    const HostCpus cpus = HostCpusOf(c.machine, c.allowed, c.local_ranks);
+    EXPECT_EQ(cpus.threads, c.threads) << c.machine << " " << c.allowed << " " << c.local_ranks;
+    EXPECT_EQ(cpus.narrowed(), c.narrowed) << c.machine << " " << c.allowed << " " << c.local_ranks;
+  }
+  EXPECT_EQ(HostCpusOf(16, 1, 1).Describe(), "1 thread (1 of 16 CPUs allowed, 1 rank on this machine)");
+  EXPECT_EQ(HostCpusOf(16, 16, 4).Describe(), "4 threads (16 of 16 CPUs allowed, 4 ranks on this machine)");
+
+  const HostCpus& here = CurrentHostCpus();
+  cpu_set_t mine;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof mine, &mine), 0);
+  EXPECT_EQ(here.allowed, CPU_COUNT(&mine));
+  EXPECT_LE(here.allowed, here.machine);
+  EXPECT_LE(here.machine, static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
+  EXPECT_EQ(here.threads, HostCpusOf(here.machine, here.allowed, here.local_ranks).threads);
+  EXPECT_EQ(ThreadPool(0).threads(), here.threads);
 }
 
 }  // namespace

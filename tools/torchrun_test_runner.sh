@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts N copies of a binary the way torchrun does, without torchrun: each
-# with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1 and a free
+# with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free
 # MASTER_PORT, and no MPI variables. Fails when any rank fails; each rank's
 # output is prefixed with its rank. "{rank}" in an argument becomes the
 # rank (--gtest_output=xml:out_rank{rank}.xml). The GPU bundle carries it
@@ -10,7 +10,8 @@ set -uo pipefail
 n="$1"; shift
 binary="$1"; shift
 unset XML_OUTPUT_FILE GTEST_OUTPUT TEST_PREMATURE_EXIT_FILE
-unset OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_LOCAL_RANK SLURM_NTASKS SLURM_PROCID SLURM_LOCALID
+unset OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_LOCAL_RANK OMPI_COMM_WORLD_LOCAL_SIZE \
+  SLURM_NTASKS SLURM_PROCID SLURM_LOCALID SLURM_NTASKS_PER_NODE
 # A port nothing listens on now (the kernel's pick for port 0).
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 logs="$(mktemp -d "${TEST_TMPDIR:-/tmp}/torchrun.XXXXXX")"
@@ -18,7 +19,7 @@ pids=()
 for ((r = 0; r < n; r++)); do
   args=()
   for a in "$@"; do args+=("${a//\{rank\}/$r}"); done
-  RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+  RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
     "$binary" "${args[@]}" > "$logs/rank_$r.log" 2>&1 &
   pids+=($!)
 done

@@ -39,6 +39,7 @@
 #include "runtime/best_device.h"
 #include "runtime/communicator.h"
 #include "runtime/files.h"
+#include "runtime/host_cpus.h"
 #include "runtime/launch.h"
 #include "runtime/memory.h"
 #include "runtime/status.h"
@@ -293,7 +294,19 @@ absl::Status Main() {
                 (long long)(t->micro_batch() * t->accumulation() * comm->world_size()), (long long)t->seq(),
                 (long long)t->micro_batch(), (long long)t->accumulation(), comm->world_size(),
                 data->description().c_str());
+    const HostCpus& cpus = CurrentHostCpus();
+    std::printf("train: host work (CPU Adam, gradient accumulation, the CpuDevice's ops): %s\n",
+                cpus.Describe().c_str());
     std::fflush(stdout);  // before the progress lines on stderr
+    if (cpus.narrowed()) {
+      const int share = cpus.machine / cpus.local_ranks;
+      std::fprintf(stderr,
+                   "train: warning: rank 0 may run on %d of the %d CPUs that are its share of this machine (its "
+                   "launcher or taskset bound it; mpirun binds each of 2 or fewer ranks to one core): its host work "
+                   "gets %d thread%s. Under mpirun pass --bind-to none, or --map-by slot:PE=%d to bind each rank to "
+                   "its share\n",
+                   cpus.allowed, share, cpus.threads, cpus.threads == 1 ? "" : "s", share);
+    }
   }
 
   // Resume: the newest complete checkpoint, or the one named. A run that

@@ -54,6 +54,20 @@ if train/train --resume="$out/no_such_step" --steps=1 --device=cpu --out="$out" 
   echo "a missing checkpoint accepted"; exit 1
 fi
 grep -q "no_such_step" "$TEST_TMPDIR/err"
+# Host threads follow the CPUs the process may run on (nproc): bound to one
+# CPU (as mpirun binds a lone rank), the run says so, and warns when it could
+# have had more.
+allowed=$(nproc)
+taskset -c "$(taskset -pc $$ | sed 's/.*: *//; s/[-,].*//')" train/train --steps=1 --device=cpu --out="$out/bound" \
+  --export=none > "$TEST_TMPDIR/bound.log" 2>&1 || { cat "$TEST_TMPDIR/bound.log"; echo "a run bound to one CPU"; exit 1; }
+grep -q "^train: host work .*: 1 thread (1 of [0-9]* CPUs allowed, 1 rank on this machine)$" "$TEST_TMPDIR/bound.log" ||
+  { cat "$TEST_TMPDIR/bound.log"; echo "no host-threads line for one CPU"; exit 1; }
+if (( allowed > 1 )); then
+  grep -q "warning: rank 0 may run on 1 of the [0-9]* CPUs that are its share" "$TEST_TMPDIR/bound.log" ||
+    { cat "$TEST_TMPDIR/bound.log"; echo "no warning for a rank bound to one of $allowed CPUs"; exit 1; }
+fi
+grep -q "^train: host work .*: $allowed threads\? ($allowed of [0-9]* CPUs allowed" "$TEST_TMPDIR/stdout" ||
+  { cat "$TEST_TMPDIR/stdout"; echo "an unbound run does not take its $allowed CPUs"; exit 1; }
 # A model file named bare, as a user types it in their directory.
 mkdir -p "$TEST_TMPDIR/user"
 printf 'name: "mine" layers: 1 hidden: 64 heads: 2 vocab: 256 positions: 32\n' > "$TEST_TMPDIR/user/mine.textproto"
