@@ -195,8 +195,12 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
   Struct root;
   google::protobuf::util::JsonParseOptions parse;
   if (const auto st = google::protobuf::util::JsonStringToMessage(std::string(json), &root, parse); !st.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(origin, ": not a DeepSpeed JSON config (a JSON object): ", st.ToString()));
+    // The parser's own words, without its status code's name.
+    std::string why(st.message().data(), st.message().size());
+    absl::StripLeadingAsciiWhitespace(&why);
+    if (absl::StartsWith(why, ":")) why = std::string(absl::StripLeadingAsciiWhitespace(why.substr(1)));
+    if (why == "Root element must be a message.") why = "the top level is not an object";
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": not a DeepSpeed JSON config (a JSON object): ", why));
   }
   DeepSpeedTranslation out;
   TrainingConfig& t = out.training;

@@ -173,7 +173,13 @@ TEST(DeepSpeedConfig, RefusesEachKeyItCannotHonourByName) {
   EXPECT_TRUE(Translate(R"({"tensorboard": {"enabled": false}})").ok());
   // Not JSON, or not an object.
   ExpectRefused("{\"stage\": ", "", "not a DeepSpeed JSON config");
-  EXPECT_FALSE(Translate("[1, 2]").ok());
+  auto list = Translate("[1, 2]");
+  ASSERT_FALSE(list.ok());
+  EXPECT_TRUE(absl::StrContains(list.status().message(),
+                                "ds_config.json: not a DeepSpeed JSON config (a JSON object): the top level is not an object"))
+      << list.status();
+  // The parser's words, without the name of its status code.
+  EXPECT_FALSE(absl::StrContains(Translate("{\"a\": 1,").status().message(), "INVALID_ARGUMENT"));
   // A value memwall's own checks refuse comes back under the file's name.
   auto nvme = Translate(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}})");
   ASSERT_FALSE(nvme.ok());

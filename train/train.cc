@@ -12,10 +12,12 @@
 // GPU of its local rank. One step reads like the algorithm: the trainer's
 // Step (zero/trainer.h), a progress line, a checkpoint every --save_every
 // steps; the end exports the fp32 master weights.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -194,6 +196,26 @@ std::string MemoryLine(Device& device, const models::GptConfig& config, const ze
   return line;
 }
 
+// SIGTERM, SIGINT and SIGUSR1 (Slurm's --signal, which mpirun forwards) ask
+// the run to stop: every rank finishes the step under way, they save a
+// checkpoint together and exit with 128 + the signal. The handler is reset
+// by its first signal, so a second one ends the process at once.
+volatile std::sig_atomic_t stop_signal = 0;
+
+extern "C" void AskToStop(int signal) {
+  stop_signal = signal;
+  constexpr char kSaid[] = "\ntrain: stopping after this step, with a checkpoint (again to stop now)\n";
+  (void)!::write(STDERR_FILENO, kSaid, sizeof kSaid - 1);
+}
+
+void StopOnSignals() {
+  struct sigaction action = {};
+  action.sa_handler = AskToStop;
+  action.sa_flags = SA_RESETHAND | SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  for (int signal : {SIGTERM, SIGINT, SIGUSR1}) ::sigaction(signal, &action, nullptr);
+}
+
 // A save that failed ends the run; the message says what it can resume.
 absl::Status WhereToResume(const absl::Status& failed, int64_t step, const std::string& save_dir) {
   const absl::StatusOr<std::string> latest = zero::LatestCheckpoint(save_dir);
@@ -225,7 +247,9 @@ void WarnIfCheckpointsDoNotFit(const zero::Trainer& trainer, const std::string& 
                FormatBytes(each).c_str(), (long long)held, FormatBytes(held * each).c_str());
 }
 
-absl::Status Main() {
+// The process's exit code: 0 when the run ended, 128 + the signal when it
+// was stopped by one.
+absl::StatusOr<int> Main() {
   const int64_t steps = absl::GetFlag(FLAGS_steps);
   if (steps <= 0) return absl::InvalidArgumentError(absl::StrCat("--steps=", steps, " must be > 0"));
   if (absl::GetFlag(FLAGS_save_every) < 0) return absl::InvalidArgumentError("--save_every must be >= 0");
@@ -362,6 +386,7 @@ absl::Status Main() {
     log.open(log_path, trainer->steps_done() > 0 ? std::ios::app : std::ios::trunc);
     if (!log) return absl::PermissionDeniedError(absl::StrCat("cannot write ", log_path));
   }
+  StopOnSignals();
   const bool tty = rank0 && isatty(STDERR_FILENO);
   const int64_t every = settings.print_every > 0 ? settings.print_every : std::max<int64_t>(1, steps / 20);
   double first = NAN, last = NAN;
@@ -381,7 +406,8 @@ absl::Status Main() {
         std::fprintf(stderr, "[%3d%%] %s\n", percent, line.c_str());
       }
     }
-    if (save_every > 0 && (st.step % save_every == 0 || st.step == steps)) {
+    const bool save_now = save_every > 0 && (st.step % save_every == 0 || st.step == steps);
+    if (save_now) {
       absl::StatusOr<std::string> saved = trainer->Save(save_dir);
       if (!saved.ok()) return WhereToResume(saved.status(), st.step, save_dir);
       if (rank0) log << "saved " << *saved << "\n" << std::flush;
@@ -396,6 +422,23 @@ absl::Status Main() {
           log << "deleted " << d << "\n" << std::flush;
         }
       }
+    }
+    // A signal on any rank stops every rank after the same step.
+    MEMWALL_ASSIGN_OR_RETURN(const int32_t signal, trainer->MaxOverRanks(stop_signal));
+    if (signal != 0 && st.step < steps) {
+      const std::string step_dir = zero::CheckpointPath(save_dir, st.step);
+      if (!save_now) {
+        absl::StatusOr<std::string> saved = trainer->Save(save_dir);
+        if (!saved.ok()) return WhereToResume(saved.status(), st.step, save_dir);
+      }
+      const std::string line = absl::StrCat("stopped by signal ", signal, " (", strsignal(signal), ") after step ",
+                                            st.step, " of ", steps, "; saved ", step_dir,
+                                            " (continue: the same command with --resume)");
+      if (rank0) {
+        log << line << "\n" << std::flush;
+        std::fprintf(stderr, "train: %s\n", line.c_str());
+      }
+      return 128 + signal;
     }
   }
 
@@ -422,7 +465,7 @@ absl::Status Main() {
                   std::filesystem::absolute(data_path).string().c_str());
     }
   }
-  return absl::OkStatus();
+  return 0;
 }
 
 }  // namespace
@@ -443,9 +486,10 @@ int main(int argc, char** argv) {
     if (std::strcmp(arg, "--resume") == 0 || std::strcmp(arg, "-resume") == 0) arg = kResumeLatest;
   }
   absl::ParseCommandLine(int(args.size()), args.data());
-  if (absl::Status st = memwall::train::Main(); !st.ok()) {
-    std::fprintf(stderr, "train: %s\n", std::string(st.message()).c_str());
+  const absl::StatusOr<int> code = memwall::train::Main();
+  if (!code.ok()) {
+    std::fprintf(stderr, "train: %s\n", std::string(code.status().message()).c_str());
     return 1;
   }
-  return 0;
+  return *code;
 }

@@ -11,7 +11,12 @@
 #      MPI: the job trains as 2 ranks (TCP backend) and ends with the
 #      reference's weights;
 #   5. the export carries config.json, and //models:evaluate refuses a
-#      --heads that contradicts it.
+#      --heads that contradicts it;
+#   6. SIGUSR1 to mpirun (what Slurm's --signal sends before a time limit)
+#      stops both ranks after the same step with a complete checkpoint and
+#      exit code 138; the same command with --resume ends with the
+#      reference's weights. One process stopped by SIGTERM exits 143 with a
+#      complete checkpoint of the step it stopped after.
 # Usage: train_resume_test.sh TRAIN EVALUATE MPI_RUNNER TORCHRUN_RUNNER
 set -uo pipefail
 train="$PWD/$1" evaluate="$PWD/$2" mpi="$PWD/$3" torchrun="$PWD/$4"
@@ -78,4 +83,38 @@ grep -q "^loss=" "$tmp/eval.log" || fail "no loss"
 "$evaluate" --weights="$tmp/ref/model.safetensors" --heads=8 --text=data/quickstart.txt --device=cpu > "$tmp/eval8.log" 2>&1 &&
   fail "evaluate took --heads=8 for a 4-head model"
 grep -q "heads = 8 contradicts the 4 heads recorded" "$tmp/eval8.log" || { cat "$tmp/eval8.log"; fail "wrong refusal"; }
+
+echo "=== 6. stopped by a signal, then --resume"
+# Sends signal $2 to job $1 once the run's log $3 has step 2, and waits for
+# the job: its exit code in $code.
+stop_after_step_2() {
+  for _ in $(seq 600); do
+    grep -q "^step 2 " "$3" 2>/dev/null && break
+    sleep 0.05
+  done
+  kill "-$2" "$1"
+  wait "$1"
+  code=$?
+}
+"$mpi" 2 "$train" "${flags[@]}" --out="$tmp/signal" > "$tmp/signal.log" 2>&1 &
+stop_after_step_2 $! USR1 "$tmp/signal/train.log"
+stopped=$(grep -o "stopped by signal 10 (User defined signal 1) after step [0-9]* of 24" "$tmp/signal.log" | head -1)
+[[ -n "$stopped" ]] || { cat "$tmp/signal.log"; fail "SIGUSR1 did not stop the run"; }
+(( code != 0 )) || fail "a stopped run exited 0"
+grep -q "Exit code: *138" "$tmp/signal.log" || { cat "$tmp/signal.log"; fail "the ranks did not exit 128 + SIGUSR1"; }
+step=$(echo "$stopped" | sed 's/.*after step \([0-9]*\) of.*/\1/')
+step_dir="$tmp/signal/checkpoints/$(printf 'step_%08d' "$step")"
+[[ -f "$step_dir/COMPLETE" && -f "$step_dir/rank_00001.shard" ]] || { ls -R "$tmp/signal"; fail "no complete checkpoint of step $step"; }
+[[ ! -f "$tmp/signal/model.safetensors" ]] || fail "a stopped run exported as if it had finished"
+"$mpi" 2 "$train" "${flags[@]}" --out="$tmp/signal" --resume > "$tmp/signal_resumed.log" 2>&1 ||
+  { cat "$tmp/signal_resumed.log"; fail "resuming a stopped run"; }
+grep -q "resumed from $step_dir at step $step" "$tmp/signal_resumed.log" || { cat "$tmp/signal_resumed.log"; fail "did not resume step $step"; }
+cmp "$tmp/ref/model.safetensors" "$tmp/signal/model.safetensors" || fail "the stopped and resumed weights differ from the uninterrupted run's"
+# One process, SIGTERM, no --save_every: it still saves the step it stopped after.
+"$train" --steps=300 --device=cpu --out="$tmp/term" > "$tmp/term.log" 2>&1 &
+stop_after_step_2 $! TERM "$tmp/term/train.log"
+(( code == 143 )) || { cat "$tmp/term.log"; fail "exit code $code after SIGTERM, not 143"; }
+step=$(sed -n 's/.*stopped by signal 15 (Terminated) after step \([0-9]*\) of 300.*/\1/p' "$tmp/term.log" | head -1)
+[[ -n "$step" && -f "$tmp/term/checkpoints/$(printf 'step_%08d' "$step")/COMPLETE" ]] ||
+  { cat "$tmp/term.log"; fail "SIGTERM left no complete checkpoint"; }
 echo PASS

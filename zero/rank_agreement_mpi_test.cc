@@ -149,6 +149,19 @@ TEST_F(RankAgreement, SavesLoadsExportsAndDataMustAgree) {
   ExpectRefused(exported, {Root() ? "no_such_dir" : "exporting to", Root() ? "" : "failed on rank(s) 0"}, start,
                 "an export rank 0 cannot write", comm_->rank());
 
+  // A decision one rank makes is every rank's: the largest value given.
+  for (int deciding = 0; deciding < W(); ++deciding) {
+    auto most = trainer.MaxOverRanks(comm_->rank() == deciding ? 15 : 0);
+    ASSERT_TRUE(most.ok()) << most.status();
+    EXPECT_EQ(*most, 15) << "rank " << deciding << " decided";
+  }
+  auto none = trainer.MaxOverRanks(0);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, 0);
+  auto ranks = trainer.MaxOverRanks(comm_->rank());
+  ASSERT_TRUE(ranks.ok()) << ranks.status();
+  EXPECT_EQ(*ranks, W() - 1);
+
   // After all that, the ranks still train together.
   st = trainer.Step(test::SyntheticData());
   EXPECT_TRUE(st.ok()) << st.status();

@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -430,6 +431,20 @@ std::string Trainer::LogLine(const StepStats& st) const {
     absl::StrAppendFormat(&line, " | device idle %.0f%% | %s", 100 * st.device_idle_fraction, st.breakdown);
   }
   return line;
+}
+
+absl::StatusOr<int32_t> Trainer::MaxOverRanks(int32_t mine) {
+  MEMWALL_ASSIGN_OR_RETURN(
+      const std::vector<char> all,
+      AllGatherRecords(comm_, device_, absl::string_view(reinterpret_cast<const char*>(&mine), sizeof mine),
+                       &agreement_));
+  int32_t most = mine;
+  for (size_t at = 0; at + sizeof mine <= all.size(); at += sizeof mine) {
+    int32_t theirs;
+    std::memcpy(&theirs, all.data() + at, sizeof theirs);
+    most = std::max(most, theirs);
+  }
+  return most;
 }
 
 }  // namespace memwall::zero

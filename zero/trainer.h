@@ -154,6 +154,12 @@ class Trainer {
   // directory saved by any stage on any number of ranks.
   absl::Status Load(const std::string& step_dir);
 
+  // The largest of every rank's `mine`: a collective every rank calls in
+  // the same order (one all-gather of 4 bytes a rank through the planned
+  // agreement records; nothing to exchange on one rank). For decisions the
+  // ranks must take together, such as stopping on a signal one of them got.
+  absl::StatusOr<int32_t> MaxOverRanks(int32_t mine);
+
   int64_t steps_done() const { return step_; }
   float loss_scale() const { return loss_scale_; }
   int stage() const { return training_->zero().stage(); }
