@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "runtime/status.h"
@@ -187,6 +188,26 @@ class Translator {
 std::string BytesLine(const char* field, int64_t elements, int64_t bytes_per_element) {
   return absl::StrCat(field, ": ", elements * bytes_per_element, " (", elements, " elements x ", bytes_per_element,
                       " bytes)");
+}
+
+// " (DeepSpeed key optimizer.params.lr)" for memwall's refusal
+// "<as>adam.lr = -1 must be ...", from the translation line that set the
+// field ("optimizer.params.lr = -1 -> adam.lr"); "" when no line did.
+std::string DeepSpeedKeyOf(const std::vector<std::string>& lines, absl::string_view refusal, absl::string_view as) {
+  if (!absl::ConsumePrefix(&refusal, as)) return "";
+  const absl::string_view field = refusal.substr(0, refusal.find(' '));
+  for (absl::string_view line : lines) {
+    const size_t arrow = line.find(" -> ");
+    if (arrow == absl::string_view::npos) continue;
+    const absl::string_view target = line.substr(arrow + 4);
+    if (target != field && !absl::StartsWith(target, absl::StrCat(field, " ")) &&
+        !absl::StartsWith(target, absl::StrCat(field, ":"))) {
+      continue;
+    }
+    const absl::string_view key = line.substr(0, std::min(line.find(" = "), line.find(" (absent)")));
+    return absl::StrCat(" (DeepSpeed key ", key, ")");
+  }
+  return "";
 }
 
 }  // namespace
@@ -563,7 +584,10 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
                                                    tr.refused().size() == 1 ? " key" : " keys",
                                                    " memwall cannot honour:\n  ", absl::StrJoin(tr.refused(), "\n  ")));
   }
-  MEMWALL_RETURN_IF_ERROR(zero::ValidateTrainingConfig(t, absl::StrCat(origin, " as TrainingConfig ")));
+  const std::string as = absl::StrCat(origin, " as TrainingConfig ");
+  if (absl::Status st = zero::ValidateTrainingConfig(t, as); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat(st.message(), DeepSpeedKeyOf(out.lines, st.message(), as)));
+  }
   return out;
 }
 

@@ -180,6 +180,15 @@ TEST(DeepSpeedConfig, RefusesEachKeyItCannotHonourByName) {
       << list.status();
   // The parser's words, without the name of its status code.
   EXPECT_FALSE(absl::StrContains(Translate("{\"a\": 1,").status().message(), "INVALID_ARGUMENT"));
+  // A value memwall's own checks refuse names the DeepSpeed key it came from.
+  auto lr = Translate(R"({"optimizer": {"type": "AdamW", "params": {"lr": -1}}})");
+  ASSERT_FALSE(lr.ok());
+  EXPECT_TRUE(absl::StrContains(lr.status().message(),
+                                "ds_config.json as TrainingConfig adam.lr = -1 must be finite and >= 0 (DeepSpeed key "
+                                "optimizer.params.lr)"))
+      << lr.status();
+  auto clip = Translate(R"({"gradient_clipping": -1})");
+  EXPECT_TRUE(absl::StrContains(clip.status().message(), "(DeepSpeed key gradient_clipping)")) << clip.status();
   // A value memwall's own checks refuse comes back under the file's name.
   auto nvme = Translate(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}})");
   ASSERT_FALSE(nvme.ok());
