@@ -461,8 +461,14 @@ absl::StatusOr<int> Main() {
     if (save_every > 0) std::printf("checkpoints: %s (resume with --resume)\n", save_dir.c_str());
     if (!exported.empty()) {
       std::printf("weights:     %s (+ config.json)\n", exported.c_str());
+      // The project's text as the user's checkout has it, not as the
+      // binary's runfiles do (`bazel run` starts in those).
+      const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+      const std::string text = absl::GetFlag(FLAGS_data).empty() && workspace != nullptr
+                                   ? absl::StrCat(workspace, "/", kProjectText)
+                                   : std::filesystem::absolute(data_path).string();
       std::printf("evaluate:    ./bazelw run //models:evaluate -- --weights=%s --text=%s\n", exported.c_str(),
-                  std::filesystem::absolute(data_path).string().c_str());
+                  text.c_str());
     }
   }
   return 0;

@@ -71,9 +71,14 @@ grep -q "^train: host work .*: $allowed threads\? ($allowed of [0-9]* CPUs allow
 # A model file named bare, as a user types it in their directory.
 mkdir -p "$TEST_TMPDIR/user"
 printf 'name: "mine" layers: 1 hidden: 64 heads: 2 vocab: 256 positions: 32\n' > "$TEST_TMPDIR/user/mine.textproto"
-BUILD_WORKING_DIRECTORY="$TEST_TMPDIR/user" train/train --model=mine.textproto --steps=1 --device=cpu \
-  --out="$out/mine" > "$TEST_TMPDIR/mine.log" 2>&1 || { cat "$TEST_TMPDIR/mine.log"; echo "a bare model file"; exit 1; }
+# As under `bazel run`, the evaluate line names the project's text in the
+# user's checkout (BUILD_WORKSPACE_DIRECTORY), not in the binary's runfiles.
+BUILD_WORKING_DIRECTORY="$TEST_TMPDIR/user" BUILD_WORKSPACE_DIRECTORY="$TEST_TMPDIR/checkout" train/train \
+  --model=mine.textproto --steps=1 --device=cpu --out="$out/mine" > "$TEST_TMPDIR/mine.log" 2>&1 ||
+  { cat "$TEST_TMPDIR/mine.log"; echo "a bare model file"; exit 1; }
 grep -q "train: mine (1 layers, hidden 64, 2 heads" "$TEST_TMPDIR/mine.log"
+grep -q "^evaluate: .* --text=$TEST_TMPDIR/checkout/data/quickstart.txt$" "$TEST_TMPDIR/mine.log" ||
+  { cat "$TEST_TMPDIR/mine.log"; echo "the evaluate line does not name the checkout's text"; exit 1; }
 # Saving over checkpoints it did not resume from is refused before training.
 train/train --steps=2 --save_every=2 --device=cpu --out="$out/saved" > /dev/null 2>&1
 if train/train --steps=2 --save_every=2 --device=cpu --out="$out/saved" 2> "$TEST_TMPDIR/err"; then
