@@ -406,31 +406,32 @@ absl::StatusOr<int> Main() {
         std::fprintf(stderr, "[%3d%%] %s\n", percent, line.c_str());
       }
     }
-    const bool save_now = save_every > 0 && (st.step % save_every == 0 || st.step == steps);
-    if (save_now) {
+    // A checkpoint of this step, logged; with --keep_checkpoints, the
+    // older ones deleted after it (the run goes on when a deletion fails:
+    // its checkpoints are whole).
+    auto save = [&]() -> absl::Status {
       absl::StatusOr<std::string> saved = trainer->Save(save_dir);
       if (!saved.ok()) return WhereToResume(saved.status(), st.step, save_dir);
-      if (rank0) log << "saved " << *saved << "\n" << std::flush;
-      if (rank0 && keep > 0) {
-        // The run goes on when a deletion fails: its checkpoints are whole.
-        const absl::StatusOr<std::vector<std::string>> deleted = zero::PruneCheckpoints(save_dir, keep);
-        if (!deleted.ok()) {
-          std::fprintf(stderr, "train: warning: %s\n", std::string(deleted.status().message()).c_str());
-          log << "warning: " << deleted.status().message() << "\n" << std::flush;
-        }
-        for (const std::string& d : deleted.ok() ? *deleted : std::vector<std::string>{}) {
-          log << "deleted " << d << "\n" << std::flush;
-        }
+      if (!rank0) return absl::OkStatus();
+      log << "saved " << *saved << "\n" << std::flush;
+      if (keep == 0) return absl::OkStatus();
+      const absl::StatusOr<std::vector<std::string>> deleted = zero::PruneCheckpoints(save_dir, keep);
+      if (!deleted.ok()) {
+        std::fprintf(stderr, "train: warning: %s\n", std::string(deleted.status().message()).c_str());
+        log << "warning: " << deleted.status().message() << "\n" << std::flush;
       }
-    }
+      for (const std::string& d : deleted.ok() ? *deleted : std::vector<std::string>{}) {
+        log << "deleted " << d << "\n" << std::flush;
+      }
+      return absl::OkStatus();
+    };
+    const bool save_now = save_every > 0 && (st.step % save_every == 0 || st.step == steps);
+    if (save_now) MEMWALL_RETURN_IF_ERROR(save());
     // A signal on any rank stops every rank after the same step.
     MEMWALL_ASSIGN_OR_RETURN(const int32_t signal, trainer->MaxOverRanks(stop_signal));
     if (signal != 0 && st.step < steps) {
       const std::string step_dir = zero::CheckpointPath(save_dir, st.step);
-      if (!save_now) {
-        absl::StatusOr<std::string> saved = trainer->Save(save_dir);
-        if (!saved.ok()) return WhereToResume(saved.status(), st.step, save_dir);
-      }
+      if (!save_now) MEMWALL_RETURN_IF_ERROR(save());
       const std::string line = absl::StrCat("stopped by signal ", signal, " (", strsignal(signal), ") after step ",
                                             st.step, " of ", steps, "; saved ", step_dir,
                                             " (continue: the same command with --resume)");

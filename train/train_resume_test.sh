@@ -16,7 +16,8 @@
 #      stops both ranks after the same step with a complete checkpoint and
 #      exit code 138; the same command with --resume ends with the
 #      reference's weights. One process stopped by SIGTERM exits 143 with a
-#      complete checkpoint of the step it stopped after.
+#      complete checkpoint of the step it stopped after, the only one kept
+#      under --keep_checkpoints=1.
 # Usage: train_resume_test.sh TRAIN EVALUATE MPI_RUNNER TORCHRUN_RUNNER
 set -uo pipefail
 train="$PWD/$1" evaluate="$PWD/$2" mpi="$PWD/$3" torchrun="$PWD/$4"
@@ -117,4 +118,10 @@ stop_after_step_2 $! TERM "$tmp/term/train.log"
 step=$(sed -n 's/.*stopped by signal 15 (Terminated) after step \([0-9]*\) of 300.*/\1/p' "$tmp/term.log" | head -1)
 [[ -n "$step" && -f "$tmp/term/checkpoints/$(printf 'step_%08d' "$step")/COMPLETE" ]] ||
   { cat "$tmp/term.log"; fail "SIGTERM left no complete checkpoint"; }
+# With --keep_checkpoints=1 the checkpoint of the stop is the one kept.
+"$train" --steps=300 --save_every=2 --keep_checkpoints=1 --device=cpu --out="$tmp/keep" > "$tmp/keep.log" 2>&1 &
+stop_after_step_2 $! TERM "$tmp/keep/train.log"
+step=$(sed -n 's/.*stopped by signal 15 (Terminated) after step \([0-9]*\) of 300.*/\1/p' "$tmp/keep.log" | head -1)
+[[ -n "$step" && "$(cd "$tmp/keep/checkpoints" && echo step_*)" == "$(printf 'step_%08d' "$step")" ]] ||
+  { cat "$tmp/keep.log"; ls "$tmp/keep/checkpoints"; fail "a stop with --keep_checkpoints=1 kept other checkpoints"; }
 echo PASS
