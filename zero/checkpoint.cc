@@ -46,7 +46,8 @@ constexpr int64_t kChunk = 1 << 20;  // elements per staged read or write
 // Shard sections: the three states (in OptimizerState's order), then the
 // pending update's gradients when the metadata has one.
 constexpr int kPendingGradients = 3;
-int64_t Sections(const CheckpointMetadata& meta) { return meta.has_pending_update() ? 4 : 3; }
+int Sections(bool pending_update) { return pending_update ? 4 : 3; }
+int Sections(const CheckpointMetadata& meta) { return Sections(meta.has_pending_update()); }
 
 std::string Errno() { return std::strerror(errno); }
 
@@ -398,7 +399,7 @@ absl::Status CheckShardHeader(absl::string_view header, const CheckpointShard& s
 }
 
 uint64_t ShardFileBytes(uint64_t count, bool pending_update) {
-  return uint64_t(kHeaderBytes) + 4 * uint64_t(pending_update ? 4 : 3) * count;
+  return uint64_t(kHeaderBytes) + 4 * uint64_t(Sections(pending_update)) * count;
 }
 
 std::string CheckpointPath(const std::string& dir, int64_t step) {
@@ -674,7 +675,7 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
       std::memcpy(header + 16, &count, 8);
       MEMWALL_RETURN_IF_ERROR(file.Write(header, kHeaderBytes));
       std::vector<float> host(std::min<int64_t>(count, kChunk));
-      for (int section = 0; section < (pending.has_value() ? 4 : 3); ++section) {
+      for (int section = 0; section < Sections(pending.has_value()); ++section) {
         for (const Piece& piece : pieces) {
           for (int64_t at = 0; at < piece.size; at += kChunk) {
             const int64_t n = std::min(kChunk, piece.size - at), from = piece.shard_offset + at;
