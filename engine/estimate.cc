@@ -89,6 +89,11 @@ std::vector<Suggestion> SuggestPlacements(const EstimateInput& in) {
     overlays.push_back("zero { stage: 3 offload_optimizer { device: NVME nvme_path: \"/local_nvme\" } "
                        "offload_param { device: CPU } }");
   }
+  if (!t.zero().offload_optimizer().gradients_on_nvme() ||
+      t.zero().offload_param().device() != zero::OffloadParamConfig::NVME) {
+    overlays.push_back("zero { stage: 3 offload_optimizer { device: NVME nvme_path: \"/local_nvme\" "
+                       "gradients_on_nvme: true } offload_param { device: NVME nvme_path: \"/local_nvme\" } }");
+  }
   std::vector<Suggestion> out;
   auto consider = [&](const std::string& set, EstimateInput changed) {
     absl::StatusOr<Estimate> e = EstimateMemory(changed);

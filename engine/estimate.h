@@ -105,8 +105,8 @@ struct Suggestion {
 };
 // For a run that does not fit: the placements that would, in the order one
 // tries them (the next ZeRO stages, the optimizer on the CPU, the
-// parameters on the CPU too, the optimizer states on NVMe, activation
-// checkpointing), each only when it is a change. NVMe suggestions name
+// parameters on the CPU too, the optimizer states on NVMe, every model
+// state on NVMe, activation checkpointing), each only when it is a change. NVMe suggestions name
 // the path "/local_nvme", a stand-in for the user's drive.
 std::vector<Suggestion> SuggestPlacements(const EstimateInput& input);
 

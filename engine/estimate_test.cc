@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "models/data.h"
 #include "absl/strings/match.h"
@@ -103,6 +104,48 @@ TEST(Estimator, SaysWhetherItFitsAndPrintsJson) {
                           "\"host_bytes_per_rank\": 0", "\"fits\": true", "\"activations\": "}) {
     EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
   }
+}
+
+// ZeRO-Infinity's trillion parameters on one DGX-2 (16 ranks of a 32 GB
+// V100, 1.5 TB of host memory, micro-batch 1, sequence 1024, fp16, the
+// activation checkpoints on the host): with the parameters and optimizer
+// states on NVMe the gradient shard alone (2 bytes a parameter over 16
+// ranks, 116 GiB) overflows the host's share; with it on NVMe too the run
+// fits, and the estimator suggests that placement.
+TEST(Estimator, ATrillionParametersFitADgx2WithTheGradientsOnNvme) {
+  models::GptConfig model;
+  model.set_layers(128);
+  model.set_hidden(25600);
+  model.set_heads(400);
+  model.set_vocab(50257);
+  model.set_positions(1024);
+  model.set_activation_checkpointing(true);
+  model.set_offload_activations(true);
+  engine::EstimateInput in;
+  in.model = model;
+  in.ranks = 16;
+  in.training.set_seq(1024);
+  in.training.set_micro_batch(1);
+  in.training.set_precision(zero::Precision::FP16);
+  ASSERT_TRUE(google::protobuf::TextFormat::MergeFromString(
+      "zero { stage: 3 offload_optimizer { device: NVME nvme_path: \"/nvme\" } "
+      "offload_param { device: NVME nvme_path: \"/nvme\" } }", &in.training));
+  in.host_bytes = int64_t{1500000000000} / 16;
+  auto grads_on_host = engine::EstimateMemory(in);
+  ASSERT_TRUE(grads_on_host.ok()) << grads_on_host.status();
+  EXPECT_FALSE(grads_on_host->fits_host) << grads_on_host->ToText();
+  const int64_t shard = (grads_on_host->params + 15) / 16;
+  EXPECT_GE(grads_on_host->host[static_cast<int>(MemoryTag::kGrads)], 2 * shard);
+  const std::vector<engine::Suggestion> suggested = engine::SuggestPlacements(in);
+  ASSERT_FALSE(suggested.empty());
+  EXPECT_NE(suggested[0].set.find("gradients_on_nvme: true"), std::string::npos) << suggested[0].set;
+  in.training.mutable_zero()->mutable_offload_optimizer()->set_gradients_on_nvme(true);
+  auto all_on_nvme = engine::EstimateMemory(in);
+  ASSERT_TRUE(all_on_nvme.ok()) << all_on_nvme.status();
+  EXPECT_TRUE(all_on_nvme->fits_host) << all_on_nvme->ToText();
+  EXPECT_LT(all_on_nvme->host[static_cast<int>(MemoryTag::kGrads)], shard / 1000) << "the swap buffers alone";
+  EXPECT_GE(all_on_nvme->nvme[static_cast<int>(MemoryTag::kGrads)], 2 * shard);
+  EXPECT_EQ(all_on_nvme->total_device_bytes, grads_on_host->total_device_bytes);
 }
 
 // The estimate is the sum of the parts' plans, each built here on its own

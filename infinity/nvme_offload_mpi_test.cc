@@ -3,9 +3,11 @@
 //   - equivalence: the same losses, loss scales, skipped steps and weights,
 //     bit for bit, after 20 steps: stages 1, 2 and 3, fp32, bf16 with gradient
 //     accumulation, fp16 with a forced overflow, three swap buffers and a
-//     budget of five;
+//     budget of five; each again with the gradient shard on NVMe too;
 //   - memory: the pinned optimizer-state bytes are the swap buffers, not 12
-//     per shard element, and equal the estimator's, tag by tag;
+//     per shard element, and equal the estimator's, tag by tag; with the
+//     gradients on NVMe, so are the pinned gradient bytes (not 2 per
+//     element), and the swap files are the estimator's NVMe bytes;
 //   - faults: ENOSPC, EIO and a write that makes no progress, injected
 //     under the engine on one rank, are every rank's Status naming that
 //     rank's swap file; the store refuses to step or save after; the run
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "infinity/nvme_gradient_shard.h"
 #include "infinity/nvme_state_store.h"
 #include "engine/estimate.h"
 #include "absl/strings/str_cat.h"
@@ -60,9 +63,11 @@ struct Case {
   int64_t budget = 0;  // swap buffers' pinned bytes (0: three)
   int64_t tile = kTile;
   std::string swap_dir;  // "": SwapDir()
+  bool gradients_on_nvme = false;
   std::string Name() const {
     return absl::StrCat("stage ", stage, " ", OffloadOptimizerConfig::Device_Name(where), " x", accumulation, " ",
-                        zero::PrecisionName(precision), budget > 0 ? absl::StrCat(" budget ", budget) : "");
+                        zero::PrecisionName(precision), budget > 0 ? absl::StrCat(" budget ", budget) : "",
+                        gradients_on_nvme ? " gradients on NVMe" : "");
   }
 };
 
@@ -78,6 +83,7 @@ zero::TrainerOptions Options(const Case& c, int world) {
   if (c.where == OffloadOptimizerConfig::NVME) {
     z.mutable_offload_optimizer()->set_nvme_path(c.swap_dir.empty() ? SwapDir() : c.swap_dir);
     if (c.budget > 0) z.mutable_offload_optimizer()->set_pinned_budget_bytes(c.budget);
+    if (c.gradients_on_nvme) z.mutable_offload_optimizer()->set_gradients_on_nvme(true);
   }
   return o;
 }
@@ -105,31 +111,38 @@ TEST_F(NvmeOffload, GivesCpuOffloadsTrainingBitForBit) {
   cases.push_back({2, OffloadOptimizerConfig::CPU, 1, Precision::FP16, float(1 << 30)});
   cases.push_back({2, OffloadOptimizerConfig::CPU, 1, Precision::FP32, 65536.0f, 5 * SwapBufferBytes(kTile)});
   for (const Case& cpu : cases) {
-    Case nvme = cpu;
-    nvme.where = OffloadOptimizerConfig::NVME;
     const Outcome want = Train(*comm_, cpu, 20);
-    const Outcome got = Train(*comm_, nvme, 20);
-    SCOPED_TRACE(nvme.Name());
-    ASSERT_EQ(got.losses.size(), 20u);
-    zero::test::ExpectBitForBit(got, want, nvme.Name());
     if (cpu.precision == Precision::FP16) {
       EXPECT_TRUE(want.skipped[0]) << "the forced overflow must skip the first step";
+    }
+    for (bool gradients_on_nvme : {false, true}) {
+      Case nvme = cpu;
+      nvme.where = OffloadOptimizerConfig::NVME;
+      nvme.gradients_on_nvme = gradients_on_nvme;
+      const Outcome got = Train(*comm_, nvme, 20);
+      SCOPED_TRACE(nvme.Name());
+      ASSERT_EQ(got.losses.size(), 20u);
+      zero::test::ExpectBitForBit(got, want, nvme.Name());
     }
   }
 }
 
 // A checkpoint written under NVMe offload resumes under CPU offload, and
 // one written under CPU offload resumes under NVMe offload, each bit for bit
-// the uninterrupted run (bf16, a budget of four swap buffers).
+// the uninterrupted run (bf16, a budget of four swap buffers), with the
+// gradient shard in pinned memory and on NVMe.
 TEST_F(NvmeOffload, CheckpointsMoveBetweenNvmeAndCpuOffloadBitForBit) {
   const Case cpu{2, OffloadOptimizerConfig::CPU, 1, Precision::BF16};
   Case nvme = cpu;
   nvme.where = OffloadOptimizerConfig::NVME;
   nvme.budget = 4 * SwapBufferBytes(kTile);
+  Case nvme_gradients = nvme;
+  nvme_gradients.gradients_on_nvme = true;
   const Outcome whole = Train(*comm_, cpu, 8);
-  for (const auto& [from, to] : {std::pair<Case, Case>{nvme, cpu}, std::pair<Case, Case>{cpu, nvme}}) {
+  for (const auto& [from, to] : {std::pair<Case, Case>{nvme, cpu}, std::pair<Case, Case>{cpu, nvme},
+                                 std::pair<Case, Case>{nvme_gradients, cpu}, std::pair<Case, Case>{cpu, nvme_gradients}}) {
     SCOPED_TRACE(absl::StrCat(from.Name(), " -> ", to.Name()));
-    const std::string dir = absl::StrCat(SwapDir(), "/ckpt_", OffloadOptimizerConfig::Device_Name(from.where));
+    const std::string dir = absl::StrCat(SwapDir(), "/ckpt_", from.Name(), " to ", to.Name());
     std::string path;
     {
       auto device = *CreateCpuDevice();
@@ -177,6 +190,53 @@ TEST_F(NvmeOffload, PinnedStatesAreTheSwapBuffersAsEstimated) {
     EXPECT_EQ(est->host_of(static_cast<MemoryTag>(t)), int64_t(o.pinned_peaks[t]))
         << "pinned " << MemoryTagName(static_cast<MemoryTag>(t));
   }
+}
+
+// With the gradient shard on NVMe too, the pinned gradient bytes are its
+// swap buffers (the states' as before), every pinned tag is the
+// estimator's, and the two swap files are its NVMe bytes.
+TEST_F(NvmeOffload, PinnedGradientsAreTheSwapBuffersAsEstimated) {
+  Case c;
+  c.where = OffloadOptimizerConfig::NVME;
+  c.tile = 1024;
+  c.precision = Precision::BF16;
+  c.gradients_on_nvme = true;
+  const zero::TrainerOptions options = Options(c, W());
+  const Outcome o = Train(*comm_, c, 2);
+  const int64_t psi = models::CountParameters(zero::test::SmallGpt());
+  const int64_t shard = (psi + W() - 1) / W();
+  NvmeGradientShardOptions g;
+  g.elements = shard;
+  g.dtype = DType::kBF16;
+  g.sub_group_elements = c.tile;
+  // Whole swap buffers, at most one a sub-group: how many follows the
+  // largest piece, here the embedding's gradient, at 4 ranks the whole
+  // shard (nvme_gradient_shard_test checks the count, and a real model's).
+  const int64_t pinned = int64_t(o.pinned_peaks[static_cast<int>(MemoryTag::kGrads)]);
+  EXPECT_EQ(pinned % GradientSwapBufferBytes(g), 0) << pinned;
+  EXPECT_GE(pinned / GradientSwapBufferBytes(g), 2);
+  EXPECT_LE(pinned / GradientSwapBufferBytes(g), (shard + c.tile - 1) / c.tile);
+  engine::EstimateInput in;
+  in.model = zero::test::SmallGpt();
+  in.ranks = W();
+  in.training = options.training;
+  auto est = engine::EstimateMemory(in);
+  ASSERT_TRUE(est.ok()) << est.status();
+  for (int t = 0; t < kNumMemoryTags; ++t) {
+    EXPECT_EQ(est->host_of(static_cast<MemoryTag>(t)), int64_t(o.pinned_peaks[t]))
+        << "pinned " << MemoryTagName(static_cast<MemoryTag>(t));
+  }
+  // Both swap files while a trainer holds them (Train's are removed).
+  auto device = *CreateCpuDevice();
+  auto model = *models::Gpt::Create(zero::test::SmallGpt());
+  auto t = engine::CreateTrainer(*model, *device, *comm_, options);
+  ASSERT_TRUE(t.ok()) << t.status();
+  int64_t files = 0;
+  for (const char* name : {"memwall_states_rank", "memwall_gradients_rank"}) {
+    files += int64_t(std::filesystem::file_size(absl::StrCat(SwapDir(), "/", name, comm_->rank(), ".swap")));
+  }
+  EXPECT_EQ(files, est->nvme_bytes);
+  EXPECT_GE(est->nvme_bytes - 12 * shard, 2 * shard) << "the gradient shard is on the drive";
 }
 
 // The host's waits on the swap file are zones (kSwapWait on kSwapTrack),

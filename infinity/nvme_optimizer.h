@@ -1,8 +1,9 @@
 // ZeRO-Infinity's optimizer placement (§5): the host optimizer
 // (offload/host_optimizer.h) with its states in an NVMe store
 // (nvme_state_store.h) instead of pinned host memory, for
-// offload_optimizer { device: NVME nvme_path: DIR }. engine::CreateTrainer
-// wires it from the configuration.
+// offload_optimizer { device: NVME nvme_path: DIR }, and its gradient
+// shard too with gradients_on_nvme: true (nvme_gradient_shard.h).
+// engine::CreateTrainer wires it from the configuration.
 #ifndef MEMWALL_INFINITY_NVME_OPTIMIZER_H_
 #define MEMWALL_INFINITY_NVME_OPTIMIZER_H_
 
@@ -17,7 +18,12 @@ namespace memwall::infinity {
 // `fault_injector` (tests): the I/O engine's (AioEngine::SetFaultInjector).
 offload::HostStateStore NvmeHostStateStore(int rank, AioFaultInjector fault_injector = {});
 
-// The host optimizer over the NVMe store: its plan and the optimizer.
+// The gradient shard of rank `rank`'s host optimizer: on NVMe
+// (nvme_gradient_shard.h) where request.zero.offload_optimizer.
+// gradients_on_nvme, else in pinned host memory.
+offload::GradientShardStore NvmeGradientShardStore(int rank, AioFaultInjector fault_injector = {});
+
+// The host optimizer over the NVMe stores: its plan and the optimizer.
 zero::ShardOptimizerProvider NvmeOptimizerProvider(int rank, const offload::HostOptimizerHooks* hooks = nullptr,
                                                    AioFaultInjector fault_injector = {});
 

@@ -159,7 +159,12 @@ absl::Status HostGradientShard::CheckRange(int64_t begin, int64_t n) const {
   return absl::OutOfRangeError(absl::StrCat("offload: gradients [", begin, ", +", n, ") of a shard of ", n_));
 }
 
-absl::Status HostGradientShard::ReadActive(int64_t begin, int64_t n, float* out) const {
+absl::StatusOr<const char*> HostGradientShard::Gradients(int64_t begin, int64_t n) {
+  MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
+  return shard() + begin * SizeOf(dtype_);
+}
+
+absl::Status HostGradientShard::ReadActive(int64_t begin, int64_t n, float* out) {
   MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
   return Convert(shard() + begin * SizeOf(dtype_), dtype_, out, DType::kF32, n);
 }

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "offload/gradient_shard.h"
 #include "ops/host_accumulate.h"
 #include "runtime/device.h"
 #include "runtime/memory_plan.h"
@@ -77,7 +78,7 @@ class FoldedNorm {
   std::vector<Chunk> chunks_;
 };
 
-class HostGradientShard : public zero::GradientSink {
+class HostGradientShard final : public GradientShard {
  public:
   // "gradients": `elements` of `dtype`; "staging gradients": the largest
   // piece a flush delivers; "norm": the [sum of squares, inf/NaN] pair. All
@@ -87,24 +88,20 @@ class HostGradientShard : public zero::GradientSink {
   HostGradientShard(Device& device, int64_t elements, DType dtype, int64_t largest_piece, Timeline* timeline);
   absl::Status Init(const MemoryPlan& plan);
 
-  // Clears the active shard, in `stream`'s order.
-  absl::Status ZeroGradients(Stream& stream);
-  // Before micro-batch `index` of `count`: the last one folds the norm.
-  void BeginMicroBatch(int64_t index, int64_t count) { last_pass_ = index + 1 == count; }
+  // GradientShard, on the active shard. Norm: the last pass's folded
+  // squares plus a pass (zone kGradNormPass) over what they cannot serve.
+  absl::Status ZeroGradients(Stream& stream) override;
+  void BeginMicroBatch(int64_t index, int64_t count) override { last_pass_ = index + 1 == count; }
   absl::Status AddPiece(const Tensor& reduced, int64_t shard_offset, Stream& coll) override;
-  // [sum of squares, inf/NaN flag] of the active shard into `norm` (2 fp32
-  // on the device), in `stream`'s order: the last pass's folded squares
-  // plus a pass (zone kGradNormPass) over what they cannot serve.
-  absl::Status Norm(const Tensor& norm, Stream& stream);
+  absl::Status Norm(const Tensor& norm, Stream& stream) override;
+  absl::StatusOr<const char*> Gradients(int64_t begin, int64_t n) override;
+  DType dtype() const override { return dtype_; }
+  absl::Status ReadActive(int64_t begin, int64_t n, float* out) override;
+  absl::Status WriteActive(int64_t begin, int64_t n, const float* in) override;
 
-  // The shard the optimizer steps (elements of dtype()).
+  // The whole shard (elements of dtype()): the delayed step reads it while
+  // backward adds into the sub-groups it has handed back.
   const char* shard() const { return grads_.as<char>(); }
-  DType dtype() const { return dtype_; }
-  // Elements [begin, begin + n) of the shard, widened to fp32 (exactly), or
-  // written from fp32 (a checkpoint's pending gradient, exact when it came
-  // from this dtype). Host copies: call between steps.
-  absl::Status ReadActive(int64_t begin, int64_t n, float* out) const;
-  absl::Status WriteActive(int64_t begin, int64_t n, const float* in);
 
   // kConsuming ([Note: one shard under the delayed step]), for the delayed
   // step's thread: sub-groups of `sub_group_elements` (> 0), the last one

@@ -49,11 +49,11 @@ class HostOptimizer : public DelayableOptimizer {
         delayed_(Delayed(r)),
         values_on_device_(DelayedValuesSpace(r) == MemorySpace::kDevice),
         timeline_(r.timeline),
-        grads_(*r.device, r.elements, r.grad_dtype, r.largest_piece, r.timeline),
         tiles_(*r.device, TileElements(r), r.value_dtype, r.timeline, hooks_.copy_starting) {}
 
-  absl::Status Init(const zero::ShardOptimizerRequest& r, const HostStateStore& states) {
-    const MemoryPlan plan = HostOptimizerPlan(r, states);
+  absl::Status Init(const zero::ShardOptimizerRequest& r, const HostStateStore& states,
+                    const GradientShardStore& gradients) {
+    const MemoryPlan plan = HostOptimizerPlan(r, states, gradients);
     // One sub-group per tile: the Adam of sub-group k fills tile k.
     MEMWALL_ASSIGN_OR_RETURN(states_, states.create(r, tiles_.tile_elements()));
     if (states_->sub_group_elements() != tiles_.tile_elements() || states_->elements() != n_) {
@@ -61,7 +61,17 @@ class HostOptimizer : public DelayableOptimizer {
                                               " elements in sub-groups of ", states_->sub_group_elements(),
                                               "; the optimizer needs ", n_, " in tiles of ", tiles_.tile_elements()));
     }
-    MEMWALL_RETURN_IF_ERROR(grads_.Init(plan));
+    MEMWALL_ASSIGN_OR_RETURN(grads_, gradients.create(r, tiles_.tile_elements()));
+    if (delayed_) {
+      // The delayed step shares one shard with the next backward
+      // (host_gradient_shard.h), which only the pinned shard does.
+      shared_grads_ = dynamic_cast<HostGradientShard*>(grads_.get());
+      if (shared_grads_ == nullptr) {
+        return absl::InvalidArgumentError(
+            "offload: the delayed parameter update needs the gradient shard in pinned host memory "
+            "(offload_optimizer.gradients_on_nvme = false)");
+      }
+    }
     MEMWALL_RETURN_IF_ERROR(tiles_.Init(plan));
     if (plan.contains("delayed values")) {
       MEMWALL_ASSIGN_OR_RETURN(delayed_values_, AllocatePlanned(device_, plan, "delayed values"));
@@ -79,10 +89,10 @@ class HostOptimizer : public DelayableOptimizer {
 
   int64_t elements() const override { return n_; }
   bool fails_alone() const override { return states_->fails_alone(); }
-  zero::GradientSink* gradient_sink() override { return &grads_; }
-  absl::Status ZeroGradients(Stream& stream) override { return grads_.ZeroGradients(stream); }
-  void BeginMicroBatch(int64_t index, int64_t count) override { grads_.BeginMicroBatch(index, count); }
-  absl::Status GradientNorm(const Tensor& norm, Stream& stream) override { return grads_.Norm(norm, stream); }
+  zero::GradientSink* gradient_sink() override { return grads_.get(); }
+  absl::Status ZeroGradients(Stream& stream) override { return grads_->ZeroGradients(stream); }
+  void BeginMicroBatch(int64_t index, int64_t count) override { grads_->BeginMicroBatch(index, count); }
+  absl::Status GradientNorm(const Tensor& norm, Stream& stream) override { return grads_->Norm(norm, stream); }
 
   // Sub-group by sub-group: the CPU Adam writes tile k, rounded, while the
   // copy stream sends tile k - 1.
@@ -91,11 +101,11 @@ class HostOptimizer : public DelayableOptimizer {
     const zero::StepUpdate update = *outcome.update;
     MEMWALL_RETURN_IF_ERROR(CheckValues(values));
     MEMWALL_RETURN_IF_ERROR(adam_->SetLearningRate(update.lr));
-    const char* grads = grads_.shard();
     MEMWALL_RETURN_IF_ERROR(tiles_.Send(values, stream, [&](int64_t k, int64_t, int64_t len, void* tile) {
       HostZone zone(timeline_, ZoneKind::kCpuAdam);
       if (hooks_.adam_started) hooks_.adam_started(k);
       return WithSubGroup(k, /*written=*/true, [&](const zero::StateSubGroup& g) -> absl::Status {
+        MEMWALL_ASSIGN_OR_RETURN(const char* grads, grads_->Gradients(g.begin, g.numel));
         MEMWALL_RETURN_IF_ERROR(adam_->Step(Buffers(g, grads, wide_ ? nullptr : tile), update.step, update.grad_scale));
         if (wide_) std::memcpy(tile, g.master.data(), len * sizeof(float));
         return absl::OkStatus();
@@ -116,24 +126,25 @@ class HostOptimizer : public DelayableOptimizer {
     MEMWALL_RETURN_IF_ERROR(adam_->SetLearningRate(update.lr));
     MEMWALL_RETURN_IF_ERROR(tiles_.Synchronize());  // the last copies from delayed_values_
     // One sub-group of the state store is one sub-group of the shard.
-    grads_.BeginConsuming(states_->sub_group_elements());
+    shared_grads_->BeginConsuming(states_->sub_group_elements());
     worker_status_ = absl::OkStatus();
     worker_ = std::thread([this, update] {
-      absl::Cleanup release = [this] { grads_.StopConsuming(); };
+      absl::Cleanup release = [this] { shared_grads_->StopConsuming(); };
       HostZone zone(timeline_, ZoneKind::kCpuAdamDelayed, kDelayedUpdateTrack);
       if (hooks_.delayed_step_running) hooks_.delayed_step_running();
       const size_t v = SizeOf(value_dtype_);
-      const char* grads = grads_.shard();
-      for (int64_t k; worker_status_.ok() && (k = grads_.NextToConsume()) >= 0;) {
+      const size_t g16 = SizeOf(shared_grads_->dtype());
+      for (int64_t k; worker_status_.ok() && (k = shared_grads_->NextToConsume()) >= 0;) {
         worker_status_ = WithSubGroup(k, /*written=*/true, [&](const zero::StateSubGroup& g) -> absl::Status {
           char* out16 = wide_ ? nullptr : delayed_values_.as<char>() + g.begin * v;
+          const char* grads = shared_grads_->shard() + g.begin * g16;
           if (!values_on_device_) return adam_->Step(Buffers(g, grads, out16), update.step, update.grad_scale);
           // Into a staging tile, and from there to the device's copy.
           return tiles_.SendTile(g.numel, out16, [&](void* tile) {
             return adam_->Step(Buffers(g, grads, tile), update.step, update.grad_scale);
           });
         });
-        if (worker_status_.ok()) grads_.Consumed(k);
+        if (worker_status_.ok()) shared_grads_->Consumed(k);
       }
       if (worker_status_.ok()) worker_status_ = states_->Sync();
     });
@@ -159,11 +170,11 @@ class HostOptimizer : public DelayableOptimizer {
 
   absl::Status ReadGradients(int64_t begin, int64_t n, float* out) override {
     if (worker_.joinable()) return absl::FailedPreconditionError("offload: a delayed step is running");
-    return grads_.ReadActive(begin, n, out);
+    return grads_->ReadActive(begin, n, out);
   }
   absl::Status WriteGradients(int64_t begin, int64_t n, const float* in) override {
     if (worker_.joinable()) return absl::FailedPreconditionError("offload: a delayed step is running");
-    return grads_.WriteActive(begin, n, in);
+    return grads_->WriteActive(begin, n, in);
   }
 
   absl::Status WriteValues(zero::ParameterStore& values, Stream& stream) override {
@@ -215,15 +226,15 @@ class HostOptimizer : public DelayableOptimizer {
     return states_->Release(g, written);
   }
 
-  // The CPU Adam's view of sub-group g, its gradients in `grads` (the whole
-  // shard), its rounded result into out16 (null: none).
+  // The CPU Adam's view of sub-group g, its gradients at `grads` (g.numel
+  // of them), its rounded result into out16 (null: none).
   cpu_adam::AdamBuffers Buffers(const zero::StateSubGroup& g, const char* grads, void* out16) const {
     cpu_adam::AdamBuffers b;
     b.params = g.master.data_as<float>();
     b.exp_avg = g.exp_avg.data_as<float>();
     b.exp_avg_sq = g.exp_avg_sq.data_as<float>();
-    b.grads = grads + g.begin * SizeOf(grads_.dtype());
-    b.grad_dtype = grads_.dtype();
+    b.grads = grads;
+    b.grad_dtype = grads_->dtype();
     b.n = g.numel;
     b.params16 = out16;
     b.params16_dtype = value_dtype_;
@@ -239,7 +250,8 @@ class HostOptimizer : public DelayableOptimizer {
   const bool values_on_device_;  // the delayed step's result goes to the device tile by tile
   Timeline* timeline_;  // may be null
   std::unique_ptr<zero::OptimizerStateStore> states_;
-  HostGradientShard grads_;
+  std::unique_ptr<GradientShard> grads_;
+  HostGradientShard* shared_grads_ = nullptr;  // grads_, under the delayed update
   TilePipeline tiles_;
   Buffer delayed_values_;  // the delayed step's 16-bit result, whole
   std::thread worker_;     // the delayed step
@@ -260,11 +272,26 @@ HostStateStore PinnedStateStore() {
   return s;
 }
 
-MemoryPlan HostOptimizerPlan(const zero::ShardOptimizerRequest& r, const HostStateStore& states) {
+GradientShardStore PinnedGradientShard() {
+  GradientShardStore s;
+  s.plan = [](const zero::ShardOptimizerRequest& r, int64_t) {
+    return HostGradientShard::Plan(r.elements, r.grad_dtype, r.largest_piece);
+  };
+  s.create = [](const zero::ShardOptimizerRequest& r,
+                int64_t) -> absl::StatusOr<std::unique_ptr<GradientShard>> {
+    auto shard = std::make_unique<HostGradientShard>(*r.device, r.elements, r.grad_dtype, r.largest_piece, r.timeline);
+    MEMWALL_RETURN_IF_ERROR(shard->Init(HostGradientShard::Plan(r.elements, r.grad_dtype, r.largest_piece)));
+    return std::unique_ptr<GradientShard>(std::move(shard));
+  };
+  return s;
+}
+
+MemoryPlan HostOptimizerPlan(const zero::ShardOptimizerRequest& r, const HostStateStore& states,
+                             const GradientShardStore& gradients) {
   MemoryPlan plan = states.plan(r, TileElements(r));
   // The delayed update keeps its 16-bit result whole (its gradients share
   // the one shard with the next iteration's: host_gradient_shard.h).
-  plan.Append(HostGradientShard::Plan(r.elements, r.grad_dtype, r.largest_piece));
+  plan.Append(gradients.plan(r, TileElements(r)));
   if (const std::optional<MemorySpace> space = DelayedValuesSpace(r); space.has_value()) {
     plan.Add("delayed values", *space, MemoryTag::kStaging, SizeOf(r.value_dtype) * r.elements);
   }
@@ -272,16 +299,22 @@ MemoryPlan HostOptimizerPlan(const zero::ShardOptimizerRequest& r, const HostSta
   return plan;
 }
 
-zero::ShardOptimizerProvider HostOptimizerProvider(const HostOptimizerHooks* hooks, HostStateStore states) {
+zero::ShardOptimizerProvider HostOptimizerProvider(const HostOptimizerHooks* hooks, HostStateStore states,
+                                                   GradientShardStore gradients) {
   zero::ShardOptimizerProvider p;
-  p.plan = [states](const zero::ShardOptimizerRequest& r) { return HostOptimizerPlan(r, states); };
-  p.create = [hooks, states](const zero::ShardOptimizerRequest& r) { return CreateHostOptimizer(r, hooks, states); };
+  p.plan = [states, gradients](const zero::ShardOptimizerRequest& r) {
+    return HostOptimizerPlan(r, states, gradients);
+  };
+  p.create = [hooks, states, gradients](const zero::ShardOptimizerRequest& r) {
+    return CreateHostOptimizer(r, hooks, states, gradients);
+  };
   return p;
 }
 
 absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(const zero::ShardOptimizerRequest& r,
                                                                          const HostOptimizerHooks* hooks,
-                                                                         const HostStateStore& states) {
+                                                                         const HostStateStore& states,
+                                                                         const GradientShardStore& gradients) {
   if (r.device == nullptr || r.elements <= 0 || r.largest_piece <= 0) {
     return absl::InvalidArgumentError("offload: a host optimizer needs a device, a shard and a bucket size");
   }
@@ -292,7 +325,7 @@ absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(const 
         "transfer through pinned host memory (pageable copies would be synchronous)");
   }
   auto opt = std::make_unique<HostOptimizer>(r, hooks);
-  MEMWALL_RETURN_IF_ERROR(opt->Init(r, states));
+  MEMWALL_RETURN_IF_ERROR(opt->Init(r, states, gradients));
   const int64_t after = c.delayed_update_after_steps();
   if (after > 0) return DelayParameterUpdates(std::move(opt), after);
   return std::unique_ptr<zero::ShardOptimizer>(std::move(opt));

@@ -35,6 +35,7 @@
 #include "runtime/device.h"
 #include "runtime/timeline.h"
 #include "offload/delayed_update.h"
+#include "offload/gradient_shard.h"
 #include "offload/host_gradient_shard.h"
 #include "offload/tile_pipeline.h"
 #include "zero/shard_optimizer.h"
@@ -67,20 +68,25 @@ struct HostStateStore {
 };
 // "master" (4 bytes an element), "exp_avg", "exp_avg_sq" (4 each), pinned.
 HostStateStore PinnedStateStore();
+// The gradient shard in pinned host memory (host_gradient_shard.h), the
+// one the delayed update needs: "gradients" (one shard, with the delayed
+// update too), "staging gradients" (one reduce bucket:
+// request.largest_piece), "norm" (2 fp32).
+GradientShardStore PinnedGradientShard();
 
 // What the host optimizer for `request` allocates, all pinned host memory:
-// the state store's plan, "gradients" (one shard, with the delayed update
-// too), "delayed values" (the delayed step's 16-bit result, whole),
-// "staging gradients" (one reduce bucket: request.largest_piece), "staging
-// values" (two tiles), "norm" (2 fp32): ZeRO-Offload's 12Ψ/N + 2Ψ/N plus
-// staging with the pinned store.
+// the state store's plan, the gradient shard's, "delayed values" (the
+// delayed step's 16-bit result, whole), "staging values" (two tiles):
+// ZeRO-Offload's 12Ψ/N + 2Ψ/N plus staging with the pinned stores.
 MemoryPlan HostOptimizerPlan(const zero::ShardOptimizerRequest& request,
-                             const HostStateStore& states = PinnedStateStore());
+                             const HostStateStore& states = PinnedStateStore(),
+                             const GradientShardStore& gradients = PinnedGradientShard());
 
 // HostOptimizerPlan and CreateHostOptimizer: the optimizer part of a stage
 // (zero/stage_plan.h) for the trainer and the memory estimator.
 zero::ShardOptimizerProvider HostOptimizerProvider(const HostOptimizerHooks* hooks = nullptr,
-                                                   HostStateStore states = PinnedStateStore());
+                                                   HostStateStore states = PinnedStateStore(),
+                                                   GradientShardStore gradients = PinnedGradientShard());
 
 // The host optimizer for `request` (zero/shard_optimizer.h), its updates
 // delayed (offload/delayed_update.h) when offload_optimizer.
@@ -89,7 +95,7 @@ zero::ShardOptimizerProvider HostOptimizerProvider(const HostOptimizerHooks* hoo
 // kParamH2D.
 absl::StatusOr<std::unique_ptr<zero::ShardOptimizer>> CreateHostOptimizer(
     const zero::ShardOptimizerRequest& request, const HostOptimizerHooks* hooks = nullptr,
-    const HostStateStore& states = PinnedStateStore());
+    const HostStateStore& states = PinnedStateStore(), const GradientShardStore& gradients = PinnedGradientShard());
 
 }  // namespace memwall::offload
 

@@ -149,11 +149,15 @@ absl::Status HostAddChunkNorms(const void* a, const void* b, void* y, DType dtyp
   return AddInChunks(a, b, y, dtype, n, chunk_norms, pool);
 }
 
-absl::StatusOr<SquareSum> HostSquaredNorm(const void* x, DType dtype, int64_t n, ThreadPool* pool) {
+absl::Status HostSquaredNormChunks(const void* x, DType dtype, int64_t n, std::vector<SquareSum>* chunk_norms,
+                                   ThreadPool* pool) {
   if (!IsFloating(dtype)) {
     return absl::InvalidArgumentError(absl::StrCat("HostSquaredNorm: ", DTypeName(dtype), " is not a float type"));
   }
-  std::vector<SquareSum> partial((n + kAccumulateChunk - 1) / kAccumulateChunk);
+  if (n < 0 || (n > 0 && x == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat("HostSquaredNorm: ", n, " elements and a null buffer"));
+  }
+  chunk_norms->assign((n + kAccumulateChunk - 1) / kAccumulateChunk, SquareSum{});
   ForEachChunk(n, pool, [&](int64_t c) {
     const int64_t begin = c * kAccumulateChunk, end = std::min(n, begin + kAccumulateChunk);
     thread_local std::vector<float> wide;
@@ -162,9 +166,15 @@ absl::StatusOr<SquareSum> HostSquaredNorm(const void* x, DType dtype, int64_t n,
                 end - begin).ok()) {
       SquareLanes lanes;
       lanes.Add(wide.data(), end - begin);
-      partial[c] = lanes.Total();
+      (*chunk_norms)[c] = lanes.Total();
     }
   });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SquareSum> HostSquaredNorm(const void* x, DType dtype, int64_t n, ThreadPool* pool) {
+  std::vector<SquareSum> partial;
+  MEMWALL_RETURN_IF_ERROR(HostSquaredNormChunks(x, dtype, n, &partial, pool));
   SquareSum norm;
   for (const SquareSum& p : partial) norm.Merge(p);
   return norm;

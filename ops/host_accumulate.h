@@ -48,8 +48,12 @@ absl::Status HostAddChunkNorms(const void* a, const void* b, void* y, DType dtyp
                                std::vector<SquareSum>* chunk_norms, ThreadPool* pool);
 
 // Sum of squares (double) and inf/NaN of n values of `dtype`, in the same
-// fixed chunk order.
+// fixed chunk order: HostSquaredNormChunks's chunks merged in order into a
+// zero sum. A range read in pieces of whole chunks (from NVMe) has the same
+// chunk sums, so merging them in order gives the same bits.
 absl::StatusOr<SquareSum> HostSquaredNorm(const void* x, DType dtype, int64_t n, ThreadPool* pool);
+absl::Status HostSquaredNormChunks(const void* x, DType dtype, int64_t n, std::vector<SquareSum>* chunk_norms,
+                                   ThreadPool* pool);
 
 }  // namespace memwall::ops
 

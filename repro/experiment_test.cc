@@ -271,8 +271,9 @@ TEST(Experiment, PairedSweepsDefaultsAndRefusals) {
             std::string::npos);
 }
 
-// INFINITY_MEMORY: models by name, ranks, ZeRO-3 placements (the three of
-// Figure 2a unless given); nothing else of a sweep.
+// INFINITY_MEMORY: models by name, ranks, ZeRO-3 placements (Figure 2a's
+// three, ZeRO-Inf-NVMe with and without the gradients, unless given);
+// nothing else of a sweep.
 TEST(Experiment, MemoryTableDefaultsAndRefusals) {
   const std::string good = R"pb(
     name: "m"
@@ -282,8 +283,9 @@ TEST(Experiment, MemoryTableDefaultsAndRefusals) {
   )pb";
   auto e = ParseExperiment(good, "memory");
   ASSERT_TRUE(e.ok()) << e.status();
-  ASSERT_EQ(e->memory_table().placements_size(), 3);
+  ASSERT_EQ(e->memory_table().placements_size(), 4);
   EXPECT_EQ(e->memory_table().placements(2), OffloadSweep::STAGE3_NVME_NVME_PARAMS);
+  EXPECT_EQ(e->memory_table().placements(3), OffloadSweep::STAGE3_NVME_ALL);
   auto refused = [&](const std::string& from, const std::string& to, const std::string& want) {
     std::string bad = good;
     bad.replace(bad.find(from), from.size(), to);
@@ -334,6 +336,12 @@ TEST(Experiment, InfinityModesAndTheirOptions) {
   EXPECT_EQ(disk.training.zero().offload_param().device(), zero::OffloadParamConfig::NVME);
   EXPECT_EQ(disk.training.zero().offload_param().nvme_path(), "/nvme");
   EXPECT_TRUE(zero::ValidateTrainingConfig(disk.training, "").ok());
+  EXPECT_FALSE(disk.training.zero().offload_optimizer().gradients_on_nvme());
+  // Every model state on NVMe: the gradient shard's swap file too.
+  const zero::TrainerOptions all = OffloadTrainerOptions(*e, OffloadSweep::STAGE3_NVME_ALL);
+  EXPECT_EQ(all.training.zero().offload_param().device(), zero::OffloadParamConfig::NVME);
+  EXPECT_TRUE(all.training.zero().offload_optimizer().gradients_on_nvme());
+  EXPECT_TRUE(zero::ValidateTrainingConfig(all.training, "").ok());
 }
 
 TEST(Experiment, CiSizedExperimentsParse) {

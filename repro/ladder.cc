@@ -510,7 +510,7 @@ absl::Status ValidateLadder(const Experiment& e, LadderFields reads) {
   if (!nvme && (!o.nvme_path().empty() || o.swap_buffer_bytes() != 0)) {
     return BadField(o.nvme_path().empty() ? "offload.swap_buffer_bytes" : "offload.nvme_path",
                     o.nvme_path().empty() ? absl::StrCat(o.swap_buffer_bytes()) : absl::StrCat("\"", o.nvme_path(), "\""),
-                    "needs an NVMe mode (STAGE3_NVME, STAGE3_NVME_CPU_PARAMS, STAGE3_NVME_NVME_PARAMS)");
+                    "needs an NVMe mode (STAGE3_NVME, STAGE3_NVME_CPU_PARAMS, STAGE3_NVME_NVME_PARAMS, STAGE3_NVME_ALL)");
   }
   return absl::OkStatus();
 }

@@ -45,6 +45,8 @@ constexpr ModeRow kModes[] = {
      "stage: 3 offload_optimizer { device: NVME } offload_param { device: CPU }"},
     {OffloadSweep::STAGE3_NVME_NVME_PARAMS, "stage3+nvme+nvme-params",
      "stage: 3 offload_optimizer { device: NVME } offload_param { device: NVME }"},
+    {OffloadSweep::STAGE3_NVME_ALL, "stage3+nvme-all",
+     "stage: 3 offload_optimizer { device: NVME gradients_on_nvme: true } offload_param { device: NVME }"},
 };
 
 const ModeRow* FindMode(OffloadSweep::Mode mode) {

@@ -41,6 +41,7 @@ absl::Status ValidateSweep(const Experiment& e);
 //                                                         delayed_update_after_steps: (the sweep's) }
 //   STAGE3_NVME_NVME_PARAMS    "stage3+nvme+nvme-params"  stage: 3 offload_optimizer { device: NVME }
 //                                                         offload_param { device: NVME }
+//   STAGE3_NVME_ALL            "stage3+nvme-all"          the same, offload_optimizer { gradients_on_nvme: true }
 // and so on (sweep.cc). The sweep's own settings fill what the overlay
 // leaves to the machine: the swap directory, the swap buffers' budget, the
 // tile, the delayed update's start.

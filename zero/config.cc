@@ -136,6 +136,7 @@ const FieldRule kZeroRules[] = {
      Unit::kCount, /*zero_is_off=*/true},
     {"offload_optimizer.delayed_values_on_device", Bool(false), Check::kAny, "", 0, "",
      Scope::kOffloadedOptimizer},
+    {"offload_optimizer.gradients_on_nvme", Bool(false), Check::kAny, "", 0, "", Scope::kNvmeOptimizer},
     {"offload_optimizer.pinned_budget_bytes", None(), Check::kNonNegative, "0: three swap buffers", kMaxBudgetBytes,
      "bytes", Scope::kNvmeOptimizer},
     {"offload_param.buffer_count", Int(kDefaultParamSwapBuffers), Check::kAtLeastTwo,
@@ -387,6 +388,12 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c, absl::string_view what) {
   if (o.device() == OffloadOptimizerConfig::NVME && o.nvme_path().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(what, "offload_optimizer.nvme_path is empty: device = NVME "
                                                    "needs the directory of the swap files"));
+  }
+  if (o.gradients_on_nvme() && o.delayed_update_after_steps() > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, "offload_optimizer.gradients_on_nvme = true with delayed_update_after_steps = ",
+        o.delayed_update_after_steps(), ": the delayed update shares the gradient shard in pinned host memory with "
+        "the next backward; turn one of them off"));
   }
   if (o.delayed_values_on_device()) {
     if (o.delayed_update_after_steps() == 0) {

@@ -84,6 +84,12 @@ TEST(ZeroConfig, EachBadValueNamesItsField) {
               "offload_param.nvme_path holds a NUL byte");
   ExpectError("stage: 2 offload_optimizer { device: CPU nvme_path: \"/nvme\" }",
               "offload_optimizer.nvme_path = \"/nvme\" needs offload_optimizer.device = NVME");
+  ExpectError("stage: 2 offload_optimizer { device: CPU gradients_on_nvme: true }",
+              "offload_optimizer.gradients_on_nvme = true needs offload_optimizer.device = NVME");
+  ExpectError("stage: 2 offload_optimizer { device: NVME nvme_path: \"/nvme\" gradients_on_nvme: true "
+              "delayed_update_after_steps: 3 }",
+              "offload_optimizer.gradients_on_nvme = true with delayed_update_after_steps = 3: the delayed update "
+              "shares the gradient shard in pinned host memory with the next backward");
   ExpectError("stage: 2 offload_optimizer { device: CPU pinned_budget_bytes: 100 }",
               "offload_optimizer.pinned_budget_bytes = 100 needs offload_optimizer.device = NVME");
   ExpectError("stage: 2 offload_optimizer { device: NVME nvme_path: \"/nvme\" pinned_budget_bytes: -1 }",

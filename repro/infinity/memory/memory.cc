@@ -95,10 +95,12 @@ absl::Status ValidateMemoryTable(const Experiment& e) {
   return absl::OkStatus();
 }
 
-// ZeRO-3 and the paper's two placements: ZeRO-Inf-CPU, ZeRO-Inf-NVMe.
+// ZeRO-3 and the paper's two placements: ZeRO-Inf-CPU, ZeRO-Inf-NVMe (with
+// the gradient shard in host memory, then on NVMe with the rest).
 void FillPlacements(Experiment& e) {
   if (!e.memory_table().placements().empty()) return;
-  for (auto mode : {OffloadSweep::STAGE3, OffloadSweep::STAGE3_OFFLOAD_CPU_PARAMS, OffloadSweep::STAGE3_NVME_NVME_PARAMS}) {
+  for (auto mode : {OffloadSweep::STAGE3, OffloadSweep::STAGE3_OFFLOAD_CPU_PARAMS, OffloadSweep::STAGE3_NVME_NVME_PARAMS,
+                    OffloadSweep::STAGE3_NVME_ALL}) {
     e.mutable_memory_table()->add_placements(mode);
   }
 }

@@ -1,0 +1,459 @@
+#include "infinity/nvme_gradient_shard.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "infinity/nvme_state_store.h"
+#include "offload/host_gradient_shard.h"
+#include "ops/host_accumulate.h"
+#include "runtime/status.h"
+#include "runtime/thread_pool.h"
+
+namespace memwall::infinity {
+namespace {
+
+int64_t SubGroupElements(const NvmeGradientShardOptions& o) {
+  return std::max<int64_t>(1, std::min(o.sub_group_elements, o.elements));
+}
+int64_t SubGroups(const NvmeGradientShardOptions& o) {
+  const int64_t s = SubGroupElements(o);
+  return (std::max<int64_t>(0, o.elements) + s - 1) / s;
+}
+// The largest piece (no piece is larger than the shard).
+int64_t Piece(const NvmeGradientShardOptions& o) {
+  return std::max<int64_t>(1, std::min(o.largest_piece, o.elements));
+}
+// A piece is added a block at a time: the whole piece, or whole
+// accumulation chunks about a sub-group's worth, so that the blocks' chunk
+// sums are the whole piece's.
+int64_t Block(const NvmeGradientShardOptions& o) {
+  const int64_t chunks = SubGroupElements(o) / ops::kAccumulateChunk;
+  return std::min(Piece(o), std::max<int64_t>(1, chunks) * ops::kAccumulateChunk);
+}
+// The gathered buffer: a block, and at least one whole chunk, so that the
+// norm's second pass reads whole chunks.
+int64_t Gathered(const NvmeGradientShardOptions& o) { return std::max(Block(o), ops::kAccumulateChunk); }
+
+std::string SwapPath(const NvmeGradientShardOptions& o) {
+  return absl::StrCat(o.dir, "/memwall_gradients_rank", o.rank, ".swap");
+}
+
+class NvmeGradientShard final : public offload::GradientShard {
+ public:
+  enum class SlotState { kEmpty, kDirty, kWriting, kClean, kReading };
+  struct Slot {
+    Buffer buffer;
+    int64_t group = -1;  // the sub-group it holds (-1: none)
+    SlotState state = SlotState::kEmpty;
+    AioRequest request;  // kWriting, kReading
+    int64_t last_use = 0;
+  };
+
+  explicit NvmeGradientShard(const NvmeGradientShardOptions& o)
+      : path_(SwapPath(o)),
+        n_(o.elements),
+        dtype_(o.dtype),
+        g_(SizeOf(o.dtype)),
+        sub_group_(SubGroupElements(o)),
+        staging_elements_(Piece(o)),
+        block_(Block(o)),
+        gathered_elements_(Gathered(o)),
+        group_bytes_(GradientSwapBufferBytes(o)),
+        timeline_(o.timeline),
+        pool_(0),
+        touched_(SubGroups(o), false) {}
+
+  ~NvmeGradientShard() override {
+    for (Slot& s : slots_) (void)Settle(s);
+    if (aio_ != nullptr && file_.id() >= 0) (void)aio_->Close(file_.id());
+    aio_.reset();
+    if (file_.held()) ::unlink(path_.c_str());  // only a file this shard holds
+  }
+
+  absl::Status Init(Device& device, const NvmeGradientShardOptions& o) {
+    const MemoryPlan plan = NvmeGradientShardPlan(o);
+    for (int64_t i = 0; i < GradientSwapBufferCount(o); ++i) {
+      Slot s;
+      MEMWALL_ASSIGN_OR_RETURN(s.buffer, AllocatePlanned(device, plan, absl::StrCat("gradient swap buffer ", i)));
+      slots_.push_back(std::move(s));
+    }
+    MEMWALL_ASSIGN_OR_RETURN(staging_, AllocatePlanned(device, plan, "staging gradients"));
+    MEMWALL_ASSIGN_OR_RETURN(gathered_, AllocatePlanned(device, plan, "gathered gradients"));
+    MEMWALL_ASSIGN_OR_RETURN(norm_host_, AllocatePlanned(device, plan, "norm"));
+    MEMWALL_ASSIGN_OR_RETURN(aio_, AioEngine::Create(o.aio));
+    if (o.fault_injector) aio_->SetFaultInjector(o.fault_injector);
+    MEMWALL_ASSIGN_OR_RETURN(file_, CreateSwapFile(*aio_, path_, SubGroups(o) * group_bytes_,
+                                                   "NVMe gradient offload", "offload_optimizer.nvme_path"));
+    return absl::OkStatus();
+  }
+
+  DType dtype() const override { return dtype_; }
+  void BeginMicroBatch(int64_t index, int64_t count) override { last_pass_ = index + 1 == count; }
+
+  absl::Status ZeroGradients(Stream& stream) override {
+    return stream.EnqueueHost([this]() -> absl::Status {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (Slot& s : slots_) {
+        const absl::Status st = Settle(s);
+        if (!st.ok()) return st;
+        s.group = -1;
+        s.state = SlotState::kEmpty;
+      }
+      held_ = nullptr;
+      std::fill(touched_.begin(), touched_.end(), false);
+      folded_.Clear();
+      return Broken();
+    });
+  }
+
+  // D2H into staging, then, on the host in the collective stream's order,
+  // a block at a time: its current values gathered, the pinned shard's
+  // add, the result scattered back, and the buffers it left behind
+  // written.
+  absl::Status AddPiece(const Tensor& reduced, int64_t shard_offset, Stream& coll) override {
+    const int64_t n = reduced.numel();
+    if (n > staging_elements_ || shard_offset < 0 || shard_offset + n > n_) {
+      return absl::InternalError(absl::StrCat("NVMe gradient offload: gradient piece of ", n, " elements at ",
+                                              shard_offset, " does not fit the staging (", staging_elements_,
+                                              ") or the shard (", n_, ")"));
+    }
+    {
+      StreamZone d2h(timeline_, coll, ZoneKind::kGradD2H);
+      MEMWALL_RETURN_IF_ERROR(coll.Copy(staging_.data(), reduced.data(), reduced.bytes()));
+    }
+    StreamZone add(timeline_, coll, ZoneKind::kGradAccumulate);
+    const bool fold = last_pass_;
+    return coll.EnqueueHost([this, n, shard_offset, fold]() -> absl::Status {
+      std::lock_guard<std::mutex> lock(mu_);
+      MEMWALL_RETURN_IF_ERROR(Broken());
+      char* block = gathered_.as<char>();
+      chunk_norms_.clear();
+      for (int64_t at = 0; at < n; at += block_) {
+        const int64_t len = std::min(block_, n - at), begin = shard_offset + at;
+        const char* incoming = staging_.as<char>() + at * g_;
+        MEMWALL_RETURN_IF_ERROR(Gather(begin, len, block));
+        if (fold) {
+          MEMWALL_RETURN_IF_ERROR(ops::HostAddChunkNorms(block, incoming, block, dtype_, len, &block_norms_, &pool_));
+          chunk_norms_.insert(chunk_norms_.end(), block_norms_.begin(), block_norms_.end());
+        } else {
+          MEMWALL_RETURN_IF_ERROR(ops::HostAdd(block, incoming, block, dtype_, len, nullptr, &pool_));
+        }
+        MEMWALL_RETURN_IF_ERROR(Scatter(begin, len, block));
+        MEMWALL_RETURN_IF_ERROR(WriteBehind(begin / sub_group_, (begin + len - 1) / sub_group_));
+      }
+      if (fold) folded_.Add(shard_offset, n, chunk_norms_);
+      return absl::OkStatus();
+    });
+  }
+
+  // The folded squares, and the ranges they cannot serve read back a block
+  // of whole chunks at a time, each chunk's sum merged in order: the bits
+  // ops::HostSquaredNorm gives over the range in memory.
+  absl::Status Norm(const Tensor& norm, Stream& stream) override {
+    StreamZone zone(timeline_, stream, ZoneKind::kGradNorm);
+    MEMWALL_RETURN_IF_ERROR(stream.EnqueueHost([this]() -> absl::Status {
+      std::lock_guard<std::mutex> lock(mu_);
+      MEMWALL_RETURN_IF_ERROR(Broken());
+      const offload::FoldedNorm::Split split = folded_.For(n_);
+      ops::SquareSum g = split.folded;
+      if (!split.resum.empty()) {
+        HostZone pass(timeline_, ZoneKind::kGradNormPass);
+        const int64_t block = gathered_elements_ / ops::kAccumulateChunk * ops::kAccumulateChunk;
+        std::vector<ops::SquareSum> chunks;
+        for (const auto& [begin, end] : split.resum) {
+          ops::SquareSum part;
+          for (int64_t at = begin; at < end; at += block) {
+            const int64_t len = std::min(block, end - at);
+            MEMWALL_RETURN_IF_ERROR(Gather(at, len, gathered_.as<char>()));
+            MEMWALL_RETURN_IF_ERROR(ops::HostSquaredNormChunks(gathered_.data(), dtype_, len, &chunks, &pool_));
+            for (const ops::SquareSum& c : chunks) part.Merge(c);
+          }
+          g.Merge(part);
+        }
+      }
+      float* out = norm_host_.as<float>();
+      out[0] = static_cast<float>(g.sum_of_squares);
+      out[1] = g.nonfinite ? 1.0f : 0.0f;
+      return absl::OkStatus();
+    }));
+    return stream.Copy(norm.data(), norm_host_.data(), 2 * sizeof(float));
+  }
+
+  absl::StatusOr<const char*> Gradients(int64_t begin, int64_t n) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    MEMWALL_RETURN_IF_ERROR(Broken());
+    MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
+    const int64_t k = begin / sub_group_;
+    if (n > 0 && (begin + n - 1) / sub_group_ != k) {
+      return absl::InvalidArgumentError(absl::StrCat("NVMe gradient offload: gradients [", begin, ", +", n,
+                                                     ") span sub-groups of ", sub_group_));
+    }
+    held_ = nullptr;
+    MEMWALL_ASSIGN_OR_RETURN(Slot * slot, Load(k));
+    held_ = slot;
+    // Read ahead the next sub-group into a buffer that is free of work.
+    if (k + 1 < static_cast<int64_t>(touched_.size()) && touched_[k + 1] && Find(k + 1) == nullptr) {
+      Slot* spare = nullptr;
+      for (Slot& s : slots_) {
+        if (&s == held_ || (s.state != SlotState::kEmpty && s.state != SlotState::kClean)) continue;
+        if (spare == nullptr || s.state == SlotState::kEmpty || s.last_use < spare->last_use) spare = &s;
+        if (spare->state == SlotState::kEmpty) break;
+      }
+      if (spare != nullptr) MEMWALL_RETURN_IF_ERROR(StartRead(*spare, k + 1));
+    }
+    return slot->buffer.as<const char>() + (begin - k * sub_group_) * g_;
+  }
+
+  absl::Status ReadActive(int64_t begin, int64_t n, float* out) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    MEMWALL_RETURN_IF_ERROR(Broken());
+    MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
+    for (int64_t at = begin; at < begin + n; at += gathered_elements_) {
+      const int64_t len = std::min(gathered_elements_, begin + n - at);
+      MEMWALL_RETURN_IF_ERROR(Gather(at, len, gathered_.as<char>()));
+      MEMWALL_RETURN_IF_ERROR(Convert(gathered_.data(), dtype_, out + (at - begin), DType::kF32, len));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status WriteActive(int64_t begin, int64_t n, const float* in) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    MEMWALL_RETURN_IF_ERROR(Broken());
+    MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
+    for (int64_t at = begin; at < begin + n; at += gathered_elements_) {
+      const int64_t len = std::min(gathered_elements_, begin + n - at);
+      MEMWALL_RETURN_IF_ERROR(Convert(in + (at - begin), DType::kF32, gathered_.data(), dtype_, len));
+      MEMWALL_RETURN_IF_ERROR(Scatter(at, len, gathered_.as<char>()));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status CheckRange(int64_t begin, int64_t n) const {
+    if (begin >= 0 && n >= 0 && begin <= n_ - n) return absl::OkStatus();
+    return absl::OutOfRangeError(
+        absl::StrCat("NVMe gradient offload: gradients [", begin, ", +", n, ") of a shard of ", n_));
+  }
+
+  // Calls fn(k, begin, len) for each part of [begin, begin + n) in one
+  // sub-group, in order.
+  template <typename Fn>
+  absl::Status ForEachPart(int64_t begin, int64_t n, Fn fn) {
+    for (int64_t at = begin; at < begin + n;) {
+      const int64_t k = at / sub_group_;
+      const int64_t len = std::min(begin + n, (k + 1) * sub_group_) - at;
+      MEMWALL_RETURN_IF_ERROR(fn(k, at, len));
+      at += len;
+    }
+    return absl::OkStatus();
+  }
+
+  // Elements [begin, begin + n) into `out`: from a buffer that holds them,
+  // else zero where nothing was added since ZeroGradients, else the file.
+  absl::Status Gather(int64_t begin, int64_t n, char* out) {
+    return ForEachPart(begin, n, [&](int64_t k, int64_t at, int64_t len) -> absl::Status {
+      char* to = out + (at - begin) * g_;
+      if (!touched_[k] && Find(k) == nullptr) {
+        std::memset(to, 0, len * g_);
+        return absl::OkStatus();
+      }
+      MEMWALL_ASSIGN_OR_RETURN(Slot * slot, Load(k));
+      std::memcpy(to, slot->buffer.as<char>() + (at - k * sub_group_) * g_, len * g_);
+      return absl::OkStatus();
+    });
+  }
+
+  // `in` into elements [begin, begin + n); their buffers become dirty.
+  absl::Status Scatter(int64_t begin, int64_t n, const char* in) {
+    return ForEachPart(begin, n, [&](int64_t k, int64_t at, int64_t len) -> absl::Status {
+      MEMWALL_ASSIGN_OR_RETURN(Slot * slot, Load(k));
+      std::memcpy(slot->buffer.as<char>() + (at - k * sub_group_) * g_, in + (at - begin) * g_, len * g_);
+      slot->state = SlotState::kDirty;
+      touched_[k] = true;
+      return absl::OkStatus();
+    });
+  }
+
+  // Every dirty buffer outside sub-groups [first, last] starts its write.
+  absl::Status WriteBehind(int64_t first, int64_t last) {
+    for (Slot& s : slots_) {
+      if (s.state == SlotState::kDirty && (s.group < first || s.group > last)) {
+        MEMWALL_RETURN_IF_ERROR(StartWrite(s));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  Slot* Find(int64_t k) {
+    for (Slot& s : slots_) {
+      if (s.group == k) return &s;
+    }
+    return nullptr;
+  }
+
+  // A buffer holding sub-group k, its transfers settled: the one that holds
+  // it, else a reused one, read from the file or zeroed.
+  absl::StatusOr<Slot*> Load(int64_t k) {
+    Slot* slot = Find(k);
+    if (slot == nullptr) {
+      MEMWALL_ASSIGN_OR_RETURN(slot, Evict());
+      if (touched_[k]) {
+        MEMWALL_RETURN_IF_ERROR(StartRead(*slot, k));
+      } else {
+        std::memset(slot->buffer.data(), 0, slot->buffer.bytes());
+        slot->group = k;
+        slot->state = SlotState::kClean;
+      }
+    }
+    MEMWALL_RETURN_IF_ERROR(Settle(*slot));
+    slot->last_use = ++clock_;
+    return slot;
+  }
+
+  // An empty buffer: an empty one, else the least recently used one but
+  // the optimizer's, its dirty sub-group written first.
+  absl::StatusOr<Slot*> Evict() {
+    Slot* best = nullptr;
+    for (Slot& s : slots_) {
+      if (&s == held_) continue;
+      if (s.state == SlotState::kEmpty) return &s;
+      if (best == nullptr || s.last_use < best->last_use) best = &s;
+    }
+    if (best == nullptr) return absl::InternalError("NVMe gradient offload: no swap buffer to reuse");
+    if (best->state == SlotState::kDirty) MEMWALL_RETURN_IF_ERROR(StartWrite(*best));
+    MEMWALL_RETURN_IF_ERROR(Settle(*best));
+    best->group = -1;
+    best->state = SlotState::kEmpty;
+    return best;
+  }
+
+  absl::Status StartRead(Slot& s, int64_t k) {
+    absl::StatusOr<AioRequest> read = aio_->Read(file_.id(), k * group_bytes_, s.buffer.data(), group_bytes_);
+    if (!read.ok()) return Break(read.status());
+    s.request = *std::move(read);
+    s.group = k;
+    s.state = SlotState::kReading;
+    s.last_use = ++clock_;
+    return absl::OkStatus();
+  }
+
+  absl::Status StartWrite(Slot& s) {
+    absl::StatusOr<AioRequest> write =
+        aio_->Write(file_.id(), s.group * group_bytes_, s.buffer.data(), group_bytes_);
+    if (!write.ok()) return Break(write.status());
+    s.request = *std::move(write);
+    s.state = SlotState::kWriting;
+    return absl::OkStatus();
+  }
+
+  // Waits for the buffer's read or write; clean after. A failed transfer
+  // leaves it empty and breaks the shard.
+  absl::Status Settle(Slot& s) {
+    if (s.state != SlotState::kReading && s.state != SlotState::kWriting) return absl::OkStatus();
+    const bool reading = s.state == SlotState::kReading;
+    const int64_t group = s.group;
+    absl::Status st;
+    {
+      HostZone wait(timeline_, ZoneKind::kSwapWait, kSwapTrack);
+      st = aio_->Wait(s.request);
+    }
+    s.state = SlotState::kClean;
+    if (st.ok() && timeline_ != nullptr) {
+      timeline_->AddSpan(reading ? kGradientSwapInTrack : kGradientSwapOutTrack,
+                         reading ? ZoneKind::kSwapIn : ZoneKind::kSwapOut, s.request.submitted_ns(),
+                         s.request.completed_ns(), group_bytes_);
+    }
+    if (!st.ok()) {
+      s.group = -1;
+      s.state = SlotState::kEmpty;
+      return Break(absl::Status(st.code(), absl::StrCat("NVMe gradient offload, sub-group ", group, " ",
+                                                        reading ? "swap-in" : "swap-out", ": ", st.message())));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Broken() const {
+    if (broken_.ok()) return broken_;
+    return absl::FailedPreconditionError(absl::StrCat("NVMe gradient offload: resume from the last checkpoint: the "
+                                                      "swap file ", path_, " may hold stale gradients since an "
+                                                      "I/O error (", broken_.message(), ")"));
+  }
+  absl::Status Break(absl::Status st) {
+    if (broken_.ok()) broken_ = st;
+    return st;
+  }
+
+  const std::string path_;
+  const int64_t n_;
+  const DType dtype_;
+  const int64_t g_;  // bytes an element
+  const int64_t sub_group_;
+  const int64_t staging_elements_, block_, gathered_elements_;
+  const int64_t group_bytes_;
+  Timeline* const timeline_;
+  ThreadPool pool_;
+  bool last_pass_ = true;  // set on the host before each micro-batch
+  std::mutex mu_;          // the host functions of two streams and the optimizer's thread
+  std::vector<Slot> slots_;
+  Slot* held_ = nullptr;  // the optimizer's, from its last Gradients
+  std::vector<bool> touched_;  // per sub-group: added to since ZeroGradients
+  Buffer staging_, gathered_, norm_host_;
+  std::unique_ptr<AioEngine> aio_;
+  SwapFile file_;
+  int64_t clock_ = 0;
+  absl::Status broken_;
+  offload::FoldedNorm folded_;
+  std::vector<ops::SquareSum> chunk_norms_, block_norms_;  // one piece's, one block's
+};
+
+}  // namespace
+
+int64_t GradientSwapBufferCount(const NvmeGradientShardOptions& o) {
+  const int64_t span = (Block(o) - 1) / SubGroupElements(o) + 2;  // sub-groups one unaligned block can touch
+  return std::max<int64_t>(1, std::min(SubGroups(o), span + 2));
+}
+
+int64_t GradientSwapBufferBytes(const NvmeGradientShardOptions& o) {
+  const int64_t g = SizeOf(o.dtype);
+  const int64_t per = kAioAlignment / g;  // elements an aligned block holds
+  return (SubGroupElements(o) + per - 1) / per * per * g;
+}
+
+MemoryPlan NvmeGradientShardPlan(const NvmeGradientShardOptions& o) {
+  const int64_t g = SizeOf(o.dtype);
+  MemoryPlan plan;
+  for (int64_t i = 0; i < GradientSwapBufferCount(o); ++i) {
+    plan.Add(absl::StrCat("gradient swap buffer ", i), MemorySpace::kPinnedHost, MemoryTag::kGrads,
+             GradientSwapBufferBytes(o));
+  }
+  plan.Add("staging gradients", MemorySpace::kPinnedHost, MemoryTag::kStaging, g * Piece(o))
+      .Add("gathered gradients", MemorySpace::kPinnedHost, MemoryTag::kStaging, g * Gathered(o))
+      .Add("norm", MemorySpace::kPinnedHost, MemoryTag::kStaging, 2 * sizeof(float));
+  plan.AddFile("swap file: gradients", SwapPath(o), MemoryTag::kGrads, SubGroups(o) * GradientSwapBufferBytes(o));
+  return plan;
+}
+
+absl::StatusOr<std::unique_ptr<offload::GradientShard>> CreateNvmeGradientShard(
+    Device& device, const NvmeGradientShardOptions& o) {
+  if (o.elements <= 0 || o.sub_group_elements <= 0 || o.largest_piece <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("NVMe gradient offload: ", o.elements,
+                                                   " elements in sub-groups of ", o.sub_group_elements,
+                                                   ", pieces of ", o.largest_piece));
+  }
+  if (!IsFloating(o.dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NVMe gradient offload: gradients are ", DTypeName(o.dtype), "; need fp32, fp16 or bf16"));
+  }
+  if (o.dir.empty()) return absl::InvalidArgumentError("NVMe gradient offload: offload_optimizer.nvme_path is empty");
+  auto shard = std::make_unique<NvmeGradientShard>(o);
+  MEMWALL_RETURN_IF_ERROR(shard->Init(device, o));
+  return std::unique_ptr<offload::GradientShard>(std::move(shard));
+}
+
+}  // namespace memwall::infinity
