@@ -1,7 +1,5 @@
 #include "infinity/nvme_gradient_shard.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -9,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "infinity/nvme_state_store.h"
+#include "infinity/swap_channel.h"
 #include "offload/host_gradient_shard.h"
 #include "ops/host_accumulate.h"
 #include "runtime/status.h"
@@ -56,24 +54,19 @@ class NvmeGradientShard final : public offload::GradientShard {
   };
 
   explicit NvmeGradientShard(const NvmeGradientShardOptions& o)
-      : path_(SwapPath(o)),
-        n_(o.elements),
+      : n_(o.elements),
         dtype_(o.dtype),
         g_(SizeOf(o.dtype)),
         sub_group_(SubGroupElements(o)),
         staging_elements_(Piece(o)),
         block_(Block(o)),
         gathered_elements_(Gathered(o)),
-        group_bytes_(GradientSwapBufferBytes(o)),
         timeline_(o.timeline),
         pool_(0),
         touched_(SubGroups(o), false) {}
 
   ~NvmeGradientShard() override {
     for (Slot& s : slots_) (void)Settle(s);
-    if (aio_ != nullptr && file_.id() >= 0) (void)aio_->Close(file_.id());
-    aio_.reset();
-    if (file_.held()) ::unlink(path_.c_str());  // only a file this shard holds
   }
 
   absl::Status Init(Device& device, const NvmeGradientShardOptions& o) {
@@ -86,10 +79,18 @@ class NvmeGradientShard final : public offload::GradientShard {
     MEMWALL_ASSIGN_OR_RETURN(staging_, AllocatePlanned(device, plan, "staging gradients"));
     MEMWALL_ASSIGN_OR_RETURN(gathered_, AllocatePlanned(device, plan, "gathered gradients"));
     MEMWALL_ASSIGN_OR_RETURN(norm_host_, AllocatePlanned(device, plan, "norm"));
-    MEMWALL_ASSIGN_OR_RETURN(aio_, AioEngine::Create(o.aio));
-    if (o.fault_injector) aio_->SetFaultInjector(o.fault_injector);
-    MEMWALL_ASSIGN_OR_RETURN(file_, CreateSwapFile(*aio_, path_, SubGroups(o) * group_bytes_,
-                                                   "NVMe gradient offload", "offload_optimizer.nvme_path"));
+    SwapChannel::Options c;
+    c.what = "NVMe gradient offload";
+    c.contents = "gradients";
+    c.path = SwapPath(o);
+    c.sub_groups = SubGroups(o);
+    c.group_bytes = GradientSwapBufferBytes(o);
+    c.aio = o.aio;
+    c.fault_injector = o.fault_injector;
+    c.timeline = o.timeline;
+    c.in_track = kGradientSwapInTrack;
+    c.out_track = kGradientSwapOutTrack;
+    MEMWALL_ASSIGN_OR_RETURN(channel_, SwapChannel::Create(c));
     return absl::OkStatus();
   }
 
@@ -108,7 +109,7 @@ class NvmeGradientShard final : public offload::GradientShard {
       held_ = nullptr;
       std::fill(touched_.begin(), touched_.end(), false);
       folded_.Clear();
-      return Broken();
+      return channel_->Broken();
     });
   }
 
@@ -131,7 +132,7 @@ class NvmeGradientShard final : public offload::GradientShard {
     const bool fold = last_pass_;
     return coll.EnqueueHost([this, n, shard_offset, fold]() -> absl::Status {
       std::lock_guard<std::mutex> lock(mu_);
-      MEMWALL_RETURN_IF_ERROR(Broken());
+      MEMWALL_RETURN_IF_ERROR(channel_->Broken());
       char* block = gathered_.as<char>();
       chunk_norms_.clear();
       for (int64_t at = 0; at < n; at += block_) {
@@ -159,35 +160,26 @@ class NvmeGradientShard final : public offload::GradientShard {
     StreamZone zone(timeline_, stream, ZoneKind::kGradNorm);
     MEMWALL_RETURN_IF_ERROR(stream.EnqueueHost([this]() -> absl::Status {
       std::lock_guard<std::mutex> lock(mu_);
-      MEMWALL_RETURN_IF_ERROR(Broken());
-      const offload::FoldedNorm::Split split = folded_.For(n_);
-      ops::SquareSum g = split.folded;
-      if (!split.resum.empty()) {
-        HostZone pass(timeline_, ZoneKind::kGradNormPass);
-        const int64_t block = gathered_elements_ / ops::kAccumulateChunk * ops::kAccumulateChunk;
-        std::vector<ops::SquareSum> chunks;
-        for (const auto& [begin, end] : split.resum) {
-          ops::SquareSum part;
-          for (int64_t at = begin; at < end; at += block) {
-            const int64_t len = std::min(block, end - at);
-            MEMWALL_RETURN_IF_ERROR(Gather(at, len, gathered_.as<char>()));
-            MEMWALL_RETURN_IF_ERROR(ops::HostSquaredNormChunks(gathered_.data(), dtype_, len, &chunks, &pool_));
-            for (const ops::SquareSum& c : chunks) part.Merge(c);
-          }
-          g.Merge(part);
+      MEMWALL_RETURN_IF_ERROR(channel_->Broken());
+      const int64_t block = gathered_elements_ / ops::kAccumulateChunk * ops::kAccumulateChunk;
+      std::vector<ops::SquareSum> chunks;
+      return folded_.Total(n_, timeline_, [&](int64_t begin, int64_t end) -> absl::StatusOr<ops::SquareSum> {
+        ops::SquareSum part;
+        for (int64_t at = begin; at < end; at += block) {
+          const int64_t len = std::min(block, end - at);
+          MEMWALL_RETURN_IF_ERROR(Gather(at, len, gathered_.as<char>()));
+          MEMWALL_RETURN_IF_ERROR(ops::HostSquaredNormChunks(gathered_.data(), dtype_, len, &chunks, &pool_));
+          for (const ops::SquareSum& c : chunks) part.Merge(c);
         }
-      }
-      float* out = norm_host_.as<float>();
-      out[0] = static_cast<float>(g.sum_of_squares);
-      out[1] = g.nonfinite ? 1.0f : 0.0f;
-      return absl::OkStatus();
+        return part;
+      }, norm_host_.as<float>());
     }));
     return stream.Copy(norm.data(), norm_host_.data(), 2 * sizeof(float));
   }
 
   absl::StatusOr<const char*> Gradients(int64_t begin, int64_t n) override {
     std::lock_guard<std::mutex> lock(mu_);
-    MEMWALL_RETURN_IF_ERROR(Broken());
+    MEMWALL_RETURN_IF_ERROR(channel_->Broken());
     MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
     const int64_t k = begin / sub_group_;
     if (n > 0 && (begin + n - 1) / sub_group_ != k) {
@@ -212,7 +204,7 @@ class NvmeGradientShard final : public offload::GradientShard {
 
   absl::Status ReadActive(int64_t begin, int64_t n, float* out) override {
     std::lock_guard<std::mutex> lock(mu_);
-    MEMWALL_RETURN_IF_ERROR(Broken());
+    MEMWALL_RETURN_IF_ERROR(channel_->Broken());
     MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
     for (int64_t at = begin; at < begin + n; at += gathered_elements_) {
       const int64_t len = std::min(gathered_elements_, begin + n - at);
@@ -224,7 +216,7 @@ class NvmeGradientShard final : public offload::GradientShard {
 
   absl::Status WriteActive(int64_t begin, int64_t n, const float* in) override {
     std::lock_guard<std::mutex> lock(mu_);
-    MEMWALL_RETURN_IF_ERROR(Broken());
+    MEMWALL_RETURN_IF_ERROR(channel_->Broken());
     MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
     for (int64_t at = begin; at < begin + n; at += gathered_elements_) {
       const int64_t len = std::min(gathered_elements_, begin + n - at);
@@ -334,9 +326,7 @@ class NvmeGradientShard final : public offload::GradientShard {
   }
 
   absl::Status StartRead(Slot& s, int64_t k) {
-    absl::StatusOr<AioRequest> read = aio_->Read(file_.id(), k * group_bytes_, s.buffer.data(), group_bytes_);
-    if (!read.ok()) return Break(read.status());
-    s.request = *std::move(read);
+    MEMWALL_ASSIGN_OR_RETURN(s.request, channel_->Read(k, s.buffer.data()));
     s.group = k;
     s.state = SlotState::kReading;
     s.last_use = ++clock_;
@@ -344,10 +334,7 @@ class NvmeGradientShard final : public offload::GradientShard {
   }
 
   absl::Status StartWrite(Slot& s) {
-    absl::StatusOr<AioRequest> write =
-        aio_->Write(file_.id(), s.group * group_bytes_, s.buffer.data(), group_bytes_);
-    if (!write.ok()) return Break(write.status());
-    s.request = *std::move(write);
+    MEMWALL_ASSIGN_OR_RETURN(s.request, channel_->Write(s.group, s.buffer.data()));
     s.state = SlotState::kWriting;
     return absl::OkStatus();
   }
@@ -356,46 +343,17 @@ class NvmeGradientShard final : public offload::GradientShard {
   // leaves it empty and breaks the shard.
   absl::Status Settle(Slot& s) {
     if (s.state != SlotState::kReading && s.state != SlotState::kWriting) return absl::OkStatus();
-    const bool reading = s.state == SlotState::kReading;
-    const int64_t group = s.group;
-    absl::Status st;
-    {
-      HostZone wait(timeline_, ZoneKind::kSwapWait, kSwapTrack);
-      st = aio_->Wait(s.request);
-    }
-    s.state = SlotState::kClean;
-    if (st.ok() && timeline_ != nullptr) {
-      timeline_->AddSpan(reading ? kGradientSwapInTrack : kGradientSwapOutTrack,
-                         reading ? ZoneKind::kSwapIn : ZoneKind::kSwapOut, s.request.submitted_ns(),
-                         s.request.completed_ns(), group_bytes_);
-    }
-    if (!st.ok()) {
-      s.group = -1;
-      s.state = SlotState::kEmpty;
-      return Break(absl::Status(st.code(), absl::StrCat("NVMe gradient offload, sub-group ", group, " ",
-                                                        reading ? "swap-in" : "swap-out", ": ", st.message())));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status Broken() const {
-    if (broken_.ok()) return broken_;
-    return absl::FailedPreconditionError(absl::StrCat("NVMe gradient offload: resume from the last checkpoint: the "
-                                                      "swap file ", path_, " may hold stale gradients since an "
-                                                      "I/O error (", broken_.message(), ")"));
-  }
-  absl::Status Break(absl::Status st) {
-    if (broken_.ok()) broken_ = st;
+    const absl::Status st = channel_->Wait(s.request, s.state == SlotState::kReading, s.group);
+    s.state = st.ok() ? SlotState::kClean : SlotState::kEmpty;
+    if (!st.ok()) s.group = -1;
     return st;
   }
 
-  const std::string path_;
   const int64_t n_;
   const DType dtype_;
   const int64_t g_;  // bytes an element
   const int64_t sub_group_;
   const int64_t staging_elements_, block_, gathered_elements_;
-  const int64_t group_bytes_;
   Timeline* const timeline_;
   ThreadPool pool_;
   bool last_pass_ = true;  // set on the host before each micro-batch
@@ -404,10 +362,8 @@ class NvmeGradientShard final : public offload::GradientShard {
   Slot* held_ = nullptr;  // the optimizer's, from its last Gradients
   std::vector<bool> touched_;  // per sub-group: added to since ZeroGradients
   Buffer staging_, gathered_, norm_host_;
-  std::unique_ptr<AioEngine> aio_;
-  SwapFile file_;
+  std::unique_ptr<SwapChannel> channel_;  // destroyed first: the file closed before the buffers go
   int64_t clock_ = 0;
-  absl::Status broken_;
   offload::FoldedNorm folded_;
   std::vector<ops::SquareSum> chunk_norms_, block_norms_;  // one piece's, one block's
 };

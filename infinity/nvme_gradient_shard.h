@@ -26,7 +26,7 @@
 // starts reading k + 1. ZeroGradients forgets every buffer.
 //
 // A failed read or write breaks the shard as it breaks the state store
-// (nvme_state_store.h): the Status names the swap file, the offset and the
+// (swap_channel.h): the Status names the swap file, the offset and the
 // errno, and every later call fails, naming the first error.
 //
 // File layout: sub-group k at byte k · G of
@@ -56,8 +56,9 @@ struct NvmeGradientShardOptions {
   int64_t sub_group_elements = 0;  // S: the optimizer's sub-group
   int64_t largest_piece = 0;       // the most elements one reduced piece brings
   AioOptions aio;
-  // Zones kSwapWait where the host waits on the file, and each transfer's
-  // kSwapIn / kSwapOut on the gradient tracks below (may be null).
+  // Zones kSwapWait where the host waits on the file (on kSwapTrack), and
+  // each transfer's kSwapIn / kSwapOut on the gradient tracks below (may be
+  // null).
   Timeline* timeline = nullptr;
   // Tests: the engine's fault injector (AioEngine::SetFaultInjector).
   AioFaultInjector fault_injector;

@@ -1,7 +1,5 @@
 #include "infinity/nvme_state_store.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -37,19 +35,10 @@ class NvmeStateStore : public zero::OptimizerStateStore {
   };
 
   NvmeStateStore(const NvmeStateStoreOptions& o, int64_t sub_group)
-      : OptimizerStateStore(o.elements, sub_group, MemorySpace::kPinnedHost),
-        path_(SwapPath(o)),
-        padded_(Padded(sub_group)),
-        timeline_(o.timeline),
-        group_bytes_(SwapBufferBytes(sub_group)) {}
+      : OptimizerStateStore(o.elements, sub_group, MemorySpace::kPinnedHost), padded_(Padded(sub_group)) {}
 
   ~NvmeStateStore() override {
     for (Slot& s : slots_) (void)Settle(s);
-    if (aio_ != nullptr && file_.id() >= 0) (void)aio_->Close(file_.id());
-    aio_.reset();
-    // Only a file this store holds (locked), and before the lock goes
-    // with file_: never another process's swap file.
-    if (file_.held()) ::unlink(path_.c_str());
   }
 
   absl::Status Init(Device& device, const NvmeStateStoreOptions& o, int64_t count) {
@@ -59,17 +48,25 @@ class NvmeStateStore : public zero::OptimizerStateStore {
       MEMWALL_ASSIGN_OR_RETURN(s.buffer, AllocatePlanned(device, plan, absl::StrCat("swap buffer ", i)));
       slots_.push_back(std::move(s));
     }
-    MEMWALL_ASSIGN_OR_RETURN(aio_, AioEngine::Create(o.aio));
-    if (o.fault_injector) aio_->SetFaultInjector(o.fault_injector);
-    MEMWALL_ASSIGN_OR_RETURN(file_, CreateSwapFile(*aio_, path_, SwapFileBytes(o), "NVMe offload",
-                                                   "offload_optimizer.nvme_path"));
+    SwapChannel::Options c;
+    c.what = "NVMe offload";
+    c.contents = "optimizer states";
+    c.path = SwapPath(o);
+    c.sub_groups = SubGroups(o);
+    c.group_bytes = SwapBufferBytes(o.sub_group_elements);
+    c.aio = o.aio;
+    c.fault_injector = o.fault_injector;
+    c.timeline = o.timeline;
+    c.in_track = kSwapInTrack;
+    c.out_track = kSwapOutTrack;
+    MEMWALL_ASSIGN_OR_RETURN(channel_, SwapChannel::Create(c));
     return absl::OkStatus();
   }
 
   bool fails_alone() const override { return true; }
 
   absl::StatusOr<zero::StateSubGroup> Acquire(int64_t k) override {
-    MEMWALL_RETURN_IF_ERROR(Broken());
+    MEMWALL_RETURN_IF_ERROR(channel_->Broken());
     if (k < 0 || k >= sub_groups()) {
       return absl::OutOfRangeError(absl::StrCat("optimizer state sub-group ", k, " of ", sub_groups()));
     }
@@ -106,7 +103,7 @@ class NvmeStateStore : public zero::OptimizerStateStore {
   }
 
   absl::Status Release(const zero::StateSubGroup& g, bool written) override {
-    MEMWALL_RETURN_IF_ERROR(Broken());
+    MEMWALL_RETURN_IF_ERROR(channel_->Broken());
     Slot* slot = Find(g.index);
     if (slot == nullptr || slot->state != SlotState::kAcquired) {
       return absl::FailedPreconditionError(absl::StrCat("NVMe offload: sub-group ", g.index, " released unacquired"));
@@ -115,9 +112,7 @@ class NvmeStateStore : public zero::OptimizerStateStore {
       slot->state = SlotState::kIdle;  // a clean copy
       return absl::OkStatus();
     }
-    absl::StatusOr<AioRequest> write = aio_->Write(file_.id(), g.index * group_bytes_, slot->buffer.data(), group_bytes_);
-    if (!write.ok()) return Break(write.status());
-    slot->request = *std::move(write);
+    MEMWALL_ASSIGN_OR_RETURN(slot->request, channel_->Write(g.index, slot->buffer.data()));
     slot->state = SlotState::kWriting;
     return absl::OkStatus();
   }
@@ -130,7 +125,7 @@ class NvmeStateStore : public zero::OptimizerStateStore {
         if (first.ok()) first = st;
       }
     }
-    return first.ok() ? Broken() : first;
+    return first.ok() ? channel_->Broken() : first;
   }
 
  private:
@@ -157,62 +152,29 @@ class NvmeStateStore : public zero::OptimizerStateStore {
     return best;
   }
 
-  // OK until a transfer failed; then every call's FailedPrecondition.
-  absl::Status Broken() const {
-    if (broken_.ok()) return broken_;
-    return absl::FailedPreconditionError(absl::StrCat("NVMe offload: resume from the last checkpoint: the swap file ",
-                                                      path_, " may hold stale optimizer states since an I/O error (",
-                                                      broken_.message(), ")"));
-  }
-  // Keeps the first failure (see Broken) and returns `st`.
-  absl::Status Break(absl::Status st) {
-    if (broken_.ok()) broken_ = st;
-    return st;
-  }
-
   absl::Status StartRead(Slot& s, int64_t k) {
-    absl::StatusOr<AioRequest> read = aio_->Read(file_.id(), k * group_bytes_, s.buffer.data(), group_bytes_);
-    if (!read.ok()) return Break(read.status());
-    s.request = *std::move(read);
+    MEMWALL_ASSIGN_OR_RETURN(s.request, channel_->Read(k, s.buffer.data()));
     s.group = k;
     s.state = SlotState::kReading;
     s.last_use = ++clock_;
     return absl::OkStatus();
   }
 
-  // Waits for the buffer's read or write; idle after. A failed read leaves
-  // it empty.
+  // Waits for the buffer's read or write; idle after. A failed transfer
+  // leaves it empty (a failed read holds nothing; a failed write, no copy
+  // the file has).
   absl::Status Settle(Slot& s) {
     if (s.state != SlotState::kReading && s.state != SlotState::kWriting) return absl::OkStatus();
-    const bool reading = s.state == SlotState::kReading;
-    const int64_t group = s.group;
-    absl::Status st;
-    {
-      HostZone wait(timeline_, ZoneKind::kSwapWait, kSwapTrack);
-      st = aio_->Wait(s.request);
-    }
+    const absl::Status st = channel_->Wait(s.request, s.state == SlotState::kReading, s.group);
     s.state = SlotState::kIdle;
-    if (st.ok() && timeline_ != nullptr) {
-      timeline_->AddSpan(reading ? kSwapInTrack : kSwapOutTrack, reading ? ZoneKind::kSwapIn : ZoneKind::kSwapOut,
-                         s.request.submitted_ns(), s.request.completed_ns(), group_bytes_);
-    }
-    if (!st.ok()) {
-      s.group = -1;  // a failed read holds nothing; a failed write, no copy the file has
-      return Break(absl::Status(st.code(), absl::StrCat("NVMe offload, sub-group ", group, " ",
-                                                        reading ? "swap-in" : "swap-out", ": ", st.message())));
-    }
-    return absl::OkStatus();
+    if (!st.ok()) s.group = -1;
+    return st;
   }
 
-  const std::string path_;
   const int64_t padded_;
-  Timeline* const timeline_;
-  const int64_t group_bytes_;
   std::vector<Slot> slots_;
-  std::unique_ptr<AioEngine> aio_;
-  SwapFile file_;  // locked while this store lives
+  std::unique_ptr<SwapChannel> channel_;  // destroyed first: the file closed before the buffers go
   int64_t clock_ = 0;
-  absl::Status broken_;  // the first failed transfer
 };
 
 }  // namespace

@@ -34,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "infinity/aio.h"
+#include "infinity/swap_channel.h"
 #include "runtime/device.h"
 #include "runtime/memory_plan.h"
 #include "runtime/timeline.h"
@@ -59,9 +60,9 @@ struct NvmeStateStoreOptions {
   AioFaultInjector fault_injector;
 };
 
-// The timeline tracks of the swap waits (the host's), and of the reads
-// and writes in flight (submission to completion, with their bytes).
-inline constexpr absl::string_view kSwapTrack = "nvme swap";
+// The timeline tracks of the reads and writes in flight (submission to
+// completion, with their bytes); the host's waits are on kSwapTrack
+// (swap_channel.h).
 inline constexpr absl::string_view kSwapInTrack = "nvme swap-in";
 inline constexpr absl::string_view kSwapOutTrack = "nvme swap-out";
 

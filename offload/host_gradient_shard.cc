@@ -48,6 +48,21 @@ FoldedNorm::Split FoldedNorm::For(int64_t n) {
   return split;
 }
 
+absl::Status FoldedNorm::Total(int64_t n, Timeline* timeline, const Resum& resum, float* out) {
+  const Split split = For(n);
+  ops::SquareSum g = split.folded;
+  if (!split.resum.empty()) {
+    HostZone pass(timeline, ZoneKind::kGradNormPass);
+    for (const auto& [begin, end] : split.resum) {
+      MEMWALL_ASSIGN_OR_RETURN(const ops::SquareSum part, resum(begin, end));
+      g.Merge(part);
+    }
+  }
+  out[0] = static_cast<float>(g.sum_of_squares);
+  out[1] = g.nonfinite ? 1.0f : 0.0f;
+  return absl::OkStatus();
+}
+
 MemoryPlan HostGradientShard::Plan(int64_t elements, DType dtype, int64_t largest_piece) {
   const int64_t g = SizeOf(dtype);
   MemoryPlan plan;
@@ -135,21 +150,9 @@ absl::Status HostGradientShard::Norm(const Tensor& norm, Stream& stream) {
   StreamZone zone(timeline_, stream, ZoneKind::kGradNorm);
   const Buffer* grads = &grads_;
   MEMWALL_RETURN_IF_ERROR(stream.EnqueueHost([this, grads]() -> absl::Status {
-    const FoldedNorm::Split split = folded_.For(n_);
-    ops::SquareSum g = split.folded;
-    if (!split.resum.empty()) {
-      HostZone pass(timeline_, ZoneKind::kGradNormPass);
-      for (const auto& [begin, end] : split.resum) {
-        MEMWALL_ASSIGN_OR_RETURN(const ops::SquareSum part,
-                                 ops::HostSquaredNorm(grads->as<char>() + begin * SizeOf(dtype_), dtype_,
-                                                      end - begin, &pool_));
-        g.Merge(part);
-      }
-    }
-    float* out = norm_host_.as<float>();
-    out[0] = static_cast<float>(g.sum_of_squares);
-    out[1] = g.nonfinite ? 1.0f : 0.0f;
-    return absl::OkStatus();
+    return folded_.Total(n_, timeline_, [&](int64_t begin, int64_t end) {
+      return ops::HostSquaredNorm(grads->as<char>() + begin * SizeOf(dtype_), dtype_, end - begin, &pool_);
+    }, norm_host_.as<float>());
   }));
   return stream.Copy(norm.data(), norm_host_.data(), 2 * sizeof(float));
 }

@@ -33,11 +33,13 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "offload/gradient_shard.h"
 #include "ops/host_accumulate.h"
 #include "runtime/device.h"
@@ -69,6 +71,12 @@ class FoldedNorm {
   };
   // For a shard of n elements.
   Split For(int64_t n);
+  // The shard's [sum of squares, inf/NaN flag] into out[0], out[1]: the
+  // folded squares, plus resum(begin, end) (the squares of [begin, end) as
+  // ops::HostSquaredNorm sums them) for each range they cannot serve, in
+  // zone kGradNormPass.
+  using Resum = std::function<absl::StatusOr<ops::SquareSum>(int64_t begin, int64_t end)>;
+  absl::Status Total(int64_t n, Timeline* timeline, const Resum& resum, float* out);
 
  private:
   struct Chunk {
