@@ -53,7 +53,7 @@ def main(data_path, out_path):
     ax.set_xticks(range(len(models)))
     ax.set_xticklabels([m.replace("infinity_", "") for m in models])
     ax.set_ylabel("GiB per rank (estimator)")
-    ax.set_title("Per rank, per placement (bars left to right: %s)" % ", ".join(placements))
+    ax.set_title("Per rank, per placement, bars left to right:\n%s" % ", ".join(placements), fontsize=10)
 
     ax = axes[1]
     quantities = (("model_states_total_bytes", "model states (all ranks)", "o"),
