@@ -110,7 +110,7 @@ TEST(Estimator, SaysWhetherItFitsAndPrintsJson) {
 // V100, 1.5 TB of host memory, micro-batch 1, sequence 1024, fp16, the
 // activation checkpoints on the host): with the parameters and optimizer
 // states on NVMe the gradient shard alone (2 bytes a parameter over 16
-// ranks, 116 GiB) overflows the host's share; with it on NVMe too the run
+// ranks, 117 GiB) overflows the host's share (96 GiB); with it on NVMe too the run
 // fits, and the estimator suggests that placement.
 TEST(Estimator, ATrillionParametersFitADgx2WithTheGradientsOnNvme) {
   models::GptConfig model;
@@ -130,7 +130,7 @@ TEST(Estimator, ATrillionParametersFitADgx2WithTheGradientsOnNvme) {
   ASSERT_TRUE(google::protobuf::TextFormat::MergeFromString(
       "zero { stage: 3 offload_optimizer { device: NVME nvme_path: \"/nvme\" } "
       "offload_param { device: NVME nvme_path: \"/nvme\" } }", &in.training));
-  in.host_bytes = int64_t{1500000000000} / 16;
+  in.host_bytes = int64_t{3} * (int64_t{1} << 40) / 2 / 16;  // 1.5 TB, the paper's TB being 2^40 bytes
   auto grads_on_host = engine::EstimateMemory(in);
   ASSERT_TRUE(grads_on_host.ok()) << grads_on_host.status();
   EXPECT_FALSE(grads_on_host->fits_host) << grads_on_host->ToText();

@@ -25,7 +25,7 @@ import results_check
 
 RUNNER = results_check.runner_from_argv()
 CPU, NVME, ALL = "stage3+offload+params", "stage3+nvme+nvme-params", "stage3+nvme-all"
-DGX2_HOST_PER_RANK = 1.5e12 / 16
+DGX2_HOST_PER_RANK = 1.5 * 2**40 / 16  # the paper's TB is 2^40 bytes
 
 
 class InfinityMemory(results_check.ResultsTest):
