@@ -97,19 +97,30 @@ class NvmeGradientShard final : public offload::GradientShard {
   DType dtype() const override { return dtype_; }
   void BeginMicroBatch(int64_t index, int64_t count) override { last_pass_ = index + 1 == count; }
 
+  bool fails_alone() const override { return true; }
+  absl::Status Failure() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failed_;
+  }
+
+  // A new step: a failure of an earlier step is now the file's ("resume
+  // from the last checkpoint").
   absl::Status ZeroGradients(Stream& stream) override {
-    return stream.EnqueueHost([this]() -> absl::Status {
+    return stream.EnqueueHost([this] {
       std::lock_guard<std::mutex> lock(mu_);
-      for (Slot& s : slots_) {
-        const absl::Status st = Settle(s);
-        if (!st.ok()) return st;
-        s.group = -1;
-        s.state = SlotState::kEmpty;
-      }
-      held_ = nullptr;
-      std::fill(touched_.begin(), touched_.end(), false);
-      folded_.Clear();
-      return channel_->Broken();
+      if (!channel_->Broken().ok()) failed_ = channel_->Broken();
+      Alone([this]() -> absl::Status {
+        for (Slot& s : slots_) {
+          MEMWALL_RETURN_IF_ERROR(Settle(s));
+          s.group = -1;
+          s.state = SlotState::kEmpty;
+        }
+        held_ = nullptr;
+        std::fill(touched_.begin(), touched_.end(), false);
+        folded_.Clear();
+        return absl::OkStatus();
+      });
+      return absl::OkStatus();
     });
   }
 
@@ -130,49 +141,38 @@ class NvmeGradientShard final : public offload::GradientShard {
     }
     StreamZone add(timeline_, coll, ZoneKind::kGradAccumulate);
     const bool fold = last_pass_;
-    return coll.EnqueueHost([this, n, shard_offset, fold]() -> absl::Status {
+    return coll.EnqueueHost([this, n, shard_offset, fold] {
       std::lock_guard<std::mutex> lock(mu_);
-      MEMWALL_RETURN_IF_ERROR(channel_->Broken());
-      char* block = gathered_.as<char>();
-      chunk_norms_.clear();
-      for (int64_t at = 0; at < n; at += block_) {
-        const int64_t len = std::min(block_, n - at), begin = shard_offset + at;
-        const char* incoming = staging_.as<char>() + at * g_;
-        MEMWALL_RETURN_IF_ERROR(Gather(begin, len, block));
-        if (fold) {
-          MEMWALL_RETURN_IF_ERROR(ops::HostAddChunkNorms(block, incoming, block, dtype_, len, &block_norms_, &pool_));
-          chunk_norms_.insert(chunk_norms_.end(), block_norms_.begin(), block_norms_.end());
-        } else {
-          MEMWALL_RETURN_IF_ERROR(ops::HostAdd(block, incoming, block, dtype_, len, nullptr, &pool_));
-        }
-        MEMWALL_RETURN_IF_ERROR(Scatter(begin, len, block));
-        MEMWALL_RETURN_IF_ERROR(WriteBehind(begin / sub_group_, (begin + len - 1) / sub_group_));
-      }
-      if (fold) folded_.Add(shard_offset, n, chunk_norms_);
+      Alone([&] { return Add(n, shard_offset, fold); });
       return absl::OkStatus();
     });
   }
 
   // The folded squares, and the ranges they cannot serve read back a block
   // of whole chunks at a time, each chunk's sum merged in order: the bits
-  // ops::HostSquaredNorm gives over the range in memory.
+  // ops::HostSquaredNorm gives over the range in memory. After a failure:
+  // an overflow.
   absl::Status Norm(const Tensor& norm, Stream& stream) override {
     StreamZone zone(timeline_, stream, ZoneKind::kGradNorm);
-    MEMWALL_RETURN_IF_ERROR(stream.EnqueueHost([this]() -> absl::Status {
+    MEMWALL_RETURN_IF_ERROR(stream.EnqueueHost([this] {
       std::lock_guard<std::mutex> lock(mu_);
-      MEMWALL_RETURN_IF_ERROR(channel_->Broken());
-      const int64_t block = gathered_elements_ / ops::kAccumulateChunk * ops::kAccumulateChunk;
-      std::vector<ops::SquareSum> chunks;
-      return folded_.Total(n_, timeline_, [&](int64_t begin, int64_t end) -> absl::StatusOr<ops::SquareSum> {
-        ops::SquareSum part;
-        for (int64_t at = begin; at < end; at += block) {
-          const int64_t len = std::min(block, end - at);
-          MEMWALL_RETURN_IF_ERROR(Gather(at, len, gathered_.as<char>()));
-          MEMWALL_RETURN_IF_ERROR(ops::HostSquaredNormChunks(gathered_.data(), dtype_, len, &chunks, &pool_));
-          for (const ops::SquareSum& c : chunks) part.Merge(c);
-        }
-        return part;
-      }, norm_host_.as<float>());
+      float* out = norm_host_.as<float>();
+      Alone([&]() -> absl::Status {
+        const int64_t block = gathered_elements_ / ops::kAccumulateChunk * ops::kAccumulateChunk;
+        std::vector<ops::SquareSum> chunks;
+        return folded_.Total(n_, timeline_, [&](int64_t begin, int64_t end) -> absl::StatusOr<ops::SquareSum> {
+          ops::SquareSum part;
+          for (int64_t at = begin; at < end; at += block) {
+            const int64_t len = std::min(block, end - at);
+            MEMWALL_RETURN_IF_ERROR(Gather(at, len, gathered_.as<char>()));
+            MEMWALL_RETURN_IF_ERROR(ops::HostSquaredNormChunks(gathered_.data(), dtype_, len, &chunks, &pool_));
+            for (const ops::SquareSum& c : chunks) part.Merge(c);
+          }
+          return part;
+        }, out);
+      });
+      if (!failed_.ok()) out[0] = 0.0f, out[1] = 1.0f;
+      return absl::OkStatus();
     }));
     return stream.Copy(norm.data(), norm_host_.data(), 2 * sizeof(float));
   }
@@ -227,6 +227,36 @@ class NvmeGradientShard final : public offload::GradientShard {
   }
 
  private:
+  // Runs `work` unless this step failed already, and keeps its failure
+  // instead of failing the stream (GradientShard::Failure).
+  template <typename Work>
+  void Alone(Work work) {
+    if (!failed_.ok()) return;
+    if (absl::Status st = work(); !st.ok()) failed_ = std::move(st);
+  }
+
+  // Piece [shard_offset, shard_offset + n) from staging, a block at a time.
+  absl::Status Add(int64_t n, int64_t shard_offset, bool fold) {
+    char* block = gathered_.as<char>();
+    chunk_norms_.clear();
+    for (int64_t at = 0; at < n; at += block_) {
+      const int64_t len = std::min(block_, n - at), begin = shard_offset + at;
+      const char* incoming = staging_.as<char>() + at * g_;
+      MEMWALL_RETURN_IF_ERROR(Gather(begin, len, block));
+      if (fold) {
+        MEMWALL_RETURN_IF_ERROR(ops::HostAddChunkNorms(block, incoming, block, dtype_, len, &block_norms_, &pool_));
+        chunk_norms_.insert(chunk_norms_.end(), block_norms_.begin(), block_norms_.end());
+      } else {
+        MEMWALL_RETURN_IF_ERROR(ops::HostAdd(block, incoming, block, dtype_, len, nullptr, &pool_));
+      }
+      MEMWALL_RETURN_IF_ERROR(Scatter(begin, len, block));
+      MEMWALL_RETURN_IF_ERROR(WriteBehind(begin / sub_group_, (begin + len - 1) / sub_group_));
+    }
+    if (fold) folded_.Add(shard_offset, n, chunk_norms_);
+    return absl::OkStatus();
+
+  }
+
   absl::Status CheckRange(int64_t begin, int64_t n) const {
     if (begin >= 0 && n >= 0 && begin <= n_ - n) return absl::OkStatus();
     return absl::OutOfRangeError(
@@ -364,6 +394,7 @@ class NvmeGradientShard final : public offload::GradientShard {
   Buffer staging_, gathered_, norm_host_;
   std::unique_ptr<SwapChannel> channel_;  // destroyed first: the file closed before the buffers go
   int64_t clock_ = 0;
+  absl::Status failed_;  // this step's first failure, then the file's (Failure)
   offload::FoldedNorm folded_;
   std::vector<ops::SquareSum> chunk_norms_, block_norms_;  // one piece's, one block's
 };

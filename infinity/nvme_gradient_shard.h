@@ -27,7 +27,11 @@
 //
 // A failed read or write breaks the shard as it breaks the state store
 // (swap_channel.h): the Status names the swap file, the offset and the
-// errno, and every later call fails, naming the first error.
+// errno. The streams' work never fails: the step's first failure is kept,
+// the rest of its work skipped, its norm an overflow, and Failure() says
+// why (GradientShard::Failure: the engine agrees on it across ranks); from
+// the next step on, Failure() and every call say to resume from the last
+// checkpoint.
 //
 // File layout: sub-group k at byte k · G of
 // <dir>/memwall_gradients_rank<r>.swap, G = S' · (bytes an element), S' the

@@ -7,8 +7,9 @@
 //     sub-groups than swap buffers;
 //   - what a checkpoint reads and writes between steps;
 //   - the first micro-batch never reads the file; the next ones do;
-//   - a failed write is the Status naming the swap file, and breaks the
-//     shard; a directory that does not exist is refused, naming the field;
+//   - a failed write fails no stream: it is the step's Failure(), naming
+//     the swap file, the norm says overflow, and the shard is broken; a
+//     directory that does not exist is refused, naming the field;
 //   - the pinned memory is the swap buffers, not 2 bytes an element.
 #include "infinity/nvme_gradient_shard.h"
 
@@ -184,26 +185,33 @@ TEST(NvmeGradientShard, TheFirstMicroBatchNeverReadsTheFile) {
   p.ExpectSame("two micro-batches");
 }
 
-TEST(NvmeGradientShard, AFailedWriteIsTheStatusNamingTheFileAndBreaksTheShard) {
+// A failed write fails no stream (one rank's failing stream would leave
+// the others waiting in a collective): the step's adds are skipped, its
+// norm is an overflow, and Failure() is the Status naming the file; from
+// the next step on, every call says to resume from the last checkpoint.
+TEST(NvmeGradientShard, AFailedWriteIsTheStepsFailureNamingTheFileAndBreaksTheShard) {
   Pair p(kSmall, DType::kBF16, [](const AioBlockOp& op) -> std::optional<int64_t> {
     if (op.write) return -EIO;
     return std::nullopt;
   });
   ASSERT_NE(p.nvme, nullptr);
   p.Zero();
-  p.pinned.BeginMicroBatch(0, 1);
-  p.nvme->BeginMicroBatch(0, 1);
-  absl::Status failed;
-  for (int64_t end = kSmall.elements(); end > 0 && failed.ok(); end -= 1000) {
-    failed = p.Add(std::max<int64_t>(0, end - 1000), std::min<int64_t>(1000, end));
-  }
-  ASSERT_FALSE(failed.ok()) << "more sub-groups than buffers: a write must have failed";
+  p.Backward(0, 1);  // more sub-groups than buffers: writes, which fail
+  const absl::Status failed = p.nvme->Failure();
+  ASSERT_FALSE(failed.ok()) << "a write must have failed";
   EXPECT_NE(failed.message().find("memwall_gradients_rank0.swap"), std::string::npos) << failed;
   EXPECT_NE(failed.message().find("swap-out"), std::string::npos) << failed;
+  EXPECT_NE(failed.message().find("errno 5"), std::string::npos) << failed;
+  EXPECT_TRUE(p.nvme->fails_alone());
+  const std::vector<float> norm = p.Norm(*p.nvme);
+  EXPECT_EQ(norm[1], 1.0f) << "the norm of a failed step says overflow, so every rank skips the update";
   auto after = p.nvme->Gradients(0, 10);
   ASSERT_FALSE(after.ok());
   EXPECT_EQ(after.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(after.status().message().find("resume from the last checkpoint"), std::string::npos) << after.status();
+  p.Zero();  // the next step
+  EXPECT_EQ(p.nvme->Failure().code(), absl::StatusCode::kFailedPrecondition) << p.nvme->Failure();
+  EXPECT_NE(p.nvme->Failure().message().find("resume from the last checkpoint"), std::string::npos);
 }
 
 TEST(NvmeGradientShard, ADirectoryThatDoesNotExistIsRefusedNamingTheField) {

@@ -10,7 +10,8 @@
 //     element), and the swap files are the estimator's NVMe bytes;
 //   - faults: ENOSPC, EIO and a write that makes no progress, injected
 //     under the engine on one rank, are every rank's Status naming that
-//     rank's swap file; the store refuses to step or save after; the run
+//     rank's swap file (the states', or the gradient shard's, whose adds in
+//     backward fail no stream); the store refuses to step or save after; the run
 //     resumes from its last checkpoint bit for bit; short transfers are
 //     continued with no damage; a file system that refuses O_DIRECT trains;
 //   - a pinned-host budget that CPU offload does not fit ("does not fit")
@@ -32,6 +33,7 @@
 #include "infinity/nvme_gradient_shard.h"
 #include "infinity/nvme_state_store.h"
 #include "engine/estimate.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "offload/host_optimizer.h"
@@ -347,6 +349,7 @@ struct Fault {
   bool write = false;        // a write-back, or a swap-in
   int64_t result = 0;        // -errno, 0 (no progress), or a short count
   absl::StatusCode code = absl::StatusCode::kOk;  // kOk: continued, no error
+  bool gradients = false;    // in the gradient shard's swap file (gradients_on_nvme), not the states'
 };
 
 TEST_F(NvmeOffload, DiskFaultsAreStatusesNamingTheFileAndTheRunResumes) {
@@ -355,13 +358,15 @@ TEST_F(NvmeOffload, DiskFaultsAreStatusesNamingTheFileAndTheRunResumes) {
   const Outcome whole = Train(*comm_, c, 8);
   ASSERT_EQ(whole.losses.size(), 8u);
   const int faulty = W() - 1;
-  const std::string file = absl::StrCat("memwall_states_rank", faulty, ".swap");
   const std::vector<Fault> faults = {
       {"ENOSPC on a write-back", true, -ENOSPC, absl::StatusCode::kResourceExhausted},
       {"EIO on a swap-in", false, -EIO, absl::StatusCode::kDataLoss},
       {"a write-back that makes no progress", true, 0, absl::StatusCode::kDataLoss},
       {"a short write-back", true, kAioAlignment, absl::StatusCode::kOk},
       {"a short swap-in", false, kAioAlignment, absl::StatusCode::kOk},
+      // Backward's adds fail no stream: the step's optimizer call fails on
+      // every rank, with no rank left waiting in a collective.
+      {"EIO on a gradient write-back", true, -EIO, absl::StatusCode::kDataLoss, true},
   };
   // Steps `t` to step 8 (`losses`: those of the steps it already took after
   // step 3): the uninterrupted run's losses and weights, bit for bit.
@@ -378,16 +383,20 @@ TEST_F(NvmeOffload, DiskFaultsAreStatusesNamingTheFileAndTheRunResumes) {
     // < 0: off; n: fires at the (n + 1)-th matching transfer from now.
     auto armed = std::make_shared<std::atomic<int>>(-1);
     AioFaultInjector inject = [armed, f](const AioBlockOp& op) -> std::optional<int64_t> {
-      if (op.write != f.write || armed->load() < 0 || armed->fetch_sub(1) != 0) return std::nullopt;
+      if (op.write != f.write || f.gradients != absl::StrContains(op.path, "memwall_gradients")) return std::nullopt;
+      if (armed->load() < 0 || armed->fetch_sub(1) != 0) return std::nullopt;
       EXPECT_LT(f.result, op.bytes) << "a short count must be short";
       return f.result;
     };
     const std::string dir = absl::StrCat(SwapDir(), "/faults_", i);
+    Case placed = c;
+    placed.gradients_on_nvme = f.gradients;
+    const std::string file = absl::StrCat(f.gradients ? "memwall_gradients_rank" : "memwall_states_rank", faulty, ".swap");
     std::string saved;
     {
       auto device = *CreateCpuDevice();
       auto model = *models::Gpt::Create(zero::test::SmallGpt());
-      zero::TrainerOptions o = Options(c, W());
+      zero::TrainerOptions o = Options(placed, W());
       engine::PlacementHooks hooks;
       if (comm_->rank() == faulty) hooks.optimizer_faults = inject;
       auto t = engine::CreateTrainer(*model, *device, *comm_, o, hooks);

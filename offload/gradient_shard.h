@@ -41,6 +41,16 @@ class GradientShard : public zero::GradientSink {
   // dtype). Host copies: call between steps.
   virtual absl::Status ReadActive(int64_t begin, int64_t n, float* out) = 0;
   virtual absl::Status WriteActive(int64_t begin, int64_t n, const float* in) = 0;
+
+  // Whether its work can fail at run time (a disk), on one rank alone.
+  virtual bool fails_alone() const { return false; }
+  // OK, or why this step's work failed. A shard that fails alone never
+  // fails the streams its adds and norm run on, where one rank's error
+  // would leave the others waiting in the next collective: it skips the
+  // rest of the step's work, Norm reports an overflow (so every rank skips
+  // the update), and the optimizer's Step returns this, which the engine
+  // agrees on across ranks.
+  virtual absl::Status Failure() { return absl::OkStatus(); }
 };
 
 // A gradient shard for `request`, read by the optimizer in sub-groups of

@@ -88,7 +88,7 @@ class HostOptimizer : public DelayableOptimizer {
   }
 
   int64_t elements() const override { return n_; }
-  bool fails_alone() const override { return states_->fails_alone(); }
+  bool fails_alone() const override { return states_->fails_alone() || grads_->fails_alone(); }
   zero::GradientSink* gradient_sink() override { return grads_.get(); }
   absl::Status ZeroGradients(Stream& stream) override { return grads_->ZeroGradients(stream); }
   void BeginMicroBatch(int64_t index, int64_t count) override { grads_->BeginMicroBatch(index, count); }
@@ -97,6 +97,7 @@ class HostOptimizer : public DelayableOptimizer {
   // Sub-group by sub-group: the CPU Adam writes tile k, rounded, while the
   // copy stream sends tile k - 1.
   absl::StatusOr<bool> Step(const zero::StepOutcome& outcome, zero::ParameterStore& values, Stream& stream) override {
+    MEMWALL_RETURN_IF_ERROR(grads_->Failure());  // before the skip its Norm asked for
     if (!outcome.update.has_value()) return false;
     const zero::StepUpdate update = *outcome.update;
     MEMWALL_RETURN_IF_ERROR(CheckValues(values));
@@ -196,8 +197,10 @@ class HostOptimizer : public DelayableOptimizer {
     return states_->Sync();
   }
 
+  // A step whose gradients failed leaves nothing to read or save.
   absl::Status ReadState(OptimizerState state, int64_t begin, int64_t n, float* out) override {
     if (worker_.joinable()) return absl::FailedPreconditionError("offload: a delayed step is running");
+    MEMWALL_RETURN_IF_ERROR(grads_->Failure());
     MEMWALL_RETURN_IF_ERROR(tiles_.Synchronize());
     return states_->Read(state, begin, n, out, device_.compute_stream());
   }
