@@ -41,7 +41,10 @@ k = 1 with activation recomputation (checkpointing) else 0:
                global norm (grad_accumulate_bytes_per_param and
                grad_norm_bytes_per_param at the same bandwidth); NVMe: 24 bytes of fp32 states read and written
                per parameter at nvme_gbps shared by the node's ranks,
-               pipelined with the CPU Adam
+               pipelined with the CPU Adam; with the gradients on NVMe
+               too, the 16-bit shard written under the backward pass
+               (read and written again by each further micro-batch) and
+               read once under the CPU Adam, at the same bandwidth
   parameters   offloaded (ZeRO-Infinity): each pass (forward, recompute,
                backward) reads the rank's 2P/N bytes over its own PCIe
                (and from NVMe), then all-gathers (bandwidth-centric
@@ -106,6 +109,10 @@ DEVICE_ADAM_BYTES_PER_PARAM = 28
 # variance (12 bytes) read in and written back (ZeRO-Infinity §5.2;
 # infinity/nvme_state_store.h).
 NVME_OPTIMIZER_BYTES_PER_PARAM = 24
+# The 16-bit gradient shard on NVMe (infinity/nvme_gradient_shard.h):
+# written by the first micro-batch, read and written by each further one,
+# read by the optimizer.
+NVME_GRADIENT_BYTES_PER_PARAM = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +191,7 @@ class Run:
     offload_param: str = "none"       # none, cpu, nvme (stage 3)
     dpu: bool = False                 # delayed parameter update (offload_optimizer)
     dpu_values_on_device: bool = False  # its 16-bit result waits on the device, copied up as made
+    gradients_on_nvme: bool = False   # the 16-bit gradient shard on NVMe too (offload_optimizer nvme)
     micro_batch: int = 1
     accumulation: int = 1             # micro-batches per step per rank (one reduction and update per step)
     seq: Optional[int] = None         # default: the model's positions
@@ -244,6 +252,8 @@ def _training_config(run: Run, seq: int) -> str:
                 delayed = " delayed_update_after_steps: 1"
                 if run.dpu_values_on_device:
                     delayed += " delayed_values_on_device: true"
+            if run.gradients_on_nvme and what == "offload_optimizer":
+                delayed += " gradients_on_nvme: true"
             zero += f" {what} {{ device: {devices[v]}{path}{delayed} }}"
     return (f"seq: {seq} micro_batch: {run.micro_batch} accumulation: {run.accumulation} precision: BF16 "
             f"zero {{ {zero} }}")
@@ -305,6 +315,8 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
         raise ValueError("dpu needs offload_optimizer")
     if run.dpu_values_on_device and not run.dpu:
         raise ValueError("dpu_values_on_device needs dpu")
+    if run.gradients_on_nvme and (run.offload_optimizer != "nvme" or run.dpu):
+        raise ValueError("gradients_on_nvme needs offload_optimizer nvme and no dpu")
     seq = run.seq or _field(run.model, "positions")
     L, h = _field(run.model, "layers"), _field(run.model, "hidden")
     k = 1 if _checkpointing(run) else 0
@@ -334,7 +346,7 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
     pcie = hw.pcie_gbps * GB
     nvme_rank = hw.nvme_gbps * GB / per_node
     cpu_rank = hw.cpu_memory_gbps * GB / per_node
-    opt_device = opt_cpu = opt_nvme = grads_down = params_up = accumulate = norm = 0.0
+    opt_device = opt_cpu = opt_nvme = grads_down = params_up = accumulate = norm = grad_nvme = 0.0
     if run.offload_optimizer == "none":
         opt_device = shard * DEVICE_ADAM_BYTES_PER_PARAM / (hw.device_memory_gbps * GB)
     else:
@@ -345,6 +357,9 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
         params_up = 2 * shard / pcie
         if run.offload_optimizer == "nvme":
             opt_nvme = shard * NVME_OPTIMIZER_BYTES_PER_PARAM / nvme_rank
+            if run.gradients_on_nvme:
+                grad_nvme = (2 * ga - 1) * shard * NVME_GRADIENT_BYTES_PER_PARAM / nvme_rank
+                opt_nvme += shard * NVME_GRADIENT_BYTES_PER_PARAM / nvme_rank
 
     fetch_pass = nvme_pass = 0.0   # offloaded parameters, per pass
     if run.offload_param != "none":
@@ -362,6 +377,7 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
         "adam_device": opt_device,
         CPU_ADAM: opt_cpu,
         "nvme_optimizer": opt_nvme,
+        "grads_nvme": grad_nvme,
         "grads_down": grads_down,
         GRAD_ACCUMULATE: accumulate,
         GRAD_NORM: norm,
@@ -376,7 +392,7 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
         over = (lambda *t: max(t)) if run.prefetch else (lambda *t: sum(t))
         forward = over(fwd, gather_fwd * ga, fetch_fwd, nvme_fwd)
         backward = max(over(bwd, gather_bwd * ga, fetch_pass * passes_bwd, nvme_pass * passes_bwd), grad_reduce,
-                       grads_down, accumulate)
+                       grads_down, accumulate, grad_nvme)
         if accumulate:
             # The host accumulates the gradients a reduce bucket at a time
             # (2 bytes a gradient) as the backward pass fills them: a

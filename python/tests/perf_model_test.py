@@ -74,6 +74,29 @@ class PerfModelTest(unittest.TestCase):
                                        with_memory=False)
         self.assertAlmostEqual(on_device.step_seconds, max(passes, adam, up))
 
+    def test_gradients_on_nvme_cost_the_drive_two_bytes_a_parameter_each_way(self):
+        # One micro-batch writes the 16-bit shard under the backward pass;
+        # the optimizer reads it back beside the states' 24 bytes. A slow
+        # drive makes the backward's writes the backward's bound.
+        slow = dataclasses.replace(self.hw, nvme_gbps=0.5)
+        run = perf_model.Run(model=self.model, stage=3, offload_optimizer="nvme", offload_param="nvme", micro_batch=4)
+        host = perf_model.predict(run, slow, with_memory=False)
+        disk = perf_model.predict(dataclasses.replace(run, gradients_on_nvme=True), slow, with_memory=False)
+        per_rank = 0.5e9   # one rank: the drive is its own
+        shard = disk.params
+        self.assertAlmostEqual(disk.phases["grads_nvme"], 2 * shard / per_rank, delta=1e-9 * shard)
+        self.assertAlmostEqual(disk.phases["nvme_optimizer"], 26 * shard / per_rank, delta=1e-9 * shard)
+        self.assertEqual(host.phases["grads_nvme"], 0.0)
+        self.assertGreaterEqual(disk.visible["backward"], disk.phases["grads_nvme"])
+        self.assertGreater(disk.step_seconds, host.step_seconds)
+        # Each further micro-batch reads and writes the shard again.
+        two = perf_model.predict(dataclasses.replace(run, gradients_on_nvme=True, accumulation=2), slow,
+                                 with_memory=False)
+        self.assertAlmostEqual(two.phases["grads_nvme"], 3 * disk.phases["grads_nvme"], delta=1e-9 * shard)
+        with self.assertRaisesRegex(ValueError, "gradients_on_nvme needs offload_optimizer nvme"):
+            perf_model.predict(dataclasses.replace(run, offload_optimizer="cpu", gradients_on_nvme=True), slow,
+                               with_memory=False)
+
     def test_host_passes_run_where_the_traces_put_them(self):
         # The traces of an H100 (commit 0aaa5c3's results/offload_dpu_gpu/
         # traces/): the gradients' accumulation into the host buffer runs
