@@ -3,7 +3,7 @@
 // host, with the delayed parameter update (its result in pinned host
 // memory, and on the device), stage 3 with the 16-bit
 // parameters in pinned host memory too, and ZeRO-Infinity's NVMe stores for
-// the optimizer states and the parameters. The host side (CPU Adam,
+// the optimizer states and the parameters, and the gradient shard too. The host side (CPU Adam,
 // accumulation, the stores) is the same code on both; what differs is where
 // the forward and backward run and how the copies between host and device
 // are made (cudaMemcpyAsync on pinned memory against memcpy), so the losses
@@ -40,6 +40,7 @@ struct Placement {
   OffloadParamConfig::Device params;
   int64_t dpu_after_steps = 0;
   bool dpu_values_on_device = false;
+  bool gradients_on_nvme = false;
 };
 
 std::vector<Placement> Placements() {
@@ -50,6 +51,8 @@ std::vector<Placement> Placements() {
        3, true},
       {"stage 3 + offload + params on the host", 3, OffloadOptimizerConfig::CPU, OffloadParamConfig::CPU},
       {"stage 3 + NVMe optimizer + NVMe params", 3, OffloadOptimizerConfig::NVME, OffloadParamConfig::NVME},
+      {"stage 3, every model state on NVMe", 3, OffloadOptimizerConfig::NVME, OffloadParamConfig::NVME, 0, false,
+       true},
   };
 }
 
@@ -65,6 +68,7 @@ zero::TrainerOptions Options(const Placement& p, Precision precision, const std:
   opt.set_tile_elements(3000);  // several tiles per shard: the copy/Adam pipeline runs
   if (p.dpu_after_steps > 0) opt.set_delayed_update_after_steps(p.dpu_after_steps);
   if (p.dpu_values_on_device) opt.set_delayed_values_on_device(true);
+  if (p.gradients_on_nvme) opt.set_gradients_on_nvme(true);
   if (p.optimizer == OffloadOptimizerConfig::NVME) opt.set_nvme_path(swap_dir);
   z.mutable_offload_param()->set_device(p.params);
   if (p.params == OffloadParamConfig::NVME) z.mutable_offload_param()->set_nvme_path(swap_dir);
