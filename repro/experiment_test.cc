@@ -6,6 +6,7 @@
 #include "repro/experiment.h"
 #include "repro/sweep.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -365,6 +366,31 @@ TEST(Harness, QuotesForShellCsvAndJson) {
   EXPECT_EQ(CsvField("ZeRO Figure 1: 7.5B, 64 ranks"), "\"ZeRO Figure 1: 7.5B, 64 ranks\"");
   EXPECT_EQ(CsvField("say \"hi\""), "\"say \"\"hi\"\"\"");
   EXPECT_EQ(JsonString("a\"b\\c\nd"), "\"a\\\"b\\\\c\\nd\"");
+}
+
+// The results directory is checked before an experiment measures anything:
+// a path under a file, and one where nothing may be written, are refused
+// naming --results_dir.
+TEST(Harness, ResultsDirRefusesWhatCannotHoldResults) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string root = tmp != nullptr ? tmp : "/tmp";
+  Experiment e;
+  e.set_name("x");
+  RunContext run;
+  run.results_root = root + "/results";
+  auto ok = ResultsDir(e, run);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(std::filesystem::is_directory(*ok));
+  ASSERT_TRUE(WriteFileAtomically(root + "/a_file", "x").ok());
+  run.results_root = root + "/a_file";
+  auto under_file = ResultsDir(e, run);
+  ASSERT_FALSE(under_file.ok());
+  EXPECT_EQ(under_file.status().code(), absl::StatusCode::kInvalidArgument) << under_file.status();
+  EXPECT_NE(under_file.status().message().find("--results_dir"), std::string::npos) << under_file.status();
+  run.results_root = "/proc/memwall_results";
+  auto unwritable = ResultsDir(e, run);
+  ASSERT_FALSE(unwritable.ok());
+  EXPECT_NE(unwritable.status().message().find("--results_dir"), std::string::npos) << unwritable.status();
 }
 
 }  // namespace

@@ -28,9 +28,7 @@ int Shell(const std::string& command) {
 
 absl::StatusOr<std::string> ResultsDir(const Experiment& e, const RunContext& run) {
   const std::string dir = absl::StrCat(run.results_root, "/", e.name());
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  MEMWALL_RETURN_IF_ERROR(CreateWritableDirectory(dir, "--results_dir: the experiment's results"));
   std::printf("%s: %s\n", e.name().c_str(), e.description().c_str());
   return dir;
 }

@@ -67,8 +67,7 @@ absl::StatusOr<std::string> FreshTraceDir(const std::string& trace_root, const m
   const std::string dir = absl::StrCat(trace_root, "/", config.name(), "_", ModeName(mode));
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  MEMWALL_RETURN_IF_ERROR(CreateWritableDirectory(dir, "write_traces: the traces"));
   return dir;
 }
 
