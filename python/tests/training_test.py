@@ -57,6 +57,17 @@ class EstimateTest(unittest.TestCase):
         nvme = self.check_same_as_tool(
             "offload_10b", "zero { stage: 3 offload_optimizer { device: NVME nvme_path: '/tmp' } }", 16)
         self.assertGreater(nvme["nvme_bytes_per_rank"], 0)
+        # The gradient shard on NVMe too: its 2 bytes a parameter of the
+        # shard move from pinned host memory to the drive.
+        every = self.check_same_as_tool(
+            "offload_10b",
+            "zero { stage: 3 offload_optimizer { device: NVME nvme_path: '/tmp' gradients_on_nvme: true } }", 16)
+        shard_grads = 2 * every["params"] / 16
+        self.assertGreater(nvme["host_bytes_per_rank"] - every["host_bytes_per_rank"], 0.95 * shard_grads)
+        self.assertGreaterEqual(every["nvme_bytes_per_rank"] - nvme["nvme_bytes_per_rank"], shard_grads)
+        with self.assertRaisesRegex(ValueError, "gradients_on_nvme = true with delayed_update_after_steps = 2"):
+            memwall.estimate("zero { stage: 3 offload_optimizer { device: NVME nvme_path: '/tmp' "
+                             "gradients_on_nvme: true delayed_update_after_steps: 2 } }", params=1 << 20)
 
     def test_params_alone_follow_the_zero_formula(self):
         psi = 1 << 30
