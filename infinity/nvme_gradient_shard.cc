@@ -254,7 +254,6 @@ class NvmeGradientShard final : public offload::GradientShard {
     }
     if (fold) folded_.Add(shard_offset, n, chunk_norms_);
     return absl::OkStatus();
-
   }
 
   absl::Status CheckRange(int64_t begin, int64_t n) const {
