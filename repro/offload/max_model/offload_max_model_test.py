@@ -159,7 +159,8 @@ class OffloadMaxModel(results_check.ResultsTest):
         code, out = results_check.run(RUNNER, EXPERIMENT,
                                       results_dir=f"{blocker}/sub")
         self.assertEqual(code, 1)
-        self.assertIn(f"cannot create {blocker}/sub/offload_max_model_ci", out)
+        self.assertIn(f"--results_dir: the experiment's results {blocker}/sub/offload_max_model_ci: it or a parent "
+                      "is a file, not a directory", out)
 
 
 if __name__ == "__main__":
