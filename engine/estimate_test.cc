@@ -10,6 +10,7 @@
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "models/data.h"
+#include "models/gpt.h"
 #include "absl/strings/match.h"
 #include "runtime/cpu_device.h"
 #include "zero/config.h"
@@ -113,16 +114,11 @@ TEST(Estimator, SaysWhetherItFitsAndPrintsJson) {
 // ranks, 117 GiB) overflows the host's share (96 GiB); with it on NVMe too the run
 // fits, and the estimator suggests that placement.
 TEST(Estimator, ATrillionParametersFitADgx2WithTheGradientsOnNvme) {
-  models::GptConfig model;
-  model.set_layers(128);
-  model.set_hidden(25600);
-  model.set_heads(400);
-  model.set_vocab(50257);
-  model.set_positions(1024);
-  model.set_activation_checkpointing(true);
-  model.set_offload_activations(true);
+  absl::StatusOr<models::GptConfig> model = models::ResolveModel("infinity_1t");  // Table 1's 1T
+  ASSERT_TRUE(model.ok()) << model.status();
+  model->set_offload_activations(true);
   engine::EstimateInput in;
-  in.model = model;
+  in.model = *model;
   in.ranks = 16;
   in.training.set_seq(1024);
   in.training.set_micro_batch(1);
