@@ -555,6 +555,16 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
   } else {
     tr.Note("optimizer", "memwall's Adam with its defaults (ops/adam_options.h)");
   }
+  // DeepSpeed's stage 3 swaps each sub-group's gradient partition to NVMe
+  // beside its optimizer states; memwall's pinned default would need the
+  // host memory a DeepSpeed run of the same config does not.
+  if (zero.stage() == 3 && opt.device() == OffloadOptimizerConfig::NVME) {
+    opt.set_gradients_on_nvme(true);
+    out.lines.push_back(
+        "zero_optimization.offload_optimizer.device = \"nvme\" at stage 3 -> zero.offload_optimizer.gradients_on_nvme: "
+        "true (DeepSpeed's stage 3 swaps the gradient partition with the optimizer states; "
+        "--set='zero { offload_optimizer { gradients_on_nvme: false } }' keeps it in pinned host memory)");
+  }
   if (fp16 && !tr.HasLine("fp16.hysteresis")) {
     tr.Note("fp16.hysteresis", "1: the scale halves at every overflow (DeepSpeed's default is 2)");
   }

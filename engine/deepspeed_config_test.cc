@@ -196,5 +196,39 @@ TEST(DeepSpeedConfig, RefusesEachKeyItCannotHonourByName) {
       << nvme.status();
 }
 
+TEST(DeepSpeedConfig, StageThreeNvmeOffloadKeepsTheGradientPartitionOnNvmeAsDeepSpeedDoes) {
+  const std::string infinity = R"({"bf16": {"enabled": true},
+    "zero_optimization": {"stage": 3, "sub_group_size": 1e8,
+                          "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true},
+                          "offload_param": {"device": "nvme", "nvme_path": "/local_nvme"}}})";
+  auto t = Translate(infinity);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const zero::OffloadOptimizerConfig& o = t->training.zero().offload_optimizer();
+  EXPECT_EQ(o.device(), zero::OffloadOptimizerConfig::NVME);
+  EXPECT_TRUE(o.gradients_on_nvme());
+  const std::string lines = absl::StrJoin(t->lines, "\n");
+  EXPECT_TRUE(absl::StrContains(lines, "at stage 3 -> zero.offload_optimizer.gradients_on_nvme: true")) << lines;
+  EXPECT_TRUE(zero::ValidateTrainingConfig(t->training).ok());
+  // --set merges over the translation, so the pinned shard stays one line away.
+  zero::TrainingConfig pinned = t->training;
+  zero::TrainingConfig over;
+  over.mutable_zero()->mutable_offload_optimizer()->set_gradients_on_nvme(false);
+  pinned.MergeFrom(over);
+  EXPECT_FALSE(pinned.zero().offload_optimizer().gradients_on_nvme());
+
+  // Elsewhere the gradient shard stays in pinned host memory: NVMe at stage
+  // 2, and the optimizer on the CPU at stage 3 (parameters on NVMe or not).
+  for (const std::string json : {
+           R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}}})",
+           R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}})",
+           R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                                     "offload_param": {"device": "nvme", "nvme_path": "/nvme"}}})"}) {
+    auto other = Translate(json);
+    ASSERT_TRUE(other.ok()) << json << ": " << other.status();
+    EXPECT_FALSE(other->training.zero().offload_optimizer().gradients_on_nvme()) << json;
+    EXPECT_FALSE(absl::StrContains(absl::StrJoin(other->lines, "\n"), "gradients_on_nvme")) << json;
+  }
+}
+
 }  // namespace
 }  // namespace memwall::engine
