@@ -44,14 +44,7 @@ std::string SwapPath(const NvmeGradientShardOptions& o) {
 
 class NvmeGradientShard final : public offload::GradientShard {
  public:
-  enum class SlotState { kEmpty, kDirty, kWriting, kClean, kReading };
-  struct Slot {
-    Buffer buffer;
-    int64_t group = -1;  // the sub-group it holds (-1: none)
-    SlotState state = SlotState::kEmpty;
-    AioRequest request;  // kWriting, kReading
-    int64_t last_use = 0;
-  };
+  using Slot = SwapBuffers::Slot;
 
   explicit NvmeGradientShard(const NvmeGradientShardOptions& o)
       : n_(o.elements),
@@ -65,17 +58,8 @@ class NvmeGradientShard final : public offload::GradientShard {
         pool_(0),
         touched_(SubGroups(o), false) {}
 
-  ~NvmeGradientShard() override {
-    for (Slot& s : slots_) (void)Settle(s);
-  }
-
   absl::Status Init(Device& device, const NvmeGradientShardOptions& o) {
     const MemoryPlan plan = NvmeGradientShardPlan(o);
-    for (int64_t i = 0; i < GradientSwapBufferCount(o); ++i) {
-      Slot s;
-      MEMWALL_ASSIGN_OR_RETURN(s.buffer, AllocatePlanned(device, plan, absl::StrCat("gradient swap buffer ", i)));
-      slots_.push_back(std::move(s));
-    }
     MEMWALL_ASSIGN_OR_RETURN(staging_, AllocatePlanned(device, plan, "staging gradients"));
     MEMWALL_ASSIGN_OR_RETURN(gathered_, AllocatePlanned(device, plan, "gathered gradients"));
     MEMWALL_ASSIGN_OR_RETURN(norm_host_, AllocatePlanned(device, plan, "norm"));
@@ -90,7 +74,8 @@ class NvmeGradientShard final : public offload::GradientShard {
     c.timeline = o.timeline;
     c.in_track = kGradientSwapInTrack;
     c.out_track = kGradientSwapOutTrack;
-    MEMWALL_ASSIGN_OR_RETURN(channel_, SwapChannel::Create(c));
+    MEMWALL_ASSIGN_OR_RETURN(buffers_,
+                             SwapBuffers::Create(device, plan, "gradient swap buffer", GradientSwapBufferCount(o), c));
     return absl::OkStatus();
   }
 
@@ -108,14 +93,13 @@ class NvmeGradientShard final : public offload::GradientShard {
   absl::Status ZeroGradients(Stream& stream) override {
     return stream.EnqueueHost([this] {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!channel_->Broken().ok()) failed_ = channel_->Broken();
+      if (!Broken().ok()) failed_ = Broken();
       Alone([this]() -> absl::Status {
-        for (Slot& s : slots_) {
-          MEMWALL_RETURN_IF_ERROR(Settle(s));
+        for (Slot& s : buffers_->slots()) {
+          MEMWALL_RETURN_IF_ERROR(buffers_->Settle(s));
           s.group = -1;
-          s.state = SlotState::kEmpty;
+          s.dirty = s.held = false;
         }
-        held_ = nullptr;
         std::fill(touched_.begin(), touched_.end(), false);
         folded_.Clear();
         return absl::OkStatus();
@@ -179,32 +163,26 @@ class NvmeGradientShard final : public offload::GradientShard {
 
   absl::StatusOr<const char*> Gradients(int64_t begin, int64_t n) override {
     std::lock_guard<std::mutex> lock(mu_);
-    MEMWALL_RETURN_IF_ERROR(channel_->Broken());
+    MEMWALL_RETURN_IF_ERROR(Broken());
     MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
     const int64_t k = begin / sub_group_;
     if (n > 0 && (begin + n - 1) / sub_group_ != k) {
       return absl::InvalidArgumentError(absl::StrCat("NVMe gradient offload: gradients [", begin, ", +", n,
                                                      ") span sub-groups of ", sub_group_));
     }
-    held_ = nullptr;
+    for (Slot& s : buffers_->slots()) s.held = false;
     MEMWALL_ASSIGN_OR_RETURN(Slot * slot, Load(k));
-    held_ = slot;
+    slot->held = true;
     // Read ahead the next sub-group into a buffer that is free of work.
-    if (k + 1 < static_cast<int64_t>(touched_.size()) && touched_[k + 1] && Find(k + 1) == nullptr) {
-      Slot* spare = nullptr;
-      for (Slot& s : slots_) {
-        if (&s == held_ || (s.state != SlotState::kEmpty && s.state != SlotState::kClean)) continue;
-        if (spare == nullptr || s.state == SlotState::kEmpty || s.last_use < spare->last_use) spare = &s;
-        if (spare->state == SlotState::kEmpty) break;
-      }
-      if (spare != nullptr) MEMWALL_RETURN_IF_ERROR(StartRead(*spare, k + 1));
+    if (k + 1 < static_cast<int64_t>(touched_.size()) && touched_[k + 1] && buffers_->Find(k + 1) == nullptr) {
+      if (Slot* spare = buffers_->Spare()) MEMWALL_RETURN_IF_ERROR(buffers_->StartRead(*spare, k + 1));
     }
     return slot->buffer.as<const char>() + (begin - k * sub_group_) * g_;
   }
 
   absl::Status ReadActive(int64_t begin, int64_t n, float* out) override {
     std::lock_guard<std::mutex> lock(mu_);
-    MEMWALL_RETURN_IF_ERROR(channel_->Broken());
+    MEMWALL_RETURN_IF_ERROR(Broken());
     MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
     for (int64_t at = begin; at < begin + n; at += gathered_elements_) {
       const int64_t len = std::min(gathered_elements_, begin + n - at);
@@ -216,7 +194,7 @@ class NvmeGradientShard final : public offload::GradientShard {
 
   absl::Status WriteActive(int64_t begin, int64_t n, const float* in) override {
     std::lock_guard<std::mutex> lock(mu_);
-    MEMWALL_RETURN_IF_ERROR(channel_->Broken());
+    MEMWALL_RETURN_IF_ERROR(Broken());
     MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
     for (int64_t at = begin; at < begin + n; at += gathered_elements_) {
       const int64_t len = std::min(gathered_elements_, begin + n - at);
@@ -227,6 +205,8 @@ class NvmeGradientShard final : public offload::GradientShard {
   }
 
  private:
+  absl::Status Broken() const { return buffers_->channel().Broken(); }
+
   // Runs `work` unless this step failed already, and keeps its failure
   // instead of failing the stream (GradientShard::Failure).
   template <typename Work>
@@ -280,7 +260,7 @@ class NvmeGradientShard final : public offload::GradientShard {
   absl::Status Gather(int64_t begin, int64_t n, char* out) {
     return ForEachPart(begin, n, [&](int64_t k, int64_t at, int64_t len) -> absl::Status {
       char* to = out + (at - begin) * g_;
-      if (!touched_[k] && Find(k) == nullptr) {
+      if (!touched_[k] && buffers_->Find(k) == nullptr) {
         std::memset(to, 0, len * g_);
         return absl::OkStatus();
       }
@@ -295,7 +275,7 @@ class NvmeGradientShard final : public offload::GradientShard {
     return ForEachPart(begin, n, [&](int64_t k, int64_t at, int64_t len) -> absl::Status {
       MEMWALL_ASSIGN_OR_RETURN(Slot * slot, Load(k));
       std::memcpy(slot->buffer.as<char>() + (at - k * sub_group_) * g_, in + (at - begin) * g_, len * g_);
-      slot->state = SlotState::kDirty;
+      slot->dirty = true;
       touched_[k] = true;
       return absl::OkStatus();
     });
@@ -303,79 +283,30 @@ class NvmeGradientShard final : public offload::GradientShard {
 
   // Every dirty buffer outside sub-groups [first, last] starts its write.
   absl::Status WriteBehind(int64_t first, int64_t last) {
-    for (Slot& s : slots_) {
-      if (s.state == SlotState::kDirty && (s.group < first || s.group > last)) {
-        MEMWALL_RETURN_IF_ERROR(StartWrite(s));
-      }
+    for (Slot& s : buffers_->slots()) {
+      if (s.dirty && (s.group < first || s.group > last)) MEMWALL_RETURN_IF_ERROR(buffers_->StartWrite(s));
     }
     return absl::OkStatus();
-  }
-
-  Slot* Find(int64_t k) {
-    for (Slot& s : slots_) {
-      if (s.group == k) return &s;
-    }
-    return nullptr;
   }
 
   // A buffer holding sub-group k, its transfers settled: the one that holds
-  // it, else a reused one, read from the file or zeroed.
+  // it, else a reused one (never the optimizer's), read from the file or
+  // zeroed.
   absl::StatusOr<Slot*> Load(int64_t k) {
-    Slot* slot = Find(k);
+    Slot* slot = buffers_->Find(k);
     if (slot == nullptr) {
-      MEMWALL_ASSIGN_OR_RETURN(slot, Evict());
+      MEMWALL_ASSIGN_OR_RETURN(slot, buffers_->Evict());
+      if (slot == nullptr) return absl::InternalError("NVMe gradient offload: no swap buffer to reuse");
       if (touched_[k]) {
-        MEMWALL_RETURN_IF_ERROR(StartRead(*slot, k));
+        MEMWALL_RETURN_IF_ERROR(buffers_->StartRead(*slot, k));
       } else {
         std::memset(slot->buffer.data(), 0, slot->buffer.bytes());
         slot->group = k;
-        slot->state = SlotState::kClean;
       }
     }
-    MEMWALL_RETURN_IF_ERROR(Settle(*slot));
-    slot->last_use = ++clock_;
+    MEMWALL_RETURN_IF_ERROR(buffers_->Settle(*slot));
+    buffers_->Touch(*slot);
     return slot;
-  }
-
-  // An empty buffer: an empty one, else the least recently used one but
-  // the optimizer's, its dirty sub-group written first.
-  absl::StatusOr<Slot*> Evict() {
-    Slot* best = nullptr;
-    for (Slot& s : slots_) {
-      if (&s == held_) continue;
-      if (s.state == SlotState::kEmpty) return &s;
-      if (best == nullptr || s.last_use < best->last_use) best = &s;
-    }
-    if (best == nullptr) return absl::InternalError("NVMe gradient offload: no swap buffer to reuse");
-    if (best->state == SlotState::kDirty) MEMWALL_RETURN_IF_ERROR(StartWrite(*best));
-    MEMWALL_RETURN_IF_ERROR(Settle(*best));
-    best->group = -1;
-    best->state = SlotState::kEmpty;
-    return best;
-  }
-
-  absl::Status StartRead(Slot& s, int64_t k) {
-    MEMWALL_ASSIGN_OR_RETURN(s.request, channel_->Read(k, s.buffer.data()));
-    s.group = k;
-    s.state = SlotState::kReading;
-    s.last_use = ++clock_;
-    return absl::OkStatus();
-  }
-
-  absl::Status StartWrite(Slot& s) {
-    MEMWALL_ASSIGN_OR_RETURN(s.request, channel_->Write(s.group, s.buffer.data()));
-    s.state = SlotState::kWriting;
-    return absl::OkStatus();
-  }
-
-  // Waits for the buffer's read or write; clean after. A failed transfer
-  // leaves it empty and breaks the shard.
-  absl::Status Settle(Slot& s) {
-    if (s.state != SlotState::kReading && s.state != SlotState::kWriting) return absl::OkStatus();
-    const absl::Status st = channel_->Wait(s.request, s.state == SlotState::kReading, s.group);
-    s.state = st.ok() ? SlotState::kClean : SlotState::kEmpty;
-    if (!st.ok()) s.group = -1;
-    return st;
   }
 
   const int64_t n_;
@@ -387,12 +318,9 @@ class NvmeGradientShard final : public offload::GradientShard {
   ThreadPool pool_;
   bool last_pass_ = true;  // set on the host before each micro-batch
   std::mutex mu_;          // the host functions of two streams and the optimizer's thread
-  std::vector<Slot> slots_;
-  Slot* held_ = nullptr;  // the optimizer's, from its last Gradients
   std::vector<bool> touched_;  // per sub-group: added to since ZeroGradients
   Buffer staging_, gathered_, norm_host_;
-  std::unique_ptr<SwapChannel> channel_;  // destroyed first: the file closed before the buffers go
-  int64_t clock_ = 0;
+  std::unique_ptr<SwapBuffers> buffers_;  // the optimizer's is held, from its last Gradients
   absl::Status failed_;  // this step's first failure, then the file's (Failure)
   offload::FoldedNorm folded_;
   std::vector<ops::SquareSum> chunk_norms_, block_norms_;  // one piece's, one block's

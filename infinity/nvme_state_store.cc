@@ -25,29 +25,12 @@ std::string SwapPath(const NvmeStateStoreOptions& o) {
 
 class NvmeStateStore : public zero::OptimizerStateStore {
  public:
-  enum class SlotState { kIdle, kReading, kAcquired, kWriting };
-  struct Slot {
-    Buffer buffer;
-    int64_t group = -1;  // the sub-group it holds (-1: none)
-    SlotState state = SlotState::kIdle;
-    AioRequest request;  // kReading, kWriting
-    int64_t last_use = 0;
-  };
+  using Slot = SwapBuffers::Slot;
 
   NvmeStateStore(const NvmeStateStoreOptions& o, int64_t sub_group)
       : OptimizerStateStore(o.elements, sub_group, MemorySpace::kPinnedHost), padded_(Padded(sub_group)) {}
 
-  ~NvmeStateStore() override {
-    for (Slot& s : slots_) (void)Settle(s);
-  }
-
   absl::Status Init(Device& device, const NvmeStateStoreOptions& o, int64_t count) {
-    const MemoryPlan plan = NvmeStateStorePlan(o);
-    for (int64_t i = 0; i < count; ++i) {
-      Slot s;
-      MEMWALL_ASSIGN_OR_RETURN(s.buffer, AllocatePlanned(device, plan, absl::StrCat("swap buffer ", i)));
-      slots_.push_back(std::move(s));
-    }
     SwapChannel::Options c;
     c.what = "NVMe offload";
     c.contents = "optimizer states";
@@ -59,37 +42,33 @@ class NvmeStateStore : public zero::OptimizerStateStore {
     c.timeline = o.timeline;
     c.in_track = kSwapInTrack;
     c.out_track = kSwapOutTrack;
-    MEMWALL_ASSIGN_OR_RETURN(channel_, SwapChannel::Create(c));
+    MEMWALL_ASSIGN_OR_RETURN(buffers_, SwapBuffers::Create(device, NvmeStateStorePlan(o), "swap buffer", count, c));
     return absl::OkStatus();
   }
 
   bool fails_alone() const override { return true; }
 
+  // Sub-group k, held: the buffer it was read ahead into, else read now;
+  // and k + 1 starts its read into a buffer free of work.
   absl::StatusOr<zero::StateSubGroup> Acquire(int64_t k) override {
-    MEMWALL_RETURN_IF_ERROR(channel_->Broken());
+    MEMWALL_RETURN_IF_ERROR(buffers_->channel().Broken());
     if (k < 0 || k >= sub_groups()) {
       return absl::OutOfRangeError(absl::StrCat("optimizer state sub-group ", k, " of ", sub_groups()));
     }
-    Slot* slot = Find(k);
+    Slot* slot = buffers_->Find(k);
     if (slot == nullptr) {
-      MEMWALL_ASSIGN_OR_RETURN(slot, Evict());
+      MEMWALL_ASSIGN_OR_RETURN(slot, buffers_->Evict());
       if (slot == nullptr) return absl::FailedPreconditionError("NVMe offload: every swap buffer is acquired");
-      MEMWALL_RETURN_IF_ERROR(StartRead(*slot, k));
+      MEMWALL_RETURN_IF_ERROR(buffers_->StartRead(*slot, k));
     }
-    if (slot->state == SlotState::kAcquired) {
+    if (slot->held) {
       return absl::FailedPreconditionError(absl::StrCat("NVMe offload: sub-group ", k, " is acquired twice"));
     }
-    MEMWALL_RETURN_IF_ERROR(Settle(*slot));
-    slot->state = SlotState::kAcquired;
-    slot->last_use = ++clock_;
-    // Read ahead: k + 1 into an idle buffer, if one is free of work.
-    if (k + 1 < sub_groups() && Find(k + 1) == nullptr) {
-      for (Slot& s : slots_) {
-        if (s.state == SlotState::kIdle && &s != slot) {
-          MEMWALL_RETURN_IF_ERROR(StartRead(s, k + 1));
-          break;
-        }
-      }
+    MEMWALL_RETURN_IF_ERROR(buffers_->Settle(*slot));
+    slot->held = true;
+    buffers_->Touch(*slot);
+    if (k + 1 < sub_groups() && buffers_->Find(k + 1) == nullptr) {
+      if (Slot* spare = buffers_->Spare()) MEMWALL_RETURN_IF_ERROR(buffers_->StartRead(*spare, k + 1));
     }
     zero::StateSubGroup g;
     g.index = k;
@@ -102,79 +81,26 @@ class NvmeStateStore : public zero::OptimizerStateStore {
     return g;
   }
 
+  // A written sub-group starts its write-back; an unwritten one stays a
+  // clean copy.
   absl::Status Release(const zero::StateSubGroup& g, bool written) override {
-    MEMWALL_RETURN_IF_ERROR(channel_->Broken());
-    Slot* slot = Find(g.index);
-    if (slot == nullptr || slot->state != SlotState::kAcquired) {
+    MEMWALL_RETURN_IF_ERROR(buffers_->channel().Broken());
+    Slot* slot = buffers_->Find(g.index);
+    if (slot == nullptr || !slot->held) {
       return absl::FailedPreconditionError(absl::StrCat("NVMe offload: sub-group ", g.index, " released unacquired"));
     }
-    if (!written) {
-      slot->state = SlotState::kIdle;  // a clean copy
-      return absl::OkStatus();
-    }
-    MEMWALL_ASSIGN_OR_RETURN(slot->request, channel_->Write(g.index, slot->buffer.data()));
-    slot->state = SlotState::kWriting;
-    return absl::OkStatus();
+    slot->held = false;
+    return written ? buffers_->StartWrite(*slot) : absl::OkStatus();
   }
 
   absl::Status Sync() override {
-    absl::Status first;
-    for (Slot& s : slots_) {
-      if (s.state == SlotState::kWriting || s.state == SlotState::kReading) {
-        const absl::Status st = Settle(s);
-        if (first.ok()) first = st;
-      }
-    }
-    return first.ok() ? channel_->Broken() : first;
+    MEMWALL_RETURN_IF_ERROR(buffers_->SettleAll());
+    return buffers_->channel().Broken();
   }
 
  private:
-  Slot* Find(int64_t k) {
-    for (Slot& s : slots_) {
-      if (s.group == k) return &s;
-    }
-    return nullptr;
-  }
-
-  // A buffer for a new sub-group: idle and empty first, then the least
-  // recently used one that is not acquired (its write-back finished first).
-  absl::StatusOr<Slot*> Evict() {
-    Slot* best = nullptr;
-    for (Slot& s : slots_) {
-      if (s.state == SlotState::kAcquired) continue;
-      if (s.group < 0 && s.state == SlotState::kIdle) return &s;
-      if (best == nullptr || s.last_use < best->last_use) best = &s;
-    }
-    if (best != nullptr) {
-      MEMWALL_RETURN_IF_ERROR(Settle(*best));
-      best->group = -1;
-    }
-    return best;
-  }
-
-  absl::Status StartRead(Slot& s, int64_t k) {
-    MEMWALL_ASSIGN_OR_RETURN(s.request, channel_->Read(k, s.buffer.data()));
-    s.group = k;
-    s.state = SlotState::kReading;
-    s.last_use = ++clock_;
-    return absl::OkStatus();
-  }
-
-  // Waits for the buffer's read or write; idle after. A failed transfer
-  // leaves it empty (a failed read holds nothing; a failed write, no copy
-  // the file has).
-  absl::Status Settle(Slot& s) {
-    if (s.state != SlotState::kReading && s.state != SlotState::kWriting) return absl::OkStatus();
-    const absl::Status st = channel_->Wait(s.request, s.state == SlotState::kReading, s.group);
-    s.state = SlotState::kIdle;
-    if (!st.ok()) s.group = -1;
-    return st;
-  }
-
   const int64_t padded_;
-  std::vector<Slot> slots_;
-  std::unique_ptr<SwapChannel> channel_;  // destroyed first: the file closed before the buffers go
-  int64_t clock_ = 0;
+  std::unique_ptr<SwapBuffers> buffers_;
 };
 
 }  // namespace

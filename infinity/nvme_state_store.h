@@ -4,13 +4,10 @@
 // Adam works. A zero::OptimizerStateStore, so offload's host optimizer steps
 // it unchanged (offload/host_optimizer.h).
 //
-// [Note: swap buffer states]
-//   kIdle      holds nothing, or a clean copy of sub-group g
-//   kReading   sub-group g on its way in from the file
-//   kAcquired  the optimizer's, between Acquire(g) and Release
-//   kWriting   sub-group g on its way back to the file
-// Acquire(k) waits for k (already reading if it was prefetched, else read
-// now) and starts reading k + 1 into an idle buffer; Release(k, written)
+// The swap buffers (SwapBuffers, swap_channel.h) hold a sub-group each: a
+// buffer is held by the optimizer between Acquire(k) and Release. Acquire(k)
+// waits for k (already reading if it was prefetched, else read now) and
+// starts reading k + 1 into a buffer free of work; Release(k, written)
 // starts writing k back. With three buffers, sub-group k + 1 is read while
 // the Adam updates k while k - 1 is written: the fewest that pipeline, and
 // the number a budget must allow.

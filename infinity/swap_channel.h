@@ -1,8 +1,8 @@
 // The swap file of a store kept in equal sub-groups (the optimizer states,
-// nvme_state_store.h; the gradient shard, nvme_gradient_shard.h) and its
-// transfers: sub-group k at byte k · G of the file, moved whole between it
-// and a pinned buffer (G a multiple of kAioAlignment). The store keeps its
-// buffers' states; the channel starts and waits for their transfers, and
+// nvme_state_store.h; the gradient shard, nvme_gradient_shard.h), its
+// transfers, and the pinned swap buffers that cache it: sub-group k at byte
+// k · G of the file, moved whole between it and a buffer (G a multiple of
+// kAioAlignment). SwapChannel starts and waits for the transfers, and
 // keeps the first failure:
 //   - a wait is a kSwapWait zone on track kSwapTrack, a completed transfer
 //     a kSwapIn / kSwapOut span of G bytes on the store's tracks;
@@ -14,16 +14,29 @@
 //     stale <contents> since an I/O error (...)").
 // The file is created zeroed and locked (CreateSwapFile) and removed when
 // the channel is, if it holds the lock: never another process's file.
+//
+// SwapBuffers keeps what each buffer holds; the stores decide when to read,
+// write and hold:
+//   empty      holds nothing (group -1, no transfer)
+//   reading    sub-group g on its way in (then clean)
+//   clean      sub-group g, as the file has it
+//   dirty      sub-group g, newer than the file
+//   writing    sub-group g on its way out (then clean)
+// and, orthogonally, held: in use by the store's caller, never evicted.
+// A failed transfer leaves its buffer empty.
 #ifndef MEMWALL_INFINITY_SWAP_CHANNEL_H_
 #define MEMWALL_INFINITY_SWAP_CHANNEL_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "infinity/aio.h"
+#include "runtime/device.h"
+#include "runtime/memory_plan.h"
 #include "runtime/timeline.h"
 
 namespace memwall::infinity {
@@ -68,6 +81,60 @@ class SwapChannel {
   std::unique_ptr<AioEngine> aio_;
   SwapFile file_;        // locked while the channel lives
   absl::Status broken_;  // the first failed transfer
+};
+
+// The pinned buffers that cache a SwapChannel's file, a sub-group each.
+class SwapBuffers {
+ public:
+  struct Slot {
+    Buffer buffer;       // G bytes
+    int64_t group = -1;  // the sub-group it holds (-1: none)
+    bool dirty = false;  // newer than the file
+    bool held = false;   // the caller's: never evicted
+    enum class Transfer { kNone, kReading, kWriting } transfer = Transfer::kNone;
+    AioRequest request;  // while transferring
+    int64_t last_use = 0;
+  };
+
+  // `count` buffers "<name> <i>" of `plan` (each G bytes, pinned) over a
+  // new channel.
+  static absl::StatusOr<std::unique_ptr<SwapBuffers>> Create(Device& device, const MemoryPlan& plan,
+                                                             absl::string_view name, int64_t count,
+                                                             const SwapChannel::Options& channel);
+  // Waits for every transfer before the file closes.
+  ~SwapBuffers();
+
+  SwapChannel& channel() { return *channel_; }
+  std::vector<Slot>& slots() { return slots_; }
+
+  // The buffer holding sub-group k, or null.
+  Slot* Find(int64_t k);
+  // An empty buffer for a new sub-group: an empty one, else the least
+  // recently used one not held, its dirty sub-group written and its
+  // transfer waited for first; null when every buffer is held.
+  absl::StatusOr<Slot*> Evict();
+  // A buffer to read ahead into, free of work (not held, dirty or
+  // transferring): an empty one, else the least recently used clean one;
+  // null if none.
+  Slot* Spare();
+  // Starts reading sub-group k into `slot` (which becomes the most
+  // recently used), or writing its sub-group out.
+  absl::Status StartRead(Slot& slot, int64_t k);
+  absl::Status StartWrite(Slot& slot);
+  // Waits for the slot's transfer, if any: clean after, or empty if it
+  // failed (the Status).
+  absl::Status Settle(Slot& slot);
+  // Settles every buffer: the first failure.
+  absl::Status SettleAll();
+  // Marks the slot the most recently used.
+  void Touch(Slot& slot) { slot.last_use = ++clock_; }
+
+ private:
+  SwapBuffers() = default;
+
+  std::vector<Slot> slots_;
+  std::unique_ptr<SwapChannel> channel_;  // destroyed first: the file closed before the buffers go
+  int64_t clock_ = 0;
 };
 
 }  // namespace memwall::infinity
