@@ -2,7 +2,8 @@
 
 Left: per mode (ZeRO-3, + CPU offload of the optimizer states, + NVMe
 offload of them, each offload also with the 16-bit parameters on the CPU,
-and NVMe offload with the parameters on NVMe too),
+and NVMe offload with the parameters on NVMe too, and with the gradient
+shard there as well: every model state on NVMe),
 the largest ladder model whose steps all completed (bars, millions of
 parameters; on top the ratio to CPU offload, to CPU offload with the
 parameters, the paper's ratio over ZeRO-Inf-CPU, and the last step's TFLOPS and
@@ -10,7 +11,8 @@ device idle fraction).
 Right: every attempt's pinned host peak against its parameters: CPU
 offload's grows 14 bytes per parameter (bf16), NVMe offload's 2 (the
 gradient shard) plus its swap buffers; with the parameters on the CPU
-each gains 2 more, with them on NVMe only a few swap buffers.
+each gains 2 more, with them on NVMe only a few swap buffers, and with
+every model state on NVMe not the 2 of the gradient shard either.
 
 usage: figure.py DATA.csv OUT.png  (reads summary.csv beside DATA.csv)
 """
@@ -27,7 +29,7 @@ from attempts_figure import bar_largest, label_attempts, plot_attempts, rate_not
 
 COLORS = {"stage3": "#1f77b4", "stage3+offload": "#2ca02c", "stage3+nvme": "#9467bd",
           "stage3+offload+params": "#8c564b", "stage3+nvme+params": "#e377c2",
-          "stage3+nvme+nvme-params": "#ff7f0e"}
+          "stage3+nvme+nvme-params": "#ff7f0e", "stage3+nvme-all": "#d62728"}
 
 
 def main(data_path, out_path):

@@ -19,6 +19,11 @@ independently of the code that wrote it:
     as large as with them on the host trains, and for each model both train
     its pinned peak is the host mode's less the 2-byte shard, give or take
     the parameter swap buffers (< 1 MiB here);
+  - with every model state on NVMe, the gradient shard too (nvme-all): the
+    first model +nvme-params refuses is refused for pinned host memory and
+    trains, and for each model both train its pinned peak is +nvme-params'
+    less the 2-byte gradient shard, give or take the gradient swap buffers
+    (< 1 MiB here); summary.csv sets the paper's ZeRO-Inf-NVMe beside it;
   - the swap files are gone afterwards; a PNG and provenance.json exist."""
 import glob
 import os
@@ -63,12 +68,26 @@ class InfinityMaxModel(results_check.ResultsTest):
                 want = peak[("stage3+nvme+params", model)] - 2 * params[model]
                 self.assertTrue(want <= pinned <= want + 1048576, f"{model}: pinned peak {pinned}, want {want}")
         self.assertGreaterEqual(largest["stage3+nvme+nvme-params"], largest["stage3+nvme+params"])
+        self.assertIn("pinned", why["stage3+nvme+nvme-params"])
+        self.assertIn(("stage3+nvme-all", refused["stage3+nvme+nvme-params"]), fits,
+                      "every state on NVMe trains what the pinned gradient shard refuses")
+        self.assertGreater(largest["stage3+nvme-all"], largest["stage3+nvme+nvme-params"])
+        both = 0
+        for (mode, model), pinned in peak.items():
+            if mode == "stage3+nvme-all" and ("stage3+nvme+nvme-params", model) in peak:
+                want = peak[("stage3+nvme+nvme-params", model)] - 2 * params[model]
+                self.assertTrue(want <= pinned <= want + 1048576, f"{model}: pinned peak {pinned}, want {want}")
+                both += 1
+        self.assertGreater(both, 0)
         self.assertGreater(2 * largest["stage3+nvme+params"], DEVICE)
         summary = {r["mode"]: r for r in results_check.rows(os.path.join(directory, "summary.csv"))
                    if r["source"] == "measured"}
         self.assertEqual(summary["stage3+nvme"]["ratio_to_cpu_offload"],
                          f"{largest['stage3+nvme'] / largest['stage3+offload']:.3f}")
         self.assertEqual(summary["stage3+offload"]["ratio_to_cpu_offload"], "1.000")
+        paper = {r["mode"]: r for r in results_check.rows(os.path.join(directory, "summary.csv"))
+                 if r["source"] == "paper"}
+        self.assertIn("ZeRO-Inf-NVMe", paper["stage3+nvme-all"]["largest_model"])
         left = glob.glob(os.path.join(SWAP, "**", "memwall_*_rank*.swap"), recursive=True)
         self.assertEqual(left, [], "swap files left behind")
         self.assert_figure_and_provenance(directory)

@@ -2,7 +2,8 @@
 // ladder's max-model walk (ladder.h) for ZeRO-3, + CPU offload of the
 // optimizer states, + NVMe offload of them (infinity/nvme_optimizer.h),
 // each offload also with the 16-bit parameters on the host, and NVMe
-// offload with them on NVMe too, under the device's and the pinned host's
+// offload with them on NVMe too, without and with the gradient shard
+// there (infinity/nvme_gradient_shard.h), under the device's and the pinned host's
 // budgets (offload.host_pinned_memory_bytes); a pinned budget exceeded, or
 // a full disk, is "does not fit" too.
 #ifndef MEMWALL_REPRO_INFINITY_MAX_MODEL_MAX_MODEL_H_
