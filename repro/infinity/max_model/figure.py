@@ -37,7 +37,7 @@ def main(data_path, out_path):
     measured = [r for r in summary if r["source"] == "measured"]
     paper = {r["mode"]: r for r in summary if r["source"] == "paper"}
 
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, axes = plt.subplots(1, 2, figsize=(16, 5.2), gridspec_kw={"width_ratios": [1.4, 1]})
     ax = axes[0]
 
     def note(r):
@@ -50,7 +50,7 @@ def main(data_path, out_path):
             lines += "\n(paper %.2fx)" % float(paper[r["mode"]]["ratio_to_cpu_offload_with_params"])
         return lines + rate_note(r)
 
-    heights = bar_largest(ax, measured, COLORS, note, 8)
+    heights = bar_largest(ax, measured, COLORS, note, 7)
     ax.set_xticklabels([r["mode"].replace("+", "\n+") for r in measured], fontsize=8)
     ax.set_ylabel("largest model that trains (M parameters)")
     ax.set_title("Largest model on one device (ratio to CPU offload)")
