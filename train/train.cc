@@ -262,6 +262,12 @@ absl::StatusOr<int> Main() {
   MEMWALL_ASSIGN_OR_RETURN(models::GptConfig config,
                            models::ResolveModel(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_model_name)));
   MEMWALL_ASSIGN_OR_RETURN(Settings settings, LoadSettings(config, launch.world_size, steps));
+  // The translation first, so that a refusal of what it set (with --set on
+  // top) reads after the line that set it.
+  if (launch.rank == 0) {
+    for (const std::string& line : settings.translation) std::printf("deepspeed_config: %s\n", line.c_str());
+    std::fflush(stdout);
+  }
   if (settings.checkpointing) config.set_activation_checkpointing(*settings.checkpointing);
   if (settings.offload_activations) config.set_offload_activations(*settings.offload_activations);
   if (const std::string c = absl::GetFlag(FLAGS_checkpointing); c == "true" || c == "false") {
@@ -305,7 +311,6 @@ absl::StatusOr<int> Main() {
   const zero::TrainingOptions& t = trainer->training();
 
   if (rank0) {
-    for (const std::string& line : settings.translation) std::printf("deepspeed_config: %s\n", line.c_str());
     std::printf("train: %s (%lld layers, hidden %lld, %lld heads, %lld parameters%s) on %s, %d %s (%s)\n",
                 config.name().c_str(), (long long)config.layers(), (long long)config.hidden(),
                 (long long)config.heads(), (long long)models::CountParameters(config),

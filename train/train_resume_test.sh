@@ -69,6 +69,17 @@ cmp "$tmp/ref/model.safetensors" "$tmp/ds/model.safetensors" || fail "the DeepSp
 echo '{"zero_optimization": {"stage": 2, "round_robin_gradients": true}}' > "$tmp/bad.json"
 "$train" --steps=1 --device=cpu --deepspeed_config="$tmp/bad.json" --out="$tmp/bad" > "$tmp/bad.log" 2>&1 && fail "a key memwall cannot honour was accepted"
 grep -q "zero_optimization.round_robin_gradients: not implemented; set it to false" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "refusal"; }
+# What the translation set, refused with --set on top: the line that set it
+# is printed before the refusal.
+echo "{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$tmp\"}}}" \
+  > "$tmp/nvme.json"
+"$train" --steps=1 --device=cpu --deepspeed_config="$tmp/nvme.json" --out="$tmp/nvme" \
+  --set='zero { offload_optimizer { delayed_update_after_steps: 5 } }' > "$tmp/nvme.log" 2>&1 &&
+  fail "the delayed update with the translation's gradients on NVMe was accepted"
+set_line="$(grep -n 'at stage 3 -> zero.offload_optimizer.gradients_on_nvme: true' "$tmp/nvme.log" | cut -d: -f1)"
+refusal_line="$(grep -n 'gradients_on_nvme = true with delayed_update_after_steps = 5' "$tmp/nvme.log" | cut -d: -f1)"
+[[ -n "$set_line" && -n "$refusal_line" && "$set_line" -lt "$refusal_line" ]] ||
+  { cat "$tmp/nvme.log"; fail "the refusal does not follow the translation line that set gradients_on_nvme"; }
 
 echo "=== 4. torchrun-style variables"
 "$torchrun" 2 "$train" "${flags[@]}" --save_every=0 --out="$tmp/torchrun" > "$tmp/torchrun.log" 2>&1 ||
