@@ -27,7 +27,7 @@ namespace memwall::infinity {
 void AlignedFree::operator()(void* p) const { std::free(p); }
 
 std::unique_ptr<char, AlignedFree> AllocateAligned(int64_t bytes) {
-  const size_t rounded = static_cast<size_t>((bytes + kAioAlignment - 1) / kAioAlignment * kAioAlignment);
+  const size_t rounded = static_cast<size_t>(AioAligned(bytes));
   return std::unique_ptr<char, AlignedFree>(static_cast<char*>(std::aligned_alloc(kAioAlignment, rounded)));
 }
 

@@ -39,6 +39,12 @@ namespace memwall::infinity {
 
 inline constexpr int64_t kAioAlignment = 4096;
 
+// `bytes` rounded up to a multiple of kAioAlignment: what an O_DIRECT
+// transfer of them moves.
+inline constexpr int64_t AioAligned(int64_t bytes) {
+  return (bytes + kAioAlignment - 1) / kAioAlignment * kAioAlignment;
+}
+
 struct AioOptions {
   int64_t block_bytes = int64_t{1} << 20;  // a multiple of kAioAlignment
   int queue_depth = 32;                    // blocks in flight per thread, 1-4096

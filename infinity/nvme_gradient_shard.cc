@@ -334,9 +334,7 @@ int64_t GradientSwapBufferCount(const NvmeGradientShardOptions& o) {
 }
 
 int64_t GradientSwapBufferBytes(const NvmeGradientShardOptions& o) {
-  const int64_t g = SizeOf(o.dtype);
-  const int64_t per = kAioAlignment / g;  // elements an aligned block holds
-  return (SubGroupElements(o) + per - 1) / per * per * g;
+  return AioAligned(SubGroupElements(o) * static_cast<int64_t>(SizeOf(o.dtype)));
 }
 
 MemoryPlan NvmeGradientShardPlan(const NvmeGradientShardOptions& o) {

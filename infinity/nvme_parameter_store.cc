@@ -14,7 +14,6 @@
 namespace memwall::infinity {
 namespace {
 
-int64_t RoundUp(int64_t bytes) { return (bytes + kAioAlignment - 1) / kAioAlignment * kAioAlignment; }
 int64_t RoundDown(int64_t bytes) { return bytes / kAioAlignment * kAioAlignment; }
 
 std::string SwapPath(const NvmeParameterStoreOptions& o) {
@@ -22,7 +21,7 @@ std::string SwapPath(const NvmeParameterStoreOptions& o) {
 }
 
 int64_t FileBytes(const NvmeParameterStoreOptions& o) {
-  return RoundUp(o.elements * static_cast<int64_t>(SizeOf(o.dtype)));
+  return AioAligned(o.elements * static_cast<int64_t>(SizeOf(o.dtype)));
 }
 
 class NvmeParameterStore : public zero::ParameterStore {
@@ -255,7 +254,7 @@ class NvmeParameterStore : public zero::ParameterStore {
   }
 
   Span SpanOf(int64_t begin, int64_t n) const {
-    return {RoundDown(begin * elem_), RoundUp((begin + n) * elem_)};
+    return {RoundDown(begin * elem_), AioAligned((begin + n) * elem_)};
   }
 
   static bool Holds(const Buffer& b, const Tensor& t) {
@@ -347,7 +346,7 @@ NvmeParameterStoreOptions ParameterStoreOptions(const zero::PlanShape& shape, in
 }
 
 int64_t ParameterSwapBufferBytes(const NvmeParameterStoreOptions& o) {
-  return RoundUp(std::max<int64_t>(1, o.buffer_elements) * static_cast<int64_t>(SizeOf(o.dtype))) + kAioAlignment;
+  return AioAligned(std::max<int64_t>(1, o.buffer_elements) * static_cast<int64_t>(SizeOf(o.dtype))) + kAioAlignment;
 }
 
 MemoryPlan NvmeParameterStorePlan(const NvmeParameterStoreOptions& o) {

@@ -10,9 +10,9 @@
 namespace memwall::infinity {
 namespace {
 
-constexpr int64_t kElementAlignment = kAioAlignment / sizeof(float);  // 1024
-
-int64_t Padded(int64_t sub_group) { return (sub_group + kElementAlignment - 1) / kElementAlignment * kElementAlignment; }
+// A sub-group's elements of one state, rounded up so that each state starts
+// aligned in the file and in a swap buffer (to 1024 fp32).
+int64_t Padded(int64_t sub_group) { return AioAligned(sub_group * int64_t{sizeof(float)}) / int64_t{sizeof(float)}; }
 
 int64_t SubGroups(const NvmeStateStoreOptions& o) {
   const int64_t s = std::max<int64_t>(1, std::min(o.sub_group_elements, o.elements));
