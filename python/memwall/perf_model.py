@@ -39,12 +39,14 @@ k = 1 with activation recomputation (checkpointing) else 0:
                over PCIe, and the host's other passes over the shard:
                the gradients' accumulation into the host buffer and the
                global norm (grad_accumulate_bytes_per_param and
-               grad_norm_bytes_per_param at the same bandwidth); NVMe: 24 bytes of fp32 states read and written
-               per parameter at nvme_gbps shared by the node's ranks,
-               pipelined with the CPU Adam; with the gradients on NVMe
-               too, the 16-bit shard written under the backward pass
-               (read and written again by each further micro-batch) and
-               read once under the CPU Adam, at the same bandwidth
+               grad_norm_bytes_per_param at the same bandwidth); NVMe:
+               12 bytes of fp32 states a parameter read in at nvme_gbps
+               while the sub-group before goes back out at
+               nvme_write_gbps (each shared by the node's ranks; the
+               slower direction sets the time), pipelined with the CPU
+               Adam; with the gradients on NVMe too, the 16-bit shard
+               written under the backward pass (read and written again by
+               each further micro-batch) and read once under the CPU Adam
   parameters   offloaded (ZeRO-Infinity): each pass (forward, recompute,
                backward) reads the rank's 2P/N bytes over its own PCIe
                (and from NVMe), then all-gathers (bandwidth-centric
@@ -75,7 +77,11 @@ copy up under the CPU Adam (the tile pipeline):
 (ZeRO-Offload §5.2: the update of the step before runs under this step's
 forward and backward; its parameters go up after them). A machine whose
 "device" shares the host's cores (the CpuDevice, Hardware.shares_cores)
-overlaps nothing.
+overlaps nothing that takes a core: its step is the phases' sum, but for
+the NVMe optimizer swap, which the drive's DMA runs under the CPU Adam
+(io_uring takes no core):
+
+  step = sum of the phases - min(CPU Adam, NVMe optimizer swap)
 """
 import dataclasses
 import functools
@@ -105,10 +111,13 @@ CPU_ADAM_BYTES_PER_PARAM = 28
 # Device Adam (no offload): the same pass in device memory, and the
 # 16-bit gradient and parameter.
 DEVICE_ADAM_BYTES_PER_PARAM = 28
-# NVMe optimizer swap, a step's traffic: the fp32 parameter, momentum and
-# variance (12 bytes) read in and written back (ZeRO-Infinity §5.2;
-# infinity/nvme_state_store.h).
-NVME_OPTIMIZER_BYTES_PER_PARAM = 24
+# NVMe optimizer swap, a step's traffic each way: the fp32 parameter,
+# momentum and variance (12 bytes) read in, and the same written back
+# (ZeRO-Infinity §5.2; infinity/nvme_state_store.h). The two directions run
+# at once: the store reads the next sub-group while the one before is
+# written (the dev VM's 40B step: 17 GB in over 14.5 s, 17 GB out over 8.9
+# s, both within its 15.6 s optimizer zone).
+NVME_OPTIMIZER_BYTES_PER_PARAM = 12
 # The 16-bit gradient shard on NVMe (infinity/nvme_gradient_shard.h):
 # written by the first micro-batch, read and written by each further one,
 # read by the optimizer.
@@ -128,13 +137,14 @@ class Hardware:
     pcie_gbps: float              # host <-> device, per device
     intra_node_gbps: float        # collective bus bandwidth per device inside a node
     inter_node_gbps: float        # per node, all its NICs together
-    nvme_gbps: float              # per node, all its drives together
+    nvme_gbps: float              # per node, all its drives together, reading
     cpu_memory_gbps: float        # per node, what a streaming pass reaches
     host_bytes_per_param: float = CPU_ADAM_BYTES_PER_PARAM  # host traffic of the offloaded optimizer step
     # The offloaded step's other host passes, per parameter of the shard
     # at cpu_memory_gbps (0: not modeled, as in the papers' machines):
     grad_accumulate_bytes_per_param: float = 0.0  # gradients into the host buffer, under the backward pass
     grad_norm_bytes_per_param: float = 0.0        # the global norm's pass, after the backward pass
+    nvme_write_gbps: float = 0.0  # per node, writing while it reads (0: nvme_gbps)
     cpu_cores: int = 0            # per node (documentation)
     host_memory_bytes: int = 0    # per node
     shares_cores: bool = False    # the "device" runs on the host's cores: nothing overlaps
@@ -145,7 +155,8 @@ class Hardware:
         return self.device_tflops * 1e12 * self.compute_efficiency
 
 
-_MAY_BE_ZERO = ("cpu_cores", "host_memory_bytes", "grad_accumulate_bytes_per_param", "grad_norm_bytes_per_param")
+_MAY_BE_ZERO = ("cpu_cores", "host_memory_bytes", "grad_accumulate_bytes_per_param", "grad_norm_bytes_per_param",
+                "nvme_write_gbps")
 
 
 def load_hardware(name_or_path: str) -> Hardware:
@@ -345,6 +356,11 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
 
     pcie = hw.pcie_gbps * GB
     nvme_rank = hw.nvme_gbps * GB / per_node
+    nvme_write_rank = (hw.nvme_write_gbps or hw.nvme_gbps) * GB / per_node
+
+    def nvme(read_bytes, write_bytes):  # both directions at once
+        return max(read_bytes / nvme_rank, write_bytes / nvme_write_rank)
+
     cpu_rank = hw.cpu_memory_gbps * GB / per_node
     opt_device = opt_cpu = opt_nvme = grads_down = params_up = accumulate = norm = grad_nvme = 0.0
     if run.offload_optimizer == "none":
@@ -356,10 +372,12 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
         grads_down = 2 * shard / pcie
         params_up = 2 * shard / pcie
         if run.offload_optimizer == "nvme":
-            opt_nvme = shard * NVME_OPTIMIZER_BYTES_PER_PARAM / nvme_rank
+            states = shard * NVME_OPTIMIZER_BYTES_PER_PARAM
+            opt_nvme = nvme(states, states)
             if run.gradients_on_nvme:
-                grad_nvme = (2 * ga - 1) * shard * NVME_GRADIENT_BYTES_PER_PARAM / nvme_rank
-                opt_nvme += shard * NVME_GRADIENT_BYTES_PER_PARAM / nvme_rank
+                grads = shard * NVME_GRADIENT_BYTES_PER_PARAM
+                grad_nvme = nvme((ga - 1) * grads, ga * grads)
+                opt_nvme = nvme(states + grads, states)
 
     fetch_pass = nvme_pass = 0.0   # offloaded parameters, per pass
     if run.offload_param != "none":
@@ -387,7 +405,8 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
     }
     if hw.shares_cores:
         visible = dict(phases)
-        step = sum(phases.values())
+        visible["nvme_optimizer"] = max(0.0, opt_nvme - opt_cpu)  # the drive's, under the CPU Adam
+        step = sum(visible.values())
     else:
         over = (lambda *t: max(t)) if run.prefetch else (lambda *t: sum(t))
         forward = over(fwd, gather_fwd * ga, fetch_fwd, nvme_fwd)
@@ -459,7 +478,7 @@ def bytes_per_second(pairs, what: str) -> float:
     return sum(b * t for b, t in pairs) / sum(t * t for b, t in pairs)
 
 
-def calibrate(rows, nvme_gbps: float, name: str = "calibrated") -> Hardware:
+def calibrate(rows, nvme_gbps: float, nvme_write_gbps: float = 0.0, name: str = "calibrated") -> Hardware:
     """A shares_cores Hardware (a CpuDevice machine) fitted to measured steps.
 
     rows: dicts with "run" (a Run) and "zones" (seconds per step of the
@@ -470,8 +489,8 @@ def calibrate(rows, nvme_gbps: float, name: str = "calibrated") -> Hardware:
     bandwidth from their zones at 28 bytes per parameter; the host's bytes
     per parameter from every host pass of the offloaded step (CPU Adam,
     gradient accumulation, norm) at that bandwidth; the copies' bandwidth
-    from the gradient and parameter copies. nvme_gbps is measured apart
-    (the aio benchmark's fio baseline)."""
+    from the gradient and parameter copies. nvme_gbps and nvme_write_gbps
+    are measured apart (the aio benchmark's fio baseline)."""
     import numpy as np
 
     xs, ys = [], []
@@ -495,7 +514,7 @@ def calibrate(rows, nvme_gbps: float, name: str = "calibrated") -> Hardware:
     return Hardware(name=name, gpus_per_node=1, device_memory_bytes=1 << 40, device_tflops=1 / a / 1e12,
                     compute_efficiency=1.0, half_hidden=max(c / a, 1.0), device_memory_gbps=device / GB,
                     pcie_gbps=copies / GB, intra_node_gbps=copies / GB, inter_node_gbps=copies / GB,
-                    nvme_gbps=nvme_gbps, cpu_memory_gbps=cpu / GB, host_bytes_per_param=host_bytes,
+                    nvme_gbps=nvme_gbps, nvme_write_gbps=nvme_write_gbps, cpu_memory_gbps=cpu / GB, host_bytes_per_param=host_bytes,
                     shares_cores=True, source="fitted by memwall.perf_model.calibrate to CpuDevice measurements")
 
 

@@ -2,10 +2,12 @@
 
 1. The CpuDevice: fits the model's rates (memwall.perf_model.calibrate) to
    the measured steps of results/offload_throughput/ (four ladder GPTs x
-   stage 0, ZeRO-2, ZeRO-2 + offload, + DPU), then predicts the steps of
-   results/infinity_prefetch/ and results/infinity_activation_offload/
-   (other shapes, ZeRO-3 with the parameters and optimizer on the host and
-   on NVMe), which the fit never saw: their error is the model's held-out
+   stage 0, ZeRO-2, ZeRO-2 + offload, + DPU), the drive's rates to the fio
+   baseline (results/aio/dev_vm/), then predicts the steps of
+   results/infinity_prefetch/, results/infinity_activation_offload/ and
+   results/infinity_max_model/ (other shapes and micro-batches, ZeRO-3 with
+   the parameters, the optimizer and the gradients on the device, the host
+   and NVMe), which the fit never saw: their error is the model's held-out
    error on this machine.
 2. The GPU box (python/memwall/hardware/h100_box.json: one H100 80GB, a
    16-core host): fits its rates (memwall.perf_model.calibrate_device) to
@@ -46,7 +48,7 @@ from memwall import perf_model
 
 NAME = "perf_model_calibration"
 TRAIN = ("offload_throughput",)
-HELD_OUT = ("infinity_prefetch", "infinity_activation_offload")
+HELD_OUT = ("infinity_prefetch", "infinity_activation_offload", "infinity_max_model")
 BOX = "h100_box"
 # The first of these with results is the box's fit: the whole figure, else
 # its headline subset.
@@ -72,17 +74,27 @@ MODES = {
     "stage2": dict(stage=2),
     "stage2+offload": dict(stage=2, offload_optimizer="cpu"),
     "stage2+offload+dpu": dict(stage=2, offload_optimizer="cpu", dpu=True),
-    "stage3+nvme+nvme-params": dict(stage=3, offload_optimizer="nvme", offload_param="nvme", prefetch=False),
-    "stage3+nvme+nvme-params+prefetch": dict(stage=3, offload_optimizer="nvme", offload_param="nvme"),
+    "stage3": dict(stage=3),
+    "stage3+offload": dict(stage=3, offload_optimizer="cpu"),
+    "stage3+nvme": dict(stage=3, offload_optimizer="nvme"),
     "stage3+offload+params": dict(stage=3, offload_optimizer="cpu", offload_param="cpu"),
+    "stage3+nvme+params": dict(stage=3, offload_optimizer="nvme", offload_param="cpu"),
+    "stage3+nvme+nvme-params": dict(stage=3, offload_optimizer="nvme", offload_param="nvme"),
+    "stage3+nvme-all": dict(stage=3, offload_optimizer="nvme", offload_param="nvme", gradients_on_nvme=True),
+    "stage3+nvme+nvme-params+prefetch": dict(stage=3, offload_optimizer="nvme", offload_param="nvme"),
     "stage3+offload+params+activation-offload": dict(stage=3, offload_optimizer="cpu", offload_param="cpu"),
 }
+# INFINITY_PREFETCH runs each mode without prefetch (prefetch_bucket_bytes
+# 0), then with it under the mode's name + "+prefetch"
+# (repro/infinity/prefetch/prefetch.cc); every other experiment prefetches.
+PREFETCH_SUFFIX = {"INFINITY_PREFETCH": "+prefetch"}
 
 
 def experiment(workspace, name):
-    """The experiment's sequence, micro-batch, ladder, reduce bucket (None:
-    the trainer's) and whether its DPU keeps its result on the device, from
-    the text proto under repro/ whose name is `name` (results/<name>/)."""
+    """The experiment's kind, sequence, micro-batch, ladder, reduce bucket
+    (None: the trainer's) and whether its DPU keeps its result on the
+    device, from the text proto under repro/ whose name is `name`
+    (results/<name>/)."""
     for path in sorted(glob.glob(os.path.join(workspace, "repro", "**", "*.textproto"), recursive=True)):
         with open(path) as f:
             text = f.read()
@@ -90,6 +102,7 @@ def experiment(workspace, name):
             break
     else:
         raise ValueError(f"no experiment under repro/ is named {name}")
+    kind = re.search(r"^kind:\s*(\w+)", text, re.M).group(1)
     seq = int(re.search(r"\bseq:\s*(\d+)", text).group(1))
     micro_batch = int(re.search(r"\bmicro_batch:\s*(\d+)", text).group(1))
     bucket = re.search(r"\breduce_bucket_bytes:\s*(\d+)", text)
@@ -100,7 +113,7 @@ def experiment(workspace, name):
                                                               r"activation_checkpointing):\s*(\w+)", body))
         ladder[model_name] = f'name: "{model_name}" {fields}'
     values_on_device = re.search(r"^\s*dpu_values_on_device:\s*true", text, re.M) is not None
-    return seq, micro_batch, ladder, int(bucket.group(1)) if bucket else None, values_on_device
+    return kind, seq, micro_batch, ladder, int(bucket.group(1)) if bucket else None, values_on_device
 
 
 def zones(breakdown):
@@ -115,14 +128,18 @@ def zones(breakdown):
 def measured_rows(workspace, names, split):
     rows = []
     for name in names:
-        seq, micro_batch, ladder, bucket, values_on_device = experiment(workspace, name)
+        kind, seq, micro_batch, ladder, bucket, values_on_device = experiment(workspace, name)
         with open(os.path.join(workspace, "results", name, "data.csv")) as f:
             for r in csv.DictReader(f):
                 if r["fits"] != "yes":
                     continue
                 # The row's own micro-batch where data.csv has the column
                 # (a per-model or halved one), else the experiment's.
+                if r["mode"] not in MODES:
+                    raise ValueError(f"{name}: mode '{r['mode']}' has no Run here (MODES)")
                 mode = dict(MODES[r["mode"]])
+                if kind in PREFETCH_SUFFIX and not r["mode"].endswith(PREFETCH_SUFFIX[kind]):
+                    mode["prefetch"] = False
                 if mode.get("dpu"):
                     mode["dpu_values_on_device"] = values_on_device
                 run = perf_model.Run(model=ladder[r["model"]], micro_batch=int(r.get("micro_batch") or micro_batch),
@@ -184,11 +201,12 @@ def copy_gbps(rows, zone, delayed_only=False):
     return perf_model.bytes_per_second(pairs, zone) / 1e9 if pairs else None
 
 
-def fio_read_gbps(workspace):
-    """The fio baseline's best read bandwidth on this machine (results/aio/dev_vm)."""
+def fio_gbps(workspace, write):
+    """The fio baseline's best read (write=False) or write bandwidth on this
+    machine (results/aio/dev_vm)."""
     with open(os.path.join(workspace, "results", "aio", "dev_vm", "aio_benchmark.json")) as f:
         runs = json.load(f)["benchmarks"]
-    return max(b["fio_GBps"] for b in runs if "write:0" in b["name"])
+    return max(b["fio_GBps"] for b in runs if f"write:{int(write)}/" in b["name"])
 
 
 # The box's NVMe walk (repro/offload/max_model/h100_nvme.textproto): its
@@ -198,10 +216,10 @@ BOX_NVME = "offload_max_model_h100_nvme"
 
 def nvme_gbps_of(rows):
     """The NVMe rate perf_model charges (NVME_OPTIMIZER_BYTES_PER_PARAM a
-    parameter, read and written, the CPU Adam pipelined beneath) as a
-    max-model walk's largest trained model measured it: those bytes over its
-    last step's optimizer zone (cpu_adam: the swap waits are inside it), in
-    GB/s; None when no row trained with that zone."""
+    parameter read in while as many go out, the CPU Adam pipelined beneath)
+    as a max-model walk's largest trained model measured it: those bytes
+    over its last step's optimizer zone (cpu_adam: the swap waits are inside
+    it), in GB/s, both ways; None when no row trained with that zone."""
     trained = [r for r in rows if r["fits"] == "yes" and "cpu_adam" in zones(r.get("breakdown", ""))]
     if not trained:
         return None
@@ -269,7 +287,8 @@ def main(argv):
 
     train = measured_rows(workspace, TRAIN, "fit")
     held = measured_rows(workspace, HELD_OUT, "held-out")
-    hw = perf_model.calibrate(train, nvme_gbps=fio_read_gbps(workspace), name="dev_vm")
+    hw = perf_model.calibrate(train, nvme_gbps=fio_gbps(workspace, write=False),
+                              nvme_write_gbps=fio_gbps(workspace, write=True), name="dev_vm")
     box_fit, box_held = box_rows(workspace)
     passes = benchmark_rows(workspace)  # the compute fit's other hidden sizes; not steps
     box = perf_model.calibrate_device(box_fit + passes, perf_model.load_hardware(BOX), BOX)
@@ -287,7 +306,7 @@ def main(argv):
         + (" and gpt_benchmark's forward and backward passes in results/models/h100/" if passes else "")
         + " (results/perf_model_calibration/): "
         f"{', '.join(fitted)}" + ("; half_hidden is the file's (the steps span one hidden size)" if one_hidden else "")
-        + (f"; nvme_gbps from {BOX_NVME}'s largest model (24 bytes a parameter over its optimizer zone)"
+        + (f"; nvme_gbps from {BOX_NVME}'s largest model (12 bytes a parameter each way over its optimizer zone)"
            if nvme is not None else "")
         + ". The rest is the datasheet's" + ("" if nvme is not None else "; nvme_gbps is assumed, not measured")
         + "; intra_node_gbps and inter_node_gbps are unused on one GPU."))
@@ -318,9 +337,9 @@ def main(argv):
         w = csv.writer(f)
         w.writerow(["machine", "quantity", "value", "how"])
         for field in ("device_tflops", "half_hidden", "device_memory_gbps", "cpu_memory_gbps",
-                      "host_bytes_per_param", "pcie_gbps", "nvme_gbps"):
-            w.writerow(["dev_vm", field, f"{getattr(hw, field):.6g}",
-                        "fio read, results/aio/dev_vm" if field == "nvme_gbps" else "fitted to " + "+".join(TRAIN)])
+                      "host_bytes_per_param", "pcie_gbps", "nvme_gbps", "nvme_write_gbps"):
+            fio = {"nvme_gbps": "fio read, results/aio/dev_vm", "nvme_write_gbps": "fio write, results/aio/dev_vm"}
+            w.writerow(["dev_vm", field, f"{getattr(hw, field):.6g}", fio.get(field, "fitted to " + "+".join(TRAIN))])
         for split in ("fit", "held-out"):
             n, mean, worst = summary(split)
             w.writerow(["dev_vm", f"{split} mean |error|", f"{mean:.4f}", f"{n} steps"])
@@ -358,7 +377,7 @@ def main(argv):
     memwall.write_provenance(
         os.path.join(out, "provenance.json"), experiment=NAME,
         description="memwall.perf_model fitted to CpuDevice steps of offload_throughput and checked on the held-out "
-                    "steps of infinity_prefetch and infinity_activation_offload; fitted to an H100 box's steps "
+                    f"steps of {', '.join(HELD_OUT)}; fitted to an H100 box's steps "
                     f"({', '.join(box_experiments)}) and checked on its held-out ones; the V100's compute constants "
                     "fitted to ZeRO-Offload Figure 8",
         paper="ZeRO (SC20), ZeRO-Offload (ATC21), ZeRO-Infinity (SC21): the performance model behind the modeled "
