@@ -350,6 +350,10 @@ struct Fault {
   int64_t result = 0;        // -errno, 0 (no progress), or a short count
   absl::StatusCode code = absl::StatusCode::kOk;  // kOk: continued, no error
   bool gradients = false;    // in the gradient shard's swap file (gradients_on_nvme), not the states'
+
+  // The errno every rank's Status carries (WithErrno): the kernel's, and EIO
+  // for a write that makes no progress.
+  int err() const { return result < 0 ? static_cast<int>(-result) : EIO; }
 };
 
 TEST_F(NvmeOffload, DiskFaultsAreStatusesNamingTheFileAndTheRunResumes) {
@@ -420,11 +424,15 @@ TEST_F(NvmeOffload, DiskFaultsAreStatusesNamingTheFileAndTheRunResumes) {
       ASSERT_FALSE(st.ok());
       EXPECT_EQ(st.status().code(), f.code) << st.status();
       EXPECT_NE(st.status().message().find(file), std::string::npos) << st.status();
+      // Its errno too, on every rank: Python raises OSError(ENOSPC) for a
+      // full disk, where ResourceExhausted alone is MemoryError.
+      EXPECT_EQ(ErrnoOf(st.status()), f.err()) << st.status();
       // Nothing more comes out of the damaged store: no step, no checkpoint.
       auto again = (*t)->Step(zero::test::SyntheticData());
       ASSERT_FALSE(again.ok());
       EXPECT_NE(again.status().message().find("resume from the last checkpoint"), std::string::npos)
           << again.status();
+      EXPECT_EQ(ErrnoOf(again.status()), f.err()) << again.status();
       auto after = (*t)->Save(absl::StrCat(dir, "_after"));
       EXPECT_FALSE(after.ok());
       EXPECT_FALSE(zero::LatestCheckpoint(absl::StrCat(dir, "_after")).ok()) << "a checkpoint of damaged states";

@@ -104,9 +104,11 @@ class NvmeParameterStore : public zero::ParameterStore {
   absl::Status health() const override {
     std::lock_guard<std::mutex> lock(mu_);
     if (broken_.ok()) return broken_;
-    return absl::Status(broken_.code(),
-                        absl::StrCat("NVMe parameters: resume from the last checkpoint: the swap file ", path_,
-                                     " may hold stale parameters since an I/O error (", broken_.message(), ")"));
+    return WithErrno(absl::Status(broken_.code(),
+                                  absl::StrCat("NVMe parameters: resume from the last checkpoint: the swap file ", path_,
+                                               " may hold stale parameters since an I/O error (", broken_.message(),
+                                               ")")),
+                     ErrnoOf(broken_));
   }
 
   // Never fails for I/O (see the header): a broken store skips the read and
@@ -263,7 +265,7 @@ class NvmeParameterStore : public zero::ParameterStore {
   }
 
   static absl::Status SwapInError(const absl::Status& st, Span span) {
-    return absl::Status(st.code(), absl::StrCat("swap-in of bytes [", span.first, ", ", span.last, "): ", st.message()));
+    return Annotate(st, absl::StrCat("swap-in of bytes [", span.first, ", ", span.last, ")"));
   }
 
   // Queues on `stream` the wait for a read into a swap-in buffer; a failure
@@ -293,8 +295,8 @@ class NvmeParameterStore : public zero::ParameterStore {
     s.writing = false;
     const absl::Status st = aio_->Wait(s.request);
     if (!st.ok()) {
-      return Break(absl::Status(st.code(), absl::StrCat("NVMe parameters, swap-out of bytes [", s.span.first, ", ",
-                                                        s.span.last, "): ", st.message())));
+      return Break(Annotate(st, absl::StrCat("NVMe parameters, swap-out of bytes [", s.span.first, ", ", s.span.last,
+                                             ")")));
     }
     if (timeline_ != nullptr) {
       timeline_->AddSpan(kParamSwapOutTrack, ZoneKind::kParamSwapOut, s.request.submitted_ns(),

@@ -374,6 +374,8 @@ TEST_F(ParamOffload, NvmeFaultsAreEveryRanksStatusAndTheRunResumes) {
                   std::string::npos)
             << st.status();
       }
+      // The fault's errno on every rank (Python raises the same OSError).
+      EXPECT_EQ(ErrnoOf(st.status()), -f.result) << st.status();
       EXPECT_FALSE((*t)->Step(zero::test::SyntheticData()).ok()) << "a damaged store must not train on";
     }
     auto device = *CreateCpuDevice();

@@ -45,8 +45,7 @@ absl::Status SwapChannel::Wait(AioRequest& request, bool reading, int64_t k) {
     st = aio_->Wait(request);
   }
   if (!st.ok()) {
-    return Break(absl::Status(st.code(), absl::StrCat(o_.what, ", sub-group ", k, " ",
-                                                      reading ? "swap-in" : "swap-out", ": ", st.message())));
+    return Break(Annotate(st, absl::StrCat(o_.what, ", sub-group ", k, " ", reading ? "swap-in" : "swap-out")));
   }
   if (o_.timeline != nullptr) {
     o_.timeline->AddSpan(reading ? o_.in_track : o_.out_track, reading ? ZoneKind::kSwapIn : ZoneKind::kSwapOut,
@@ -57,9 +56,10 @@ absl::Status SwapChannel::Wait(AioRequest& request, bool reading, int64_t k) {
 
 absl::Status SwapChannel::Broken() const {
   if (broken_.ok()) return broken_;
-  return absl::FailedPreconditionError(absl::StrCat(o_.what, ": resume from the last checkpoint: the swap file ",
-                                                    o_.path, " may hold stale ", o_.contents,
-                                                    " since an I/O error (", broken_.message(), ")"));
+  return WithErrno(absl::FailedPreconditionError(absl::StrCat(o_.what, ": resume from the last checkpoint: the swap file ",
+                                                              o_.path, " may hold stale ", o_.contents,
+                                                              " since an I/O error (", broken_.message(), ")")),
+                   ErrnoOf(broken_));
 }
 
 absl::Status SwapChannel::Break(absl::Status st) {

@@ -16,7 +16,10 @@
 namespace memwall {
 namespace {
 
-constexpr int64_t kStatusRecord = 512;              // bytes per rank: code, then the message's start
+// A status record: its code and errno (WithErrno's, or 0) as int32, then
+// the message's start, NUL-terminated.
+constexpr int64_t kStatusRecord = 512;              // bytes per rank
+constexpr int64_t kStatusHeader = 8;
 constexpr int64_t kMaxFingerprintBytes = 1 << 20;   // far above any configuration's
 
 }  // namespace
@@ -125,11 +128,12 @@ absl::Status AgreeAcrossRanks(Communicator& comm, Device& device, const absl::St
                               const Buffer* records) {
   if (comm.world_size() == 1) return local;
   char mine[kStatusRecord] = {};
-  const int32_t code = local.ok() ? 0 : static_cast<int32_t>(local.code());
-  std::memcpy(mine, &code, sizeof(code));
+  const int32_t header[2] = {local.ok() ? 0 : static_cast<int32_t>(local.code()), ErrnoOf(local)};
+  std::memcpy(mine, header, sizeof(header));
   const absl::string_view message = local.message();
   if (!message.empty()) {  // an OK status's message may have no data at all
-    std::memcpy(mine + 4, message.data(), std::min<size_t>(message.size(), kStatusRecord - 5));
+    std::memcpy(mine + kStatusHeader, message.data(),
+                std::min<size_t>(message.size(), kStatusRecord - kStatusHeader - 1));
   }
   MEMWALL_ASSIGN_OR_RETURN(const std::vector<char> all, AllGatherRecords(comm, device, absl::string_view(mine, kStatusRecord), records));
   if (!local.ok()) return local;
@@ -141,11 +145,13 @@ absl::Status AgreeAcrossRanks(Communicator& comm, Device& device, const absl::St
   }
   if (failed.empty()) return absl::OkStatus();
   const char* first = all.data() + int64_t{failed.front()} * kStatusRecord;
-  int32_t c = 0;
-  std::memcpy(&c, first, sizeof(c));
-  return absl::Status(static_cast<absl::StatusCode>(c),
-                      absl::StrCat(what, " failed on rank(s) ", absl::StrJoin(failed, ", "), "; rank ",
-                                   failed.front(), ": ", std::string(first + 4)));
+  int32_t theirs[2] = {};
+  std::memcpy(theirs, first, sizeof(theirs));
+  // Its errno too: a full disk on one rank is a full disk on every rank.
+  return WithErrno(absl::Status(static_cast<absl::StatusCode>(theirs[0]),
+                                absl::StrCat(what, " failed on rank(s) ", absl::StrJoin(failed, ", "), "; rank ",
+                                             failed.front(), ": ", std::string(first + kStatusHeader))),
+                   theirs[1]);
 }
 
 Fingerprint& Fingerprint::Add(absl::string_view field, absl::string_view value) {

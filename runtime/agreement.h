@@ -4,7 +4,8 @@
 // first, over fixed-size records, so every rank returns the same Status:
 //
 //   AgreeAcrossRanks    each rank's local Status; every rank gets the
-//                       first failing rank's story (its own when it failed)
+//                       first failing rank's story (its own when it failed):
+//                       its code, message and errno (WithErrno)
 //   AgreeOnFingerprint  "field: value" lines that must be the same on every
 //                       rank (model, training config, world size, step
 //                       directory); a difference names the field and the

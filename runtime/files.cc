@@ -209,14 +209,19 @@ absl::Status CreateWritableDirectory(const std::string& dir, absl::string_view w
   if (ec == std::errc::not_a_directory || ec == std::errc::file_exists) {
     return absl::InvalidArgumentError(absl::StrCat(what, " ", dir, ": it or a parent is a file, not a directory"));
   }
-  if (ec) return absl::PermissionDeniedError(absl::StrCat(what, " ", dir, ": cannot create it: ", ec.message()));
+  if (ec) {
+    return WithErrno(absl::PermissionDeniedError(absl::StrCat(what, " ", dir, ": cannot create it: ", ec.message())),
+                     ec.value());
+  }
   if (!std::filesystem::is_directory(dir, ec)) {
     return absl::InvalidArgumentError(absl::StrCat(what, " ", dir, " is not a directory"));
   }
   // access() also answers EROFS for a read-only mount, which root's
   // permissions do not override.
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat(what, " ", dir, ": cannot write in it: ", std::strerror(errno)));
+    const int err = errno;
+    return WithErrno(absl::PermissionDeniedError(absl::StrCat(what, " ", dir, ": cannot write in it: ", std::strerror(err))),
+                     err);
   }
   return absl::OkStatus();
 }

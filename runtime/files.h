@@ -65,8 +65,9 @@ int64_t FileSystemAvailableBytes(const std::string& dir);
 // Creates `dir` and its parents where missing, and checks that this
 // process may create files in it. Refused naming `what` (its role:
 // "--export", "--save_dir") and the path: PermissionDenied when it cannot
-// be created or written (a read-only file system included), InvalidArgument
-// when the path or a parent is not a directory.
+// be created or written (a read-only file system included), with the
+// system's errno (WithErrno); InvalidArgument when the path or a parent is
+// not a directory.
 absl::Status CreateWritableDirectory(const std::string& dir, absl::string_view what);
 
 // The whole of `contents`, atomically (AtomicFile).

@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +15,7 @@
 
 #include "google/protobuf/duration.pb.h"
 #include "gtest/gtest.h"
+#include "runtime/status.h"
 
 namespace memwall {
 namespace {
@@ -135,12 +138,17 @@ TEST(CreateWritableDirectory, CreatesParentsAndRefusesWhatCannotHoldFiles) {
     EXPECT_EQ(st.code(), code) << path << ": " << st;
     EXPECT_NE(st.message().find("--save_dir " + path), std::string::npos) << st;
     EXPECT_NE(st.message().find(says), std::string::npos) << st;
+    return st;
   };
   const std::string file = root + "/a_file";
   ASSERT_TRUE(WriteFileAtomically(file, "x").ok());
   expect(file, absl::StatusCode::kInvalidArgument, "it or a parent is a file, not a directory");
   expect(file + "/below", absl::StatusCode::kInvalidArgument, "it or a parent is a file, not a directory");
-  expect("/proc/memwall_cannot_be_here", absl::StatusCode::kPermissionDenied, "cannot create it");
+  // The system's errno comes along (Python raises OSError with it).
+  EXPECT_GT(ErrnoOf(expect("/proc/memwall_cannot_be_here", absl::StatusCode::kPermissionDenied, "cannot create it")),
+            0);
+  const std::string too_long = root + "/" + std::string(NAME_MAX + 1, 'x');
+  EXPECT_EQ(ErrnoOf(expect(too_long, absl::StatusCode::kPermissionDenied, "cannot create it")), ENAMETOOLONG);
   // Permission bits do not bind root, so only an unprivileged run sees this.
   if (::geteuid() != 0) {
     const std::string locked = root + "/locked";

@@ -540,7 +540,7 @@ absl::StatusOr<StepDirectories> ListStepDirectories(const std::string& dir) {
       steps.incomplete.push_back(name);
     }
   }
-  if (ec) return absl::NotFoundError(absl::StrCat("cannot list ", dir, ": ", ec.message()));
+  if (ec) return WithErrno(absl::NotFoundError(absl::StrCat("cannot list ", dir, ": ", ec.message())), ec.value());
   // Numbers, not names: step_100000000 is after step_99999999.
   std::sort(steps.complete.begin(), steps.complete.end());
   std::sort(steps.incomplete.begin(), steps.incomplete.end());
@@ -578,7 +578,10 @@ absl::StatusOr<std::vector<std::string>> PruneCheckpoints(const std::string& dir
     std::error_code ec;
     std::filesystem::remove(Join(step_dir, kMarker), ec);
     if (!ec) std::filesystem::remove_all(step_dir, ec);
-    if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot delete ", step_dir, ": ", ec.message()));
+    if (ec) {
+      return WithErrno(absl::PermissionDeniedError(absl::StrCat("cannot delete ", step_dir, ": ", ec.message())),
+                       ec.value());
+    }
     deleted.push_back(step_dir);
   }
   return deleted;
@@ -643,7 +646,10 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
     } else {
       std::filesystem::remove_all(path, ec);
       std::filesystem::create_directories(path, ec);
-      if (ec) prepared = absl::PermissionDeniedError(absl::StrCat("cannot create ", path, ": ", ec.message()));
+      if (ec) {
+        prepared =
+            WithErrno(absl::PermissionDeniedError(absl::StrCat("cannot create ", path, ": ", ec.message())), ec.value());
+      }
     }
   }
   MEMWALL_RETURN_IF_ERROR(Agree(prepared, "preparing the checkpoint directory"));
@@ -930,9 +936,11 @@ absl::Status Trainer::Load(const std::string& step_dir) {
   if (!streamed.ok()) {
     // Verified, then failed while streaming (the file changed or the drive
     // failed since): say that the states are half loaded.
-    streamed = absl::Status(streamed.code(), absl::StrCat(streamed.message(), " (after verifying ", step_dir,
-                                                          "; this trainer's states are now partly loaded: load a "
-                                                          "checkpoint again before training)"));
+    streamed = WithErrno(absl::Status(streamed.code(),
+                                      absl::StrCat(streamed.message(), " (after verifying ", step_dir,
+                                                   "; this trainer's states are now partly loaded: load a "
+                                                   "checkpoint again before training)")),
+                         ErrnoOf(streamed));
   }
   MEMWALL_RETURN_IF_ERROR(Agree(streamed, absl::StrCat("streaming ", step_dir)));
   step_ = meta.step();

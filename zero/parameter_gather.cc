@@ -1,6 +1,7 @@
 #include "zero/parameter_gather.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -140,10 +141,14 @@ std::vector<Piece> ParameterGather::OwnPieces(const std::vector<models::Paramete
 
 absl::Status ParameterGather::CheckIo() {
   const int world = comm_.world_size();
-  int32_t* host = check_host_.as<int32_t>();  // [0, W): every rank's health; [2W]: mine
+  // [0, W): every rank's health; [2W]: mine. 0 is healthy, else the
+  // failure's errno (EIO where it carries none), which every rank's Status
+  // carries.
+  int32_t* host = check_host_.as<int32_t>();
   ParameterStore* store = shard_;
   MEMWALL_RETURN_IF_ERROR(coll_.EnqueueHost([host, world, store]() {
-    host[2 * world] = store->health().ok() ? 0 : 1;
+    const absl::Status health = store->health();
+    host[2 * world] = health.ok() ? 0 : ErrnoOf(health) > 0 ? ErrnoOf(health) : EIO;
     return absl::OkStatus();
   }));
   const Tensor all = Tensor::OfBuffer(check_device_, DType::kI32, &device_).Slice(0, world);
@@ -156,9 +161,10 @@ absl::Status ParameterGather::CheckIo() {
     if (host[rank] != 0) return store->health();
     for (int r = 0; r < world; ++r) {
       if (host[r] != 0) {
-        return absl::DataLossError(absl::StrCat("ZeRO stage 3: rank ", r,
-                                                " could not read its parameter shard (its Status names the file "
-                                                "and the error); resume from the last checkpoint"));
+        return WithErrno(absl::DataLossError(absl::StrCat("ZeRO stage 3: rank ", r,
+                                                          " could not read its parameter shard (its Status names the "
+                                                          "file and the error); resume from the last checkpoint")),
+                         host[r]);
       }
     }
     return absl::OkStatus();

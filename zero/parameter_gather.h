@@ -37,9 +37,10 @@
 // A shard store that can fail on one rank alone (fails_alone(): the NVMe
 // store's reads) would leave that rank out of the next broadcast while the
 // others wait in it. So when the store can fail alone, each gather
-// all-gathers every rank's health() (one int32 per rank) between its
-// fetches and its broadcasts; a rank whose read failed returns its own
-// Status, every other rank a DataLoss naming it, before any broadcast runs.
+// all-gathers every rank's health() (one int32 per rank: 0, or the
+// failure's errno) between its fetches and its broadcasts; a rank whose read
+// failed returns its own Status, every other rank a DataLoss naming it with
+// the same errno, before any broadcast runs.
 #ifndef MEMWALL_ZERO_PARAMETER_GATHER_H_
 #define MEMWALL_ZERO_PARAMETER_GATHER_H_
 

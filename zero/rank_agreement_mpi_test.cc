@@ -6,6 +6,7 @@
 // failing rank's story) and the rank, within 30 s, where before the ranks
 // corrupted memory, hung until the collective watchdog, or trained apart
 // without a word.
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include "models/data.h"
 #include "runtime/agreement.h"
 #include "runtime/cpu_device.h"
+#include "runtime/status.h"
 #include "zero/checkpoint.h"
 #include "zero/testing.h"
 #include "zero/trainer.h"
@@ -165,6 +167,26 @@ TEST_F(RankAgreement, SavesLoadsExportsAndDataMustAgree) {
   // After all that, the ranks still train together.
   st = trainer.Step(test::SyntheticData());
   EXPECT_TRUE(st.ok()) << st.status();
+}
+
+// One rank's failure is every rank's, errno included: a full disk on the
+// last rank is a full disk on every rank (Python raises OSError(ENOSPC)
+// there, where ResourceExhausted alone is MemoryError); a failure without
+// one carries none.
+TEST_F(RankAgreement, AFailuresErrnoReachesEveryRank) {
+  auto device = *CreateCpuDevice();
+  const bool is_last = comm_->rank() == W() - 1;
+  const absl::Status full = WithErrno(absl::ResourceExhaustedError("writing /disk/x: No space left on device"), ENOSPC);
+  const absl::Status got = AgreeAcrossRanks(*comm_, *device, is_last ? full : absl::OkStatus(), "saving");
+  EXPECT_EQ(got.code(), absl::StatusCode::kResourceExhausted) << got;
+  EXPECT_EQ(ErrnoOf(got), ENOSPC) << got;
+  EXPECT_NE(got.message().find("/disk/x"), std::string::npos) << got;
+  const absl::Status plain =
+      AgreeAcrossRanks(*comm_, *device, is_last ? absl::ResourceExhaustedError("out of memory") : absl::OkStatus(),
+                       "allocating");
+  EXPECT_EQ(plain.code(), absl::StatusCode::kResourceExhausted) << plain;
+  EXPECT_EQ(ErrnoOf(plain), 0) << plain;
+  EXPECT_TRUE(AgreeAcrossRanks(*comm_, *device, absl::OkStatus(), "nothing").ok());
 }
 
 TEST(Fingerprint, NamesEveryFieldOfAMessageAndRoundTrips) {
