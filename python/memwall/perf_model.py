@@ -86,7 +86,9 @@ the NVMe optimizer swap, which the drive's DMA runs under the CPU Adam
 import dataclasses
 import functools
 import json
+import math
 import os
+import typing
 from typing import Dict, Optional
 
 from memwall import _memwall
@@ -126,7 +128,9 @@ NVME_GRADIENT_BYTES_PER_PARAM = 2
 
 @dataclasses.dataclass(frozen=True)
 class Hardware:
-    """One machine type. Bandwidths in GB/s (1e9 bytes), one direction."""
+    """One machine type. Bandwidths in GB/s (1e9 bytes), one direction.
+    Made from a file or in code, a field of the wrong type, not finite or
+    out of range is a ValueError naming it."""
     name: str
     gpus_per_node: int
     device_memory_bytes: int
@@ -150,13 +154,46 @@ class Hardware:
     shares_cores: bool = False    # the "device" runs on the host's cores: nothing overlaps
     source: str = ""              # where each number comes from
 
+    def __post_init__(self):
+        _check_fields(self, _MAY_BE_ZERO)
+
     @property
     def compute_flops(self) -> float:
         return self.device_tflops * 1e12 * self.compute_efficiency
 
 
+# Hardware's fields where 0 means none (or "the read rate"; half_hidden 0:
+# the efficiency does not depend on the hidden size); every other number
+# must be > 0.
 _MAY_BE_ZERO = ("cpu_cores", "host_memory_bytes", "grad_accumulate_bytes_per_param", "grad_norm_bytes_per_param",
-                "nvme_write_gbps")
+                "nvme_write_gbps", "half_hidden")
+
+
+def _check_fields(obj, may_be_zero=(), at_least_one=()):
+    """Each field of the dataclass `obj` of its annotated type (an int
+    where int, a number where float, never a bool for either; None where
+    Optional), every number finite and > 0, or >= 0 for `may_be_zero`, >= 1
+    for `at_least_one`: else a ValueError naming the field."""
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        kind = f.type
+        if typing.get_origin(kind) is typing.Union:  # Optional[X]
+            if v is None:
+                continue
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+        if kind in (str, bool):
+            if not isinstance(v, kind):
+                raise ValueError(f"{f.name} must be a {kind.__name__}, got {v!r}")
+            continue
+        number = isinstance(v, int) if kind is int else isinstance(v, (int, float))
+        if isinstance(v, bool) or not number:
+            raise ValueError(f"{f.name} must be {'an integer' if kind is int else 'a number'}, got {v!r}")
+        if not math.isfinite(v):
+            raise ValueError(f"{f.name} must be a finite number, got {v}")
+        low, bound = ((0, ">= 0") if f.name in may_be_zero else (1, ">= 1") if f.name in at_least_one
+                      else (None, "> 0"))
+        if v < low if low is not None else v <= 0:
+            raise ValueError(f"{f.name} must be {bound}, got {v}")
 
 
 def load_hardware(name_or_path: str) -> Hardware:
@@ -171,29 +208,24 @@ def load_hardware(name_or_path: str) -> Hardware:
         raise ValueError(f"hardware '{name_or_path}': cannot read {path} ({e.strerror}); known: {', '.join(known)}")
     except json.JSONDecodeError as e:
         raise ValueError(f"hardware file {path}: not JSON: {e}")
+    if not isinstance(fields, dict):
+        raise ValueError(f"hardware file {path}: not a JSON object")
     names = {f.name for f in dataclasses.fields(Hardware)}
     unknown = sorted(set(fields) - names)
     if unknown:
         raise ValueError(f"hardware file {path}: unknown field(s) {', '.join(unknown)}")
     try:
-        hw = Hardware(**fields)
-    except TypeError as e:
+        return Hardware(**fields)
+    except (TypeError, ValueError) as e:
         raise ValueError(f"hardware file {path}: {e}")
-    for f in dataclasses.fields(Hardware):
-        v = getattr(hw, f.name)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            if f.name in _MAY_BE_ZERO:
-                if not v >= 0:
-                    raise ValueError(f"hardware file {path}: {f.name} must be >= 0, got {v}")
-            elif not v > 0:
-                raise ValueError(f"hardware file {path}: {f.name} must be > 0, got {v}")
-    return hw
 
 
 @dataclasses.dataclass(frozen=True)
 class Run:
     """A training run: the model (a GptConfig text proto, see memwall.model_config)
-    and its ZeRO settings. ranks = every device (data x model parallel)."""
+    and its ZeRO settings. ranks = every device (data x model parallel).
+    predict and memory refuse a field of the wrong type or out of range,
+    and settings that do not go together, with a ValueError naming them."""
     model: str
     ranks: int = 1
     model_parallel: int = 1
@@ -214,6 +246,13 @@ class Run:
     @property
     def data_parallel(self) -> int:
         return self.ranks // self.model_parallel
+
+
+# Run's offload devices, as the trainer's config names them.
+_OFFLOAD_DEVICES = {"none": "", "cpu": "CPU", "nvme": "NVME"}
+# Run's counts; predict refuses a value below 1 (a Run may hold micro_batch 0
+# while a caller searches for the largest that fits, largest_micro_batch).
+_RUN_COUNTS = ("ranks", "model_parallel", "micro_batch", "accumulation", "seq", "reduce_bucket_bytes")
 
 
 @dataclasses.dataclass
@@ -246,10 +285,6 @@ def _step_flops(run: Run, seq: int) -> float:
 
 
 def _training_config(run: Run, seq: int) -> str:
-    devices = {"none": "", "cpu": "CPU", "nvme": "NVME"}
-    for what, v in (("offload_optimizer", run.offload_optimizer), ("offload_param", run.offload_param)):
-        if v not in devices:
-            raise ValueError(f"{what} '{v}' is not none, cpu or nvme")
     zero = f"stage: {run.stage}"
     if run.reduce_bucket_bytes:
         zero += f" reduce_bucket_bytes: {run.reduce_bucket_bytes}"
@@ -265,7 +300,7 @@ def _training_config(run: Run, seq: int) -> str:
                     delayed += " delayed_values_on_device: true"
             if run.gradients_on_nvme and what == "offload_optimizer":
                 delayed += " gradients_on_nvme: true"
-            zero += f" {what} {{ device: {devices[v]}{path}{delayed} }}"
+            zero += f" {what} {{ device: {_OFFLOAD_DEVICES[v]}{path}{delayed} }}"
     return (f"seq: {seq} micro_batch: {run.micro_batch} accumulation: {run.accumulation} precision: BF16 "
             f"zero {{ {zero} }}")
 
@@ -276,6 +311,7 @@ def memory(run: Run, hw: Optional[Hardware] = None) -> dict:
     memory is not checked: the estimator plans more host memory for
     ZeRO-Infinity's NVMe runs than the papers' DGX-2 has per GPU (96 GiB),
     where the papers trained them."""
+    _check_run(run)
     seq = run.seq or _field(run.model, "positions")
     config = _training_config(run, seq)
     budget = hw.device_memory_bytes if hw else 0
@@ -314,9 +350,17 @@ def _params(model: str) -> int:
     return _memwall.count_parameters(model)
 
 
-def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
-    """Step time by phase and memory of one rank of `run` on `hw` (see the module's docstring for the formulas)."""
-    if run.ranks < 1 or run.model_parallel < 1 or run.ranks % run.model_parallel:
+def _check_run(run: Run):
+    """A ValueError naming what `run` sets wrong: a field's type or range, or
+    settings that do not go together."""
+    try:
+        _check_fields(run, may_be_zero=("stage",), at_least_one=_RUN_COUNTS)
+    except ValueError as e:
+        raise ValueError(f"Run: {e}")
+    for what, v in (("offload_optimizer", run.offload_optimizer), ("offload_param", run.offload_param)):
+        if v not in _OFFLOAD_DEVICES:
+            raise ValueError(f"{what} '{v}' is not {', '.join(_OFFLOAD_DEVICES)}")
+    if run.ranks % run.model_parallel:
         raise ValueError(f"ranks {run.ranks} is not a multiple of model_parallel {run.model_parallel}")
     if run.stage not in (0, 1, 2, 3):
         raise ValueError(f"stage {run.stage} is not 0-3")
@@ -328,6 +372,11 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
         raise ValueError("dpu_values_on_device needs dpu")
     if run.gradients_on_nvme and (run.offload_optimizer != "nvme" or run.dpu):
         raise ValueError("gradients_on_nvme needs offload_optimizer nvme and no dpu")
+
+
+def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
+    """Step time by phase and memory of one rank of `run` on `hw` (see the module's docstring for the formulas)."""
+    _check_run(run)
     seq = run.seq or _field(run.model, "positions")
     L, h = _field(run.model, "layers"), _field(run.model, "hidden")
     k = 1 if _checkpointing(run) else 0

@@ -249,6 +249,40 @@ class PerfModelTest(unittest.TestCase):
                 json.dump(dict(fields, **change), f)
             with self.assertRaisesRegex(ValueError, message):
                 perf_model.load_hardware(path)
+        for change, message in (({"pcie_gbps": "12"}, "pcie_gbps must be a number, got '12'"),
+                                ({"gpus_per_node": 1.5}, "gpus_per_node must be an integer"),
+                                ({"shares_cores": 1}, "shares_cores must be a bool")):
+            with open(path, "w") as f:
+                json.dump(dict(fields, **change), f)
+            with self.assertRaisesRegex(ValueError, f"hardware file {path}: {message}"):
+                perf_model.load_hardware(path)
+        with open(path, "w") as f:
+            json.dump([fields], f)
+        with self.assertRaisesRegex(ValueError, "not a JSON object"):
+            perf_model.load_hardware(path)
+        # A Hardware made in code is checked as a file's is.
+        for change, message in (({"pcie_gbps": float("nan")}, "pcie_gbps must be a finite number"),
+                                ({"half_hidden": float("inf")}, "half_hidden must be a finite number"),
+                                ({"nvme_write_gbps": -1}, "nvme_write_gbps must be >= 0"),
+                                ({"nvme_gbps": 0}, "nvme_gbps must be > 0"),
+                                ({"device_tflops": True}, "device_tflops must be a number, got True")):
+            with self.assertRaisesRegex(ValueError, message):
+                dataclasses.replace(self.hw, **change)
+        self.assertEqual(dataclasses.replace(self.hw, half_hidden=0).half_hidden, 0)  # no hidden-size effect
+        # A Run's fields, before any arithmetic (with_memory=False skips the
+        # estimator, which would refuse some of them too).
+        run = perf_model.Run(model=self.model, micro_batch=4)
+        for change, message in (({"micro_batch": 0}, "Run: micro_batch must be >= 1, got 0"),
+                                ({"seq": 0}, "Run: seq must be >= 1, got 0"),
+                                ({"accumulation": -1}, "Run: accumulation must be >= 1"),
+                                ({"reduce_bucket_bytes": 0}, "Run: reduce_bucket_bytes must be >= 1"),
+                                ({"stage": -1}, "Run: stage must be >= 0"),
+                                ({"prefetch": "yes"}, "Run: prefetch must be a bool"),
+                                ({"micro_batch": 2.0}, "Run: micro_batch must be an integer"),
+                                ({"offload_optimizer": "disk"}, "offload_optimizer 'disk' is not none, cpu, nvme")):
+            for call in (lambda r: perf_model.predict(r, self.hw, with_memory=False), perf_model.memory):
+                with self.assertRaisesRegex(ValueError, message):
+                    call(dataclasses.replace(run, **change))
         with self.assertRaisesRegex(ValueError, "multiple of model_parallel"):
             perf_model.predict(perf_model.Run(model=self.model, ranks=6, model_parallel=4), self.hw)
         with self.assertRaisesRegex(ValueError, "stage 3"):
