@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status.h"

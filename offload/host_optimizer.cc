@@ -5,7 +5,6 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <vector>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"

@@ -8,7 +8,6 @@
 // BM_EventPingPong: record on one stream, wait on another, per round trip.
 //
 //   ./bazelw run //runtime:cpu_device_benchmark
-#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>

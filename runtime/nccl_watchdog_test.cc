@@ -9,7 +9,6 @@
 
 #include <chrono>
 #include <thread>
-#include <vector>
 
 #include "gtest/gtest.h"
 #include "runtime/best_device.h"
