@@ -3,6 +3,7 @@ against the C++ tools: the estimate equals //repro:estimate's JSON; a Python
 trainer's losses and exported weights equal //:train's on the same
 config (1 rank and 2 ranks under mpirun); a checkpoint saved and loaded in
 Python continues the run exactly."""
+import errno
 import json
 import os
 import re
@@ -239,6 +240,31 @@ except FileNotFoundError as e:
         self.assertNotIn("CREATED", out)
         self.assertRegex(out, r"REFUSED 0 .*failed on rank\(s\) 1; rank 1: .*no_such_dir/text.txt")
         self.assertRegex(out, r"REFUSED 1 .*no_such_dir/text.txt")
+
+    def test_a_save_rank_0_cannot_prepare_raises_the_same_oserror_on_every_rank(self):
+        # Rank 0 prepares the checkpoint directory; a file stands where it
+        # must go, and its errno (ENOTDIR) reaches rank 1 with the failure:
+        # both raise NotADirectoryError, not an OSError of another kind.
+        blocker = os.path.join(self.tmp, "a_file")
+        open(blocker, "w").close()
+        script = os.path.join(self.tmp, "save_fails.py")
+        with open(script, "w") as f:
+            f.write(f"""
+import memwall
+t = memwall.Trainer({self.model!r}, {self.config!r}, data={TEXT!r})
+t.step()
+try:
+    t.save({os.path.join(blocker, "ckpt")!r})
+    print("SAVED", t.rank)
+except OSError as e:
+    print("REFUSED", t.rank, type(e).__name__, e.errno, e)
+""")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        out = subprocess.run(["tools/mpi_test_runner.sh", "2", sys.executable, script], env=env, check=True,
+                             capture_output=True, text=True, timeout=120).stdout
+        self.assertNotIn("SAVED", out)
+        self.assertRegex(out, rf"REFUSED 0 NotADirectoryError {errno.ENOTDIR} .*a_file/ckpt")
+        self.assertRegex(out, rf"REFUSED 1 NotADirectoryError {errno.ENOTDIR} .*failed on rank\(s\) 0")
 
 
 class SafetensorsTest(unittest.TestCase):
