@@ -200,18 +200,22 @@ class TrainerTest(unittest.TestCase):
         self.assertIn("memwall.Trainer is in use by another thread", refused[0])
         self.assertEqual(trainer.steps, done[0], "every step that ran counted once")
 
+    def run_two_ranks(self, name, script, timeout=None):
+        """Standard output of `script` (Python source) run by 2 ranks under mpirun."""
+        path = os.path.join(self.tmp, name + ".py")
+        with open(path, "w") as f:
+            f.write(script)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        return subprocess.run(["tools/mpi_test_runner.sh", "2", sys.executable, path], env=env, check=True,
+                              capture_output=True, text=True, timeout=timeout).stdout
+
     def test_two_ranks_under_mpirun_equal_the_train_command(self):
-        script = os.path.join(self.tmp, "two_ranks.py")
-        with open(script, "w") as f:
-            f.write(f"""
+        out = self.run_two_ranks("two_ranks", f"""
 import memwall
 t = memwall.Trainer({self.model!r}, {self.config!r}, data={TEXT!r})
 losses = [t.step()["loss"] for _ in range({STEPS})]
 print("RESULT", t.rank, t.world_size, " ".join(f"{{l:.4f}}" for l in losses))
 """)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-        out = subprocess.run(["tools/mpi_test_runner.sh", "2", sys.executable, script], env=env, check=True,
-                             capture_output=True, text=True).stdout
         results = sorted(re.findall(r"RESULT (\d) (\d) (.*)", out))
         self.assertEqual([r[:2] for r in results], [("0", "2"), ("1", "2")], out)
         self.assertEqual(results[0][2], results[1][2])  # every rank reports the global loss
@@ -223,9 +227,7 @@ print("RESULT", t.rank, t.world_size, " ".join(f"{{l:.4f}}" for l in losses))
     def test_a_rank_with_a_bad_local_path_fails_every_rank(self):
         # Before, rank 0 went on into the first collective and waited there
         # for the watchdog (600 s) while rank 1 had raised.
-        script = os.path.join(self.tmp, "bad_rank.py")
-        with open(script, "w") as f:
-            f.write(f"""
+        out = self.run_two_ranks("bad_rank", f"""
 import os, memwall
 rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
 try:
@@ -233,10 +235,7 @@ try:
     print("CREATED", rank)
 except FileNotFoundError as e:
     print("REFUSED", rank, e)
-""")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-        out = subprocess.run(["tools/mpi_test_runner.sh", "2", sys.executable, script], env=env, check=True,
-                             capture_output=True, text=True, timeout=60).stdout
+""", timeout=60)
         self.assertNotIn("CREATED", out)
         self.assertRegex(out, r"REFUSED 0 .*failed on rank\(s\) 1; rank 1: .*no_such_dir/text.txt")
         self.assertRegex(out, r"REFUSED 1 .*no_such_dir/text.txt")
@@ -247,9 +246,7 @@ except FileNotFoundError as e:
         # both raise NotADirectoryError, not an OSError of another kind.
         blocker = os.path.join(self.tmp, "a_file")
         open(blocker, "w").close()
-        script = os.path.join(self.tmp, "save_fails.py")
-        with open(script, "w") as f:
-            f.write(f"""
+        out = self.run_two_ranks("save_fails", f"""
 import memwall
 t = memwall.Trainer({self.model!r}, {self.config!r}, data={TEXT!r})
 t.step()
@@ -258,10 +255,7 @@ try:
     print("SAVED", t.rank)
 except OSError as e:
     print("REFUSED", t.rank, type(e).__name__, e.errno, e)
-""")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-        out = subprocess.run(["tools/mpi_test_runner.sh", "2", sys.executable, script], env=env, check=True,
-                             capture_output=True, text=True, timeout=120).stdout
+""", timeout=120)
         self.assertNotIn("SAVED", out)
         self.assertRegex(out, rf"REFUSED 0 NotADirectoryError {errno.ENOTDIR} .*a_file/ckpt")
         self.assertRegex(out, rf"REFUSED 1 NotADirectoryError {errno.ENOTDIR} .*failed on rank\(s\) 0")
