@@ -2,7 +2,7 @@
 // points of its checkpoint saves, restarted from its latest checkpoint each
 // time, as a preempted job is. Two runs of kills:
 //   - optimizer states on the device: 50 kills, each at a uniformly random
-//     moment within one save (its duration measured first);
+//     moment within one save;
 //   - optimizer states on NVMe (infinity/nvme_optimizer.h): 20 kills within a
 //     save and the step after it, so they land in the save's swap-ins and
 //     in the step's swap-outs too.
@@ -13,8 +13,13 @@
 // the latest complete checkpoint never moves backwards and always loads.
 //
 // The victim is this binary re-executed with MEMWALL_KILL_CHILD_DIR set
-// (KillChild.TrainsAndSaves): it says "save N" on stdout before each save,
-// the parent waits a random delay from then and kills it. The delays come
+// (KillChild.TrainsAndSaves): it says "save N" on stdout before each save
+// and "saved N" after it, each with the time. The parent waits a random
+// delay from "save N" and kills it. The window the delays are drawn from
+// starts at what a freshly started victim's save takes (every kill lands in
+// the first save after a restart), timed by victims before the kills, and
+// follows the machine's speed after (class Window): a loaded machine can
+// make every save slower than a window measured before. The delays come
 // from a fixed seed; where they land still depends on the scheduler, so the
 // test prints each one.
 #include <fcntl.h>
@@ -29,6 +34,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -36,7 +42,9 @@
 
 #include "engine/engine.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
 #include "runtime/status.h"
@@ -53,6 +61,7 @@ using zero::OffloadOptimizerConfig;
 // The child stops here if never killed: far past where fifty kills reach,
 // even when a loaded machine stretches the kill window.
 constexpr int64_t kMaxSteps = 5000;
+
 
 std::string TmpDir(const std::string& name) {
   const char* base = std::getenv("TEST_TMPDIR");
@@ -95,6 +104,22 @@ absl::StatusOr<Run> Start(bool nvme, const std::string& swap_dir) {
 
 // --- The victim -------------------------------------------------------------
 
+// The victim's lines: "<what> <step> <microseconds>", the time on the
+// monotonic clock, which every process on the machine shares.
+struct Line {
+  std::string what;
+  int64_t step = 0;
+  int64_t micros = 0;
+};
+
+void Say(const std::string& what, int64_t step) {
+  const int64_t micros =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+  const std::string line = absl::StrCat(what, " ", step, " ", micros, "\n");
+  ASSERT_EQ(::write(1, line.data(), line.size()), ssize_t(line.size()));
+}
+
 TEST(KillChild, TrainsAndSaves) {
   const char* dir = std::getenv("MEMWALL_KILL_CHILD_DIR");
   if (dir == nullptr) GTEST_SKIP() << "the kill test's victim: run by KillTest.*";
@@ -108,9 +133,9 @@ TEST(KillChild, TrainsAndSaves) {
   }
   while (t.steps_done() < kMaxSteps) {
     ASSERT_TRUE(t.Step(zero::test::SyntheticData()).ok());
-    const std::string line = absl::StrCat("save ", t.steps_done(), "\n");
-    ASSERT_EQ(::write(1, line.data(), line.size()), ssize_t(line.size()));
+    Say("save", t.steps_done());
     ASSERT_TRUE(t.Save(dir).ok());
+    Say("saved", t.steps_done());
   }
 }
 
@@ -173,45 +198,111 @@ pid_t Spawn(const std::string& dir, bool nvme, int* out_fd) {
   return pid;
 }
 
-// Reads the victim's stdout until a "save" line; false at end of file.
-bool AwaitSave(int fd) {
-  std::string line;
+// The victim's next line; nothing at end of file (it died or exited).
+std::optional<Line> ReadLine(int fd) {
+  std::string text;
   char c;
   while (::read(fd, &c, 1) == 1) {
     if (c != '\n') {
-      line += c;
+      text += c;
       continue;
     }
-    if (absl::StartsWith(line, "save ")) return true;
-    line.clear();
+    std::vector<std::string> words = absl::StrSplit(text, ' ');
+    Line line;
+    if (words.size() == 3 && absl::SimpleAtoi(words[1], &line.step) && absl::SimpleAtoi(words[2], &line.micros)) {
+      line.what = words[0];
+      return line;
+    }
+    text.clear();  // gtest's own output
   }
-  return false;
+  return std::nullopt;
 }
 
-// How long a save (and, with `and_step`, the step after it) takes here: the
-// median of five, so that one save slowed by a busy machine does not
-// stretch every kill's delay.
-double MeasureSeconds(bool nvme, bool and_step) {
-  auto run = Start(nvme, TmpDir("measure_swap"));
-  EXPECT_TRUE(run.ok()) << run.status();
-  zero::Trainer& t = *run->trainer;
+// Reads lines until one says `what`.
+std::optional<Line> Await(int fd, const std::string& what) {
+  for (auto line = ReadLine(fd); line.has_value(); line = ReadLine(fd)) {
+    if (line->what == what) return line;
+  }
+  return std::nullopt;
+}
+
+// SIGKILL, then the wait status.
+int KillAndReap(pid_t pid) {
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+// The victim's lines until the pipe's end.
+std::vector<Line> ReadRest(int fd) {
+  std::vector<Line> lines;
+  for (auto line = ReadLine(fd); line.has_value(); line = ReadLine(fd)) lines.push_back(*line);
+  return lines;
+}
+
+bool Says(const std::vector<Line>& lines, const std::string& what) {
+  return std::any_of(lines.begin(), lines.end(), [&](const Line& l) { return l.what == what; });
+}
+
+// How long a freshly started victim's first save (and, with `and_step`, the
+// step after it) takes, as the victims time it: the median of three, each
+// resuming from the checkpoint the one before saved, as the killed victims
+// do.
+double MeasureWindowSeconds(bool nvme, bool and_step) {
   const std::string dir = TmpDir(nvme ? "measure_nvme" : "measure");
   std::vector<double> seconds;
-  for (int i = 0; i < 5; ++i) {
-    EXPECT_TRUE(t.Step(zero::test::SyntheticData()).ok());
-    const auto start = std::chrono::steady_clock::now();
-    EXPECT_TRUE(t.Save(dir).ok());
-    if (and_step) EXPECT_TRUE(t.Step(zero::test::SyntheticData()).ok());
-    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  for (int i = 0; i < 3; ++i) {
+    int out = -1;
+    const pid_t pid = Spawn(dir, nvme, &out);
+    EXPECT_GT(pid, 0);
+    const auto save = Await(out, "save");
+    // With the step, the window ends at the next save's line.
+    const auto end = save.has_value() ? Await(out, and_step ? "save" : "saved") : std::nullopt;
+    KillAndReap(pid);
+    ::close(out);
+    EXPECT_TRUE(end.has_value()) << "victim " << i << " ended before its first save was timed";
+    if (!end.has_value()) return 0;
+    seconds.push_back(double(end->micros - save->micros) * 1e-6);
   }
   std::sort(seconds.begin(), seconds.end());
   return seconds[seconds.size() / 2];
 }
 
+// Keeps the kills' window on what the saves take now: doubles it when
+// kRun kills in a row all landed inside it (none would leave a complete
+// checkpoint to check if every save is slower than the window) and halves
+// it when kRun in a row all landed past its end (none would catch a save).
+class Window {
+ public:
+  static constexpr int kRun = 6;
+
+  explicit Window(double seconds) : seconds_(seconds) {}
+  double seconds() const { return seconds_; }
+
+  void Landed(bool past_end) {
+    if (past_end != last_past_end_) run_ = 0;
+    last_past_end_ = past_end;
+    if (++run_ < kRun) return;
+    seconds_ *= past_end ? 0.5 : 2.0;
+    run_ = 0;
+    std::printf("%d kills in a row landed %s the window: it %s to %.1f ms\n", kRun, past_end ? "past" : "inside",
+                past_end ? "shrinks" : "grows", seconds_ * 1e3);
+  }
+
+ private:
+  double seconds_;
+  bool last_past_end_ = false;
+  int run_ = 0;
+};
+
 void KillRepeatedly(bool nvme, int kills) {
   const std::string dir = TmpDir(nvme ? "kills_nvme" : "kills");
-  const double window = MeasureSeconds(nvme, /*and_step=*/nvme);
-  std::printf("kill window: %.1f ms after \"save N\"\n", window * 1e3);
+  // A quarter more than a save takes, so that some kills land after it
+  // finished and leave a complete checkpoint to check.
+  Window window(1.25 * MeasureWindowSeconds(nvme, /*and_step=*/nvme));
+  ASSERT_GT(window.seconds(), 0);
+  std::printf("kill window: %.1f ms after \"save N\"\n", window.seconds() * 1e3);
   Reference reference(nvme);
   uint64_t seed = nvme ? 0x6e766d65 : 0x6b696c6c;
   std::set<std::string> verified;  // step directories loaded and checked
@@ -221,14 +312,16 @@ void KillRepeatedly(bool nvme, int kills) {
     int out = -1;
     const pid_t pid = Spawn(dir, nvme, &out);
     ASSERT_GT(pid, 0);
-    ASSERT_TRUE(AwaitSave(out)) << "kill " << kill << ": the victim ended before saving";
-    const int64_t delay_us = int64_t(Next(seed) % uint64_t(window * 1e6 + 1));
+    ASSERT_TRUE(Await(out, "save").has_value()) << "kill " << kill << ": the victim ended before saving";
+    const int64_t delay_us = int64_t(Next(seed) % uint64_t(window.seconds() * 1e6 + 1));
     std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
-    ::kill(pid, SIGKILL);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    ::close(out);
+    const int status = KillAndReap(pid);
     ASSERT_TRUE(WIFSIGNALED(status)) << "kill " << kill << ": the victim exited on its own (" << status << ")";
+    // What the victim said before it died is still in the pipe.
+    const std::vector<Line> said = ReadRest(out);
+    ::close(out);
+    const bool save_finished = Says(said, "saved");
+    window.Landed(/*past_end=*/nvme ? Says(said, "save") : save_finished);
 
     // Every step directory: loads exactly, or is refused as incomplete.
     for (const auto& entry : std::filesystem::directory_iterator(dir)) {
@@ -267,8 +360,8 @@ void KillRepeatedly(bool nvme, int kills) {
     ASSERT_TRUE(meta.ok()) << meta.status();
     ASSERT_GE(meta->step(), latest_step) << "the latest checkpoint moved backwards";
     latest_step = meta->step();
-    std::printf("kill %2d after %6lld us: latest complete step %lld\n", kill, (long long)delay_us,
-                (long long)latest_step);
+    std::printf("kill %2d after %6lld us (%s): latest complete step %lld\n", kill, (long long)delay_us,
+                save_finished ? "after the save" : "in the save", (long long)latest_step);
   }
   std::printf("%d kills: %zu complete checkpoints verified, %zu incomplete directories refused\n", kills,
               verified.size(), refused_dirs.size());
