@@ -315,15 +315,19 @@ void AioEngine::SetFaultInjector(AioFaultInjector injector) {
 
 SwapFile& SwapFile::operator=(SwapFile&& other) noexcept {
   if (this != &other) {
-    if (lock_fd_ >= 0) ::close(lock_fd_);
+    Remove();
     id_ = std::exchange(other.id_, -1);
     lock_fd_ = std::exchange(other.lock_fd_, -1);
+    path_ = std::move(other.path_);
   }
   return *this;
 }
 
-SwapFile::~SwapFile() {
-  if (lock_fd_ >= 0) ::close(lock_fd_);
+void SwapFile::Remove() {
+  if (lock_fd_ < 0) return;
+  ::unlink(path_.c_str());  // still locked: ours
+  ::close(lock_fd_);
+  lock_fd_ = -1;
 }
 
 absl::StatusOr<SwapFile> CreateSwapFile(AioEngine& aio, const std::string& path, int64_t bytes,
@@ -359,7 +363,7 @@ absl::StatusOr<SwapFile> CreateSwapFile(AioEngine& aio, const std::string& path,
     ::close(fd);
     return id.status();
   }
-  return SwapFile(*id, fd);
+  return SwapFile(*id, fd, path);
 }
 
 absl::StatusOr<AioFileId> AioEngine::Open(const std::vector<std::string>& paths, bool create) {

@@ -123,24 +123,28 @@ class AioEngine {
 // A swap file this process holds: its id on the engine, and an exclusive
 // flock on it, held until destruction, so that a second process given the
 // same directory (two jobs on one machine, one nvme_path) is refused
-// instead of truncating the first one's states. Move-only.
+// instead of truncating the first one's states. Destruction removes the
+// file, then releases the lock: only ever a file this process holds, never
+// another job's. Transfers still in flight on it are harmless (the engine
+// keeps it open until they end). Move-only.
 class SwapFile {
  public:
   SwapFile() = default;
-  SwapFile(AioFileId id, int lock_fd) : id_(id), lock_fd_(lock_fd) {}
+  SwapFile(AioFileId id, int lock_fd, std::string path) : id_(id), lock_fd_(lock_fd), path_(std::move(path)) {}
   SwapFile(SwapFile&& other) noexcept { *this = std::move(other); }
   SwapFile& operator=(SwapFile&& other) noexcept;
   SwapFile(const SwapFile&) = delete;
   SwapFile& operator=(const SwapFile&) = delete;
-  ~SwapFile();  // releases the lock
+  ~SwapFile() { Remove(); }
 
   AioFileId id() const { return id_; }
-  // Whether this process holds the file (and so may unlink it).
-  bool held() const { return lock_fd_ >= 0; }
 
  private:
+  void Remove();
+
   AioFileId id_ = -1;
-  int lock_fd_ = -1;
+  int lock_fd_ = -1;  // -1: holds nothing
+  std::string path_;
 };
 
 // A fresh swap file: `path` locked (FailedPrecondition when another process

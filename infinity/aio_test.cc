@@ -183,6 +183,38 @@ TEST(Aio, MisuseIsRefusedSayingWhatIsWrong) {
   }
 }
 
+// A swap file is allocated to its size, locked against a second holder
+// (refused, and the holder's file untouched), moves with its SwapFile, and
+// is removed by its holder only: a refused creator removes nothing.
+TEST(Aio, ASwapFileIsLockedAndRemovedByItsHolderOnly) {
+  auto aio = AioEngine::Create({});
+  ASSERT_TRUE(aio.ok());
+  const std::string path = TmpPath("held.swap");
+  const int64_t bytes = 3 * kAioAlignment;
+  absl::StatusOr<SwapFile> first = CreateSwapFile(**aio, path, bytes, "swap test", "test.nvme_path");
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(int64_t(std::filesystem::file_size(path)), bytes);
+  WriteThenReadBack(**aio, first->id(), bytes, 5);
+  {
+    absl::StatusOr<SwapFile> second = CreateSwapFile(**aio, path, kAioAlignment, "swap test", "test.nvme_path");
+    ASSERT_FALSE(second.ok());
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(second.status().message().find("in use by another process"), std::string::npos) << second.status();
+    EXPECT_NE(second.status().message().find("test.nvme_path"), std::string::npos) << second.status();
+  }
+  EXPECT_EQ(int64_t(std::filesystem::file_size(path)), bytes) << "the refused creator truncated the holder's file";
+  {
+    SwapFile moved = *std::move(first);
+    first = absl::UnknownError("moved");  // the moved-from SwapFile goes: it holds nothing
+    EXPECT_TRUE(std::filesystem::exists(path));
+    WriteThenReadBack(**aio, moved.id(), bytes, 6);
+    ASSERT_TRUE((*aio)->Close(moved.id()).ok());
+  }
+  EXPECT_FALSE(std::filesystem::exists(path)) << "the holder removes its file";
+  absl::StatusOr<SwapFile> again = CreateSwapFile(**aio, path, bytes, "swap test", "test.nvme_path");
+  EXPECT_TRUE(again.ok()) << "the lock went with the holder: " << again.status();
+}
+
 TEST(Aio, AFileSystemWithoutODirectFallsBackToBufferedIo) {
   // tmpfs refuses O_DIRECT.
   const std::string dir = "/dev/shm";

@@ -111,7 +111,6 @@ void BM_GradientShardStep(benchmark::State& state) {
   state.counters["moved_GBps"] = 2.0 * bytes / step / 1e9;
   state.counters["disk_GBps"] = 2.0 * bytes / bench::Median(t_disk) / 1e9;
   (void)aio->Close(raw->id());
-  std::remove(raw_path.c_str());
 }
 BENCHMARK(BM_GradientShardStep)
     ->ArgNames({"elements", "sub_group", "piece"})

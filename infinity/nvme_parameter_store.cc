@@ -1,10 +1,8 @@
 #include "infinity/nvme_parameter_store.h"
 
-#include <unistd.h>
-
-#include <mutex>
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -68,11 +66,8 @@ class NvmeParameterStore : public zero::ParameterStore {
     }
     for (SwapOut& s : out_) (void)Settle(s);
     // The engine first: it finishes every read still in flight (one whose
-    // wait a failed stream skipped) before it closes the file under them.
+    // wait a failed stream skipped) before the buffers under them go.
     aio_.reset();
-    // Only a file this store holds (locked), and before the lock goes
-    // with file_: never another process's swap file.
-    if (file_.held()) ::unlink(path_.c_str());
   }
 
   absl::Status Init(const NvmeParameterStoreOptions& o) {

@@ -19,14 +19,15 @@
 //     its last checkpoint bit for bit;
 //   - refusals: offload_param below stage 3, NVMe without an offloaded
 //     optimizer or without a swap directory that can be written.
-#include <mutex>
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
-#include <iostream>
 #include <cstdlib>
+#include <filesystem>
+#include <iostream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -151,6 +152,8 @@ TEST_F(ParamOffload, GivesStageThreesTrainingBitForBit) {
       SCOPED_TRACE(offloaded.Name());
       ASSERT_EQ(got.losses.size(), 20u);
       zero::test::ExpectBitForBit(got, want, offloaded.Name());
+      EXPECT_FALSE(std::filesystem::exists(absl::StrCat(SwapDir(), "/memwall_params_rank", comm_->rank(), ".swap")))
+          << "the store removes its swap file";
     }
     if (device.precision == Precision::FP16) {
       EXPECT_TRUE(want.skipped[0]) << "the forced overflow must skip the first step";

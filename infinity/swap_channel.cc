@@ -1,7 +1,5 @@
 #include "infinity/swap_channel.h"
 
-#include <unistd.h>
-
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -20,10 +18,6 @@ absl::StatusOr<std::unique_ptr<SwapChannel>> SwapChannel::Create(const Options& 
 
 SwapChannel::~SwapChannel() {
   if (aio_ != nullptr && file_.id() >= 0) (void)aio_->Close(file_.id());
-  aio_.reset();
-  // Only a file this channel holds (locked), and before the lock goes with
-  // file_.
-  if (file_.held()) ::unlink(o_.path.c_str());
 }
 
 absl::StatusOr<AioRequest> SwapChannel::Read(int64_t k, void* buffer) {
