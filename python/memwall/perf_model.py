@@ -47,10 +47,12 @@ k = 1 with activation recomputation (checkpointing) else 0:
                Adam; with the gradients on NVMe too, the 16-bit shard
                written under the backward pass (read and written again by
                each further micro-batch) and read once under the CPU Adam
-  parameters   offloaded (ZeRO-Infinity): each pass (forward, recompute,
-               backward) reads the rank's 2P/N bytes over its own PCIe
-               (and from NVMe), then all-gathers (bandwidth-centric
-               partitioning)
+  parameters   stage 3: each pass (forward, recompute, backward) fetches
+               the rank's 2P/N bytes of 16-bit parameters into the gather
+               buffer, then all-gathers them: on the device, a copy (read
+               and written) at device_memory_gbps; offloaded
+               (ZeRO-Infinity), over its own PCIe (and from NVMe first;
+               bandwidth-centric partitioning)
 
 Overlap, as the engine schedules it (and an H100's traces show it: commit
 0aaa5c3's results/offload_dpu_gpu/traces/, and the zones of 60787c5's
@@ -428,11 +430,13 @@ def predict(run: Run, hw: Hardware, with_memory: bool = True) -> Prediction:
                 grad_nvme = nvme((ga - 1) * grads, ga * grads)
                 opt_nvme = nvme(states + grads, states)
 
-    fetch_pass = nvme_pass = 0.0   # offloaded parameters, per pass
+    fetch_pass = nvme_pass = 0.0   # stage 3's parameters, per pass
     if run.offload_param != "none":
         fetch_pass = 2 * slice_params / n / pcie
         if run.offload_param == "nvme":
             nvme_pass = 2 * slice_params / n / nvme_rank
+    elif run.stage == 3:
+        fetch_pass = 2 * 2 * slice_params / n / (hw.device_memory_gbps * GB)
     passes_bwd = (1 + k) * ga
     fetch_fwd, nvme_fwd = fetch_pass * ga, nvme_pass * ga
 

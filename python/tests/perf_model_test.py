@@ -126,6 +126,29 @@ class PerfModelTest(unittest.TestCase):
             perf_model.predict(dataclasses.replace(run, offload_optimizer="cpu", gradients_on_nvme=True), slow,
                                with_memory=False)
 
+    def test_stage3_fetches_the_rank_s_parameters_for_every_pass(self):
+        # Each pass (forward, recompute, backward) of each micro-batch
+        # fetches the rank's 2P/N bytes of 16-bit parameters into the
+        # gather buffer: a copy in device memory (read and written) where
+        # they live on the device, a transfer over PCIe where offloaded.
+        run = perf_model.Run(model=self.model, ranks=8, stage=3, micro_batch=1, accumulation=2)
+        passes = 2 * 3   # two micro-batches of forward, recompute and backward
+        shard16 = 2 * perf_model._params(self.model) / 8
+        on_device = perf_model.predict(run, self.hw, with_memory=False)
+        self.assertAlmostEqual(on_device.phases["param_fetch"], passes * 2 * shard16 / (self.hw.device_memory_gbps * 1e9))
+        on_host = perf_model.predict(dataclasses.replace(run, offload_optimizer="cpu", offload_param="cpu"), self.hw,
+                                     with_memory=False)
+        self.assertAlmostEqual(on_host.phases["param_fetch"], passes * shard16 / (self.hw.pcie_gbps * 1e9))
+        stage2 = perf_model.predict(dataclasses.replace(run, stage=2), self.hw, with_memory=False)
+        self.assertEqual(stage2.phases["param_fetch"], 0.0)
+        # Under the pass it feeds (prefetch): a fetch longer than the pass
+        # is the pass's time.
+        slow = dataclasses.replace(self.hw, device_memory_gbps=1e-3)
+        starved = perf_model.predict(run, slow, with_memory=False)
+        fetch = starved.phases["param_fetch"]
+        self.assertAlmostEqual(starved.visible["forward"], fetch / 3)
+        self.assertAlmostEqual(starved.visible["backward"], 2 * fetch / 3)
+
     def test_host_passes_run_where_the_traces_put_them(self):
         # The traces of an H100 (commit 0aaa5c3's results/offload_dpu_gpu/
         # traces/): the gradients' accumulation into the host buffer runs
