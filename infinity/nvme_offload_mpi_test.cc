@@ -141,29 +141,17 @@ TEST_F(NvmeOffload, CheckpointsMoveBetweenNvmeAndCpuOffloadBitForBit) {
   Case nvme_gradients = nvme;
   nvme_gradients.gradients_on_nvme = true;
   const Outcome whole = Train(*comm_, cpu, 8);
+  auto with = [this](const Case& c) -> zero::test::MakeTrainer {
+    return [this, c](models::Gpt& model, Device& device) {
+      return engine::CreateTrainer(model, device, *comm_, Options(c, W()));
+    };
+  };
   for (const auto& [from, to] : {std::pair<Case, Case>{nvme, cpu}, std::pair<Case, Case>{cpu, nvme},
                                  std::pair<Case, Case>{nvme_gradients, cpu}, std::pair<Case, Case>{cpu, nvme_gradients}}) {
     SCOPED_TRACE(absl::StrCat(from.Name(), " -> ", to.Name()));
     const std::string dir = absl::StrCat(SwapDir(), "/ckpt_", from.Name(), " to ", to.Name());
-    std::string path;
-    {
-      auto device = *CreateCpuDevice();
-      auto model = *models::Gpt::Create(zero::test::SmallGpt());
-      auto t = engine::CreateTrainer(*model, *device, *comm_, Options(from, W()));
-      ASSERT_TRUE(t.ok()) << t.status();
-      for (int i = 0; i < 4; ++i) ASSERT_TRUE((*t)->Step(zero::test::SyntheticData()).ok());
-      auto saved = (*t)->Save(dir);
-      ASSERT_TRUE(saved.ok()) << saved.status();
-      path = *saved;
-    }
-    auto device = *CreateCpuDevice();
-    auto model = *models::Gpt::Create(zero::test::SmallGpt());
-    auto t = engine::CreateTrainer(*model, *device, *comm_, Options(to, W()));
-    ASSERT_TRUE(t.ok()) << t.status();
-    ASSERT_TRUE((*t)->Load(path).ok());
-    // The batch of a step comes from the step count, which Load restores.
     Outcome resumed;
-    zero::test::RunSteps(**t, *device, 4, resumed);
+    zero::test::SaveThenResume(with(from), with(to), dir, 4, resumed);
     EXPECT_EQ(resumed.losses, std::vector<double>(whole.losses.begin() + 4, whole.losses.end()));
     EXPECT_EQ(zero::test::CountBitDifferences(resumed.weights, whole.weights), 0u);
   }

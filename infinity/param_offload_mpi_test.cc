@@ -169,29 +169,18 @@ TEST_F(ParamOffload, CheckpointsMoveBetweenHostAndDeviceParameters) {
   host.params = OffloadParamConfig::CPU;
   nvme.params = OffloadParamConfig::NVME;
   const Outcome whole = Train(*comm_, device, 8);
+  auto with = [this](const Case& c) -> zero::test::MakeTrainer {
+    return [this, c](models::Gpt& model, Device& device) {
+      return engine::CreateTrainer(model, device, *comm_, Options(c, W()));
+    };
+  };
   for (const auto& [from, to] : {std::pair<Case, Case>{host, device}, std::pair<Case, Case>{device, host},
                                  std::pair<Case, Case>{nvme, host}, std::pair<Case, Case>{device, nvme}}) {
     SCOPED_TRACE(absl::StrCat(from.Name(), " -> ", to.Name()));
     const std::string dir = absl::StrCat(SwapDir(), "/ckpt_params_", OffloadParamConfig::Device_Name(from.params),
                                          "_", OffloadParamConfig::Device_Name(to.params));
-    std::string path;
-    {
-      auto d = *CreateCpuDevice();
-      auto model = *models::Gpt::Create(zero::test::SmallGpt());
-      auto t = engine::CreateTrainer(*model, *d, *comm_, Options(from, W()));
-      ASSERT_TRUE(t.ok()) << t.status();
-      for (int i = 0; i < 4; ++i) ASSERT_TRUE((*t)->Step(zero::test::SyntheticData()).ok());
-      auto saved = (*t)->Save(dir);
-      ASSERT_TRUE(saved.ok()) << saved.status();
-      path = *saved;
-    }
-    auto d = *CreateCpuDevice();
-    auto model = *models::Gpt::Create(zero::test::SmallGpt());
-    auto t = engine::CreateTrainer(*model, *d, *comm_, Options(to, W()));
-    ASSERT_TRUE(t.ok()) << t.status();
-    ASSERT_TRUE((*t)->Load(path).ok());
     Outcome resumed;
-    zero::test::RunSteps(**t, *d, 4, resumed);
+    zero::test::SaveThenResume(with(from), with(to), dir, 4, resumed);
     EXPECT_EQ(resumed.losses, std::vector<double>(whole.losses.begin() + 4, whole.losses.end()));
     EXPECT_EQ(zero::test::CountBitDifferences(resumed.weights, whole.weights), 0u);
   }

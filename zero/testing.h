@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -142,6 +143,37 @@ inline void RunSteps(Trainer& trainer, Device& device, int steps, Outcome& out, 
   auto w = trainer.MasterWeights();
   ASSERT_TRUE(w.ok()) << what << ": " << w.status();
   out.weights = *std::move(w);
+}
+
+// A trainer for a model on a device, configured by the test (the engine's
+// CreateTrainer with the test's options).
+using MakeTrainer = std::function<absl::StatusOr<std::unique_ptr<Trainer>>(models::Gpt&, Device&)>;
+
+// A checkpoint saved under one configuration and resumed under another:
+// `steps` steps of the trainer `save_with` makes (SmallGpt on a fresh
+// CpuDevice), saved in `dir`; then a fresh trainer from `resume_with` loads
+// it and runs `steps` more, appended to `resumed`. A failure fails the test.
+inline void SaveThenResume(const MakeTrainer& save_with, const MakeTrainer& resume_with, const std::string& dir,
+                           int steps, Outcome& resumed) {
+  std::string path;
+  {
+    auto device = *CreateCpuDevice();
+    auto model = *models::Gpt::Create(SmallGpt());
+    auto t = save_with(*model, *device);
+    ASSERT_TRUE(t.ok()) << t.status();
+    for (int i = 0; i < steps; ++i) ASSERT_TRUE((*t)->Step(SyntheticData()).ok());
+    auto saved = (*t)->Save(dir);
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    path = *saved;
+  }
+  auto device = *CreateCpuDevice();
+  auto model = *models::Gpt::Create(SmallGpt());
+  auto t = resume_with(*model, *device);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const absl::Status loaded = (*t)->Load(path);
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  // The batch of a step comes from the step count, which Load restores.
+  RunSteps(**t, *device, steps, resumed);
 }
 
 // How many elements differ in their bits (a size mismatch counts as all).
