@@ -62,7 +62,6 @@ using zero::OffloadOptimizerConfig;
 // even when a loaded machine stretches the kill window.
 constexpr int64_t kMaxSteps = 5000;
 
-
 std::string TmpDir(const std::string& name) {
   const char* base = std::getenv("TEST_TMPDIR");
   const std::string dir = absl::StrCat(base != nullptr ? base : "/tmp", "/", name);
@@ -316,10 +315,10 @@ void KillRepeatedly(bool nvme, int kills) {
     const int64_t delay_us = int64_t(Next(seed) % uint64_t(window.seconds() * 1e6 + 1));
     std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
     const int status = KillAndReap(pid);
-    ASSERT_TRUE(WIFSIGNALED(status)) << "kill " << kill << ": the victim exited on its own (" << status << ")";
     // What the victim said before it died is still in the pipe.
     const std::vector<Line> said = ReadRest(out);
     ::close(out);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "kill " << kill << ": the victim exited on its own (" << status << ")";
     const bool save_finished = Says(said, "saved");
     window.Landed(/*past_end=*/nvme ? Says(said, "save") : save_finished);
 
