@@ -479,6 +479,22 @@ absl::Status WhyNotACheckpoint(const std::string& step_dir) {
   };
   std::vector<std::string> missing;
   const bool has_metadata = std::filesystem::exists(Join(step_dir, kMetadata), ec);
+  // Nothing a save writes, in a directory not named for a step: another
+  // directory, such as a training run's --out, whose checkpoints (when it
+  // has any) are in a subdirectory.
+  if (!step_named && !has_metadata && shards.empty() && partial.empty()) {
+    for (const auto& entry : std::filesystem::directory_iterator(step_dir, ec)) {
+      if (!entry.is_directory(ec)) continue;
+      if (absl::StatusOr<std::string> latest = LatestCheckpoint(entry.path().string()); latest.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            step_dir, " is not a checkpoint; its subdirectory ", entry.path().string(),
+            " holds checkpoints, the latest complete one ", *latest));
+      }
+    }
+    return absl::NotFoundError(absl::StrCat("no checkpoint at ", step_dir, ": it holds no ", kMarker, ", ",
+                                            kMetadata, " or shard file (a checkpoint is a step_N directory "
+                                            "that a save wrote)"));
+  }
   if (has_metadata) {
     CheckpointMetadata meta;
     auto bytes = ReadFile(Join(step_dir, kMetadata));

@@ -112,6 +112,22 @@ TEST_F(CheckpointFiles, ReadingSomethingElseSaysWhatItIs) {
          "is a run directory (it holds step_N directories), not one checkpoint: its latest "
          "complete checkpoint is " + (run / "step_00000001").string());
 
+  // A directory of other things says it holds no checkpoint (not that a
+  // save did not finish), and a training run's output directory points at
+  // its checkpoints' directory.
+  fs::create_directories(root_ / "other" / "logs");
+  std::ofstream(root_ / "other" / "train.log") << "x";
+  expect((root_ / "other").string(), absl::StatusCode::kNotFound,
+         "it holds no COMPLETE, metadata.pb or shard file");
+  fs::create_directories(root_ / "out" / "logs");
+  std::ofstream(root_ / "out" / "model.safetensors") << "x";
+  fs::create_directories(root_ / "out" / "checkpoints" / "step_00000003");
+  std::ofstream(root_ / "out" / "checkpoints" / "step_00000003" / "COMPLETE") << "x";
+  expect((root_ / "out").string(), absl::StatusCode::kInvalidArgument,
+         "is not a checkpoint; its subdirectory " + (root_ / "out" / "checkpoints").string() +
+             " holds checkpoints, the latest complete one " +
+             (root_ / "out" / "checkpoints" / "step_00000003").string());
+
   // A step that is not there points at the one that is: the same step
   // typed without its padding, or else the run's latest.
   expect((run / "step_1").string(), absl::StatusCode::kNotFound,
