@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
@@ -32,11 +34,22 @@ TEST(ThreadPool, UsesMoreThanTheCallingThread) {
   ThreadPool pool(4);
   std::mutex mu;
   std::set<std::thread::id> ids;
-  // Tiles long enough that the workers wake before the caller drains them.
+  // Each tile waits for a second thread to have taken one, so the caller
+  // cannot drain them alone however late the workers are scheduled (up to
+  // 10 s in all: a pool that never wakes its workers fails, not hangs).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   pool.ParallelFor(64, [&](int64_t) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    std::lock_guard<std::mutex> lock(mu);
-    ids.insert(std::this_thread::get_id());
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ids.insert(std::this_thread::get_id());
+    }
+    while (std::chrono::steady_clock::now() < deadline) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (ids.size() > 1) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   });
   EXPECT_GT(ids.size(), 1u);
 }
