@@ -26,8 +26,6 @@
 namespace memwall {
 namespace {
 
-std::string Errno() { return std::strerror(errno); }
-
 // A failed write or fsync of `tmp` (the file being replaced is `path`): a
 // full disk is ResourceExhausted, anything else DataLoss; both name the
 // file and say that what was there before is untouched.
@@ -153,9 +151,21 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path, absl::strin
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {}
 
 absl::StatusOr<std::unique_ptr<AtomicFile>> AtomicFile::Open(const std::string& path) {
+  // Refused before anything is written: the rename would fail only after
+  // the whole file (an export's gigabytes) had been.
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return WithErrno(absl::InvalidArgumentError(
+                         absl::StrCat("cannot write ", path, ": it is a directory (name a file in it)")),
+                     EISDIR);
+  }
   std::unique_ptr<AtomicFile> f(new AtomicFile(path));
   f->fd_ = ::open(f->tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (f->fd_ < 0) return absl::PermissionDeniedError(absl::StrCat("cannot create ", f->tmp_, ": ", Errno()));
+  if (f->fd_ < 0) {
+    const int err = errno;
+    return WithErrno(absl::PermissionDeniedError(absl::StrCat("cannot create ", f->tmp_, ": ", std::strerror(err))),
+                     err);
+  }
   return f;
 }
 
@@ -185,7 +195,10 @@ absl::Status AtomicFile::Commit() {
   ::close(fd_);
   fd_ = -1;
   if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp_, " to ", path_, ": ", Errno()));
+    const int err = errno;
+    return WithErrno(
+        absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp_, " to ", path_, ": ", std::strerror(err))),
+        err);
   }
   committed_ = true;
   const std::string dir = std::filesystem::path(path_).parent_path().string();

@@ -20,7 +20,9 @@ namespace memwall {
 // Writes `path` through "<path>.tmp": Write() appends, Commit() fsyncs,
 // renames into place and fsyncs the directory, so a file under its real
 // name is always whole. Destroyed before Commit(), it removes the
-// temporary file and leaves `path` as it was.
+// temporary file and leaves `path` as it was. A `path` that is a directory
+// is refused at Open (InvalidArgument); a file that cannot be created or
+// renamed is PermissionDenied; each carries the system's errno (ErrnoOf).
 class AtomicFile {
  public:
   static absl::StatusOr<std::unique_ptr<AtomicFile>> Open(const std::string& path);

@@ -59,6 +59,17 @@ TEST(AtomicFile, AppearsOnlyWhenCommitted) {
   const auto missing = AtomicFile::Open(Tmp("no/such/dir/file"));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_NE(missing.status().message().find("no/such/dir/file.tmp"), std::string::npos) << missing.status();
+  EXPECT_EQ(ErrnoOf(missing.status()), ENOENT) << "Python raises FileNotFoundError";
+  // A directory where the file should go is refused before anything is
+  // written, not after the whole file (at the rename).
+  const std::string dir = Tmp("a_directory");
+  std::filesystem::create_directories(dir);
+  const auto is_dir = AtomicFile::Open(dir);
+  EXPECT_EQ(is_dir.status().code(), absl::StatusCode::kInvalidArgument) << is_dir.status();
+  EXPECT_EQ(ErrnoOf(is_dir.status()), EISDIR);
+  EXPECT_NE(is_dir.status().message().find(dir + ": it is a directory"), std::string::npos) << is_dir.status();
+  EXPECT_FALSE(std::filesystem::exists(dir + ".tmp"));
+  EXPECT_TRUE(std::filesystem::is_directory(dir));
 }
 
 TEST(ParseTextProto, SaysWhereTheTextIsWrong) {

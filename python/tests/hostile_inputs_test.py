@@ -68,6 +68,10 @@ CLI_CASES = [
     ("consolidate: a 300-byte name", ["zero/consolidate", "{tmp}/" + "n" * 300, "{tmp}/o.safetensors"], 1,
      "n" * 40),
     ("consolidate: an empty directory", ["zero/consolidate", "{tmp}/empty", "{tmp}/o.safetensors"], 1, "empty"),
+    ("consolidate: a directory of other things", ["zero/consolidate", "{tmp}", "{tmp}/o.safetensors"],
+     1, "is not a checkpoint; its subdirectory"),
+    ("train: --resume the run's parent directory", ["train/train", "--steps=1", "--device=cpu", "--resume={tmp}",
+                                                    "--out={tmp}/qs"], 1, "is not a checkpoint; its subdirectory"),
 ]
 
 
@@ -93,6 +97,7 @@ class HostileInputs(unittest.TestCase):
         trainer = memwall.Trainer(cls.model, "seq: 32 micro_batch: 2 zero { stage: 1 }", data=TEXT)
         trainer.step()
         cls.ckpt = trainer.save(os.path.join(t, "run"))
+        cls.trainer = trainer
 
     @classmethod
     def tearDownClass(cls):
@@ -131,6 +136,10 @@ class HostileInputs(unittest.TestCase):
              "is a character device"),
             ("load_safetensors(directory)", lambda: memwall.load_safetensors(self.tmp), ValueError,
              "is a directory"),
+            ("Trainer.export(directory)", lambda: self.trainer.export(self.tmp), IsADirectoryError,
+             "it is a directory"),
+            ("Trainer.load(the run's parent directory)", lambda: self.trainer.load(self.tmp), ValueError,
+             "is not a checkpoint; its subdirectory"),
             ("cpu_adam threads=100000",
              lambda: memwall.cpu_adam.Adam([__import__("numpy").zeros(4, "float32")], threads=100000), ValueError,
              "threads"),
