@@ -103,12 +103,17 @@ class Translator {
     }
   }
 
+  // The Hugging Face Trainer's placeholder, refused saying what to write
+  // in its place; true when `v` is it.
+  bool RefusedAuto(const std::string& key, const Value& v, absl::string_view instead) {
+    if (v.kind_case() != Value::kStringValue || v.string_value() != "auto") return false;
+    Refuse(key, absl::StrCat("\"auto\" is filled in by the Hugging Face Trainer; write ", instead));
+    return true;
+  }
+
   // Typed reads; a wrong type is refused by name and yields nothing.
   std::optional<double> Number(const std::string& key, const Value& v) {
-    if (v.kind_case() == Value::kStringValue && v.string_value() == "auto") {
-      Refuse(key, "\"auto\" is filled in by the Hugging Face Trainer; write the number");
-      return std::nullopt;
-    }
+    if (RefusedAuto(key, v, "the number")) return std::nullopt;
     if (v.kind_case() != Value::kNumberValue || !std::isfinite(v.number_value())) {
       Refuse(key, absl::StrCat("must be a number, not ", Show(v)));
       return std::nullopt;
@@ -126,6 +131,7 @@ class Translator {
     return static_cast<int64_t>(*d);
   }
   std::optional<bool> Bool(const std::string& key, const Value& v) {
+    if (RefusedAuto(key, v, "true or false")) return std::nullopt;
     if (v.kind_case() != Value::kBoolValue) {
       Refuse(key, absl::StrCat("must be true or false, not ", Show(v)));
       return std::nullopt;
@@ -398,6 +404,7 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
          if (auto d = tr.Number(k, v)) adam.set_weight_decay(float(*d)), tr.Line(k, v, "adam.weight_decay");
        }},
       {"betas", [&](auto& k, auto& v) {
+         if (tr.RefusedAuto(k, v, "the two numbers, [beta1, beta2]")) return;
          if (v.kind_case() != Value::kListValue || v.list_value().values_size() != 2) {
            return tr.Refuse(k, absl::StrCat("must be a list of two numbers, not ", Translator::Show(v)));
          }

@@ -161,7 +161,11 @@ TEST(DeepSpeedConfig, RefusesEachKeyItCannotHonourByName) {
   ExpectRefused(R"({"aio": {"block_size": 1048576}})", "aio", "infinity/aio.h");
   ExpectRefused(R"({"tensorboard": {"enabled": true}})", "tensorboard", "step log");
   ExpectRefused(R"({"train_micro_batch_size_per_gpu": "auto"})", "train_micro_batch_size_per_gpu",
-                "Hugging Face Trainer");
+                "\"auto\" is filled in by the Hugging Face Trainer; write the number");
+  ExpectRefused(R"({"bf16": {"enabled": "auto"}})", "bf16.enabled",
+                "\"auto\" is filled in by the Hugging Face Trainer; write true or false");
+  ExpectRefused(R"({"optimizer": {"type": "AdamW", "params": {"betas": "auto"}}})", "optimizer.params.betas",
+                "\"auto\" is filled in by the Hugging Face Trainer; write the two numbers, [beta1, beta2]");
   ExpectRefused(R"({"train_micro_batch_size_per_gpu": 2.5})", "train_micro_batch_size_per_gpu", "whole number");
   ExpectRefused(R"({"zero_optimization": {"stage": 4}})", "zero_optimization.stage", "[0, 3]");
   ExpectRefused(R"({"zero_optimisation": {"stage": 2}})", "zero_optimisation", "not a DeepSpeed key memwall knows");
