@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/block_pool.h"
 #include "runtime/status.h"
 
 namespace memwall {
@@ -202,21 +203,23 @@ class CpuAllocator final : public Allocator {
   // the memory once the stream reaches the free.
   void FreeRaw(void* ptr, size_t bytes, MemoryTag tag, Stream* stream) override {
     account_.Release(tag, bytes);
+    const size_t rounded = WholePages(bytes);
     if (auto* s = dynamic_cast<CpuStream*>(stream); s != nullptr) {
       s->Submit(
-          [ptr] {
-            std::free(ptr);
+          [this, ptr, rounded] {
+            pool_.Give(ptr, rounded);
             return absl::OkStatus();
           },
           /*control=*/true);
       return;
     }
-    std::free(ptr);
+    pool_.Give(ptr, rounded);
   }
 
  private:
   CpuDevice* const device_;
   MemoryAccount account_;
+  BlockPool pool_;  // runtime/block_pool.h; outlives the streams (~CpuDevice)
 };
 
 class CpuDevice final : public Device {
@@ -307,12 +310,14 @@ absl::StatusOr<void*> CpuAllocator::AllocateRaw(size_t bytes, MemoryTag tag, Str
         "' of another device (", stream->device().name(), ")"));
   }
   const size_t rounded = WholePages(bytes);
+  if (void* cached = pool_.Take(rounded); cached != nullptr) return cached;
   void* ptr = nullptr;
   if (posix_memalign(&ptr, kCpuDeviceAlignment, rounded) != 0 || ptr == nullptr) {
     return MEMWALL_ERROR(absl::StatusCode::kResourceExhausted, account_.name(),
                          ": host allocation of ", FormatBytes(bytes), " for ",
                          MemoryTagName(tag), " failed: out of host memory");
   }
+  pool_.Added(rounded);
   return ptr;
 }
 

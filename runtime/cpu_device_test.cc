@@ -209,6 +209,37 @@ TEST(CpuDeviceTest, StreamOrderedFreeWaitsForQueuedWork) {
   ASSERT_TRUE(stream->Synchronize().ok());
 }
 
+// Freed memory stays in the device's pool (runtime/block_pool.h) and is
+// taken back by the next allocation of its size, but only once the stream
+// that frees it has reached the free: until then it is still in use.
+TEST(CpuDeviceTest, AFreedBlockIsReusedOnlyAfterItsStreamReachesTheFree) {
+  auto device = MakeDevice();
+  auto stream = *device->CreateStream("s");
+  constexpr size_t kBytes = size_t{1} << 20;
+  Notification release;
+  auto first = *device->Allocate(kBytes, MemoryTag::kCommBuffers, stream.get());
+  char* const first_data = first.as<char>();
+  ASSERT_TRUE(stream->EnqueueHost([&] {
+    release.WaitForNotification();
+    std::memset(first_data, 1, kBytes);  // still this buffer's: its free is queued behind
+    return absl::OkStatus();
+  }).ok());
+  first.Reset();
+  auto second = *device->Allocate(kBytes, MemoryTag::kCommBuffers);
+  EXPECT_NE(second.as<char>(), first_data) << "memory reused before its stream reached the free";
+  char* const second_data = second.as<char>();
+  std::memset(second_data, 2, kBytes);
+  release.Notify();
+  ASSERT_TRUE(stream->Synchronize().ok());
+  second.Reset();
+  // Both blocks are free now; two allocations of the size take both back.
+  auto a = *device->Allocate(kBytes, MemoryTag::kCommBuffers);
+  auto b = *device->Allocate(kBytes, MemoryTag::kCommBuffers);
+  EXPECT_TRUE((a.as<char>() == first_data && b.as<char>() == second_data) ||
+              (a.as<char>() == second_data && b.as<char>() == first_data));
+  EXPECT_EQ(device->memory().account().total_current(), 2 * kBytes);
+}
+
 TEST(CpuDeviceTest, FailedWorkIsStickyButEventsStillComplete) {
   auto device = MakeDevice();
   auto failing = *device->CreateStream("failing");
