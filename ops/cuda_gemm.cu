@@ -7,10 +7,15 @@
 //                    applies (the bias stored as C's type and 16-byte
 //                    aligned), so y = xW + b costs one pass over y.
 //
-// Where the epilogue does not apply (an fp32 C under a 16-bit bias, a
-// misaligned bias, fp32 operands), the bias is first broadcast into C and
-// the GEMM runs with beta = 1: the same single fp32 sum and one rounding,
-// because a bias the contract accepts is exact in C's type. Where Lt's
+// A misaligned bias of a 16-bit C is first copied to an aligned staging
+// area at the end of the stream's Lt workspace, so it takes the epilogue
+// too. Where the epilogue does not apply (an fp32 C under a 16-bit bias,
+// fp32 operands), the bias is first broadcast into C and the GEMM runs
+// with beta = 1: the same single fp32 sum and one rounding, because a bias
+// the contract accepts is exact in C's type. (Broadcast into a bf16 C, a
+// misaligned bias at (64, 128, 256) came out 3.5 bf16 ulps from the sum
+// rounded once on an H200, as if Lt's kernel rounded the product before
+// adding C.) Where Lt's
 // heuristic offers no algorithm for a shape, or Lt refuses the call, the
 // same GEMM runs through cublasGemmEx (remembered per shape).
 //
@@ -169,6 +174,11 @@ struct GemmShape {
 };
 
 // Per device: the Lt handle (stateless across streams, so it is shared).
+// The end of each workspace stages a misaligned 16-bit bias (up to
+// kBiasStagingBytes / 2 columns); Lt gets the rest.
+constexpr uint64_t kBiasStagingBytes = uint64_t{256} << 10;
+constexpr uint64_t kLtWorkspaceBytes = kGemmWorkspaceBytes - kBiasStagingBytes;
+
 // Per (device, stream): a workspace of kGemmWorkspaceBytes, held for the
 // process, so two streams never share one. Per shape: the heuristic's
 // algorithm, or none (then cublasGemmEx runs).
@@ -243,7 +253,7 @@ bool FindAlgo(LtState& lt, cublasLtHandle_t handle, const GemmShape& g, const Lt
   }
   Preference pref;
   bool found = cublasLtMatmulPreferenceCreate(&pref.h) == CUBLAS_STATUS_SUCCESS;
-  const uint64_t workspace = kGemmWorkspaceBytes;
+  const uint64_t workspace = kLtWorkspaceBytes;
   // No split-K whose partial sums meet in C's type, none at all under the
   // bias epilogue: see [Note: one rounding of C].
   const uint32_t reductions =
@@ -287,6 +297,34 @@ bool FindAlgo(LtState& lt, cublasLtHandle_t handle, const GemmShape& g, const Lt
   return found;
 }
 
+// The stream's workspace (kGemmWorkspaceBytes), allocated on first use;
+// null if that fails. The caller holds lt.mu.
+void* Workspace(LtState& lt, int device, cudaStream_t stream) {
+  void*& workspace = lt.workspaces[{device, stream}];
+  if (workspace == nullptr && cudaMalloc(&workspace, kGemmWorkspaceBytes) != cudaSuccess) {
+    cudaGetLastError();  // clear it
+    workspace = nullptr;
+  }
+  return workspace;
+}
+
+// A copy of `bytes` of bias at the stream's staging area (16-byte aligned),
+// in the stream's order: the GEMM before reads its own copy, the one after
+// overwrites it only once this one ran. Null where it does not fit.
+const void* StageBias(const void* bias, uint64_t bytes, int device, cudaStream_t stream) {
+  if (bytes > kBiasStagingBytes) return nullptr;
+  LtState& lt = Lt();
+  std::lock_guard<std::mutex> lock(lt.mu);
+  char* const workspace = static_cast<char*>(Workspace(lt, device, stream));
+  if (workspace == nullptr) return nullptr;
+  char* const staged = workspace + kLtWorkspaceBytes;
+  if (cudaMemcpyAsync(staged, bias, bytes, cudaMemcpyDeviceToDevice, stream) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return staged;
+}
+
 // D = alpha op(A) op(B) + beta C (+ bias with the epilogue) through Lt.
 // Returns false where Lt has no algorithm or refuses the call (nothing was
 // enqueued then), so the caller runs cublasGemmEx instead.
@@ -299,18 +337,14 @@ bool LtGemm(const GemmShape& g, float alpha, const void* a, const void* b, float
     handle = nullptr;
     return false;
   }
-  void*& workspace = lt.workspaces[{g.device, stream}];
-  if (workspace == nullptr && cudaMalloc(&workspace, kGemmWorkspaceBytes) != cudaSuccess) {
-    cudaGetLastError();  // clear it: the fallback runs without a workspace
-    workspace = nullptr;
-    return false;
-  }
+  void* const workspace = Workspace(lt, g.device, stream);
+  if (workspace == nullptr) return false;  // the fallback runs without one
   LtCall call(g, bias);
   cublasLtMatmulAlgo_t algo;
   if (!FindAlgo(lt, handle, g, call, &algo)) return false;
   const cublasStatus_t status =
       cublasLtMatmul(handle, call.desc.h, &alpha, b, call.a.h, a, call.b.h, &beta, c, call.c.h, c,
-                     call.c.h, &algo, workspace, kGemmWorkspaceBytes, stream);
+                     call.c.h, &algo, workspace, kLtWorkspaceBytes, stream);
   if (status != CUBLAS_STATUS_SUCCESS) {
     lt.algos[g].first = false;  // refused: this shape goes to cublasGemmEx from now on
     return false;
@@ -380,6 +414,11 @@ int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, fl
     }
   }
   const auto s = static_cast<cudaStream_t>(stream);
+  const int device = CurrentDevice();
+  if (bias != nullptr && ab != Elem::kF32 && k > 0 && c_type != Elem::kF32 && bias_type == c_type &&
+      Alignment(bias) < 16) {
+    if (const void* staged = StageBias(bias, static_cast<uint64_t>(n) * 2, device, s)) bias = staged;
+  }
   const bool epilogue_bias = bias != nullptr && ab != Elem::kF32 && k > 0 &&
                              bias_type == c_type && Alignment(bias) >= 16;
   if (bias != nullptr && !epilogue_bias) {
@@ -389,7 +428,6 @@ int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, fl
     }
     beta = 1.0f;
   }
-  const int device = CurrentDevice();
   if (ab != Elem::kF32) {
     GemmShape g{device, transpose_a, transpose_b, m, n, k, lda, ldb, ldc, ab, c_type,
                 epilogue_bias, beta == 0.0f, Alignment(a), Alignment(b), Alignment(c)};

@@ -72,23 +72,26 @@ double ProductAt(const std::vector<float>& a, bool ta, const std::vector<float>&
 //   fp32 C: fp32 accumulation of k exact products, |error| <= tol32;
 //   16-bit C: one rounding of (alpha AB + C0), |error| <= half ulp + tol32.
 void CheckGemm16(Device& device, double tol32) {
-  const int64_t m = 37, n = 29, k = 300;
-  for (DType dtype : {DType::kBF16, DType::kF16}) {
-    for (int transposes = 0; transposes < 4; ++transposes) {
-      const bool ta = transposes & 1, tb = transposes & 2;
-      const auto a = RoundTo(RandomFloats(m * k, -1, 1, 60 + transposes), dtype);
-      const auto b = RoundTo(RandomFloats(k * n, -1, 1, 70 + transposes), dtype);
-      const auto c0 = RoundTo(RandomFloats(m * n, -4, 4, 80 + transposes), dtype);
-      const float alpha = 0.5f;
-      const GemmResult got = RunGemm16(device, dtype, ta, tb, m, n, k, a, b, c0, alpha);
-      const std::string what = absl::StrCat(DTypeName(dtype), " ta=", ta, " tb=", tb);
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          const double want32 = alpha * ProductAt(a, ta, b, tb, m, n, k, i, j);
-          const double want16 = want32 + c0[i * n + j];
-          ASSERT_NEAR(got.c32[i * n + j], want32, tol32) << what << " fp32 C (" << i << ", " << j << ")";
-          ASSERT_NEAR(got.c16[i * n + j], want16, HalfUlp(dtype) * std::fabs(want16) + tol32)
-              << what << " 16-bit C (" << i << ", " << j << ")";
+  // (37, 29, 300) runs in aligned parts on CUDA; (64, 128, 256) in one.
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 29, 300}, {64, 128, 256}}) {
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      for (int transposes = 0; transposes < 4; ++transposes) {
+        const bool ta = transposes & 1, tb = transposes & 2;
+        const auto a = RoundTo(RandomFloats(m * k, -1, 1, 60 + transposes), dtype);
+        const auto b = RoundTo(RandomFloats(k * n, -1, 1, 70 + transposes), dtype);
+        const auto c0 = RoundTo(RandomFloats(m * n, -4, 4, 80 + transposes), dtype);
+        const float alpha = 0.5f;
+        const GemmResult got = RunGemm16(device, dtype, ta, tb, m, n, k, a, b, c0, alpha);
+        const std::string what =
+            absl::StrCat(DTypeName(dtype), " (", m, ", ", n, ", ", k, ") ta=", ta, " tb=", tb);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            const double want32 = alpha * ProductAt(a, ta, b, tb, m, n, k, i, j);
+            const double want16 = want32 + c0[i * n + j];
+            ASSERT_NEAR(got.c32[i * n + j], want32, tol32) << what << " fp32 C (" << i << ", " << j << ")";
+            ASSERT_NEAR(got.c16[i * n + j], want16, HalfUlp(dtype) * std::fabs(want16) + tol32)
+                << what << " 16-bit C (" << i << ", " << j << ")";
+          }
         }
       }
     }
@@ -194,8 +197,9 @@ TEST(MixedPrecision, MatmulRefusesMixedOperandTypes) {
 
 // MatmulBias(a, b, bias) in every storage type, into a C of the operands'
 // type and into an fp32 C, with the bias read at an offset of `offset`
-// elements (1 makes it misaligned, so CUDA broadcasts it instead of using
-// Lt's epilogue). C starts as NaN: beta is 0, so it must be overwritten.
+// elements (1 makes it misaligned: CUDA copies it to an aligned buffer for
+// Lt's epilogue under a 16-bit C, and broadcasts it into an fp32 C). C
+// starts as NaN: beta is 0, so it must be overwritten.
 struct BiasGemmResult {
   std::vector<float> same;  // C stored as the operands' type
   std::vector<float> wide;  // fp32 C
@@ -438,7 +442,8 @@ TEST(CudaOps, SixteenBitGemmAccumulatesInFp32) {
 
 TEST(CudaOps, MatmulBiasAddsTheBiasToTheFp32Product) {
   // Aligned biases take cuBLASLt's bias epilogue, misaligned ones (offset 1)
-  // the broadcast; k = 0 gives C = bias.
+  // a copy to an aligned buffer (16-bit C) or the broadcast (fp32 C); k = 0
+  // gives C = bias.
   std::string reason;
   if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
   auto gpu = *CreateCudaDevice();
