@@ -50,16 +50,13 @@ CpuAdam::CpuAdam(const Options& options, Path path)
     : config_(options.adam),
       path_(path),
       tile_(options.tile),
-      pool_(std::make_unique<ThreadPool>(options.threads, options.nice)) {}
+      pool_(std::make_unique<ThreadPool>(options.threads)) {}
 
 absl::StatusOr<std::unique_ptr<CpuAdam>> CpuAdam::Create(const Options& options) {
   if (absl::Status st = ops::ValidateAdamOptions(options.adam); !st.ok()) return st;
   if (options.threads < 0 || options.threads > ThreadPool::MaxThreads()) {
     return Bad(absl::StrCat("threads = ", options.threads, " must be in [0, ", ThreadPool::MaxThreads(),
                             "] (0: one per core of this rank's share; at most four per core)"));
-  }
-  if (options.nice < 0 || options.nice > 19) {
-    return Bad(absl::StrCat("nice = ", options.nice, " must be in [0, 19] (0: normal priority)"));
   }
   if (options.tile < 64) return Bad(absl::StrCat("tile = ", options.tile, " must be >= 64 elements"));
   const Path path = options.path == Path::kBest ? BestPath() : options.path;

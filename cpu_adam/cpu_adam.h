@@ -59,10 +59,6 @@ class CpuAdam {
   struct Options {
     ops::AdamOptions adam;  // checked by ops::ValidateAdamOptions
     int threads = 0;  // 0: one per core of this rank's share (runtime/host_cpus.h)
-    // Scheduling priority of the pool's workers below normal, 0 to 19 (see
-    // ThreadPool): a step that runs beside the device's compute yields the
-    // cores to the thread that launches it.
-    int nice = 0;
     Path path = Path::kBest;
     // The smallest tile handed to a thread (see TileFor).
     int64_t tile = 16384;

@@ -382,12 +382,6 @@ TEST(CpuAdam, RefusesBadArgumentsNamingThem) {
     expect(CpuAdam::Create(o).status(), absl::StrCat("threads = ", threads, " must be in [0, ",
                                                      ThreadPool::MaxThreads(), "]"));
   }
-  for (int nice : {-1, 20}) {
-    CpuAdam::Options o;
-    o.adam = Config(true);
-    o.nice = nice;
-    expect(CpuAdam::Create(o).status(), absl::StrCat("nice = ", nice, " must be in [0, 19]"));
-  }
   auto adam = Make(Config(true));
   expect(adam->SetLearningRate(-1.0f), "lr = -1");
 

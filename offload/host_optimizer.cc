@@ -11,19 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "cpu_adam/cpu_adam.h"
 #include "runtime/status.h"
-#include "runtime/thread_pool.h"
 #include "zero/config.h"
 
 namespace memwall::offload {
 namespace {
 
 using zero::OptimizerState;
-
-// The delayed step's threads run this much below normal priority (nice;
-// 9x less CPU than a normal thread where both want a core): it overlaps the
-// forward and backward, whose launching thread and gradient accumulation
-// must get the cores first or the device waits for its kernels.
-constexpr int kDelayedStepNice = 10;
 
 // Updated values travel to the device in tiles of this many elements.
 int64_t TileElements(const zero::ShardOptimizerRequest& r) {
@@ -84,7 +77,6 @@ class HostOptimizer : public DelayableOptimizer {
     }
     cpu_adam::CpuAdam::Options o;
     o.adam = r.adam;
-    if (delayed_) o.nice = kDelayedStepNice;
     MEMWALL_ASSIGN_OR_RETURN(adam_, cpu_adam::CpuAdam::Create(o));
     return absl::OkStatus();
   }
@@ -138,7 +130,6 @@ class HostOptimizer : public DelayableOptimizer {
     worker_status_ = absl::OkStatus();
     worker_ = std::thread([this, update] {
       absl::Cleanup release = [this] { shared_grads_->StopConsuming(); };
-      (void)LowerThisThreadsPriority(kDelayedStepNice);  // it takes part in the pool's loops
       HostZone zone(timeline_, ZoneKind::kCpuAdamDelayed, kDelayedUpdateTrack);
       if (hooks_.delayed_step_running) hooks_.delayed_step_running();
       const size_t v = SizeOf(value_dtype_);

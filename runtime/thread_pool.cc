@@ -1,31 +1,14 @@
 #include "runtime/thread_pool.h"
 
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-
 #include "runtime/host_cpus.h"
 
 namespace memwall {
-
-bool LowerThisThreadsPriority(int nice) {
-  if (nice <= 0) return true;
-  // On Linux the nice value is per thread: PRIO_PROCESS with a thread id.
-  const auto tid = static_cast<id_t>(syscall(SYS_gettid));
-  errno = 0;
-  const int now = getpriority(PRIO_PROCESS, tid);
-  if (errno != 0) return false;
-  return setpriority(PRIO_PROCESS, tid, std::min(19, now + nice)) == 0;
-}
 
 int ThreadPool::MaxThreads() {
   return 4 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-ThreadPool::ThreadPool(int threads, int nice) : nice_(nice) {
+ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = CurrentHostCpus().threads;
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
@@ -44,7 +27,6 @@ void ThreadPool::Drain() {
 }
 
 void ThreadPool::WorkerLoop() {
-  (void)LowerThisThreadsPriority(nice_);  // best effort: the work is the same at any priority
   int64_t seen = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {

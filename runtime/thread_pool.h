@@ -28,11 +28,7 @@ class ThreadPool {
   // threads <= 0: this rank's share of the CPUs (CurrentHostCpus().threads,
   // runtime/host_cpus.h). The pool owns
   // threads - 1 workers; the caller of ParallelFor is the last one.
-  // nice > 0: the workers run that much below normal scheduling priority
-  // (Linux's per-thread nice value), for a pool whose work runs beside a
-  // critical path that needs the cores first (the delayed CPU Adam beside
-  // the thread that launches the device's kernels).
-  explicit ThreadPool(int threads, int nice = 0);
+  explicit ThreadPool(int threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -49,7 +45,6 @@ class ThreadPool {
   // Claims and runs indices of the current job until none are left.
   void Drain();
 
-  const int nice_;
   std::vector<std::thread> workers_;
   std::mutex call_mu_;  // one ParallelFor at a time
   std::mutex mu_;
@@ -61,10 +56,6 @@ class ThreadPool {
   size_t finished_ = 0;     // workers done with the current job (all take part)
   bool stop_ = false;
 };
-
-// Lowers the calling thread's scheduling priority by `nice` (0 to 19; a
-// thread may always lower its own). Returns false where the system refused.
-bool LowerThisThreadsPriority(int nice);
 
 }  // namespace memwall
 

@@ -3,8 +3,6 @@
 #include "runtime/thread_pool.h"
 
 #include <sched.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -107,37 +105,6 @@ TEST(HostCpus, ARankTakesItsAllowedCpusUpToItsShareOfTheMachine) {
   EXPECT_LE(here.machine, static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
   EXPECT_EQ(here.threads, HostCpusOf(here.machine, here.allowed, here.local_ranks).threads);
   EXPECT_EQ(ThreadPool(0).threads(), here.threads);
-}
-
-// The calling thread's nice value (Linux: per thread).
-int ThisThreadsNice() {
-  return getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
-}
-
-TEST(ThreadPoolTest, ANicePoolsWorkersRunBelowTheCallersPriority) {
-  const int caller = ThisThreadsNice();
-  ThreadPool pool(4, /*nice=*/5);
-  std::mutex mu;
-  std::set<int> worker_nice;
-  std::atomic<int> started{0};
-  // Each index waits until every thread has one, so the workers take part.
-  pool.ParallelFor(4, [&](int64_t) {
-    ++started;
-    for (int i = 0; i < 2000 && started.load() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (ThisThreadsNice() != caller) {
-      std::lock_guard<std::mutex> lock(mu);
-      worker_nice.insert(ThisThreadsNice());
-    }
-  });
-  EXPECT_EQ(ThisThreadsNice(), caller) << "the caller's own priority is not the pool's to change";
-  ASSERT_FALSE(worker_nice.empty()) << "no worker ran below the caller's priority";
-  EXPECT_EQ(worker_nice, std::set<int>{std::min(19, caller + 5)});
-
-  std::thread([caller] {
-    EXPECT_TRUE(LowerThisThreadsPriority(3));
-    EXPECT_EQ(ThisThreadsNice(), std::min(19, caller + 3));
-  }).join();
-  EXPECT_EQ(ThisThreadsNice(), caller);
 }
 
 }  // namespace
