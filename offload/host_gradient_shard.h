@@ -119,6 +119,9 @@ class HostGradientShard final : public GradientShard {
   int64_t NextToConsume();
   // Zeroes sub-group k and releases the adds that wait for it.
   void Consumed(int64_t k);
+  // The same for a step that zeroed sub-group k itself as it read it
+  // (cpu_adam's AdamBuffers::zero_grads): no second pass over it.
+  void ConsumedZeroed(int64_t k);
   // Every sub-group released (the step ended, or failed: a failed step is
   // the Status of the engine's next Step, and its adds must not wait).
   void StopConsuming();

@@ -138,13 +138,19 @@ class HostOptimizer : public DelayableOptimizer {
         worker_status_ = WithSubGroup(k, /*written=*/true, [&](const zero::StateSubGroup& g) -> absl::Status {
           char* out16 = wide_ ? nullptr : delayed_values_.as<char>() + g.begin * v;
           const char* grads = shared_grads_->shard() + g.begin * g16;
-          if (!values_on_device_) return adam_->Step(Buffers(g, grads, out16), update.step, update.grad_scale);
+          // The sub-group goes back zeroed: the CPU Adam clears each piece
+          // of gradients it has read (single-threaded after the step, the
+          // clearing took as long as the step: 2.2x a step without DPU).
+          cpu_adam::AdamBuffers b = Buffers(g, grads, out16);
+          b.zero_grads = true;
+          if (!values_on_device_) return adam_->Step(b, update.step, update.grad_scale);
           // Into a staging tile, and from there to the device's copy.
           return tiles_.SendTile(g.numel, out16, [&](void* tile) {
-            return adam_->Step(Buffers(g, grads, tile), update.step, update.grad_scale);
+            b.params16 = tile;
+            return adam_->Step(b, update.step, update.grad_scale);
           });
         });
-        if (worker_status_.ok()) shared_grads_->Consumed(k);
+        if (worker_status_.ok()) shared_grads_->ConsumedZeroed(k);
       }
       if (worker_status_.ok()) worker_status_ = states_->Sync();
     });
