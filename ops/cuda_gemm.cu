@@ -12,10 +12,17 @@
 // too. Where the epilogue does not apply (an fp32 C under a 16-bit bias,
 // fp32 operands), the bias is first broadcast into C and the GEMM runs
 // with beta = 1: the same single fp32 sum and one rounding, because a bias
-// the contract accepts is exact in C's type. (Broadcast into a bf16 C, a
-// misaligned bias at (64, 128, 256) came out 3.5 bf16 ulps from the sum
-// rounded once on an H200, as if Lt's kernel rounded the product before
-// adding C.) Where Lt's
+// the contract accepts is exact in C's type and C is fp32.
+//
+// [Note: a 16-bit C with beta != 0]
+// Lt's kernels that add beta C to a 16-bit C do not round once: on an H200
+// at (64, 128, 256) a bf16 C came out 1.1 ulps from round(alpha AB + C),
+// as if the product were rounded to bf16 before C is added (and a bias
+// broadcast into C, 3.5 ulps). So a 16-bit C with beta != 0 (a weight
+// gradient accumulated into a 16-bit gradient) runs in blocks of rows: the
+// product into an fp32 scratch (beta = 0, one fp32 sum over K), then one
+// pass C = round(scratch + beta C). Two extra passes over C's block: small
+// beside a GEMM whose K is the batch's tokens. Where Lt's
 // heuristic offers no algorithm for a shape, or Lt refuses the call, the
 // same GEMM runs through cublasGemmEx (remembered per shape).
 //
@@ -174,6 +181,10 @@ struct GemmShape {
 };
 
 // Per device: the Lt handle (stateless across streams, so it is shared).
+// The fp32 scratch of a 16-bit C with beta != 0, per (device, stream) that
+// runs one (see [Note: a 16-bit C with beta != 0]), held for the process.
+constexpr uint64_t kWideBlockBytes = uint64_t{64} << 20;
+
 // The end of each workspace stages a misaligned 16-bit bias (up to
 // kBiasStagingBytes / 2 columns); Lt gets the rest.
 constexpr uint64_t kBiasStagingBytes = uint64_t{256} << 10;
@@ -186,6 +197,7 @@ struct LtState {
   std::mutex mu;
   std::map<int, cublasLtHandle_t> handles;
   std::map<std::pair<int, cudaStream_t>, void*> workspaces;
+  std::map<std::pair<int, cudaStream_t>, float*> wide_blocks;  // kWideBlockBytes each
   std::map<GemmShape, std::pair<bool, cublasLtMatmulAlgo_t>> algos;
 };
 LtState& Lt() {
@@ -325,6 +337,30 @@ const void* StageBias(const void* bias, uint64_t bytes, int device, cudaStream_t
   return staged;
 }
 
+// The stream's fp32 scratch (kWideBlockBytes), allocated on first use;
+// null if that fails.
+float* WideBlock(int device, cudaStream_t stream) {
+  LtState& lt = Lt();
+  std::lock_guard<std::mutex> lock(lt.mu);
+  float*& block = lt.wide_blocks[{device, stream}];
+  if (block == nullptr && cudaMalloc(reinterpret_cast<void**>(&block), kWideBlockBytes) != cudaSuccess) {
+    cudaGetLastError();  // clear it
+    block = nullptr;
+  }
+  return block;
+}
+
+// c[i, j] = round(wide[i, j] + beta c[i, j]) for an (m, n) block, c 16-bit.
+__global__ void AddWideKernel(uint16_t* c, int64_t ldc, Elem c_type, const float* wide, float beta,
+                              int64_t m, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < m * n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    uint16_t& out = c[(i / n) * ldc + i % n];
+    const float sum = wide[i] + beta * Widen(out, c_type);
+    out = c_type == Elem::kF16 ? FloatToHalf(sum) : FloatToBF16(sum);
+  }
+}
+
 // D = alpha op(A) op(B) + beta C (+ bias with the epilogue) through Lt.
 // Returns false where Lt has no algorithm or refuses the call (nothing was
 // enqueued then), so the caller runs cublasGemmEx instead.
@@ -415,6 +451,32 @@ int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, fl
   }
   const auto s = static_cast<cudaStream_t>(stream);
   const int device = CurrentDevice();
+  if (ab != Elem::kF32 && c_type != Elem::kF32 && beta != 0.0f && bias == nullptr && k > 0 &&
+      static_cast<uint64_t>(n) * sizeof(float) <= kWideBlockBytes) {
+    // See [Note: a 16-bit C with beta != 0].
+    if (float* const wide = WideBlock(device, s)) {
+      // Blocks of a multiple of 8 rows keep op(A)'s rows 16-byte aligned.
+      int64_t rows = static_cast<int64_t>(kWideBlockBytes / (n * sizeof(float)));
+      if (rows >= 8) rows = rows / 8 * 8;
+      const size_t a_bytes = ab == Elem::kF32 ? 4 : 2, c_bytes = 2;
+      for (int64_t m0 = 0; m0 < m; m0 += rows) {
+        const int64_t mb = std::min(rows, m - m0);
+        // op(A)'s rows [m0, m0 + mb): stored columns when transposed, rows otherwise.
+        const void* a_rows = static_cast<const char*>(a) + (transpose_a ? m0 : m0 * lda) * a_bytes;
+        if (const int error = Gemm(transpose_a, transpose_b, mb, n, k, alpha, a_rows, lda, b, ldb, ab, 0.0f, wide,
+                                   n, Elem::kF32, nullptr, bias_type, stream);
+            error != 0) {
+          return error;
+        }
+        constexpr int kThreads = 256;
+        const int64_t blocks = std::min<int64_t>((mb * n + kThreads - 1) / kThreads, 65535 * 16);
+        AddWideKernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
+            reinterpret_cast<uint16_t*>(static_cast<char*>(c) + m0 * ldc * c_bytes), ldc, c_type, wide, beta, mb, n);
+        if (const int error = static_cast<int>(cudaGetLastError()); error != 0) return error;
+      }
+      return 0;
+    }
+  }
   if (bias != nullptr && ab != Elem::kF32 && k > 0 && c_type != Elem::kF32 && bias_type == c_type &&
       Alignment(bias) < 16) {
     if (const void* staged = StageBias(bias, static_cast<uint64_t>(n) * 2, device, s)) bias = staged;

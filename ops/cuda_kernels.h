@@ -32,7 +32,9 @@ enum class Elem : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
 inline constexpr int kCublasError = 1000;
 // Lt's workspace, one per (device, stream) that runs a 16-bit GEMM, held
 // for the process (cuBLAS's recommendation for Hopper); its last 256 KiB
-// stage a misaligned bias.
+// stage a misaligned bias. A stream that runs a 16-bit GEMM into a 16-bit C
+// with beta != 0 also holds a 64 MiB fp32 scratch (cuda_gemm.cu, [Note: a
+// 16-bit C with beta != 0]).
 inline constexpr uint64_t kGemmWorkspaceBytes = uint64_t{32} << 20;
 int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
          const void* a, int64_t lda, const void* b, int64_t ldb, Elem ab, float beta, void* c,
