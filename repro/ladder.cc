@@ -112,8 +112,17 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
   {
     auto model = models::Gpt::Create(config);
     if (!model.ok()) return model.status();
+    const double device_seconds = Seconds(start);
     auto trainer = engine::CreateTrainer(**model, *device, *comm, options);
     if (!trainer.ok()) return record_failure(trainer.status());
+    // Setting up is most of a large model's attempt (its pinned host
+    // memory is allocated, locked and initialized here): say how long.
+    std::printf("    %s %s: set up in %.1f s (the device %.1f s); %s of device memory and %s of pinned host memory "
+                "in use\n",
+                row.model.c_str(), row.mode.c_str(), Seconds(start), device_seconds,
+                FormatBytes(device->memory().account().total_current()).c_str(),
+                FormatBytes(device->pinned_host().account().total_current()).c_str());
+    std::fflush(stdout);
     double timed_seconds = 0, idle = 0;
     int64_t timed_tokens = 0;
     double flops = 0;
