@@ -180,7 +180,6 @@ struct GemmShape {
   bool operator<(const GemmShape& o) const { return Key() < o.Key(); }
 };
 
-// Per device: the Lt handle (stateless across streams, so it is shared).
 // The fp32 scratch of a 16-bit C with beta != 0, per (device, stream) that
 // runs one (see [Note: a 16-bit C with beta != 0]), held for the process.
 constexpr uint64_t kWideBlockBytes = uint64_t{64} << 20;
@@ -190,6 +189,7 @@ constexpr uint64_t kWideBlockBytes = uint64_t{64} << 20;
 constexpr uint64_t kBiasStagingBytes = uint64_t{256} << 10;
 constexpr uint64_t kLtWorkspaceBytes = kGemmWorkspaceBytes - kBiasStagingBytes;
 
+// Per device: the Lt handle (stateless across streams, so it is shared).
 // Per (device, stream): a workspace of kGemmWorkspaceBytes, held for the
 // process, so two streams never share one. Per shape: the heuristic's
 // algorithm, or none (then cublasGemmEx runs).
@@ -458,11 +458,11 @@ int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, fl
       // Blocks of a multiple of 8 rows keep op(A)'s rows 16-byte aligned.
       int64_t rows = static_cast<int64_t>(kWideBlockBytes / (n * sizeof(float)));
       if (rows >= 8) rows = rows / 8 * 8;
-      const size_t a_bytes = ab == Elem::kF32 ? 4 : 2, c_bytes = 2;
+      constexpr size_t kBytes16 = 2;  // A's and C's elements
       for (int64_t m0 = 0; m0 < m; m0 += rows) {
         const int64_t mb = std::min(rows, m - m0);
         // op(A)'s rows [m0, m0 + mb): stored columns when transposed, rows otherwise.
-        const void* a_rows = static_cast<const char*>(a) + (transpose_a ? m0 : m0 * lda) * a_bytes;
+        const void* a_rows = static_cast<const char*>(a) + (transpose_a ? m0 : m0 * lda) * kBytes16;
         if (const int error = Gemm(transpose_a, transpose_b, mb, n, k, alpha, a_rows, lda, b, ldb, ab, 0.0f, wide,
                                    n, Elem::kF32, nullptr, bias_type, stream);
             error != 0) {
@@ -471,7 +471,7 @@ int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, fl
         constexpr int kThreads = 256;
         const int64_t blocks = std::min<int64_t>((mb * n + kThreads - 1) / kThreads, 65535 * 16);
         AddWideKernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
-            reinterpret_cast<uint16_t*>(static_cast<char*>(c) + m0 * ldc * c_bytes), ldc, c_type, wide, beta, mb, n);
+            reinterpret_cast<uint16_t*>(static_cast<char*>(c) + m0 * ldc * kBytes16), ldc, c_type, wide, beta, mb, n);
         if (const int error = static_cast<int>(cudaGetLastError()); error != 0) return error;
       }
       return 0;
