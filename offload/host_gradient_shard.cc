@@ -212,12 +212,6 @@ int64_t HostGradientShard::NextToConsume() {
 }
 
 void HostGradientShard::Consumed(int64_t k) {
-  const int64_t begin = k * sub_group_, end = std::min(n_, begin + sub_group_);
-  std::memset(grads_.as<char>() + begin * SizeOf(dtype_), 0, (end - begin) * SizeOf(dtype_));
-  ConsumedZeroed(k);
-}
-
-void HostGradientShard::ConsumedZeroed(int64_t k) {
   std::lock_guard<std::mutex> lock(mu_);
   state_[k] = SubGroup::kReturned;
   if (--held_count_ == 0) consuming_ = false;

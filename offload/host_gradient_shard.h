@@ -117,11 +117,9 @@ class HostGradientShard final : public GradientShard {
   void BeginConsuming(int64_t sub_group_elements);
   // The sub-group to step next, or -1 when every one has been taken.
   int64_t NextToConsume();
-  // Zeroes sub-group k and releases the adds that wait for it.
+  // Releases the adds that wait for sub-group k, which the step has zeroed
+  // as it read it (cpu_adam's AdamBuffers::zero_grads: no second pass).
   void Consumed(int64_t k);
-  // The same for a step that zeroed sub-group k itself as it read it
-  // (cpu_adam's AdamBuffers::zero_grads): no second pass over it.
-  void ConsumedZeroed(int64_t k);
   // Every sub-group released (the step ended, or failed: a failed step is
   // the Status of the engine's next Step, and its adds must not wait).
   void StopConsuming();
