@@ -88,6 +88,7 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
                            CreateExperimentDevice(e, static_cast<size_t>(e.offload().device_memory_bytes()),
                                                   static_cast<size_t>(e.offload().host_pinned_memory_bytes())));
   row.device = device->name();
+  const double device_seconds = Seconds(start);
   std::unique_ptr<Communicator> comm = CreateSingleProcessCommunicator();
   auto data = models::SyntheticSource(1 << 20, config.vocab(), 11);
   Timeline timeline;
@@ -112,7 +113,6 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
   {
     auto model = models::Gpt::Create(config);
     if (!model.ok()) return model.status();
-    const double device_seconds = Seconds(start);
     auto trainer = engine::CreateTrainer(**model, *device, *comm, options);
     if (!trainer.ok()) return record_failure(trainer.status());
     // Setting up is most of a large model's attempt (its pinned host
