@@ -1,5 +1,8 @@
 #include "runtime/thread_pool.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "runtime/host_cpus.h"
 
 namespace memwall {
@@ -63,6 +66,23 @@ void ThreadPool::ParallelFor(int64_t count, const std::function<void(int64_t)>& 
   std::unique_lock<std::mutex> lock(mu_);
   done_.wait(lock, [&] { return finished_ == workers_.size(); });
   fn_ = nullptr;
+}
+
+void ZeroHost(void* p, size_t bytes, ThreadPool& pool) {
+  char* const at = static_cast<char*>(p);
+  pool.ParallelFor(static_cast<int64_t>((bytes + kZeroHostPieceBytes - 1) / kZeroHostPieceBytes), [&](int64_t k) {
+    const size_t begin = static_cast<size_t>(k) * kZeroHostPieceBytes;
+    std::memset(at + begin, 0, std::min(kZeroHostPieceBytes, bytes - begin));
+  });
+}
+
+void ZeroHost(void* p, size_t bytes) {
+  if (bytes < kZeroHostParallelBytes) {
+    std::memset(p, 0, bytes);
+    return;
+  }
+  ThreadPool pool(0);  // a few threads started for gigabytes of pages
+  ZeroHost(p, bytes, pool);
 }
 
 }  // namespace memwall

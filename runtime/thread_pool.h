@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -56,6 +57,19 @@ class ThreadPool {
   size_t finished_ = 0;     // workers done with the current job (all take part)
   bool stop_ = false;
 };
+
+// Zeroes `bytes` at `p` on the threads of `pool`, in pieces of
+// kZeroHostPieceBytes. On fresh pages the cost is the first touch (a page
+// fault and the kernel's zeroing per page), not the memset, and it scales
+// with threads: an 8B model's pinned optimizer states and gradients are
+// about 110 GB of it.
+inline constexpr size_t kZeroHostPieceBytes = size_t{16} << 20;
+void ZeroHost(void* p, size_t bytes, ThreadPool& pool);
+// The same on a pool of this rank's share of the CPUs started for the call;
+// a buffer under kZeroHostParallelBytes takes one memset on the calling
+// thread instead.
+inline constexpr size_t kZeroHostParallelBytes = size_t{64} << 20;
+void ZeroHost(void* p, size_t bytes);
 
 }  // namespace memwall
 

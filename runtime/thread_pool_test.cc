@@ -5,7 +5,9 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <chrono>
 #include <mutex>
 #include <set>
@@ -75,6 +77,28 @@ TEST(ThreadPool, OneThreadRunsInline) {
 
 // The default size is this rank's share of the CPUs: the formula's cases,
 // then this process.
+// Every byte of the range and none outside it, whether one memset does it
+// or several threads in pieces (a last piece cut short included).
+TEST(ZeroHost, ZeroesExactlyTheRangeOnOneOrSeveralThreads) {
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4097}, kZeroHostParallelBytes - 1, kZeroHostParallelBytes,
+                       kZeroHostParallelBytes + 3 * kZeroHostPieceBytes + 12345}) {
+    for (int threads : {0, 1, 3}) {  // 0: the pool of the rank's share ZeroHost starts (or one memset)
+      std::vector<unsigned char> buffer(bytes + 2, 0xab);
+      if (threads == 0) {
+        ZeroHost(buffer.data() + 1, bytes);
+      } else {
+        ThreadPool pool(threads);
+        ZeroHost(buffer.data() + 1, bytes, pool);
+      }
+      ASSERT_EQ(buffer.front(), 0xab) << bytes << " bytes on " << threads << " threads";
+      ASSERT_EQ(buffer.back(), 0xab) << bytes << " bytes on " << threads << " threads";
+      const auto first_set = std::find_if(buffer.begin() + 1, buffer.end() - 1, [](unsigned char b) { return b != 0; });
+      ASSERT_EQ(first_set - buffer.begin(), static_cast<std::ptrdiff_t>(bytes + 1))
+          << bytes << " bytes on " << threads << " threads";
+    }
+  }
+}
+
 TEST(HostCpus, ARankTakesItsAllowedCpusUpToItsShareOfTheMachine) {
   struct Case {
     int machine, allowed, local_ranks, threads;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status.h"
+#include "runtime/thread_pool.h"
 
 namespace memwall::zero {
 namespace {
@@ -105,7 +106,7 @@ class ResidentStateStore : public OptimizerStateStore {
     for (const Buffer& b : buffers_) {
       if (b.data() == nullptr) continue;
       if (owner == nullptr) {
-        std::memset(b.data(), 0, b.bytes());
+        ZeroHost(b.data(), b.bytes());  // fresh pages: their first touch, on every thread
       } else {
         MEMWALL_RETURN_IF_ERROR(s.Memset(b.data(), 0, b.bytes()));
       }

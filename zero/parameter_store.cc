@@ -1,10 +1,10 @@
 #include "zero/parameter_store.h"
 
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status.h"
+#include "runtime/thread_pool.h"
 
 namespace memwall::zero {
 namespace {
@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<ParameterStore>> CreateResidentParameterStore(Dev
   const MemoryPlan plan = ResidentParameterStorePlan(shape);
   MEMWALL_ASSIGN_OR_RETURN(Buffer values, AllocatePlanned(device, plan, "values shard"));
   if (plan.at("values shard").space == MemorySpace::kPinnedHost) {
-    std::memset(values.data(), 0, values.bytes());
+    ZeroHost(values.data(), values.bytes());
   } else {
     Stream& s = device.compute_stream();
     MEMWALL_RETURN_IF_ERROR(s.Memset(values.data(), 0, values.bytes()));
