@@ -9,20 +9,24 @@
 //
 // A misaligned bias of a 16-bit C is first copied to an aligned staging
 // area at the end of the stream's Lt workspace, so it takes the epilogue
-// too. Where the epilogue does not apply (an fp32 C under a 16-bit bias,
-// fp32 operands), the bias is first broadcast into C and the GEMM runs
-// with beta = 1: the same single fp32 sum and one rounding, because a bias
-// the contract accepts is exact in C's type and C is fp32.
+// too; one too wide for that area (over 128K columns), or one under a
+// shape with no unsplit algorithm, goes through the fp32 scratch below.
+// Where the epilogue does not apply to an fp32 C (a 16-bit bias, fp32
+// operands), the bias is first broadcast into C and the GEMM runs with
+// beta = 1: the same single fp32 sum and one rounding, because a bias the
+// contract accepts is exact in C's type and C is fp32.
 //
 // [Note: a 16-bit C with beta != 0]
 // Lt's kernels that add beta C to a 16-bit C do not round once: on an H200
 // at (64, 128, 256) a bf16 C came out 1.1 ulps from round(alpha AB + C),
 // as if the product were rounded to bf16 before C is added (and a bias
 // broadcast into C, 3.5 ulps). So a 16-bit C with beta != 0 (a weight
-// gradient accumulated into a 16-bit gradient) runs in blocks of rows: the
-// product into an fp32 scratch (beta = 0, one fp32 sum over K), then one
-// pass C = round(scratch + beta C). Two extra passes over C's block: small
-// beside a GEMM whose K is the batch's tokens. Where Lt's
+// gradient accumulated into a 16-bit gradient), or with a bias the
+// epilogue cannot take, runs in blocks of rows: the product into an fp32
+// scratch (beta = 0, one fp32 sum over K), then one pass
+// C = round(scratch + beta C + bias). Two extra passes over C's block:
+// small beside a GEMM whose K is the batch's tokens. Only where that
+// scratch cannot be allocated does C go through Lt as above. Where Lt's
 // heuristic offers no algorithm for a shape, or Lt refuses the call, the
 // same GEMM runs through cublasGemmEx (remembered per shape).
 //
@@ -37,7 +41,8 @@
 // to C's type (a bf16 C one ulp off at (37, 29, 300) on an H100), so a GEMM
 // with the epilogue runs unsplit. Lt is asked for these schemes and each
 // candidate's own config (split count, scheme) is checked before it runs;
-// a shape with no unsplit candidate takes the bias through C (beta = 1).
+// a shape with no unsplit candidate takes the bias through the fp32
+// scratch of [Note: a 16-bit C with beta != 0].
 //
 // Row-major storage and column-major BLAS: a row-major (m, n) matrix is the
 // column-major (n, m) matrix with the same leading dimension, so row-major
@@ -350,15 +355,52 @@ float* WideBlock(int device, cudaStream_t stream) {
   return block;
 }
 
-// c[i, j] = round(wide[i, j] + beta c[i, j]) for an (m, n) block, c 16-bit.
+// c[i, j] = round(wide[i, j] + beta c[i, j] + bias[j]) for an (m, n) block,
+// c and the bias (null: none) 16-bit; c is not read where beta is 0.
 __global__ void AddWideKernel(uint16_t* c, int64_t ldc, Elem c_type, const float* wide, float beta,
-                              int64_t m, int64_t n) {
+                              const uint16_t* bias, int64_t m, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < m * n;
        i += int64_t{gridDim.x} * blockDim.x) {
     uint16_t& out = c[(i / n) * ldc + i % n];
-    const float sum = wide[i] + beta * Widen(out, c_type);
+    float sum = wide[i];
+    if (beta != 0.0f) sum += beta * Widen(out, c_type);
+    if (bias != nullptr) sum += Widen(bias[i % n], c_type);
     out = c_type == Elem::kF16 ? FloatToHalf(sum) : FloatToBF16(sum);
   }
+}
+
+// A 16-bit C through the stream's fp32 scratch ([Note: a 16-bit C with
+// beta != 0]): per block of rows, the product (beta = 0) into the scratch,
+// then AddWideKernel. kNoScratch, with nothing enqueued, where the scratch
+// cannot be had or one row of C does not fit it.
+constexpr int kNoScratch = -1;
+int GemmThroughScratch(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const void* a, int64_t lda, const void* b, int64_t ldb, Elem ab, float beta, void* c,
+                       int64_t ldc, Elem c_type, const void* bias, int device, cudaStream_t s) {
+  if (static_cast<uint64_t>(n) * sizeof(float) > kWideBlockBytes) return kNoScratch;
+  float* const wide = WideBlock(device, s);
+  if (wide == nullptr) return kNoScratch;
+  // Blocks of a multiple of 8 rows keep op(A)'s rows 16-byte aligned.
+  int64_t rows = static_cast<int64_t>(kWideBlockBytes / (n * sizeof(float)));
+  if (rows >= 8) rows = rows / 8 * 8;
+  constexpr size_t kBytes16 = 2;  // A's, C's and the bias's elements
+  for (int64_t m0 = 0; m0 < m; m0 += rows) {
+    const int64_t mb = std::min(rows, m - m0);
+    // op(A)'s rows [m0, m0 + mb): stored columns when transposed, rows otherwise.
+    const void* a_rows = static_cast<const char*>(a) + (transpose_a ? m0 : m0 * lda) * kBytes16;
+    if (const int error = Gemm(transpose_a, transpose_b, mb, n, k, alpha, a_rows, lda, b, ldb, ab, 0.0f, wide, n,
+                               Elem::kF32, nullptr, Elem::kF32, s);
+        error != 0) {
+      return error;
+    }
+    constexpr int kThreads = 256;
+    const int64_t blocks = std::min<int64_t>((mb * n + kThreads - 1) / kThreads, 65535 * 16);
+    AddWideKernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
+        reinterpret_cast<uint16_t*>(static_cast<char*>(c) + m0 * ldc * kBytes16), ldc, c_type, wide, beta,
+        static_cast<const uint16_t*>(bias), mb, n);
+    if (const int error = static_cast<int>(cudaGetLastError()); error != 0) return error;
+  }
+  return 0;
 }
 
 // D = alpha op(A) op(B) + beta C (+ bias with the epilogue) through Lt.
@@ -451,38 +493,21 @@ int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, fl
   }
   const auto s = static_cast<cudaStream_t>(stream);
   const int device = CurrentDevice();
-  if (ab != Elem::kF32 && c_type != Elem::kF32 && beta != 0.0f && bias == nullptr && k > 0 &&
-      static_cast<uint64_t>(n) * sizeof(float) <= kWideBlockBytes) {
-    // See [Note: a 16-bit C with beta != 0].
-    if (float* const wide = WideBlock(device, s)) {
-      // Blocks of a multiple of 8 rows keep op(A)'s rows 16-byte aligned.
-      int64_t rows = static_cast<int64_t>(kWideBlockBytes / (n * sizeof(float)));
-      if (rows >= 8) rows = rows / 8 * 8;
-      constexpr size_t kBytes16 = 2;  // A's and C's elements
-      for (int64_t m0 = 0; m0 < m; m0 += rows) {
-        const int64_t mb = std::min(rows, m - m0);
-        // op(A)'s rows [m0, m0 + mb): stored columns when transposed, rows otherwise.
-        const void* a_rows = static_cast<const char*>(a) + (transpose_a ? m0 : m0 * lda) * kBytes16;
-        if (const int error = Gemm(transpose_a, transpose_b, mb, n, k, alpha, a_rows, lda, b, ldb, ab, 0.0f, wide,
-                                   n, Elem::kF32, nullptr, bias_type, stream);
-            error != 0) {
-          return error;
-        }
-        constexpr int kThreads = 256;
-        const int64_t blocks = std::min<int64_t>((mb * n + kThreads - 1) / kThreads, 65535 * 16);
-        AddWideKernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
-            reinterpret_cast<uint16_t*>(static_cast<char*>(c) + m0 * ldc * kBytes16), ldc, c_type, wide, beta, mb, n);
-        if (const int error = static_cast<int>(cudaGetLastError()); error != 0) return error;
-      }
-      return 0;
-    }
-  }
-  if (bias != nullptr && ab != Elem::kF32 && k > 0 && c_type != Elem::kF32 && bias_type == c_type &&
-      Alignment(bias) < 16) {
+  const bool sixteen_bit_c = ab != Elem::kF32 && c_type != Elem::kF32 && k > 0;
+  const bool c_typed_bias = bias != nullptr && bias_type == c_type;  // a 16-bit C's (cuda_kernels.h)
+  if (sixteen_bit_c && c_typed_bias && Alignment(bias) < 16) {
     if (const void* staged = StageBias(bias, static_cast<uint64_t>(n) * 2, device, s)) bias = staged;
   }
-  const bool epilogue_bias = bias != nullptr && ab != Elem::kF32 && k > 0 &&
-                             bias_type == c_type && Alignment(bias) >= 16;
+  const bool epilogue_bias = sixteen_bit_c && c_typed_bias && Alignment(bias) >= 16;
+  // Lt would round a 16-bit C twice: with beta C, or a bias it adds
+  // through C (one too wide to stage).
+  if (sixteen_bit_c && (bias == nullptr ? beta != 0.0f : c_typed_bias && !epilogue_bias)) {
+    if (const int error = GemmThroughScratch(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, ab, beta, c,
+                                             ldc, c_type, bias, device, s);
+        error != kNoScratch) {
+      return error;
+    }
+  }
   if (bias != nullptr && !epilogue_bias) {
     // C = bias, then C = alpha op(A) op(B) + 1 * C (beta is 0 with a bias).
     if (const int error = BroadcastBias(c, ldc, c_type, bias, bias_type, m, n, s); error != 0) {
@@ -494,7 +519,12 @@ int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, fl
     GemmShape g{device, transpose_a, transpose_b, m, n, k, lda, ldb, ldc, ab, c_type,
                 epilogue_bias, beta == 0.0f, Alignment(a), Alignment(b), Alignment(c)};
     if (k > 0 && LtGemm(g, alpha, a, b, beta, c, bias, s)) return static_cast<int>(cudaGetLastError());
-    if (epilogue_bias) {  // no unsplit algorithm, or Lt said no: broadcast, then beta = 1 as above
+    if (epilogue_bias) {  // no unsplit algorithm, or Lt said no: through the scratch, else as above
+      if (const int error = GemmThroughScratch(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, ab, 0.0f,
+                                               c, ldc, c_type, bias, device, s);
+          error != kNoScratch) {
+        return error;
+      }
       if (const int error = BroadcastBias(c, ldc, c_type, bias, bias_type, m, n, s); error != 0) {
         return error;
       }

@@ -198,7 +198,8 @@ TEST(MixedPrecision, MatmulRefusesMixedOperandTypes) {
 // MatmulBias(a, b, bias) in every storage type, into a C of the operands'
 // type and into an fp32 C, with the bias read at an offset of `offset`
 // elements (1 makes it misaligned: CUDA copies it to an aligned buffer for
-// Lt's epilogue under a 16-bit C, and broadcasts it into an fp32 C). C
+// Lt's epilogue under a 16-bit C, or adds it through an fp32 scratch where
+// it is too wide to copy, and broadcasts it into an fp32 C). C
 // starts as NaN: beta is 0, so it must be overwritten.
 struct BiasGemmResult {
   std::vector<float> same;  // C stored as the operands' type
@@ -229,7 +230,10 @@ BiasGemmResult RunMatmulBias(Device& device, DType dtype, bool ta, bool tb, int6
 // (fp32 accumulation), a 16-bit C within one rounding of that.
 void CheckMatmulBias(Device& device, double tol32) {
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
-    for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 29, 300}, {64, 128, 256}, {5, 7, 0}}) {
+    // 131080 columns: a misaligned 16-bit bias too wide for CUDA's staging
+    // area, which goes through the fp32 scratch instead.
+    for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 29, 300}, {64, 128, 256}, {5, 7, 0},
+                                  {8, 131080, 16}}) {
       for (int variant = 0; variant < 8; ++variant) {
         const bool ta = variant & 1, tb = variant & 2;
         const int64_t offset = (variant & 4) ? 1 : 0;
@@ -442,8 +446,8 @@ TEST(CudaOps, SixteenBitGemmAccumulatesInFp32) {
 
 TEST(CudaOps, MatmulBiasAddsTheBiasToTheFp32Product) {
   // Aligned biases take cuBLASLt's bias epilogue, misaligned ones (offset 1)
-  // a copy to an aligned buffer (16-bit C) or the broadcast (fp32 C); k = 0
-  // gives C = bias.
+  // a copy to an aligned buffer (16-bit C; over 128K columns, the fp32
+  // scratch) or the broadcast (fp32 C); k = 0 gives C = bias.
   std::string reason;
   if (CudaDeviceCount(&reason) == 0) GTEST_SKIP() << "needs a GPU: " << reason;
   auto gpu = *CreateCudaDevice();
