@@ -326,13 +326,16 @@ class PerfModelTest(unittest.TestCase):
         self.assertAlmostEqual(self.hw.cpu_memory_gbps, fitted["cpu_memory_gbps"], delta=0.5)
         self.assertAlmostEqual(self.hw.compute_efficiency, fitted["compute_efficiency"], delta=1e-3)
         self.assertAlmostEqual(self.hw.half_hidden, fitted["half_hidden"], delta=1)
-        # The H100 box's file holds what its calibration fitted, and the
-        # 8-GPU H100 file its compute constants (the same GPU and kernels).
+        # Each GPU box's file holds what its calibration fitted, and the
+        # 8-GPU H100 file the H100 box's compute constants (the same GPU
+        # and kernels).
+        for name in ("h100_box", "h200_box"):
+            box = perf_model.load_hardware(name)
+            fitted = {r[1]: float(r[2]) for r in rows if r[0] == name and r[1] in perf_model.DEVICE_FITTED_FIELDS}
+            self.assertEqual(sorted(fitted), sorted(perf_model.DEVICE_FITTED_FIELDS), (name, rows))
+            for field, value in fitted.items():
+                self.assertAlmostEqual(getattr(box, field) / value, 1.0, places=4, msg=f"{name} {field}")
         box = perf_model.load_hardware("h100_box")
-        fitted = {r[1]: float(r[2]) for r in rows if r[0] == "h100_box" and r[1] in perf_model.DEVICE_FITTED_FIELDS}
-        self.assertEqual(sorted(fitted), sorted(perf_model.DEVICE_FITTED_FIELDS), rows)
-        for field, value in fitted.items():
-            self.assertAlmostEqual(getattr(box, field) / value, 1.0, places=4, msg=field)
         dgx = perf_model.load_hardware("h100_80gb")
         self.assertAlmostEqual(dgx.compute_efficiency, box.compute_efficiency, delta=1e-4)
         self.assertEqual(dgx.half_hidden, box.half_hidden)

@@ -1,7 +1,11 @@
 """results/perf_model_calibration/figure.png: predicted against measured step
 seconds, one panel per machine, fit and held-out steps apart, with the
-diagonal and ±15%."""
+diagonal and ±15%.
+
+    figure.py OUT [TITLES]   TITLES: a JSON object, machine -> panel title
+"""
 import csv
+import json
 import os
 import sys
 
@@ -9,9 +13,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-TITLES = {"dev_vm": "dev VM (CpuDevice)", "h100_box": "H100 box (one GPU)"}
-
 out = sys.argv[1]
+TITLES = dict({"dev_vm": "dev VM (CpuDevice)"}, **(json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}))
 with open(os.path.join(out, "data.csv")) as f:
     rows = list(csv.DictReader(f))
 machines = list(dict.fromkeys(r["machine"] for r in rows))
@@ -20,6 +23,8 @@ for ax, machine in zip(axes[0], machines):
     mine = [r for r in rows if r["machine"] == machine]
     for split, marker in (("fit", "o"), ("held-out", "s")):
         pts = [(float(r["measured_step_seconds"]), float(r["predicted_step_seconds"])) for r in mine if r["split"] == split]
+        if not pts:
+            continue
         ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=split)
     values = [float(r[k]) for r in mine for k in ("measured_step_seconds", "predicted_step_seconds")]
     lo, hi = min(values) / 1.3, max(values) * 1.3

@@ -9,20 +9,19 @@
    the parameters, the optimizer and the gradients on the device, the host
    and NVMe), which the fit never saw: their error is the model's held-out
    error on this machine.
-2. The GPU box (python/memwall/hardware/h100_box.json: one H100 80GB, a
-   16-core host): fits its rates (memwall.perf_model.calibrate_device) to
-   the measured steps of results/offload_throughput_h100/ (or, while only
-   its subset has run, results/offload_throughput_h100_headline/) and
-   predicts those of results/offload_dpu_gpu/ (another micro-batch, a 32 GB
-   budget); until either is measured, offload_dpu_gpu's smallest model is
-   the fit and its larger one held out. The compute rate and h0
-   come from the stage-0 rows, with gpt_benchmark's forward and backward
-   passes of three GPTs (hidden 768, 1024, 2048) measured by the same
-   build on the same kind of machine (results/models/h100/<commit>/, the
-   commit of offload_dpu_gpu's provenance). Its nvme_gbps comes from the
-   box's NVMe walk (results/offload_max_model_h100_nvme/) once that has
-   run. Writes the fitted file beside the results (h100_box.json), which
-   the committed one must equal.
+2. Each GPU box of BOXES (python/memwall/hardware/<box>.json: one H100
+   80GB or one H200, each with a 16-core host): fits its rates
+   (memwall.perf_model.calibrate_device) to its measured steps and predicts
+   the ones the fit never saw. The fit is the first of the box's `fit`
+   results that exists (the whole offload_throughput figure, else its
+   headline subset), and every other of its results is held out; where
+   only one result exists, its smallest model is the fit and the others
+   are held out. The compute rate and h0 come from the stage-0 rows, with
+   gpt_benchmark's forward and backward passes measured on the same kind
+   of GPU (results/models/<gpu>/<commit>/, the commit of the box's
+   `passes_of` result's provenance). Its nvme_gbps comes from the box's
+   NVMe walk once that has run. Writes each fitted file beside the results
+   (<box>.json), which the committed one must equal.
 3. The V100 DGX-2 (python/memwall/hardware/v100_dgx2.json): sets the
    host's bandwidth from ZeRO-Offload Table 4's CPU-Adam time for the 10B,
    then fits compute_efficiency and half_hidden to two points of
@@ -30,7 +29,7 @@
    one GPU) and sets them beside the file's.
 
 Writes results/perf_model_calibration/{data.csv, calibration.csv,
-h100_box.json, figure.png, provenance.json}.
+<box>.json, figure.png, provenance.json}.
 """
 import argparse
 import csv
@@ -47,13 +46,42 @@ import memwall
 from memwall import perf_model
 
 NAME = "perf_model_calibration"
-TRAIN = ("offload_throughput",)
-HELD_OUT = ("infinity_prefetch", "infinity_activation_offload", "infinity_max_model")
-BOX = "h100_box"
-# The first of these with results is the box's fit: the whole figure, else
-# its headline subset.
-BOX_FIT = ("offload_throughput_h100", "offload_throughput_h100_headline")
-BOX_HELD_OUT = ("offload_dpu_gpu",)
+# Results as (folder under results/, the experiment's name under repro/).
+TRAIN = (("offload_throughput", "offload_throughput"),)
+HELD_OUT = tuple((n, n) for n in ("infinity_prefetch", "infinity_activation_offload", "infinity_max_model"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Box:
+    """A GPU box the model is fitted to. Results are (folder under results/,
+    the experiment's name under repro/) pairs: the experiments are named
+    for the H100 box whose budgets they keep, whichever GPU ran them."""
+    name: str      # python/memwall/hardware/<name>.json
+    gpu: str       # results/models/<gpu>/<commit>/: gpt_benchmark's passes
+    title: str     # the figure's panel
+    describe: str  # the hardware file's source, before what was fitted
+    fit: tuple     # the first of these with a data.csv is the fit
+    held_out: tuple
+    passes_of: str  # the result whose provenance commit names the passes
+    nvme: tuple    # the box's NVMe walk (its largest model sets nvme_gbps)
+
+
+BOXES = (
+    Box(name="h100_box", gpu="h100", title="H100 box (one GPU)",
+        describe="One H100 80GB HBM3 (989 TFLOPS dense bf16, 3.35 TB/s) with a 16-core Xeon host and 128 GiB, as "
+                 "lent for GPU runs (results/offload_dpu_gpu/provenance.json)",
+        fit=(("offload_throughput/h100", "offload_throughput_h100"),
+             ("offload_throughput/h100_headline", "offload_throughput_h100_headline")),
+        held_out=(("offload_dpu_gpu", "offload_dpu_gpu"),), passes_of="offload_dpu_gpu",
+        nvme=("offload_max_model/h100_nvme", "offload_max_model_h100_nvme")),
+    Box(name="h200_box", gpu="h200", title="H200 box (one GPU)",
+        describe="One H200 141GB HBM3e (989 TFLOPS dense bf16, 4.8 TB/s) with a 16-core Xeon host and 125.9 GiB, "
+                 "as lent for GPU runs (results/offload_throughput/h200/provenance.json)",
+        fit=(("offload_throughput/h200", "offload_throughput_h100"),
+             ("offload_throughput/h200_headline", "offload_throughput_h100_headline")),
+        held_out=(), passes_of="offload_throughput/h200",
+        nvme=("offload_max_model/h200_nvme", "offload_max_model_h100_nvme")),
+)
 PAPERS = "models/configs/papers.textproto"
 GPTS = "models/configs/gpt.textproto"
 # BM_GptCuda/<config>_bf16[_ckpt] (models/gpt_benchmark.cc): forward and
@@ -125,18 +153,20 @@ def zones(breakdown):
     return out
 
 
-def measured_rows(workspace, names, split):
+def measured_rows(workspace, results, split):
+    """The trained rows of each (folder, experiment) of `results` as Runs
+    with their measured step and zones."""
     rows = []
-    for name in names:
+    for folder, name in results:
         kind, seq, micro_batch, ladder, bucket, values_on_device = experiment(workspace, name)
-        with open(os.path.join(workspace, "results", name, "data.csv")) as f:
+        with open(os.path.join(workspace, "results", folder, "data.csv")) as f:
             for r in csv.DictReader(f):
                 if r["fits"] != "yes":
                     continue
                 # The row's own micro-batch where data.csv has the column
                 # (a per-model or halved one), else the experiment's.
                 if r["mode"] not in MODES:
-                    raise ValueError(f"{name}: mode '{r['mode']}' has no Run here (MODES)")
+                    raise ValueError(f"{folder}: mode '{r['mode']}' has no Run here (MODES)")
                 mode = dict(MODES[r["mode"]])
                 if kind in PREFETCH_SUFFIX and not r["mode"].endswith(PREFETCH_SUFFIX[kind]):
                     mode["prefetch"] = False
@@ -145,36 +175,39 @@ def measured_rows(workspace, names, split):
                 run = perf_model.Run(model=ladder[r["model"]], micro_batch=int(r.get("micro_batch") or micro_batch),
                                      seq=seq, reduce_bucket_bytes=bucket, **mode)
                 if perf_model._params(run.model) != int(r["params"]):
-                    raise ValueError(f"{name}/{r['model']}: the model counts {perf_model._params(run.model)} "
+                    raise ValueError(f"{folder}/{r['model']}: the model counts {perf_model._params(run.model)} "
                                      f"parameters, the run {r['params']}")
-                rows.append(dict(experiment=name, model=r["model"], mode=r["mode"], run=run, split=split,
+                rows.append(dict(experiment=folder, model=r["model"], mode=r["mode"], run=run, split=split,
                                  measured=float(r["step_seconds"]), zones=zones(r["breakdown"]),
                                  delayed=r["mode"].endswith("+dpu")))
     return rows
 
 
-def box_rows(workspace):
-    """The GPU box's (fit, held-out) measured steps: the first of BOX_FIT
-    with results fits, BOX_HELD_OUT's are held out; while none of BOX_FIT
-    has results, BOX_HELD_OUT's smallest model fits and its others are held
+def box_rows(workspace, box):
+    """The box's (fit, held-out) measured steps: the first of box.fit with
+    results fits and every other result of the box is held out; where the
+    box has one result, its smallest model fits and its others are held
     out."""
-    measured = [n for n in BOX_FIT if os.path.exists(os.path.join(workspace, "results", n, "data.csv"))]
-    if measured:
-        return measured_rows(workspace, measured[:1], "fit"), measured_rows(workspace, BOX_HELD_OUT, "held-out")
-    rows = measured_rows(workspace, BOX_HELD_OUT, "fit")
+    have = [r for r in box.fit + box.held_out if os.path.exists(os.path.join(workspace, "results", r[0], "data.csv"))]
+    if not have:
+        raise ValueError(f"{box.name}: none of its results has a data.csv ({', '.join(r[0] for r in box.fit + box.held_out)})")
+    if len(have) >= 2:
+        return measured_rows(workspace, have[:1], "fit"), measured_rows(workspace, have[1:], "held-out")
+    rows = measured_rows(workspace, have, "fit")
     smallest = min(perf_model._params(r["run"].model) for r in rows)
     fit = [r for r in rows if perf_model._params(r["run"].model) == smallest]
     held = [dict(r, split="held-out") for r in rows if perf_model._params(r["run"].model) != smallest]
     return fit, held
 
 
-def benchmark_rows(workspace):
-    """gpt_benchmark's bf16 forward and backward passes on the box, from
-    the build that measured BOX_HELD_OUT (its provenance's commit), as rows
-    with a forward+backward zone only; none where that folder is missing."""
-    with open(os.path.join(workspace, "results", BOX_HELD_OUT[0], "provenance.json")) as f:
+def benchmark_rows(workspace, box):
+    """gpt_benchmark's bf16 forward and backward passes on the box's GPU,
+    from the build that measured box.passes_of (its provenance's commit),
+    as rows with a forward+backward zone only; none where that folder is
+    missing."""
+    with open(os.path.join(workspace, "results", box.passes_of, "provenance.json")) as f:
         commit = json.load(f)["commit"][:7]
-    path = os.path.join(workspace, "results", "models", "h100", commit, "gpt_benchmark.json")
+    path = os.path.join(workspace, "results", "models", box.gpu, commit, "gpt_benchmark.json")
     if not os.path.exists(path):
         return []
     with open(path) as f:
@@ -209,11 +242,6 @@ def fio_gbps(workspace, write):
     return max(b["fio_GBps"] for b in runs if f"write:{int(write)}/" in b["name"])
 
 
-# The box's NVMe walk (repro/offload/max_model/h100_nvme.textproto): its
-# largest model's last step sets the box's nvme_gbps once it has run.
-BOX_NVME = "offload_max_model_h100_nvme"
-
-
 def nvme_gbps_of(rows):
     """The NVMe rate perf_model charges (NVME_OPTIMIZER_BYTES_PER_PARAM a
     parameter read in while as many go out, the CPU Adam pipelined beneath)
@@ -227,9 +255,11 @@ def nvme_gbps_of(rows):
     return perf_model.NVME_OPTIMIZER_BYTES_PER_PARAM * int(r["params"]) / zones(r["breakdown"])["cpu_adam"] / 1e9
 
 
-def box_nvme_gbps(workspace):
-    """nvme_gbps_of the box's NVMe walk, or None while it has not run."""
-    path = os.path.join(workspace, "results", BOX_NVME, "data.csv")
+def box_nvme_gbps(workspace, box):
+    """nvme_gbps_of the box's NVMe walk (repro/offload/max_model/
+    h100_nvme.textproto: its largest model's last step), or None while it
+    has not run."""
+    path = os.path.join(workspace, "results", box.nvme[0], "data.csv")
     if not os.path.exists(path):
         return None
     with open(path) as f:
@@ -275,6 +305,40 @@ def fit_v100(hw):
     return best[1], best[2], runs
 
 
+def fit_box(workspace, box):
+    """The box's fitted hardware and its (fit, held-out) rows, with what
+    calibration.csv says of them."""
+    fit, held = box_rows(workspace, box)
+    passes = benchmark_rows(workspace, box)  # the compute fit's other hidden sizes; not steps
+    hw = perf_model.calibrate_device(fit + passes, perf_model.load_hardware(box.name), box.name)
+    nvme = box_nvme_gbps(workspace, box)
+    if nvme is not None:
+        hw = dataclasses.replace(hw, nvme_gbps=nvme)
+    steps = sorted({r["experiment"] for r in fit})  # measured steps, not passes alone
+    experiments = sorted({r["experiment"] for r in fit + passes})
+    one_hidden = len({perf_model._field(r["run"].model, "hidden") for r in fit + passes}) == 1
+    fitted = [f for f in perf_model.DEVICE_FITTED_FIELDS if not (one_hidden and f == "half_hidden")]
+    hw = dataclasses.replace(hw, source=(
+        f"{box.describe}. Fitted by //repro:perf_model_calibration to the measured steps of {', '.join(steps)}"
+        + (f" and gpt_benchmark's forward and backward passes in results/models/{box.gpu}/" if passes else "")
+        + " (results/perf_model_calibration/): "
+        f"{', '.join(fitted)}" + ("; half_hidden is the file's (the steps span one hidden size)" if one_hidden else "")
+        + (f"; nvme_gbps from {box.nvme[0]}'s largest model (12 bytes a parameter each way over its optimizer zone)"
+           if nvme is not None else "")
+        + ". The rest is the datasheet's" + ("" if nvme is not None else "; nvme_gbps is assumed, not measured")
+        + "; intra_node_gbps and inter_node_gbps are unused on one GPU."))
+    notes = [(field, f"{getattr(hw, field):.6g}", "fitted to " + "+".join(experiments))
+             for field in perf_model.DEVICE_FITTED_FIELDS]
+    notes.append(("nvme_gbps", f"{hw.nvme_gbps:.6g}",
+                  f"measured in {box.nvme[0]}" if nvme is not None else "assumed (the NVMe walk has not run)"))
+    for what, gbps in (("pcie d2h gbps (gradients down)", copy_gbps(fit, perf_model.GRAD_D2H)),
+                       ("pcie h2d gbps (the delayed update's parameters up)",
+                        copy_gbps(fit, perf_model.PARAM_H2D, delayed_only=True))):
+        if gbps is not None:
+            notes.append((what, f"{gbps:.4g}", "measured in " + "+".join(steps)))
+    return hw, fit, held, experiments, notes
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--results_dir", default="",
@@ -289,29 +353,14 @@ def main(argv):
     held = measured_rows(workspace, HELD_OUT, "held-out")
     hw = perf_model.calibrate(train, nvme_gbps=fio_gbps(workspace, write=False),
                               nvme_write_gbps=fio_gbps(workspace, write=True), name="dev_vm")
-    box_fit, box_held = box_rows(workspace)
-    passes = benchmark_rows(workspace)  # the compute fit's other hidden sizes; not steps
-    box = perf_model.calibrate_device(box_fit + passes, perf_model.load_hardware(BOX), BOX)
-    nvme = box_nvme_gbps(workspace)
-    if nvme is not None:
-        box = dataclasses.replace(box, nvme_gbps=nvme)
-    box_steps = sorted({r["experiment"] for r in box_fit})  # measured steps, not passes alone
-    box_experiments = sorted({r["experiment"] for r in box_fit + passes})
-    one_hidden = len({perf_model._field(r["run"].model, "hidden") for r in box_fit + passes}) == 1
-    fitted = [f for f in perf_model.DEVICE_FITTED_FIELDS if not (one_hidden and f == "half_hidden")]
-    box = dataclasses.replace(box, source=(
-        "One H100 80GB HBM3 (989 TFLOPS dense bf16, 3.35 TB/s) with a 16-core Xeon host and 128 GiB, as lent "
-        "for GPU runs (results/offload_dpu_gpu/provenance.json). Fitted by //repro:perf_model_calibration to "
-        f"the measured steps of {', '.join(box_steps)}"
-        + (" and gpt_benchmark's forward and backward passes in results/models/h100/" if passes else "")
-        + " (results/perf_model_calibration/): "
-        f"{', '.join(fitted)}" + ("; half_hidden is the file's (the steps span one hidden size)" if one_hidden else "")
-        + (f"; nvme_gbps from {BOX_NVME}'s largest model (12 bytes a parameter each way over its optimizer zone)"
-           if nvme is not None else "")
-        + ". The rest is the datasheet's" + ("" if nvme is not None else "; nvme_gbps is assumed, not measured")
-        + "; intra_node_gbps and inter_node_gbps are unused on one GPU."))
+    machines = [("dev_vm", hw, train + held)]
+    boxes = []
+    for box in BOXES:
+        box_hw, fit, box_held, experiments, notes = fit_box(workspace, box)
+        machines.append((box.name, box_hw, fit + box_held))
+        boxes.append((box, box_hw, experiments, notes))
     rows = []
-    for machine, hardware, group in (("dev_vm", hw, train + held), (BOX, box, box_fit + box_held)):
+    for machine, hardware, group in machines:
         for r in group:
             p = perf_model.predict(r["run"], hardware, with_memory=False)
             rows.append(dict(r, machine=machine, predicted=p.step_seconds, error=p.step_seconds / r["measured"] - 1))
@@ -323,13 +372,23 @@ def main(argv):
             w.writerow([r["machine"], r["experiment"], r["model"], r["mode"], r["split"],
                         perf_model._params(r["run"].model), r["run"].micro_batch, f"{r['measured']:.4f}",
                         f"{r['predicted']:.4f}", f"{r['error']:+.4f}", "measured,modeled"])
-    with open(os.path.join(out, BOX + ".json"), "w") as f:
-        json.dump(dataclasses.asdict(box), f, indent=2)
-        f.write("\n")
+    for box, box_hw, _, _ in boxes:
+        with open(os.path.join(out, box.name + ".json"), "w") as f:
+            json.dump(dataclasses.asdict(box_hw), f, indent=2)
+            f.write("\n")
 
     def summary(split, machine="dev_vm"):
+        """(steps, mean |error|, max |error|) of a split; (0, None, None)
+        where it has no steps."""
         errs = [abs(r["error"]) for r in rows if r["split"] == split and r["machine"] == machine]
-        return len(errs), sum(errs) / len(errs), max(errs)
+        return (len(errs), sum(errs) / len(errs), max(errs)) if errs else (0, None, None)
+
+    def summary_rows(w, machine):
+        for split in ("fit", "held-out"):
+            n, mean, worst = summary(split, machine)
+            if n:
+                w.writerow([machine, f"{split} mean |error|", f"{mean:.4f}", f"{n} steps"])
+                w.writerow([machine, f"{split} max |error|", f"{worst:.4f}", f"{n} steps"])
 
     v100 = perf_model.load_hardware("v100_dgx2")
     h0, eff, v100_runs = fit_v100(v100)
@@ -339,24 +398,13 @@ def main(argv):
         for field in ("device_tflops", "half_hidden", "device_memory_gbps", "cpu_memory_gbps",
                       "host_bytes_per_param", "pcie_gbps", "nvme_gbps", "nvme_write_gbps"):
             fio = {"nvme_gbps": "fio read, results/aio/dev_vm", "nvme_write_gbps": "fio write, results/aio/dev_vm"}
-            w.writerow(["dev_vm", field, f"{getattr(hw, field):.6g}", fio.get(field, "fitted to " + "+".join(TRAIN))])
-        for split in ("fit", "held-out"):
-            n, mean, worst = summary(split)
-            w.writerow(["dev_vm", f"{split} mean |error|", f"{mean:.4f}", f"{n} steps"])
-            w.writerow(["dev_vm", f"{split} max |error|", f"{worst:.4f}", f"{n} steps"])
-        for field in perf_model.DEVICE_FITTED_FIELDS:
-            w.writerow([BOX, field, f"{getattr(box, field):.6g}", "fitted to " + "+".join(box_experiments)])
-        w.writerow([BOX, "nvme_gbps", f"{box.nvme_gbps:.6g}",
-                    f"measured in {BOX_NVME}" if nvme is not None else "assumed (the NVMe walk has not run)"])
-        for what, gbps in (("pcie d2h gbps (gradients down)", copy_gbps(box_fit, perf_model.GRAD_D2H)),
-                           ("pcie h2d gbps (the delayed update's parameters up)",
-                            copy_gbps(box_fit, perf_model.PARAM_H2D, delayed_only=True))):
-            if gbps is not None:
-                w.writerow([BOX, what, f"{gbps:.4g}", "measured in " + "+".join(box_steps)])
-        for split in ("fit", "held-out"):
-            n, mean, worst = summary(split, BOX)
-            w.writerow([BOX, f"{split} mean |error|", f"{mean:.4f}", f"{n} steps"])
-            w.writerow([BOX, f"{split} max |error|", f"{worst:.4f}", f"{n} steps"])
+            w.writerow(["dev_vm", field, f"{getattr(hw, field):.6g}",
+                        fio.get(field, "fitted to " + "+".join(r[0] for r in TRAIN))])
+        summary_rows(w, "dev_vm")
+        for box, _, _, notes in boxes:
+            for quantity, value, how in notes:
+                w.writerow([box.name, quantity, value, how])
+            summary_rows(w, box.name)
         for field, value, how in (("cpu_memory_gbps", v100_cpu_gbps(), V100_CPU_ADAM[2] + " at 28 bytes a parameter"),
                                   ("compute_efficiency", eff, "fitted to ZeRO-Offload Figure 8"),
                                   ("half_hidden", h0, "fitted to ZeRO-Offload Figure 8")):
@@ -366,31 +414,37 @@ def main(argv):
         for (name, _, tflops, what), (run, _) in zip(V100_POINTS, v100_runs):
             got = perf_model.predict(run, v100, with_memory=False).tflops_per_device
             w.writerow(["v100_dgx2", f"{name} b{run.micro_batch} TFLOPS (file / paper)", f"{got:.2f} / {tflops}", what])
-    for machine in ("dev_vm", BOX):
+    for machine, _, _ in machines:
         for split in ("fit", "held-out"):
             n, mean, worst = summary(split, machine)
-            print(f"{machine} {split}: {n} steps, mean |error| {mean:.1%}, max {worst:.1%}")
+            if n:
+                print(f"{machine} {split}: {n} steps, mean |error| {mean:.1%}, max {worst:.1%}")
     print(f"v100_dgx2: cpu_memory_gbps {v100_cpu_gbps():.4g} (Table 4), fitted compute_efficiency {eff:.4f}, "
           f"half_hidden {h0} (file: {v100.cpu_memory_gbps}, {v100.compute_efficiency}, {v100.half_hidden})")
 
-    subprocess.run(["/usr/bin/python3", os.path.join(os.path.dirname(os.path.abspath(__file__)), "figure.py"), out], check=True)
+    titles = {box.name: box.title for box in BOXES}
+    subprocess.run(["/usr/bin/python3", os.path.join(os.path.dirname(os.path.abspath(__file__)), "figure.py"), out,
+                    json.dumps(titles)], check=True)
+    box_files = {box.name + ".json": f"the {box.title}'s hardware file as fitted (python/memwall/hardware/ holds a copy)"
+                 for box in BOXES}
     memwall.write_provenance(
         os.path.join(out, "provenance.json"), experiment=NAME,
         description="memwall.perf_model fitted to CpuDevice steps of offload_throughput and checked on the held-out "
-                    f"steps of {', '.join(HELD_OUT)}; fitted to an H100 box's steps "
-                    f"({', '.join(box_experiments)}) and checked on its held-out ones; the V100's compute constants "
-                    "fitted to ZeRO-Offload Figure 8",
+                    f"steps of {', '.join(r[0] for r in HELD_OUT)}; fitted to each GPU box's steps ("
+                    + "; ".join(f"{box.name}: {', '.join(experiments)}" for box, _, experiments, _ in boxes)
+                    + ") and checked on its held-out ones; the V100's compute constants fitted to ZeRO-Offload Figure 8",
         paper="ZeRO (SC20), ZeRO-Offload (ATC21), ZeRO-Infinity (SC21): the performance model behind the modeled "
               "figures",
         command="./bazelw run //repro:%s -- %s" % (NAME, " ".join(shlex.quote(a) for a in argv)),
         measured_or_modeled="measured_step_seconds: results/<experiment>/data.csv, measured on the CpuDevice (dev_vm) "
-                            "or an H100 (h100_box; see their provenance); predicted_step_seconds: modeled "
-                            "(memwall.perf_model)",
-        files={"data.csv": "per measured step: machine, measured and predicted seconds, relative error, fit or held-out",
-               "calibration.csv": "fitted constants and the error summary",
-               BOX + ".json": "the GPU box's hardware file as fitted (python/memwall/hardware/ holds a copy)",
-               "figure.png": "drawn by repro/perf_model/figure.py from data.csv"})
-    print(f"wrote {out}/{{data.csv, calibration.csv, {BOX}.json, figure.png, provenance.json}}")
+                            "or a GPU box (" + ", ".join(box.name for box in BOXES) + "; see their provenance); "
+                            "predicted_step_seconds: modeled (memwall.perf_model)",
+        files=dict({"data.csv": "per measured step: machine, measured and predicted seconds, relative error, fit or "
+                                "held-out",
+                    "calibration.csv": "fitted constants and the error summary"},
+                   **box_files, **{"figure.png": "drawn by repro/perf_model/figure.py from data.csv"}))
+    print(f"wrote {out}/{{data.csv, calibration.csv, " + ", ".join(sorted(box_files))
+          + ", figure.png, provenance.json}")
 
 
 if __name__ == "__main__":

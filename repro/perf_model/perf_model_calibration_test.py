@@ -64,7 +64,7 @@ class HeldOutRows(unittest.TestCase):
     def test_every_mode_of_the_held_out_walks_is_a_run(self):
         modes = ["stage3", "stage3+offload", "stage3+nvme", "stage3+offload+params", "stage3+nvme+params",
                  "stage3+nvme+nvme-params", "stage3+nvme-all"]
-        rows = calibration.measured_rows(self.workspace("INFINITY_MAX_MODEL", modes), ["probe"], "held-out")
+        rows = calibration.measured_rows(self.workspace("INFINITY_MAX_MODEL", modes), [("probe", "probe")], "held-out")
         runs = {r["mode"]: r["run"] for r in rows}
         self.assertEqual(sorted(runs), sorted(modes))
         for mode, run in runs.items():
@@ -81,14 +81,14 @@ class HeldOutRows(unittest.TestCase):
 
     def test_the_prefetch_walk_runs_its_plain_modes_without_prefetch(self):
         modes = ["stage3+nvme+nvme-params", "stage3+nvme+nvme-params+prefetch"]
-        rows = calibration.measured_rows(self.workspace("INFINITY_PREFETCH", modes), ["probe"], "held-out")
+        rows = calibration.measured_rows(self.workspace("INFINITY_PREFETCH", modes), [("probe", "probe")], "held-out")
         self.assertEqual({r["mode"]: r["run"].prefetch for r in rows},
                          {"stage3+nvme+nvme-params": False, "stage3+nvme+nvme-params+prefetch": True})
 
     def test_a_mode_without_a_run_is_named(self):
         ws = self.workspace("INFINITY_MAX_MODEL", ["stage9+teleport"])
         with self.assertRaisesRegex(ValueError, "probe: mode 'stage9\\+teleport' has no Run"):
-            calibration.measured_rows(ws, ["probe"], "held-out")
+            calibration.measured_rows(ws, [("probe", "probe")], "held-out")
 
 
 if __name__ == "__main__":
