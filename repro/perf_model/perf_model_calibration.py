@@ -425,7 +425,7 @@ def main(argv):
     titles = {box.name: box.title for box in BOXES}
     subprocess.run(["/usr/bin/python3", os.path.join(os.path.dirname(os.path.abspath(__file__)), "figure.py"), out,
                     json.dumps(titles)], check=True)
-    box_files = {box.name + ".json": f"the {box.title}'s hardware file as fitted (python/memwall/hardware/ holds a copy)"
+    box_files = {box.name + ".json": f"{box.name}'s hardware file as fitted (python/memwall/hardware/ holds a copy)"
                  for box in BOXES}
     memwall.write_provenance(
         os.path.join(out, "provenance.json"), experiment=NAME,
