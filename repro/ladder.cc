@@ -117,9 +117,10 @@ absl::StatusOr<OffloadRow> Attempt(const Experiment& e, const models::GptConfig&
     if (!trainer.ok()) return record_failure(trainer.status());
     // Setting up is most of a large model's attempt (its pinned host
     // memory is allocated, locked and initialized here): say how long.
-    std::printf("    %s %s: set up in %.1f s (the device %.1f s); %s of device memory and %s of pinned host memory "
-                "in use\n",
+    std::printf("    %s %s: set up in %.1f s (the device %.1f s, allocating pinned host memory %.1f s); %s of device "
+                "memory and %s of pinned host memory in use\n",
                 row.model.c_str(), row.mode.c_str(), Seconds(start), device_seconds,
+                device->pinned_host().allocate_seconds(),
                 FormatBytes(device->memory().account().total_current()).c_str(),
                 FormatBytes(device->pinned_host().account().total_current()).c_str());
     std::fflush(stdout);

@@ -188,6 +188,26 @@ TEST(CpuDeviceTest, BuffersReturnMemoryAndAccountingOnDestruction) {
   EXPECT_EQ(account.total_current(), 0u);
 }
 
+// Each allocator counts the time its allocations took, apart; a request
+// refused by the budget takes none.
+TEST(CpuDeviceTest, EachAllocatorCountsTheSecondsItsAllocationsTook) {
+  CpuDeviceOptions options;
+  options.pinned_budget_bytes = size_t{128} << 20;
+  auto device = *CreateCpuDevice(options);
+  Allocator& pinned = device->pinned_host();
+  EXPECT_EQ(pinned.allocate_seconds(), 0.0);
+  EXPECT_EQ(device->memory().allocate_seconds(), 0.0);
+  const auto start = std::chrono::steady_clock::now();
+  auto a = *device->AllocatePinnedHost(size_t{64} << 20, MemoryTag::kStaging);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double counted = pinned.allocate_seconds();
+  EXPECT_GT(counted, 0.0);
+  EXPECT_LE(counted, took);
+  EXPECT_EQ(device->memory().allocate_seconds(), 0.0);
+  EXPECT_FALSE(device->AllocatePinnedHost(size_t{128} << 20, MemoryTag::kStaging).ok());  // past the budget
+  EXPECT_EQ(pinned.allocate_seconds(), counted);
+}
+
 TEST(CpuDeviceTest, StreamOrderedFreeWaitsForQueuedWork) {
   auto device = MakeDevice();
   auto stream = *device->CreateStream("s");

@@ -1,5 +1,6 @@
 #include "runtime/device.h"
 
+#include <chrono>
 #include <utility>
 
 namespace memwall {
@@ -13,7 +14,9 @@ absl::StatusOr<Buffer> Allocator::Allocate(size_t bytes, MemoryTag tag, Stream* 
   if (bytes == 0) return buffer;
   // Account first: a request past the budget fails without touching memory.
   if (absl::Status s = account().Reserve(tag, bytes); !s.ok()) return s;
+  const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<void*> ptr = AllocateRaw(bytes, tag, stream);
+  allocate_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
   if (!ptr.ok()) {
     account().Release(tag, bytes);
     return ptr.status();

@@ -31,7 +31,9 @@
 #ifndef MEMWALL_RUNTIME_DEVICE_H_
 #define MEMWALL_RUNTIME_DEVICE_H_
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -70,6 +72,10 @@ class Allocator {
   // A zero-byte request gives an empty Buffer. With `stream`, allocation and
   // free are ordered on it: see [Note: buffer lifetime and streams].
   absl::StatusOr<Buffer> Allocate(size_t bytes, MemoryTag tag, Stream* stream = nullptr);
+  // Wall seconds spent getting memory so far (every Allocate, on any
+  // thread): a large pinned allocation is its pages' first touch and
+  // locking, which can be most of a large model's set-up.
+  double allocate_seconds() const { return static_cast<double>(allocate_ns_.load()) * 1e-9; }
 
  protected:
   friend class Buffer;
@@ -78,6 +84,9 @@ class Allocator {
   // Releases the accounting at once and the memory in `stream` order (or at
   // once without a stream).
   virtual void FreeRaw(void* ptr, size_t bytes, MemoryTag tag, Stream* stream) = 0;
+
+ private:
+  std::atomic<int64_t> allocate_ns_{0};
 };
 
 // Owns memory from an Allocator; returns it (and its accounting) on
