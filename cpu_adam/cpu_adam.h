@@ -89,6 +89,9 @@ class CpuAdam {
   int64_t TileFor(int64_t count) const;
   Path path() const { return path_; }  // never kBest
   int threads() const { return pool_->threads(); }
+  // The step's threads, for the offloaded optimizer's other host passes
+  // between steps (calls from several threads are serialized).
+  ThreadPool& pool() const { return *pool_; }
 
  private:
   CpuAdam(const Options& options, Path path);
