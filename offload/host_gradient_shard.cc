@@ -1,7 +1,6 @@
 #include "offload/host_gradient_shard.h"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 #include <tuple>
 

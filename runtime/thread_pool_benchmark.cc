@@ -54,6 +54,10 @@ void BM_ZeroHostFreshPages(benchmark::State& state) {
   for (int round = 0; round < 5; ++round) {
     t_memset.push_back(OnFreshPages(bytes, one_memset));
     t_zero.push_back(OnFreshPages(bytes, zero_host));
+    if (t_memset.back() == 0 || t_zero.back() == 0) {
+      state.SkipWithError("mmap failed");
+      return;
+    }
   }
   state.counters["threads"] = CurrentHostCpus().threads;
   state.counters["speedup_over_memset"] = Median(t_memset) / Median(t_zero);
