@@ -103,25 +103,25 @@ class Filler {
     const bool add = f->is_repeated();
     switch (f->cpp_type()) {
       case pb::FieldDescriptor::CPPTYPE_INT32: {
-        int32_t x;
+        int32_t x = 0;
         MEMWALL_RETURN_IF_ERROR(Integer(v, where, &x));
         add ? r->AddInt32(msg, f, x) : r->SetInt32(msg, f, x);
         return absl::OkStatus();
       }
       case pb::FieldDescriptor::CPPTYPE_INT64: {
-        int64_t x;
+        int64_t x = 0;
         MEMWALL_RETURN_IF_ERROR(Integer(v, where, &x));
         add ? r->AddInt64(msg, f, x) : r->SetInt64(msg, f, x);
         return absl::OkStatus();
       }
       case pb::FieldDescriptor::CPPTYPE_UINT32: {
-        uint32_t x;
+        uint32_t x = 0;
         MEMWALL_RETURN_IF_ERROR(Integer(v, where, &x));
         add ? r->AddUInt32(msg, f, x) : r->SetUInt32(msg, f, x);
         return absl::OkStatus();
       }
       case pb::FieldDescriptor::CPPTYPE_UINT64: {
-        uint64_t x;
+        uint64_t x = 0;
         MEMWALL_RETURN_IF_ERROR(Integer(v, where, &x));
         add ? r->AddUInt64(msg, f, x) : r->SetUInt64(msg, f, x);
         return absl::OkStatus();

@@ -57,7 +57,9 @@ TEST(WalkLadder, FromAnyStartEndsAsTheWalkFromTheSmallest) {
         const std::vector<std::string> tail = Models(std::vector<OffloadRow>(full.end() - walk.size(), full.end()));
         EXPECT_EQ(Models(walk), tail);
         // A start at the largest model that fits needs at most two attempts.
-        if (fit > 0 && start == fit - 1) EXPECT_LE(ladder.attempted.size(), 2u);
+        if (fit > 0 && start == fit - 1) {
+          EXPECT_LE(ladder.attempted.size(), 2u);
+        }
         // Nothing is attempted twice.
         std::vector<int> seen = ladder.attempted;
         std::sort(seen.begin(), seen.end());

@@ -117,7 +117,7 @@ TEST(ReadRegularFile, RefusesWhatIsNotAFileByKind) {
     EXPECT_EQ(RegularFileSize(path, "--config").status(), st);
   };
   expect(dir + "/missing", absl::StatusCode::kNotFound, "does not exist");
-  expect(file + "/below", absl::StatusCode::kNotFound, "a part of it is not a directory");
+  (void)expect(file + "/below", absl::StatusCode::kNotFound, "a part of it is not a directory");
   expect(dir, absl::StatusCode::kInvalidArgument, "is a directory, not a regular file");
   const std::string fifo = dir + "/fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
@@ -153,8 +153,8 @@ TEST(CreateWritableDirectory, CreatesParentsAndRefusesWhatCannotHoldFiles) {
   };
   const std::string file = root + "/a_file";
   ASSERT_TRUE(WriteFileAtomically(file, "x").ok());
-  expect(file, absl::StatusCode::kInvalidArgument, "it or a parent is a file, not a directory");
-  expect(file + "/below", absl::StatusCode::kInvalidArgument, "it or a parent is a file, not a directory");
+  (void)expect(file, absl::StatusCode::kInvalidArgument, "it or a parent is a file, not a directory");
+  (void)expect(file + "/below", absl::StatusCode::kInvalidArgument, "it or a parent is a file, not a directory");
   // The system's errno comes along (Python raises OSError with it).
   EXPECT_GT(ErrnoOf(expect("/proc/memwall_cannot_be_here", absl::StatusCode::kPermissionDenied, "cannot create it")),
             0);
@@ -165,7 +165,7 @@ TEST(CreateWritableDirectory, CreatesParentsAndRefusesWhatCannotHoldFiles) {
     const std::string locked = root + "/locked";
     std::filesystem::create_directories(locked);
     ASSERT_EQ(::chmod(locked.c_str(), 0555), 0);
-    expect(locked, absl::StatusCode::kPermissionDenied, "cannot write in it");
+    (void)expect(locked, absl::StatusCode::kPermissionDenied, "cannot write in it");
     ::chmod(locked.c_str(), 0755);
   }
 }

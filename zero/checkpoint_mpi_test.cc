@@ -557,7 +557,9 @@ TEST_F(Checkpoints, RankZeroReadsAnyRangeBitForBitAndMayStopAnywhere) {
           return absl::OkStatus();
         }, kChunk);
     EXPECT_TRUE(status.ok()) << status;
-    if (Root()) EXPECT_GT(checked, numel);
+    if (Root()) {
+      EXPECT_GT(checked, numel);
+    }
     ExpectRanksInStep(*comm_, *device_);
 
     // Rank 0 stops after one range, halfway through what it meant to read.
@@ -595,7 +597,9 @@ TEST_F(Checkpoints, RankZeroReadsAnyRangeBitForBitAndMayStopAnywhere) {
     } else {
       EXPECT_TRUE(status.ok()) << status;
     }
-    if (Root()) EXPECT_EQ(reads, 1);
+    if (Root()) {
+      EXPECT_EQ(reads, 1);
+    }
     ExpectRanksInStep(*comm_, *device_);
   }
 }

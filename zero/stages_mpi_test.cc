@@ -334,7 +334,9 @@ TEST_F(Stages, BandwidthCentricPartitioningGivesStageThreeBitForBit) {
     EXPECT_EQ(got.skipped, want.skipped) << bandwidth.Name();
     EXPECT_EQ(got.loss_scales, want.loss_scales) << bandwidth.Name();
     EXPECT_EQ(test::CountBitDifferences(got.weights, want.weights), 0u) << bandwidth.Name();
-    if (contiguous.precision == Precision::FP16) EXPECT_TRUE(want.skipped[0]) << "the overflow must skip step 1";
+    if (contiguous.precision == Precision::FP16) {
+      EXPECT_TRUE(want.skipped[0]) << "the overflow must skip step 1";
+    }
   }
   // The config reached the layout: each rank owns a chunk of every
   // parameter, and its checkpoint shard lists them, one piece each
