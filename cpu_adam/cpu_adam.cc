@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -165,25 +164,8 @@ absl::Status CpuAdam::StepRange(const AdamBuffers& b, int64_t begin, int64_t end
     r.grad_dtype = b.grad_dtype;
     r.out16 = b.params16 == nullptr ? nullptr : static_cast<char*>(b.params16) + first * 2;
     r.out16_dtype = b.params16_dtype;
-    if (!b.zero_grads) {
-      r.n = count;
-      internal::AdamRange(path, s, r);
-      return;
-    }
-    // In pieces, each zeroed right after its update read it.
-    constexpr int64_t kZeroPiece = 8192;
-    char* const grad = const_cast<char*>(static_cast<const char*>(r.grad));
-    for (int64_t at = 0; at < count; at += kZeroPiece) {
-      internal::Range piece = r;
-      piece.p += at;
-      piece.m += at;
-      piece.v += at;
-      piece.grad = grad + at * grad_bytes;
-      if (piece.out16 != nullptr) piece.out16 = static_cast<char*>(r.out16) + at * 2;
-      piece.n = std::min(kZeroPiece, count - at);
-      internal::AdamRange(path, s, piece);
-      std::memset(grad + at * grad_bytes, 0, piece.n * grad_bytes);
-    }
+    r.n = count;
+    internal::AdamRange(path, s, r);
   });
   return absl::OkStatus();
 }

@@ -52,11 +52,6 @@ struct AdamBuffers {
   int64_t n = 0;
   void* params16 = nullptr;       // optional: updated params, rounded
   DType params16_dtype = DType::kBF16;  // fp16 or bf16
-  // Whether the gradients (then writable) are set to zero as they are read,
-  // a few KiB behind the update while they are still in cache: a buffer
-  // that must be handed back zeroed (the delayed update's gradient shard)
-  // costs no second pass over memory.
-  bool zero_grads = false;
 };
 
 class CpuAdam {

@@ -48,7 +48,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -417,47 +416,6 @@ void Args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"params", "grad_bits", "fused"});
 }
 BENCHMARK(BM_CpuAdam)->Apply(Args)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.5);
-
-// The delayed update's step hands its gradients back zeroed. Same run,
-// rounds interleaved: the step alone, the step clearing what it read
-// (zero_grads), and the step then one thread clearing the gradients
-// (a memset after the step, as a caller without zero_grads would).
-void BM_CpuAdamZeroGrads(benchmark::State& state) {
-  const int64_t n = state.range(0);
-  auto adam = Make(Path::kBest);
-  ThreadPool pool(adam->threads());
-  Buffers buffers(pool, n);
-  if (!buffers.ok()) return state.SkipWithError("out of memory for the buffers");
-  const AdamBuffers plain = buffers.For(DType::kBF16, /*fused=*/true);
-  AdamBuffers zeroing = plain;
-  zeroing.zero_grads = true;
-  int64_t step = 0;
-  auto run = [&](const AdamBuffers& b) {
-    if (!adam->Step(b, ++step).ok()) state.SkipWithError("CpuAdam::Step failed");
-  };
-  run(zeroing);  // warm-up
-  for (auto _ : state) run(zeroing);
-  state.SetItemsProcessed(state.iterations() * n);
-  std::vector<double> t_step, t_zeroing, t_then_memset;
-  for (int r = 0; r < 7; ++r) {
-    t_step.push_back(Seconds([&] { run(plain); }));
-    t_zeroing.push_back(Seconds([&] { run(zeroing); }));
-    t_then_memset.push_back(Seconds([&] {
-      run(plain);
-      std::memset(buffers.g16.get(), 0, n * sizeof(uint16_t));
-    }));
-  }
-  state.counters["zero_grads_overhead"] = Median(t_zeroing) / Median(t_step) - 1.0;
-  state.counters["memset_after_overhead"] = Median(t_then_memset) / Median(t_step) - 1.0;
-  state.SetLabel(absl::StrCat(PathName(adam->path()), ", ", adam->threads(), " threads, bf16 grads and params16"));
-}
-BENCHMARK(BM_CpuAdamZeroGrads)
-    ->Arg(int64_t{1} << 24)
-    ->Arg(int64_t{1} << 26)
-    ->ArgName("params")
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->MinTime(0.5);
 
 }  // namespace
 }  // namespace memwall::cpu_adam

@@ -204,39 +204,6 @@ TEST(CpuAdam, FusedSixteenBitWriteEqualsAConversionOfTheUpdatedParams) {
   }
 }
 
-// zero_grads: the same update, bit for bit, and every gradient it read is
-// zero afterwards, on every path, with the fused 16-bit write, over a size
-// that is not a multiple of the pieces it clears.
-TEST(CpuAdam, ZeroGradsClearsWhatItReadAndChangesNoBitOfTheUpdate) {
-  const int64_t n = 3 * 8192 * 16 + 4097;
-  for (Path path : SupportedPaths()) {
-    for (DType dtype : {DType::kF32, DType::kBF16}) {
-      const Grad g = MakeGrad(Values(n, 13, 1.0f), dtype);
-      Grad cleared = g;
-      State want(n), got(n);
-      std::vector<uint16_t> want16(n), got16(n);
-      auto adam = Make(Config(true), path);
-      AdamBuffers b = want.Buffers(g, dtype);
-      b.params16 = want16.data();
-      ASSERT_TRUE(adam->Step(b, 1).ok());
-      b = got.Buffers(cleared, dtype);
-      b.params16 = got16.data();
-      b.zero_grads = true;
-      ASSERT_TRUE(adam->Step(b, 1).ok());
-      const std::string what = absl::StrCat(PathName(path), " ", DTypeName(dtype));
-      EXPECT_TRUE(SameBits(want.p, got.p)) << what;
-      EXPECT_TRUE(SameBits(want.m, got.m)) << what;
-      EXPECT_TRUE(SameBits(want.v, got.v)) << what;
-      EXPECT_EQ(want16, got16) << what;
-      if (dtype == DType::kF32) {
-        EXPECT_EQ(cleared.wide, std::vector<float>(n, 0.0f)) << what;
-      } else {
-        EXPECT_EQ(cleared.half, std::vector<uint16_t>(n, 0)) << what;
-      }
-    }
-  }
-}
-
 TEST(CpuAdam, RangesComposeToOneStep) {
   const int64_t n = 50001;
   const Grad g = MakeGrad(Values(n, 12, 1.0f), DType::kBF16);

@@ -4,8 +4,9 @@
 // outgrows host memory: infinity/nvme_gradient_shard.h). Either way the
 // reduced pieces of each reduce bucket stream in during backward, the last
 // micro-batch's adds fold the norm, and the optimizer reads the shard one
-// sub-group at a time. Both give the same bits: the same adds
-// (ops::HostAddChunkNorms over each whole piece) and the same norm.
+// sub-group at a time. Both give the same bits: the adds onto zeros
+// (ops::HostAddChunkNorms over each whole piece, or the piece copied and
+// completed in place: ops::HostCompleteChunkNorms) and the same norm.
 #ifndef MEMWALL_OFFLOAD_GRADIENT_SHARD_H_
 #define MEMWALL_OFFLOAD_GRADIENT_SHARD_H_
 
@@ -23,7 +24,8 @@ namespace memwall::offload {
 
 class GradientShard : public zero::GradientSink {
  public:
-  // Clears the shard, in `stream`'s order.
+  // Starts a step's gradient, in `stream`'s order: after Norm the shard
+  // holds the step's pieces added onto zeros.
   virtual absl::Status ZeroGradients(Stream& stream) = 0;
   // Before micro-batch `index` of `count`: the last one folds the norm.
   virtual void BeginMicroBatch(int64_t index, int64_t count) = 0;

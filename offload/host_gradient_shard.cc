@@ -1,8 +1,11 @@
 #include "offload/host_gradient_shard.h"
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status.h"
@@ -62,6 +65,32 @@ absl::Status FoldedNorm::Total(int64_t n, Timeline* timeline, const Resum& resum
   return absl::OkStatus();
 }
 
+void ElementRanges::Mark(int64_t begin, int64_t end) {
+  if (begin >= end) return;
+  // Absorb every range that overlaps or touches [begin, end).
+  auto it = ranges_.upper_bound(begin);
+  if (it != ranges_.begin() && std::prev(it)->second >= begin) --it;
+  while (it != ranges_.end() && it->first <= end) {
+    begin = std::min(begin, it->first);
+    end = std::max(end, it->second);
+    it = ranges_.erase(it);
+  }
+  ranges_.emplace(begin, end);
+}
+
+std::vector<std::pair<int64_t, int64_t>> ElementRanges::Unmarked(int64_t begin, int64_t end) const {
+  std::vector<std::pair<int64_t, int64_t>> gaps;
+  auto it = ranges_.upper_bound(begin);
+  if (it != ranges_.begin() && std::prev(it)->second > begin) --it;
+  int64_t at = begin;
+  for (; it != ranges_.end() && it->first < end; ++it) {
+    if (it->first > at) gaps.emplace_back(at, it->first);
+    at = std::max(at, it->second);
+  }
+  if (at < end) gaps.emplace_back(at, end);
+  return gaps;
+}
+
 MemoryPlan HostGradientShard::Plan(int64_t elements, DType dtype, int64_t largest_piece) {
   const int64_t g = SizeOf(dtype);
   MemoryPlan plan;
@@ -83,32 +112,20 @@ absl::Status HostGradientShard::Init(const MemoryPlan& plan) {
   return absl::OkStatus();
 }
 
-// The zeroing runs on the compute stream ahead of the forward, so it is on
-// every step's critical path: on all the pool's threads (one thread left 2
-// bytes per parameter to a single memset, about 0.3 s of an H100 step for
-// 1.1B parameters, and the forward waited for it).
+// Starts a step's gradient: nothing is cleared ([Note: a piece onto
+// unwritten elements is copied]), and under the delayed step nothing may be.
 absl::Status HostGradientShard::ZeroGradients(Stream& stream) {
-  bool consuming;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    consuming = consuming_;
-  }
-  if (consuming) {  // the delayed step zeroes each sub-group it hands back
-    return stream.EnqueueHost([this] {
-      folded_.Clear();
-      return absl::OkStatus();
-    });
-  }
-  const Buffer* grads = &grads_;
-  return stream.EnqueueHost([this, grads] {
-    ZeroHost(grads->data(), grads->bytes(), pool_);
+  written_.Clear();
+  completed_.Clear();
+  return stream.EnqueueHost([this] {
     folded_.Clear();
     return absl::OkStatus();
   });
 }
 
-// A reduced piece this rank owns: D2H into staging, then the host add, both
-// in the collective stream's order (the bucket is reused after them).
+// A reduced piece this rank owns, in the collective stream's order (the
+// bucket is reused after it): copied D2H into its place when no piece of
+// this step has written its elements, else D2H into staging and added.
 absl::Status HostGradientShard::AddPiece(const Tensor& reduced, int64_t shard_offset, Stream& coll) {
   const int64_t n = reduced.numel();
   if (n > staging_elements_ || shard_offset < 0 || shard_offset + n > n_) {
@@ -117,17 +134,36 @@ absl::Status HostGradientShard::AddPiece(const Tensor& reduced, int64_t shard_of
                                             n_, ")"));
   }
   WaitConsumed(shard_offset, shard_offset + n);
+  const size_t g = SizeOf(dtype_);
+  char* dst = grads_.as<char>() + shard_offset * g;
+  // The last pass completes the gradient: its adds also sum the squares of
+  // their results. Host functions on one stream run in order, so folded_
+  // needs no lock.
+  const bool fold = last_pass_;
+  std::vector<std::pair<int64_t, int64_t>> unwritten = written_.Unmarked(shard_offset, shard_offset + n);
+  written_.Mark(shard_offset, shard_offset + n);
+  if (fold) completed_.Mark(shard_offset, shard_offset + n);
+  const bool onto_unwritten = unwritten.size() == 1 && unwritten[0].second - unwritten[0].first == n;
+  if (onto_unwritten) {
+    {
+      StreamZone d2h(timeline_, coll, ZoneKind::kGradD2H);
+      MEMWALL_RETURN_IF_ERROR(coll.Copy(dst, reduced.data(), reduced.bytes()));
+    }
+    if (!fold) return absl::OkStatus();
+    StreamZone complete(timeline_, coll, ZoneKind::kGradAccumulate);
+    return coll.EnqueueHost([this, dst, n, shard_offset]() -> absl::Status {
+      MEMWALL_RETURN_IF_ERROR(ops::HostCompleteChunkNorms(dst, dtype_, n, &chunk_norms_, &pool_));
+      folded_.Add(shard_offset, n, chunk_norms_);
+      return absl::OkStatus();
+    });
+  }
   {
     StreamZone d2h(timeline_, coll, ZoneKind::kGradD2H);
     MEMWALL_RETURN_IF_ERROR(coll.Copy(staging_.data(), reduced.data(), reduced.bytes()));
   }
   StreamZone add(timeline_, coll, ZoneKind::kGradAccumulate);
-  char* dst = grads_.as<char>() + shard_offset * SizeOf(dtype_);
-  // The last pass completes the gradient: its adds also sum the squares of
-  // their results. Host functions on one stream run in order, so folded_
-  // needs no lock.
-  const bool fold = last_pass_;
-  return coll.EnqueueHost([this, dst, n, shard_offset, fold]() -> absl::Status {
+  return coll.EnqueueHost([this, dst, n, g, shard_offset, fold, unwritten = std::move(unwritten)]() -> absl::Status {
+    for (const auto& [begin, end] : unwritten) ZeroHost(grads_.as<char>() + begin * g, (end - begin) * g, pool_);
     if (!fold) return ops::HostAdd(dst, staging_.data(), dst, dtype_, n, nullptr, &pool_);
     MEMWALL_RETURN_IF_ERROR(ops::HostAddChunkNorms(dst, staging_.data(), dst, dtype_, n, &chunk_norms_, &pool_));
     folded_.Add(shard_offset, n, chunk_norms_);
@@ -135,16 +171,36 @@ absl::Status HostGradientShard::AddPiece(const Tensor& reduced, int64_t shard_of
   });
 }
 
-// The folded squares, and one pass over the elements they cannot serve
-// (FoldedNorm): in the step's usual case GPT's tied wte, whose head and
-// embedding gradients arrive in different flushes.
+// The gradient completed, then its norm: what no piece wrote zeroed (the
+// padding), what only an earlier pass wrote completed, then the folded
+// squares and one pass over the elements they cannot serve (FoldedNorm): in
+// the step's usual case GPT's tied wte, whose head and embedding gradients
+// arrive in different flushes.
 absl::Status HostGradientShard::Norm(const Tensor& norm, Stream& stream) {
   WaitConsumed(0, n_);
+  std::vector<std::pair<int64_t, int64_t>> unwritten = written_.Unmarked(0, n_);
+  std::vector<std::pair<int64_t, int64_t>> incomplete;
+  for (const auto& [begin, end] : completed_.Unmarked(0, n_)) {
+    // [begin, end) less its unwritten parts: written by an earlier pass only.
+    int64_t at = begin;
+    for (const auto& [lo, hi] : written_.Unmarked(begin, end)) {
+      if (lo > at) incomplete.emplace_back(at, lo);
+      at = hi;
+    }
+    if (at < end) incomplete.emplace_back(at, end);
+  }
   StreamZone zone(timeline_, stream, ZoneKind::kGradNorm);
-  const Buffer* grads = &grads_;
-  MEMWALL_RETURN_IF_ERROR(stream.EnqueueHost([this, grads]() -> absl::Status {
+  MEMWALL_RETURN_IF_ERROR(stream.EnqueueHost([this, unwritten = std::move(unwritten),
+                                              incomplete = std::move(incomplete)]() -> absl::Status {
+    const size_t g = SizeOf(dtype_);
+    char* shard = grads_.as<char>();
+    for (const auto& [begin, end] : unwritten) ZeroHost(shard + begin * g, (end - begin) * g, pool_);
+    std::vector<ops::SquareSum> unused;
+    for (const auto& [begin, end] : incomplete) {
+      MEMWALL_RETURN_IF_ERROR(ops::HostCompleteChunkNorms(shard + begin * g, dtype_, end - begin, &unused, &pool_));
+    }
     return folded_.Total(n_, timeline_, [&](int64_t begin, int64_t end) {
-      return ops::HostSquaredNorm(grads->as<char>() + begin * SizeOf(dtype_), dtype_, end - begin, &pool_);
+      return ops::HostSquaredNorm(shard + begin * g, dtype_, end - begin, &pool_);
     }, norm_host_.as<float>());
   }));
   return stream.Copy(norm.data(), norm_host_.data(), 2 * sizeof(float));

@@ -5,8 +5,9 @@
 // their results into the norm (§5.1: no extra pass over the gradients).
 //
 // [Note: gradient shard states]
-//   kAccumulating  backward adds into the shard (ZeroGradients clears it at
-//                  the top of a step)
+//   kAccumulating  backward adds into the shard (ZeroGradients starts a
+//                  step's gradient: [Note: a piece onto unwritten
+//                  elements is copied])
 //   kComplete      after the last micro-batch: Norm() has the global
 //                  norm's local part; the optimizer reads shard()
 //   kConsuming     with the delayed parameter update: the delayed step of
@@ -14,19 +15,31 @@
 //                  iteration i + 1's backward accumulates g_{i+1} into the
 //                  same shard, see [Note: one shard under the delayed step]
 //
+// [Note: a piece onto unwritten elements is copied]
+// A step's gradient is the sum of its pieces onto zeros. Elements no piece
+// of the step has written yet hold nothing worth keeping, so a piece that
+// lands only on those is copied into place by the D2H itself, with no
+// staging and no add; on the last pass a host pass over it then only
+// reads it for the norm (and makes any -0 +0, as the add onto zeros
+// would: ops::HostCompleteChunkNorms). A piece that meets written elements
+// goes through staging: its unwritten parts zeroed, then added. Norm
+// zeroes what no piece wrote (the padding) and completes what only an
+// earlier pass wrote, so after it the shard holds, bit for bit, the adds
+// onto a zeroed shard, without a pass that zeroes 2 bytes a parameter
+// before every step, or a read of those zeros in every add.
+//
 // [Note: one shard under the delayed step]
 // BeginConsuming(S) starts it: every sub-group of S elements holds g_i.
 // The delayed step takes them one at a time (NextToConsume) and hands each
-// back zeroed (Consumed); an add into a sub-group the step still holds
-// waits for it on the calling thread before it is enqueued (AddPiece), so
-// the add sees zeros, as after ZeroGradients. The step takes first the
-// sub-groups an add waits for, then the others in order, so backward
-// rarely waits. ZeroGradients clears nothing while it runs (the step
-// does), and Norm waits for every sub-group (its pass over what the folded
-// squares cannot serve may read any element). StopConsuming (the step's
-// end, or its failure) releases every wait. One shard, 2 bytes a
-// parameter, where a second shard for the next iteration's backward would
-// take another 2.
+// back (Consumed); an add into a sub-group the step still holds waits for
+// it on the calling thread before it is enqueued (AddPiece), so the copy
+// or add into it comes after the step has read it. The step takes first
+// the sub-groups an add waits for, then the others in order, so backward
+// rarely waits. Norm waits for every sub-group (it zeroes what no piece
+// wrote, and its pass over what the folded squares cannot serve may read
+// any element). StopConsuming (the step's end, or its failure) releases
+// every wait. One shard, 2 bytes a parameter, where a second shard for the
+// next iteration's backward would take another 2.
 #ifndef MEMWALL_OFFLOAD_HOST_GRADIENT_SHARD_H_
 #define MEMWALL_OFFLOAD_HOST_GRADIENT_SHARD_H_
 
@@ -34,6 +47,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -86,6 +100,19 @@ class FoldedNorm {
   std::vector<Chunk> chunks_;
 };
 
+// Disjoint ranges of a shard's elements (adjacent ones merged): which
+// elements a step's pieces have written so far.
+class ElementRanges {
+ public:
+  void Clear() { ranges_.clear(); }
+  void Mark(int64_t begin, int64_t end);
+  // The parts of [begin, end) not marked, ascending.
+  std::vector<std::pair<int64_t, int64_t>> Unmarked(int64_t begin, int64_t end) const;
+
+ private:
+  std::map<int64_t, int64_t> ranges_;  // begin -> end
+};
+
 class HostGradientShard final : public GradientShard {
  public:
   // "gradients": `elements` of `dtype`; "staging gradients": the largest
@@ -117,8 +144,7 @@ class HostGradientShard final : public GradientShard {
   void BeginConsuming(int64_t sub_group_elements);
   // The sub-group to step next, or -1 when every one has been taken.
   int64_t NextToConsume();
-  // Releases the adds that wait for sub-group k, which the step has zeroed
-  // as it read it (cpu_adam's AdamBuffers::zero_grads: no second pass).
+  // Releases the adds that wait for sub-group k, which the step has read.
   void Consumed(int64_t k);
   // Every sub-group released (the step ended, or failed: a failed step is
   // the Status of the engine's next Step, and its adds must not wait).
@@ -152,6 +178,10 @@ class HostGradientShard final : public GradientShard {
   int64_t held_count_ = 0;
   std::deque<int64_t> wanted_;
   int64_t next_in_order_ = 0;
+  // [Note: a piece onto unwritten elements is copied]: the elements this
+  // step's pieces have written, and those its last pass has; kept on the
+  // thread that calls ZeroGradients, AddPiece and Norm.
+  ElementRanges written_, completed_;
   // Written by host functions in the collective stream's order (no lock).
   FoldedNorm folded_;
   std::vector<ops::SquareSum> chunk_norms_;  // one add's, before they join folded_

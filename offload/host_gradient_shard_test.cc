@@ -7,7 +7,10 @@
 #include "offload/host_gradient_shard.h"
 
 #include <atomic>
+#include <bit>
 #include <chrono>
+#include <cstring>
+#include <random>
 #include <set>
 #include <thread>
 #include <vector>
@@ -38,13 +41,15 @@ struct Fixture {
   void Add(int64_t offset, int64_t n) {
     EXPECT_TRUE(shard.AddPiece(Tensor::Flat(piece.data(), DType::kF32, n, device.get()), offset, *coll).ok());
   }
-  // The delayed step's hand-back of sub-group k: zeroed (as the CPU Adam
-  // clears what it reads), then released.
-  void Consume(int64_t k) {
-    const int64_t begin = k * kSubGroup, n = std::min(kSubGroup, kElements - begin);
-    const std::vector<float> zeros(n, 0.0f);
-    EXPECT_TRUE(shard.WriteActive(begin, n, zeros.data()).ok());
-    shard.Consumed(k);
+  // The delayed step's hand-back of sub-group k, which it has read (and
+  // leaves as it was).
+  void Consume(int64_t k) { shard.Consumed(k); }
+  // The step's gradient completed: its norm into `norm`, in `stream`'s order.
+  void Complete(Stream& stream, float* norm_out = nullptr) {
+    Buffer norm = *device->Allocate(2 * sizeof(float), MemoryTag::kActivations);
+    EXPECT_TRUE(shard.Norm(Tensor::Flat(norm.data(), DType::kF32, 2, device.get()), stream).ok());
+    EXPECT_TRUE(stream.Synchronize().ok());
+    if (norm_out != nullptr) std::memcpy(norm_out, norm.data(), 2 * sizeof(float));
   }
   std::vector<float> Read(int64_t begin, int64_t n) {
     std::vector<float> out(n);
@@ -85,7 +90,10 @@ TEST(OneShardUnderTheDelayedStep, TheStepReadsTheOldGradientsAndTheAddsLandOnZer
   ASSERT_FALSE(order.empty());
   EXPECT_EQ(order.front(), 7);
   EXPECT_EQ(seen.size(), size_t(kGroups));
-  // Every element zeroed by the step, then the adds on top.
+  // The completed gradient: the adds onto zeros.
+  float norm[2];
+  f.Complete(*f.coll, norm);
+  EXPECT_EQ(norm[0], 700 * 0.25f);
   const std::vector<float> now = f.Read(0, kElements);
   for (int64_t i = 0; i < kElements; ++i) {
     const bool added_here = (i >= 7 * kSubGroup + 10 && i < 7 * kSubGroup + 510) ||
@@ -138,9 +146,94 @@ TEST(OneShardUnderTheDelayedStep, WithoutAStepZeroGradientsClearsAndAddsDoNotWai
   ASSERT_TRUE(compute.Synchronize().ok());
   f.Add(5, 3);
   ASSERT_TRUE(f.coll->Synchronize().ok());
+  f.Complete(*f.coll);
   const std::vector<float> now = f.Read(0, 10);
   for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(now[i], i >= 5 && i < 8 ? -0.5f : 0.0f) << i;
   EXPECT_EQ(f.shard.NextToConsume(), -1);
+}
+
+TEST(ElementRanges, MarksMergeAndTheRestIsUnmarked) {
+  ElementRanges r;
+  using Gaps = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(r.Unmarked(0, 10), (Gaps{{0, 10}}));
+  r.Mark(20, 30);
+  r.Mark(5, 8);
+  r.Mark(8, 10);  // touches [5, 8): one range [5, 10)
+  EXPECT_EQ(r.Unmarked(0, 40), (Gaps{{0, 5}, {10, 20}, {30, 40}}));
+  EXPECT_EQ(r.Unmarked(6, 25), (Gaps{{10, 20}}));
+  EXPECT_EQ(r.Unmarked(21, 29), Gaps{});
+  r.Mark(9, 21);  // bridges both
+  EXPECT_EQ(r.Unmarked(0, 40), (Gaps{{0, 5}, {30, 40}}));
+  r.Mark(0, 0);   // empty: nothing
+  EXPECT_EQ(r.Unmarked(0, 5), (Gaps{{0, 5}}));
+  r.Clear();
+  EXPECT_EQ(r.Unmarked(3, 4), (Gaps{{3, 4}}));
+}
+
+// Pieces in every arrangement a step can deliver them (onto unwritten
+// elements, over written ones, across both, over several micro-batches,
+// with the padding never written), against the same adds onto a zeroed
+// shard: the same gradient bit for bit, -0 included, and the same norm.
+TEST(HostGradientShard, CopiedPiecesGiveTheAddsOntoZerosBitForBit) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    constexpr int64_t kN = 300000, kPiece = 100000, kPadding = 17;
+    std::unique_ptr<Device> device = *CreateCpuDevice();
+    std::unique_ptr<Stream> coll = *device->CreateStream("coll");
+    HostGradientShard shard(*device, kN, dtype, kPiece, nullptr);
+    ASSERT_TRUE(shard.Init(HostGradientShard::Plan(kN, dtype, kPiece)).ok());
+    // A previous step's gradient, which must not leak into this one.
+    std::vector<float> stale(kN, 3.0f);
+    ASSERT_TRUE(shard.WriteActive(0, kN, stale.data()).ok());
+    // (begin, n) per micro-batch. The first pass copies onto unwritten
+    // elements; [200000, 250000) only it writes. The last pass: one piece
+    // half over written elements, two onto unwritten ones, one over a
+    // piece of its own (as the tied wte's two gradients meet). The padding
+    // [kN - kPadding, kN) is never written.
+    const std::vector<std::vector<std::pair<int64_t, int64_t>>> passes = {
+        {{200000, 50000}, {0, 50000}},
+        {{0, kPiece}, {kPiece, kPiece}, {250000, 50000 - kPadding}, {kPiece + 10, 1000}},
+    };
+    std::mt19937 rng(5);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> want(kN, 0.0f);
+    ASSERT_TRUE(shard.ZeroGradients(device->compute_stream()).ok());
+    ASSERT_TRUE(device->compute_stream().Synchronize().ok());
+    for (size_t micro = 0; micro < passes.size(); ++micro) {
+      shard.BeginMicroBatch(static_cast<int64_t>(micro), static_cast<int64_t>(passes.size()));
+      for (const auto& [begin, n] : passes[micro]) {
+        std::vector<float> values(n);
+        for (float& v : values) v = dist(rng);
+        values[0] = -0.0f;  // the add onto zeros stores +0
+        values[n / 2] = 0.0f;
+        std::vector<uint8_t> piece(n * SizeOf(dtype));
+        ASSERT_TRUE(Convert(values.data(), DType::kF32, piece.data(), dtype, n).ok());
+        ASSERT_TRUE(Convert(piece.data(), dtype, values.data(), DType::kF32, n).ok());  // as stored
+        Buffer on_device = *device->Allocate(piece.size(), MemoryTag::kGrads);
+        std::memcpy(on_device.data(), piece.data(), piece.size());
+        ASSERT_TRUE(shard.AddPiece(Tensor::Flat(on_device.data(), dtype, n, device.get()), begin, *coll).ok());
+        ASSERT_TRUE(coll->Synchronize().ok());
+        // The reference: fp32 sums rounded to dtype, from +0.
+        std::vector<float> sum(n);
+        for (int64_t i = 0; i < n; ++i) sum[i] = want[begin + i] + values[i];
+        std::vector<uint8_t> rounded(n * SizeOf(dtype));
+        ASSERT_TRUE(Convert(sum.data(), DType::kF32, rounded.data(), dtype, n).ok());
+        ASSERT_TRUE(Convert(rounded.data(), dtype, want.data() + begin, DType::kF32, n).ok());
+      }
+    }
+    Buffer norm = *device->Allocate(2 * sizeof(float), MemoryTag::kActivations);
+    ASSERT_TRUE(shard.Norm(Tensor::Flat(norm.data(), DType::kF32, 2, device.get()), *coll).ok());
+    ASSERT_TRUE(coll->Synchronize().ok());
+    std::vector<float> got(kN);
+    ASSERT_TRUE(shard.ReadActive(0, kN, got.data()).ok());
+    for (int64_t i = 0; i < kN; ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "element " << i;
+    }
+    double squares = 0;
+    for (float v : want) squares += double(v) * double(v);
+    EXPECT_NEAR(norm.as<float>()[0], squares, 1e-5 * squares);
+    EXPECT_EQ(norm.as<float>()[1], 0.0f);
+  }
 }
 
 }  // namespace

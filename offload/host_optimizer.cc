@@ -119,9 +119,9 @@ class HostOptimizer : public DelayableOptimizer {
 
   // The step on the gradients accumulated so far, on a host thread (zone
   // kCpuAdamDelayed on track kDelayedUpdateTrack), its 16-bit result kept
-  // whole. It hands the gradient shard back sub-group by sub-group, zeroed,
-  // to the next iteration's backward ([Note: one shard under the delayed
-  // step], host_gradient_shard.h).
+  // whole. It hands the gradient shard back sub-group by sub-group to the
+  // next iteration's backward, which copies its pieces over what the step
+  // read ([Note: one shard under the delayed step], host_gradient_shard.h).
   absl::Status StartDelayedStep(const zero::StepUpdate& update) override {
     if (!delayed_) return absl::FailedPreconditionError("offload: the delayed update is not configured");
     if (worker_.joinable()) return absl::FailedPreconditionError("offload: a delayed step is already running");
@@ -140,12 +140,7 @@ class HostOptimizer : public DelayableOptimizer {
         worker_status_ = WithSubGroup(k, /*written=*/true, [&](const zero::StateSubGroup& g) -> absl::Status {
           char* out16 = wide_ ? nullptr : delayed_values_.as<char>() + g.begin * v;
           const char* grads = shared_grads_->shard() + g.begin * g16;
-          // The sub-group goes back zeroed: the CPU Adam clears each piece
-          // of gradients as it reads them (cleared on one thread after the
-          // step, the delayed step took 2.2-2.5x a step without DPU on a
-          // 16-core host).
           cpu_adam::AdamBuffers b = Buffers(g, grads, out16);
-          b.zero_grads = true;
           if (!values_on_device_) return adam_->Step(b, update.step, update.grad_scale);
           // Into a staging tile, and from there to the device's copy.
           return tiles_.SendTile(g.numel, out16, [&](void* tile) {

@@ -65,6 +65,12 @@ void AddBlock(float* wa, const float* wb) {
   for (int64_t i = 0; i < kBlock; ++i) wa[i] += wb[i];
 }
 
+// A completed gradient's zeros are +0 (host_accumulate.h): x + 0.0f is x
+// for every x but -0, which it makes +0.
+void PositiveZeros(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += 0.0f;
+}
+
 // One chunk [begin, end): y = round(a + b), and the squares of the results.
 SquareSum Range(const void* a, const void* b, void* y, DType dtype, int64_t begin, int64_t end,
                 bool with_norm) {
@@ -74,7 +80,10 @@ SquareSum Range(const void* a, const void* b, void* y, DType dtype, int64_t begi
     const float* fb = static_cast<const float*>(b);
     float* fy = static_cast<float*>(y);
     for (int64_t i = begin; i < end; ++i) fy[i] = fa[i] + fb[i];
-    if (with_norm) norm.Add(fy + begin, end - begin);
+    if (with_norm) {
+      PositiveZeros(fy + begin, end - begin);
+      norm.Add(fy + begin, end - begin);
+    }
     return norm.Total();
   }
   const size_t e = SizeOf(dtype);
@@ -90,6 +99,7 @@ SquareSum Range(const void* a, const void* b, void* y, DType dtype, int64_t begi
     } else {
       for (int64_t i = 0; i < n; ++i) wa[i] += wb[i];
     }
+    if (with_norm) PositiveZeros(wa, n);
     char* out = static_cast<char*>(y) + at * e;
     (void)Convert(wa, DType::kF32, out, dtype, n);
     if (with_norm) {  // the squares of what was stored: the rounded sums
@@ -167,6 +177,45 @@ absl::Status HostSquaredNormChunks(const void* x, DType dtype, int64_t n, std::v
       SquareLanes lanes;
       lanes.Add(wide.data(), end - begin);
       (*chunk_norms)[c] = lanes.Total();
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status HostCompleteChunkNorms(void* x, DType dtype, int64_t n, std::vector<SquareSum>* chunk_norms,
+                                    ThreadPool* pool) {
+  if (!IsFloating(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("HostCompleteChunkNorms: ", DTypeName(dtype),
+                                                   " is not a float type"));
+  }
+  if (n < 0 || (n > 0 && x == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat("HostCompleteChunkNorms: ", n, " elements and a null buffer"));
+  }
+  chunk_norms->assign((n + kAccumulateChunk - 1) / kAccumulateChunk, SquareSum{});
+  // -0 is the sign bit alone, and squares the same as +0. Looked for first
+  // (a reduction the compiler vectorizes), so a chunk without one is only
+  // read.
+  auto clear = [](auto* v, int64_t count, auto negative_zero) {
+    bool any = false;
+    for (int64_t i = 0; i < count; ++i) any |= v[i] == negative_zero;
+    if (!any) return;
+    for (int64_t i = 0; i < count; ++i) {
+      if (v[i] == negative_zero) v[i] = 0;
+    }
+  };
+  ForEachChunk(n, pool, [&](int64_t c) {
+    const int64_t begin = c * kAccumulateChunk, count = std::min(n, begin + kAccumulateChunk) - begin;
+    char* at = static_cast<char*>(x) + begin * SizeOf(dtype);
+    thread_local std::vector<float> wide;
+    wide.resize(kAccumulateChunk);
+    (void)Convert(at, dtype, wide.data(), DType::kF32, count);  // cannot fail: a float type
+    SquareLanes lanes;
+    lanes.Add(wide.data(), count);
+    (*chunk_norms)[c] = lanes.Total();
+    if (SizeOf(dtype) == 4) {
+      clear(reinterpret_cast<uint32_t*>(at), count, uint32_t{0x80000000u});
+    } else {
+      clear(reinterpret_cast<uint16_t*>(at), count, uint16_t{0x8000u});
     }
   });
   return absl::OkStatus();

@@ -11,7 +11,8 @@
 // does not depend on the thread count). With `norm`, the same pass also
 // sums the squares of the results (in double, per chunk in four lanes by
 // index mod 4, the chunks merged in order) and notes inf/NaN: ZeRO-Offload §5.1's norm and overflow check
-// without an extra pass over memory.
+// without an extra pass over memory. A pass with a norm completes a
+// gradient, and stores a zero sum as +0 (HostAddChunkNorms).
 #ifndef MEMWALL_OPS_HOST_ACCUMULATE_H_
 #define MEMWALL_OPS_HOST_ACCUMULATE_H_
 
@@ -43,7 +44,10 @@ absl::Status HostAdd(const void* a, const void* b, void* y, DType dtype, int64_t
                      ThreadPool* pool);
 // HostAdd with the norm kept per chunk: (*chunk_norms)[c] is the squares of
 // y[c kAccumulateChunk, min(n, (c + 1) kAccumulateChunk)). HostAdd's norm
-// is these merged in chunk order.
+// is these merged in chunk order. A gradient completes here, so a zero sum
+// is stored as +0: a gradient summed from a zeroed buffer holds no -0
+// (+0 + -0 = +0), and one that was copied in instead of added
+// (HostCompleteChunkNorms) then reads the same bits.
 absl::Status HostAddChunkNorms(const void* a, const void* b, void* y, DType dtype, int64_t n,
                                std::vector<SquareSum>* chunk_norms, ThreadPool* pool);
 
@@ -51,6 +55,12 @@ absl::Status HostAddChunkNorms(const void* a, const void* b, void* y, DType dtyp
 // fixed chunk order: HostSquaredNormChunks's chunks merged in order into a
 // zero sum. A range read in pieces of whole chunks (from NVMe) has the same
 // chunk sums, so merging them in order gives the same bits.
+// A gradient copied whole into x instead of added onto zeros, completed:
+// its -0 elements made +0 (written only where there is one, so a read
+// pass), and its squares per chunk, HostSquaredNormChunks's bits. x then
+// holds what HostAddChunkNorms(zeros, x) would have stored.
+absl::Status HostCompleteChunkNorms(void* x, DType dtype, int64_t n, std::vector<SquareSum>* chunk_norms,
+                                    ThreadPool* pool);
 absl::StatusOr<SquareSum> HostSquaredNorm(const void* x, DType dtype, int64_t n, ThreadPool* pool);
 absl::Status HostSquaredNormChunks(const void* x, DType dtype, int64_t n, std::vector<SquareSum>* chunk_norms,
                                    ThreadPool* pool);

@@ -8,12 +8,27 @@
 //                       and 1 write of n elements, as one copy of 1.5x the
 //                       array) ÷ HostAdd's time; medians of interleaved rounds
 //
+// BM_GradientOntoUnwritten: one step's gradient (one micro-batch) arriving
+// in a ZeRO-Offload host shard, in pieces of a reduce bucket. The host
+// threads' passes, medians of interleaved rounds:
+//   added       the shard zeroed, then each piece (in staging) added onto
+//               it with its squares (HostAddChunkNorms)
+//   copied      each piece (already in its place) completed there
+//               (HostCompleteChunkNorms), as the shard does for elements no
+//               piece of the step wrote yet
+//   host_pass_speedup  added ÷ copied
+//   with_copy_speedup  the same with a memcpy of each piece in both (the
+//                      D2H's write into host memory; a GPU's DMA engine
+//                      makes it, the CpuDevice's stream thread here)
+//
 //   ./bazelw run //ops:host_accumulate_benchmark
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "benchmark/benchmark.h"
 #include "ops/host_accumulate.h"
+#include "runtime/thread_pool.h"
 #include "tools/bench_timing.h"
 
 namespace memwall::ops {
@@ -56,6 +71,61 @@ BENCHMARK(BM_HostAdd)
     ->Args({static_cast<int>(DType::kBF16), 1 << 24, 1})
     ->Args({static_cast<int>(DType::kF32), 1 << 24, 0})
     ->Args({static_cast<int>(DType::kF32), 1 << 24, 1})
+    ->Iterations(7)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+void BM_GradientOntoUnwritten(benchmark::State& state) {
+  const DType dtype = static_cast<DType>(state.range(0));
+  const int64_t n = state.range(1);
+  constexpr int64_t kPiece = int64_t{1} << 22;  // a reduce bucket's piece
+  const size_t e = SizeOf(dtype);
+  std::vector<uint8_t> reduced(n * e, 0), shard(n * e, 1), staging(kPiece * e);
+  ThreadPool pool(0);
+  std::vector<SquareSum> norms;
+  auto each_piece = [&](auto fn) {
+    for (int64_t at = 0; at < n; at += kPiece) fn(at, std::min(kPiece, n - at));
+  };
+  auto add = [&](int64_t at, int64_t len) {
+    (void)HostAddChunkNorms(shard.data() + at * e, staging.data(), shard.data() + at * e, dtype, len, &norms, &pool);
+  };
+  auto complete = [&](int64_t at, int64_t len) {
+    (void)HostCompleteChunkNorms(shard.data() + at * e, dtype, len, &norms, &pool);
+  };
+  auto added = [&] {
+    ZeroHost(shard.data(), shard.size(), pool);
+    each_piece(add);
+  };
+  auto copied = [&] { each_piece(complete); };
+  auto added_with_copy = [&] {
+    ZeroHost(shard.data(), shard.size(), pool);
+    each_piece([&](int64_t at, int64_t len) {
+      std::memcpy(staging.data(), reduced.data() + at * e, len * e);
+      add(at, len);
+    });
+  };
+  auto copied_with_copy = [&] {
+    each_piece([&](int64_t at, int64_t len) {
+      std::memcpy(shard.data() + at * e, reduced.data() + at * e, len * e);
+      complete(at, len);
+    });
+  };
+  std::vector<double> t_added, t_copied, t_added_copy, t_copied_copy;
+  for (auto _ : state) {
+    t_added.push_back(bench::Seconds(added));
+    t_copied.push_back(bench::Seconds(copied));
+    t_added_copy.push_back(bench::Seconds(added_with_copy));
+    t_copied_copy.push_back(bench::Seconds(copied_with_copy));
+  }
+  state.counters["host_pass_speedup"] = bench::Median(t_added) / bench::Median(t_copied);
+  state.counters["with_copy_speedup"] = bench::Median(t_added_copy) / bench::Median(t_copied_copy);
+  state.counters["completed_elements_per_second"] = n / bench::Median(t_copied);
+  state.counters["threads"] = pool.threads();
+}
+BENCHMARK(BM_GradientOntoUnwritten)
+    ->ArgNames({"dtype", "n"})
+    ->Args({static_cast<int>(DType::kBF16), 1 << 26})
+    ->Args({static_cast<int>(DType::kF32), 1 << 25})
     ->Iterations(7)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

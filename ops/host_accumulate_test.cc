@@ -126,5 +126,67 @@ TEST(HostAdd, RefusesIntegerGradientsAndNullBuffers) {
   EXPECT_TRUE(HostAdd(nullptr, nullptr, nullptr, DType::kF32, 0, nullptr, nullptr).ok());
 }
 
+// The bits of -0 in each dtype: the sign bit alone.
+void PutNegativeZero(DType dtype, std::vector<uint8_t>& x, int64_t i) {
+  const size_t e = SizeOf(dtype);
+  std::memset(x.data() + i * e, 0, e);
+  x[(i + 1) * e - 1] = 0x80;  // little-endian: the sign bit is in the last byte
+}
+
+TEST(HostCompleteChunkNorms, IsTheAddOntoZerosInPlace) {
+  ThreadPool pool(3);
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const int64_t n = 200003;
+    std::vector<uint8_t> copied = Random(dtype, n, 3);
+    for (int64_t i : {int64_t{0}, int64_t{7}, kAccumulateChunk - 1, kAccumulateChunk, n - 1}) {
+      PutNegativeZero(dtype, copied, i);
+    }
+    std::memset(copied.data() + 11 * SizeOf(dtype), 0, SizeOf(dtype));  // a +0 stays
+    const std::vector<uint8_t> zeros(copied.size(), 0);
+    std::vector<uint8_t> added(copied.size());
+    std::vector<SquareSum> added_norms;
+    ASSERT_TRUE(HostAddChunkNorms(zeros.data(), copied.data(), added.data(), dtype, n, &added_norms, &pool).ok());
+
+    for (ThreadPool* threads : {&pool, static_cast<ThreadPool*>(nullptr)}) {
+      std::vector<uint8_t> x = copied;
+      std::vector<SquareSum> norms;
+      ASSERT_TRUE(HostCompleteChunkNorms(x.data(), dtype, n, &norms, threads).ok());
+      EXPECT_EQ(x, added) << "the copy completed in place is the add onto zeros, -0 made +0";
+      ASSERT_EQ(norms.size(), added_norms.size());
+      for (size_t c = 0; c < norms.size(); ++c) {
+        EXPECT_EQ(norms[c].sum_of_squares, added_norms[c].sum_of_squares) << "chunk " << c;
+        EXPECT_EQ(norms[c].nonfinite, added_norms[c].nonfinite) << "chunk " << c;
+      }
+    }
+    std::vector<uint8_t> negative_zero(SizeOf(dtype), 0);
+    PutNegativeZero(dtype, negative_zero, 0);
+    EXPECT_NE(std::vector<uint8_t>(copied.begin(), copied.begin() + SizeOf(dtype)), added) << "the input had a -0";
+    EXPECT_EQ(std::vector<uint8_t>(copied.begin(), copied.begin() + SizeOf(dtype)), negative_zero);
+    EXPECT_EQ(std::vector<uint8_t>(added.begin(), added.begin() + SizeOf(dtype)),
+              std::vector<uint8_t>(SizeOf(dtype), 0)) << "the add stored +0";
+  }
+  std::vector<float> nan = {1.0f, NAN};
+  std::vector<SquareSum> norms;
+  ASSERT_TRUE(HostCompleteChunkNorms(nan.data(), DType::kF32, 2, &norms, nullptr).ok());
+  EXPECT_TRUE(norms[0].nonfinite);
+  std::vector<int32_t> ints(4);
+  EXPECT_EQ(HostCompleteChunkNorms(ints.data(), DType::kI32, 4, &norms, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(HostAddChunkNorms, StoresAZeroSumAsPositiveZeroWhereTheDevicesAddKeepsTheSign) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    std::vector<uint8_t> a(SizeOf(dtype)), b(SizeOf(dtype)), y(SizeOf(dtype), 0xAB);
+    PutNegativeZero(dtype, a, 0);
+    PutNegativeZero(dtype, b, 0);
+    std::vector<SquareSum> norms;
+    ASSERT_TRUE(HostAddChunkNorms(a.data(), b.data(), y.data(), dtype, 1, &norms, nullptr).ok());
+    EXPECT_EQ(y, std::vector<uint8_t>(SizeOf(dtype), 0)) << "-0 + -0 completed as +0";
+    EXPECT_EQ(DeviceAdd(dtype, a, b), a) << "the device's add: -0 + -0 = -0";
+  }
+}
+
 }  // namespace
 }  // namespace memwall::ops
