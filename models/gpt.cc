@@ -446,15 +446,41 @@ uint64_t Fnv1a(absl::string_view s) {
   for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ULL;
   return h;
 }
-// Uniform in (0, 1] from 53 bits.
-double Uniform(uint64_t bits) { return (double((bits >> 11) + 1)) * (1.0 / 9007199254740992.0); }
-
-// N(0, 1) for element `index` of the stream `key` (Box-Muller on two
-// counter-based uniforms).
+// N(0, 1) values of the stream `key` in pairs: pair k is Box-Muller on two
+// 24-bit uniforms from one counter-based draw, in float; element i is
+// pair i / 2's cosine (even i) or sine (odd i), a pure function of i, so
+// every split into threads, windows or tiles gives the same values. The
+// pair shares its logarithm and square root, and float's log and sin/cos
+// are several times faster than double's: 84M values/s a thread on the dev
+// VM against 18.5M with one double draw per value (an 8B model is 8.3G of
+// them). u1 >= 2^-24 bounds |x| by sqrt(48 ln 2) = 5.77, where a normal
+// passes it with probability 8e-9.
+struct NormalPair {
+  float cosine, sine;
+};
+NormalPair Normals(uint64_t key, int64_t pair) {
+  const uint64_t bits = SplitMix64(key + uint64_t(pair));
+  const float u1 = float((bits >> 40) + 1) * 0x1p-24f;         // (0, 1]
+  const float u2 = float((bits >> 16) & 0xffffff) * 0x1p-24f;  // [0, 1)
+  const float r = std::sqrt(-2.0f * std::log(u1));
+  const float angle = 6.28318548f * u2;
+  return {r * std::cos(angle), r * std::sin(angle)};
+}
 float Normal(uint64_t key, int64_t index) {
-  const double u1 = Uniform(SplitMix64(key + 2 * uint64_t(index)));
-  const double u2 = Uniform(SplitMix64(key + 2 * uint64_t(index) + 1));
-  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  const NormalPair p = Normals(key, index / 2);
+  return index % 2 == 0 ? p.cosine : p.sine;
+}
+// out[i] = scale * Normal(key, begin + i), a pair at a time.
+void ScaledNormals(uint64_t key, int64_t begin, int64_t count, float scale, float* out) {
+  int64_t i = begin;
+  const int64_t end = begin + count;
+  if (i < end && i % 2 != 0) *out++ = scale * Normal(key, i++);
+  for (; i + 1 < end; i += 2) {
+    const NormalPair p = Normals(key, i / 2);
+    *out++ = scale * p.cosine;
+    *out++ = scale * p.sine;
+  }
+  if (i < end) *out = scale * Normal(key, i);
 }
 
 bool EndsWith(absl::string_view s, absl::string_view suffix) {
@@ -510,7 +536,7 @@ void Gpt::InitialValues(uint64_t seed, const Parameter& p, int64_t begin, int64_
   const float std = EndsWith(name, ".c_proj.weight") ? residual_std : 0.02f;
   const uint64_t key = SplitMix64(seed ^ Fnv1a(name));
   if (!p.slice.has_value()) {
-    for (int64_t i = 0; i < count; ++i) out[i] = std * Normal(key, begin + i);
+    ScaledNormals(key, begin, count, std, out);
     return;
   }
   const int64_t w = p.shape.back();
