@@ -76,6 +76,15 @@ void ZeroHost(void* p, size_t bytes, ThreadPool& pool) {
   });
 }
 
+void CopyHost(void* dst, const void* src, size_t bytes, ThreadPool& pool) {
+  char* const to = static_cast<char*>(dst);
+  const char* const from = static_cast<const char*>(src);
+  pool.ParallelFor(static_cast<int64_t>((bytes + kZeroHostPieceBytes - 1) / kZeroHostPieceBytes), [&](int64_t k) {
+    const size_t begin = static_cast<size_t>(k) * kZeroHostPieceBytes;
+    std::memcpy(to + begin, from + begin, std::min(kZeroHostPieceBytes, bytes - begin));
+  });
+}
+
 void ZeroHost(void* p, size_t bytes) {
   if (bytes < kZeroHostParallelBytes) {
     std::memset(p, 0, bytes);

@@ -71,6 +71,12 @@ void ZeroHost(void* p, size_t bytes, ThreadPool& pool);
 inline constexpr size_t kZeroHostParallelBytes = size_t{64} << 20;
 void ZeroHost(void* p, size_t bytes);
 
+// memcpy of `bytes` from `src` to `dst` (not overlapping) on the threads of
+// `pool`, in pieces of kZeroHostPieceBytes: gigabytes of host copies (an
+// 8B model's master weights written at set-up, a checkpoint's states) at
+// the host's memory bandwidth rather than one core's.
+void CopyHost(void* dst, const void* src, size_t bytes, ThreadPool& pool);
+
 }  // namespace memwall
 
 #endif  // MEMWALL_RUNTIME_THREAD_POOL_H_

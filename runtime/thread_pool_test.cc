@@ -99,6 +99,22 @@ TEST(ZeroHost, ZeroesExactlyTheRangeOnOneOrSeveralThreads) {
   }
 }
 
+// Every byte of the range from its source, none outside it, whatever the
+// pieces (a last piece cut short included) and the thread count.
+TEST(CopyHost, CopiesExactlyTheRangeOnOneOrSeveralThreads) {
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4097}, kZeroHostPieceBytes, 3 * kZeroHostPieceBytes + 12345}) {
+    for (int threads : {1, 3}) {
+      std::vector<unsigned char> src(bytes), dst(bytes + 2, 0xab);
+      for (size_t i = 0; i < bytes; ++i) src[i] = static_cast<unsigned char>(i * 131 + i / 4099);
+      ThreadPool pool(threads);
+      CopyHost(dst.data() + 1, src.data(), bytes, pool);
+      ASSERT_EQ(dst.front(), 0xab) << bytes << " bytes on " << threads << " threads";
+      ASSERT_EQ(dst.back(), 0xab) << bytes << " bytes on " << threads << " threads";
+      ASSERT_TRUE(std::equal(src.begin(), src.end(), dst.begin() + 1)) << bytes << " bytes on " << threads << " threads";
+    }
+  }
+}
+
 TEST(HostCpus, ARankTakesItsAllowedCpusUpToItsShareOfTheMachine) {
   struct Case {
     int machine, allowed, local_ranks, threads;

@@ -11,19 +11,28 @@
 namespace memwall::zero {
 namespace {
 
-// Host memory is copied on the host; device memory through `stream`.
-absl::Status CopyOut(float* out, const Tensor& part, Stream& stream) {
+// Host memory is copied on the host (on `pool` where there is one);
+// device memory through `stream`.
+void HostCopy(void* dst, const void* src, size_t bytes, ThreadPool* pool) {
+  if (pool == nullptr) {
+    std::memcpy(dst, src, bytes);
+  } else {
+    CopyHost(dst, src, bytes, *pool);
+  }
+}
+
+absl::Status CopyOut(float* out, const Tensor& part, Stream& stream, ThreadPool* pool) {
   if (part.device() == nullptr) {
-    std::memcpy(out, part.data(), part.bytes());
+    HostCopy(out, part.data(), part.bytes(), pool);
     return absl::OkStatus();
   }
   MEMWALL_RETURN_IF_ERROR(stream.Copy(out, part.data(), part.bytes()));
   return stream.Synchronize();
 }
 
-absl::Status CopyIn(const Tensor& part, const float* in, Stream& stream) {
+absl::Status CopyIn(const Tensor& part, const float* in, Stream& stream, ThreadPool* pool) {
   if (part.device() == nullptr) {
-    std::memcpy(part.data(), in, part.bytes());
+    HostCopy(part.data(), in, part.bytes(), pool);
     return absl::OkStatus();
   }
   MEMWALL_RETURN_IF_ERROR(stream.Copy(part.data(), in, part.bytes()));
@@ -69,16 +78,24 @@ absl::Status OptimizerStateStore::EachPart(OptimizerState state, int64_t begin, 
   return written ? Sync() : absl::OkStatus();
 }
 
+ThreadPool* OptimizerStateStore::HostCopies(size_t bytes) {
+  if (space_ == MemorySpace::kDevice || bytes < kZeroHostParallelBytes) return nullptr;
+  if (host_copies_ == nullptr) host_copies_ = std::make_unique<ThreadPool>(0);
+  return host_copies_.get();
+}
+
 absl::Status OptimizerStateStore::Read(OptimizerState state, int64_t begin, int64_t n, float* out,
                                        Stream& stream) {
-  return EachPart(state, begin, n, /*written=*/false,
-                  [&](const Tensor& part, int64_t at) { return CopyOut(out + at, part, stream); });
+  return EachPart(state, begin, n, /*written=*/false, [&](const Tensor& part, int64_t at) {
+    return CopyOut(out + at, part, stream, HostCopies(part.bytes()));
+  });
 }
 
 absl::Status OptimizerStateStore::Write(OptimizerState state, int64_t begin, int64_t n, const float* in,
                                         Stream& stream) {
-  return EachPart(state, begin, n, /*written=*/true,
-                  [&](const Tensor& part, int64_t at) { return CopyIn(part, in + at, stream); });
+  return EachPart(state, begin, n, /*written=*/true, [&](const Tensor& part, int64_t at) {
+    return CopyIn(part, in + at, stream, HostCopies(part.bytes()));
+  });
 }
 
 namespace {

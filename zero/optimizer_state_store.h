@@ -31,6 +31,7 @@
 #include "runtime/device.h"
 #include "runtime/memory_plan.h"
 #include "runtime/tensor.h"
+#include "runtime/thread_pool.h"
 
 namespace memwall::zero {
 
@@ -78,8 +79,12 @@ class OptimizerStateStore {
   absl::Status CheckRange(int64_t begin, int64_t n) const;
   absl::Status EachPart(OptimizerState state, int64_t begin, int64_t n, bool written,
                         const std::function<absl::Status(const Tensor&, int64_t)>& copy);
+  // Host copies of kZeroHostParallelBytes or more run on it, started at
+  // the first (initialization writes the master a 64 MiB window at a time).
+  ThreadPool* HostCopies(size_t bytes);
   const int64_t elements_, sub_group_;
   const MemorySpace space_;
+  std::unique_ptr<ThreadPool> host_copies_;
 };
 
 // What a resident store of `elements` states in `space` allocates: "master"

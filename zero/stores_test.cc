@@ -2,12 +2,14 @@
 // Sub-groups tile the shard exactly; host copies through Acquire/Release
 // round-trip across sub-group boundaries; a store allocates exactly its
 // plan; out-of-range requests are refused naming the range.
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
+#include "runtime/thread_pool.h"
 #include "zero/optimizer_state_store.h"
 #include "zero/parameter_store.h"
 
@@ -61,6 +63,26 @@ TEST(OptimizerStateStore, SubGroupsTileTheShardAndCopiesRoundTrip) {
       EXPECT_EQ(s.Acquire(s.sub_groups()).status().code(), absl::StatusCode::kOutOfRange);
     }
   }
+}
+
+// A host range of kZeroHostParallelBytes and more (initialization's
+// windows, a checkpoint's states) is copied on several threads, across
+// sub-groups: the same elements, the others untouched.
+TEST(OptimizerStateStore, LargeHostCopiesRoundTrip) {
+  auto device = *CreateCpuDevice();
+  const int64_t n = int64_t(kZeroHostParallelBytes / sizeof(float)) + 5000;
+  auto store = CreateResidentStateStore(*device, MemorySpace::kPinnedHost, n, n / 3);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<float> in(n - 3);
+  std::iota(in.begin(), in.end(), 1.0f);
+  Stream& stream = device->compute_stream();
+  ASSERT_TRUE((*store)->Write(OptimizerState::kExpAvgSq, 2, n - 3, in.data(), stream).ok());
+  std::vector<float> out(n, -1.0f);
+  ASSERT_TRUE((*store)->Read(OptimizerState::kExpAvgSq, 0, n, out.data(), stream).ok());
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_EQ(out[n - 1], 0.0f);
+  EXPECT_TRUE(std::equal(in.begin(), in.end(), out.begin() + 2));
 }
 
 TEST(OptimizerStateStore, TheMasterMayBeTheModelsValues) {
