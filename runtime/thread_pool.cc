@@ -70,23 +70,23 @@ void ThreadPool::ParallelFor(int64_t count, const std::function<void(int64_t)>& 
 
 void ZeroHost(void* p, size_t bytes, ThreadPool& pool) {
   char* const at = static_cast<char*>(p);
-  pool.ParallelFor(static_cast<int64_t>((bytes + kZeroHostPieceBytes - 1) / kZeroHostPieceBytes), [&](int64_t k) {
-    const size_t begin = static_cast<size_t>(k) * kZeroHostPieceBytes;
-    std::memset(at + begin, 0, std::min(kZeroHostPieceBytes, bytes - begin));
+  pool.ParallelFor(static_cast<int64_t>((bytes + kHostPieceBytes - 1) / kHostPieceBytes), [&](int64_t k) {
+    const size_t begin = static_cast<size_t>(k) * kHostPieceBytes;
+    std::memset(at + begin, 0, std::min(kHostPieceBytes, bytes - begin));
   });
 }
 
 void CopyHost(void* dst, const void* src, size_t bytes, ThreadPool& pool) {
   char* const to = static_cast<char*>(dst);
   const char* const from = static_cast<const char*>(src);
-  pool.ParallelFor(static_cast<int64_t>((bytes + kZeroHostPieceBytes - 1) / kZeroHostPieceBytes), [&](int64_t k) {
-    const size_t begin = static_cast<size_t>(k) * kZeroHostPieceBytes;
-    std::memcpy(to + begin, from + begin, std::min(kZeroHostPieceBytes, bytes - begin));
+  pool.ParallelFor(static_cast<int64_t>((bytes + kHostPieceBytes - 1) / kHostPieceBytes), [&](int64_t k) {
+    const size_t begin = static_cast<size_t>(k) * kHostPieceBytes;
+    std::memcpy(to + begin, from + begin, std::min(kHostPieceBytes, bytes - begin));
   });
 }
 
 void ZeroHost(void* p, size_t bytes) {
-  if (bytes < kZeroHostParallelBytes) {
+  if (bytes < kHostParallelBytes) {
     std::memset(p, 0, bytes);
     return;
   }

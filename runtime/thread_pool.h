@@ -58,23 +58,25 @@ class ThreadPool {
   bool stop_ = false;
 };
 
-// Zeroes `bytes` at `p` on the threads of `pool`, in pieces of
-// kZeroHostPieceBytes. On fresh pages the cost is the first touch (a page
-// fault and the kernel's zeroing per page), not the memset, and it scales
-// with threads: an 8B model's pinned optimizer states and gradients are
-// about 110 GB of it.
-inline constexpr size_t kZeroHostPieceBytes = size_t{16} << 20;
+// Host passes over gigabytes (zeroing, copying) run on a pool's threads in
+// pieces of kHostPieceBytes; a buffer under kHostParallelBytes is not worth
+// starting threads for and takes one call on the calling thread.
+inline constexpr size_t kHostPieceBytes = size_t{16} << 20;
+inline constexpr size_t kHostParallelBytes = size_t{64} << 20;
+
+// Zeroes `bytes` at `p` on the threads of `pool`. On fresh pages the cost is
+// the first touch (a page fault and the kernel's zeroing per page), not the
+// memset, and it scales with threads: an 8B model's pinned optimizer states
+// and gradients are about 110 GB of it.
 void ZeroHost(void* p, size_t bytes, ThreadPool& pool);
-// The same on a pool of this rank's share of the CPUs started for the call;
-// a buffer under kZeroHostParallelBytes takes one memset on the calling
-// thread instead.
-inline constexpr size_t kZeroHostParallelBytes = size_t{64} << 20;
+// The same on a pool of this rank's share of the CPUs started for the call
+// (one memset under kHostParallelBytes).
 void ZeroHost(void* p, size_t bytes);
 
 // memcpy of `bytes` from `src` to `dst` (not overlapping) on the threads of
-// `pool`, in pieces of kZeroHostPieceBytes: gigabytes of host copies (an
-// 8B model's master weights written at set-up, a checkpoint's states) at
-// the host's memory bandwidth rather than one core's.
+// `pool`: gigabytes of host copies (an 8B model's master weights written at
+// set-up, a checkpoint's states) at the host's memory bandwidth rather than
+// one core's.
 void CopyHost(void* dst, const void* src, size_t bytes, ThreadPool& pool);
 
 }  // namespace memwall

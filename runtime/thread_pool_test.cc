@@ -80,8 +80,8 @@ TEST(ThreadPool, OneThreadRunsInline) {
 // Every byte of the range and none outside it, whether one memset does it
 // or several threads in pieces (a last piece cut short included).
 TEST(ZeroHost, ZeroesExactlyTheRangeOnOneOrSeveralThreads) {
-  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4097}, kZeroHostParallelBytes - 1, kZeroHostParallelBytes,
-                       kZeroHostParallelBytes + 3 * kZeroHostPieceBytes + 12345}) {
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4097}, kHostParallelBytes - 1, kHostParallelBytes,
+                       kHostParallelBytes + 3 * kHostPieceBytes + 12345}) {
     for (int threads : {0, 1, 3}) {  // 0: the pool of the rank's share ZeroHost starts (or one memset)
       std::vector<unsigned char> buffer(bytes + 2, 0xab);
       if (threads == 0) {
@@ -102,7 +102,7 @@ TEST(ZeroHost, ZeroesExactlyTheRangeOnOneOrSeveralThreads) {
 // Every byte of the range from its source, none outside it, whatever the
 // pieces (a last piece cut short included) and the thread count.
 TEST(CopyHost, CopiesExactlyTheRangeOnOneOrSeveralThreads) {
-  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4097}, kZeroHostPieceBytes, 3 * kZeroHostPieceBytes + 12345}) {
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4097}, kHostPieceBytes, 3 * kHostPieceBytes + 12345}) {
     for (int threads : {1, 3}) {
       std::vector<unsigned char> src(bytes), dst(bytes + 2, 0xab);
       for (size_t i = 0; i < bytes; ++i) src[i] = static_cast<unsigned char>(i * 131 + i / 4099);

@@ -79,7 +79,7 @@ class OptimizerStateStore {
   absl::Status CheckRange(int64_t begin, int64_t n) const;
   absl::Status EachPart(OptimizerState state, int64_t begin, int64_t n, bool written,
                         const std::function<absl::Status(const Tensor&, int64_t)>& copy);
-  // Host copies of kZeroHostParallelBytes or more run on it, started at
+  // Host copies of kHostParallelBytes or more run on it, started at
   // the first (initialization writes the master a 64 MiB window at a time).
   ThreadPool* HostCopies(size_t bytes);
   const int64_t elements_, sub_group_;

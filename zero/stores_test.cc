@@ -65,12 +65,12 @@ TEST(OptimizerStateStore, SubGroupsTileTheShardAndCopiesRoundTrip) {
   }
 }
 
-// A host range of kZeroHostParallelBytes and more (initialization's
+// A host range of kHostParallelBytes and more (initialization's
 // windows, a checkpoint's states) is copied on several threads, across
 // sub-groups: the same elements, the others untouched.
 TEST(OptimizerStateStore, LargeHostCopiesRoundTrip) {
   auto device = *CreateCpuDevice();
-  const int64_t n = int64_t(kZeroHostParallelBytes / sizeof(float)) + 5000;
+  const int64_t n = int64_t(kHostParallelBytes / sizeof(float)) + 5000;
   auto store = CreateResidentStateStore(*device, MemorySpace::kPinnedHost, n, n / 3);
   ASSERT_TRUE(store.ok()) << store.status();
   std::vector<float> in(n - 3);

@@ -154,7 +154,7 @@ absl::Status Trainer::InitializeValues() {
   absl::Status initialized;
   for (int64_t w = 0; w < shard && initialized.ok(); w += kInitWindow) {
     const int64_t n = std::min(kInitWindow, shard - w);
-    std::fill_n(window.data(), n, 0.0f);
+    ZeroHost(window.data(), n * sizeof(float), pool);  // the padding's zeros
     for (const Piece& mine : owned) {
       // The piece's elements inside the window, as flat indices.
       const int64_t first = mine.begin + std::max<int64_t>(0, w - mine.shard_offset);
