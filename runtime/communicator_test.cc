@@ -13,6 +13,8 @@
 // they skip.
 #include "runtime/communicator.h"
 
+#include <mpi.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -508,6 +510,30 @@ TEST(RanksOnOneMachine, ShareItsCpus) {
   const HostCpus& cpus = CurrentHostCpus();
   EXPECT_EQ(cpus.local_ranks, world);
   EXPECT_EQ(ThreadPool(0).threads(), std::max(1, std::min(cpus.allowed, cpus.machine / world)));
+}
+
+// A rank blocked in a collective yields its core between polls
+// (runtime/mpi_communicator.cc says why): the setting MPI_Init took, read
+// through MPI's tool interface.
+TEST(MpiRanks, YieldTheirCoreWhileTheyWaitInACollective) {
+  if (LaunchedBackend() != CommBackend::kMpi) GTEST_SKIP() << "launched without mpirun";
+  auto device = *CreateCpuDevice();
+  CommOptions options;
+  options.backend = CommBackend::kMpi;
+  ASSERT_TRUE(CreateCommunicator(*device, options).ok());  // MPI_Init
+  int provided = 0;
+  ASSERT_EQ(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided), MPI_SUCCESS);
+  int index = -1;
+  ASSERT_EQ(MPI_T_cvar_get_index("mpi_yield_when_idle", &index), MPI_SUCCESS);
+  MPI_T_cvar_handle handle;
+  int count = 0;
+  ASSERT_EQ(MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count), MPI_SUCCESS);
+  ASSERT_EQ(count, 1);
+  int64_t value = 0;  // a boolean of at most 8 bytes
+  ASSERT_EQ(MPI_T_cvar_read(handle, &value), MPI_SUCCESS);
+  MPI_T_cvar_handle_free(&handle);
+  MPI_T_finalize();
+  EXPECT_NE(value, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backend, CommunicatorTest, ::testing::Bool(),

@@ -242,6 +242,13 @@ absl::Status EnsureMpiInitialized(int* rank, int* size) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (initialized) return;
+    // A rank blocked in a collective polls for its messages, and OpenMPI
+    // yields the core between polls only when it counts more ranks than
+    // slots. A memwall rank's own threads (its streams, the CPU Adam, swap
+    // I/O) need the core it would spin on: two 2-rank test jobs sharing 2
+    // cores ran 5x slower spinning than yielding, and one alone no faster.
+    // A setting from the launcher (mpirun --mca mpi_yield_when_idle 0) wins.
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
     int provided = 0;
     const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
     if (rc != MPI_SUCCESS) {
