@@ -1,5 +1,7 @@
 #include "ops/host_accumulate.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -16,16 +18,49 @@ namespace {
 constexpr int64_t kBlock = 4096;
 
 // The squares of a chunk's elements summed in double in four interleaved
-// lanes (element i of the chunk to lane i % 4), the lanes merged in a fixed
-// order at the chunk's end: four independent dependency chains where one
-// chain of adds held the pass to a quarter of its speed. Every split of a
-// chunk into blocks of a multiple of four elements (HostAdd's blocks,
-// HostSquaredNorm's whole chunk) gives the same bits.
+// lanes (element i of the chunk to lane i % 4, each lane in index order),
+// the lanes merged in a fixed order at the chunk's end: four independent
+// dependency chains where one chain of adds held the pass to a quarter of
+// its speed. Every split of a chunk into blocks of a multiple of four
+// elements (HostAdd's blocks, a whole chunk) gives the same bits, and so
+// does every path: the AVX2 one holds the four lanes in one register and
+// reads 16-bit values straight into them (a product of two doubles rounded
+// once, then the add: no FMA, which would round once for both).
 class SquareLanes {
  public:
-  // The chunk's next n elements; every block but the chunk's last has a
-  // multiple of four.
-  void Add(const float* x, int64_t n) {
+  // The chunk's next n elements of `dtype` (a floating type); every block
+  // but the chunk's last has a multiple of four.
+  void Add(const void* x, DType dtype, int64_t n, ConvertPath path) {
+    if (path == ConvertPath::kBest) path = BestConvertPath();
+    if (path != ConvertPath::kScalar) {
+      AddAvx2(x, dtype, n);  // AVX-512 has AVX2's instructions (dtype.h's paths)
+    } else if (dtype == DType::kF32) {
+      AddScalar(static_cast<const float*>(x), n);
+    } else {
+      float wide[kBlock];
+      for (int64_t at = 0; at < n; at += kBlock) {
+        const int64_t len = std::min(kBlock, n - at);
+        // Widening is exact on every path; it cannot fail for a float type.
+        (void)Convert(static_cast<const char*>(x) + at * SizeOf(dtype), dtype, wide, DType::kF32, len);
+        AddScalar(wide, len);
+      }
+    }
+  }
+  void Add(const float* x, int64_t n) { Add(x, DType::kF32, n, ConvertPath::kBest); }
+  SquareSum Total() const {
+    SquareSum s;
+    s.sum_of_squares = (lane_[0] + lane_[1]) + (lane_[2] + lane_[3]);
+    s.nonfinite = nonfinite_;
+    return s;
+  }
+
+ private:
+  static uint32_t NonFinite(float f) {  // exponent all ones: inf or NaN
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    return (bits & 0x7f800000u) == 0x7f800000u;
+  }
+  void AddScalar(const float* x, int64_t n) {
     int64_t i = 0;
     uint32_t bad = 0;
     for (; i + 4 <= n; i += 4) {
@@ -42,22 +77,46 @@ class SquareLanes {
     }
     nonfinite_ |= bad != 0;
   }
-  SquareSum Total() const {
-    SquareSum s;
-    s.sum_of_squares = (lane_[0] + lane_[1]) + (lane_[2] + lane_[3]);
-    s.nonfinite = nonfinite_;
-    return s;
-  }
+  void AddAvx2(const void* x, DType dtype, int64_t n);
 
- private:
-  static uint32_t NonFinite(float f) {  // exponent all ones: inf or NaN
-    uint32_t bits;
-    std::memcpy(&bits, &f, sizeof bits);
-    return (bits & 0x7f800000u) == 0x7f800000u;
-  }
   double lane_[4] = {0, 0, 0, 0};
   bool nonfinite_ = false;
 };
+
+#define MEMWALL_TARGET_AVX2 __attribute__((target("avx2,f16c")))
+
+// Eight values of `dtype` at p, widened (exactly) to fp32.
+MEMWALL_TARGET_AVX2 inline __m256 Load8(const void* p, DType dtype) {
+  if (dtype == DType::kF32) return _mm256_loadu_ps(static_cast<const float*>(p));
+  const __m128i h = _mm_loadu_si128(static_cast<const __m128i*>(p));
+  if (dtype == DType::kF16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));  // bf16: the high half
+}
+
+MEMWALL_TARGET_AVX2 void SquareLanes::AddAvx2(const void* x, DType dtype, int64_t n) {
+  const size_t e = SizeOf(dtype);
+  const char* at = static_cast<const char*>(x);
+  const __m256i exponent = _mm256_set1_epi32(0x7f800000);
+  __m256d lanes = _mm256_loadu_pd(lane_);
+  __m256i bad = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 f = Load8(at + i * e, dtype);
+    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(f));   // elements i .. i + 3
+    const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1));  // elements i + 4 .. i + 7
+    lanes = _mm256_add_pd(lanes, _mm256_mul_pd(lo, lo));
+    lanes = _mm256_add_pd(lanes, _mm256_mul_pd(hi, hi));
+    const __m256i bits = _mm256_and_si256(_mm256_castps_si256(f), exponent);
+    bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(bits, exponent));
+  }
+  _mm256_storeu_pd(lane_, lanes);
+  nonfinite_ |= !_mm256_testz_si256(bad, bad);
+  if (i < n) {  // fewer than 8 left: the scalar path, from lane i % 4 = 0
+    float tail[8];
+    (void)Convert(at + i * e, dtype, tail, DType::kF32, n - i, ConvertPath::kScalar);
+    AddScalar(tail, n - i);
+  }
+}
 
 // wa[i] += wb[i] over a whole block: a trip count the compiler knows, so
 // the loop is vectorized (one rounding per element either way).
@@ -170,14 +229,9 @@ absl::Status HostSquaredNormChunks(const void* x, DType dtype, int64_t n, std::v
   chunk_norms->assign((n + kAccumulateChunk - 1) / kAccumulateChunk, SquareSum{});
   ForEachChunk(n, pool, [&](int64_t c) {
     const int64_t begin = c * kAccumulateChunk, end = std::min(n, begin + kAccumulateChunk);
-    thread_local std::vector<float> wide;
-    wide.resize(kAccumulateChunk);
-    if (Convert(static_cast<const char*>(x) + begin * SizeOf(dtype), dtype, wide.data(), DType::kF32,
-                end - begin).ok()) {
-      SquareLanes lanes;
-      lanes.Add(wide.data(), end - begin);
-      (*chunk_norms)[c] = lanes.Total();
-    }
+    SquareLanes lanes;
+    lanes.Add(static_cast<const char*>(x) + begin * SizeOf(dtype), dtype, end - begin, ConvertPath::kBest);
+    (*chunk_norms)[c] = lanes.Total();
   });
   return absl::OkStatus();
 }
@@ -206,11 +260,8 @@ absl::Status HostCompleteChunkNorms(void* x, DType dtype, int64_t n, std::vector
   ForEachChunk(n, pool, [&](int64_t c) {
     const int64_t begin = c * kAccumulateChunk, count = std::min(n, begin + kAccumulateChunk) - begin;
     char* at = static_cast<char*>(x) + begin * SizeOf(dtype);
-    thread_local std::vector<float> wide;
-    wide.resize(kAccumulateChunk);
-    (void)Convert(at, dtype, wide.data(), DType::kF32, count);  // cannot fail: a float type
     SquareLanes lanes;
-    lanes.Add(wide.data(), count);
+    lanes.Add(at, dtype, count, ConvertPath::kBest);
     (*chunk_norms)[c] = lanes.Total();
     if (SizeOf(dtype) == 4) {
       clear(reinterpret_cast<uint32_t*>(at), count, uint32_t{0x80000000u});
@@ -219,6 +270,21 @@ absl::Status HostCompleteChunkNorms(void* x, DType dtype, int64_t n, std::vector
     }
   });
   return absl::OkStatus();
+}
+
+absl::StatusOr<SquareSum> ChunkSquares(const void* x, DType dtype, int64_t n, ConvertPath path) {
+  if (!IsFloating(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("ChunkSquares: ", DTypeName(dtype), " is not a float type"));
+  }
+  if (n < 0 || (n > 0 && x == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat("ChunkSquares: ", n, " elements and a null buffer"));
+  }
+  if (!ConvertPathSupported(path)) {
+    return absl::FailedPreconditionError(absl::StrCat("ChunkSquares: this CPU has no ", ConvertPathName(path)));
+  }
+  SquareLanes lanes;
+  lanes.Add(x, dtype, n, path);
+  return lanes.Total();
 }
 
 absl::StatusOr<SquareSum> HostSquaredNorm(const void* x, DType dtype, int64_t n, ThreadPool* pool) {

@@ -62,6 +62,15 @@ absl::Status HostAddChunkNorms(const void* a, const void* b, void* y, DType dtyp
 absl::Status HostCompleteChunkNorms(void* x, DType dtype, int64_t n, std::vector<SquareSum>* chunk_norms,
                                     ThreadPool* pool);
 absl::StatusOr<SquareSum> HostSquaredNorm(const void* x, DType dtype, int64_t n, ThreadPool* pool);
+// One chunk's sum of squares, as every function here sums a chunk: in
+// double, element i into lane i mod 4, each lane in index order, the lanes
+// merged as (l0 + l1) + (l2 + l3). Every path gives the same bits (scalar:
+// widen to fp32, then sum; avx2: the four lanes in one register, 16-bit
+// values widened in it; avx512 runs it too, the four lanes being one
+// 256-bit register). kBest is the fastest the CPU has. An unsupported path
+// is a FailedPrecondition.
+absl::StatusOr<SquareSum> ChunkSquares(const void* x, DType dtype, int64_t n,
+                                       ConvertPath path = ConvertPath::kBest);
 absl::Status HostSquaredNormChunks(const void* x, DType dtype, int64_t n, std::vector<SquareSum>* chunk_norms,
                                    ThreadPool* pool);
 

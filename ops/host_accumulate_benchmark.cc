@@ -21,9 +21,15 @@
 //                      D2H's write into host memory; a GPU's DMA engine
 //                      makes it, the CpuDevice's stream thread here)
 //
+// BM_ChunkSquares: one chunk's sum of squares (every norm's inner loop),
+// the best path against the scalar one (widen to fp32, then sum) in the
+// same rounds: vs_scalar = scalar's time / best's, over chunks of a 64 MiB
+// array (read from memory, as the shard's pass reads a gradient).
+//
 //   ./bazelw run //ops:host_accumulate_benchmark
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -127,6 +133,41 @@ BENCHMARK(BM_GradientOntoUnwritten)
     ->Args({static_cast<int>(DType::kBF16), 1 << 26})
     ->Args({static_cast<int>(DType::kF32), 1 << 25})
     ->Iterations(7)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+void BM_ChunkSquares(benchmark::State& state) {
+  const DType dtype = static_cast<DType>(state.range(0));
+  const int64_t n = (int64_t{64} << 20) / SizeOf(dtype);
+  std::vector<uint8_t> x(n * SizeOf(dtype));
+  std::vector<float> f(kAccumulateChunk);
+  for (int64_t i = 0; i < kAccumulateChunk; ++i) f[i] = 0.001f * static_cast<float>(i % 1000) - 0.5f;
+  for (int64_t at = 0; at < n; at += kAccumulateChunk) {
+    (void)Convert(f.data(), DType::kF32, x.data() + at * SizeOf(dtype), dtype, kAccumulateChunk);
+  }
+  auto pass = [&](ConvertPath path) {
+    double sum = 0;
+    for (int64_t at = 0; at < n; at += kAccumulateChunk) {
+      sum += ChunkSquares(x.data() + at * SizeOf(dtype), dtype, kAccumulateChunk, path)->sum_of_squares;
+    }
+    benchmark::DoNotOptimize(sum);
+  };
+  std::vector<double> t_best, t_scalar;
+  for (auto _ : state) {
+    t_best.push_back(bench::Seconds([&] { pass(ConvertPath::kBest); }));
+    t_scalar.push_back(bench::Seconds([&] { pass(ConvertPath::kScalar); }));
+  }
+  const double best = bench::Median(t_best);
+  state.counters["vs_scalar"] = bench::Median(t_scalar) / best;
+  state.counters["elements_per_second"] = n / best;
+  state.SetLabel(std::string(ConvertPathName(BestConvertPath())) + ", one thread");
+}
+BENCHMARK(BM_ChunkSquares)
+    ->ArgName("dtype")
+    ->Arg(static_cast<int>(DType::kBF16))
+    ->Arg(static_cast<int>(DType::kF16))
+    ->Arg(static_cast<int>(DType::kF32))
+    ->Iterations(9)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

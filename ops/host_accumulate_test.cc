@@ -188,5 +188,75 @@ TEST(HostAddChunkNorms, StoresAZeroSumAsPositiveZeroWhereTheDevicesAddKeepsTheSi
   }
 }
 
+uint64_t Bits(double d) {
+  uint64_t b;
+  std::memcpy(&b, &d, sizeof b);
+  return b;
+}
+
+// The lane order ChunkSquares states, written out here: element i into
+// lane i mod 4, each lane in index order, merged as (l0 + l1) + (l2 + l3).
+SquareSum LaneReference(DType dtype, const std::vector<uint8_t>& x) {
+  const int64_t n = x.size() / SizeOf(dtype);
+  std::vector<float> f(n);
+  EXPECT_TRUE(Convert(x.data(), dtype, f.data(), DType::kF32, n, ConvertPath::kScalar).ok());
+  double lane[4] = {0, 0, 0, 0};
+  SquareSum s;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = f[i];
+    const double square = v * v;  // rounded before the add, as no FMA would
+    lane[i % 4] = lane[i % 4] + square;
+    s.nonfinite |= !std::isfinite(f[i]);
+  }
+  s.sum_of_squares = (lane[0] + lane[1]) + (lane[2] + lane[3]);
+  return s;
+}
+
+// Every path the CPU has gives the reference's bits: lengths around the
+// SIMD widths and a chunk's, values over many binades with subnormals, -0
+// and the 16-bit formats' extremes, and inf or NaN at any position.
+TEST(ChunkSquares, EveryPathGivesTheLaneOrdersBits) {
+  std::mt19937 rng(7);
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t n : std::vector<int64_t>{0, 1, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 31, 100, 4096, 4099, kAccumulateChunk}) {
+      std::vector<float> f(n);
+      // fp16: its subnormals up to its largest binade; the others: far wider.
+      std::uniform_real_distribution<float> exponent(dtype == DType::kF16 ? -26.0f : -60.0f,
+                                                     dtype == DType::kF16 ? 15.9f : 60.0f);
+      for (int64_t i = 0; i < n; ++i) f[i] = (i % 2 ? -1.0f : 1.0f) * std::exp2(exponent(rng));
+      if (n > 2) f[n / 2] = -0.0f;
+      std::vector<uint8_t> x(n * SizeOf(dtype));
+      ASSERT_TRUE(Convert(f.data(), DType::kF32, x.data(), dtype, n).ok());
+      for (ConvertPath path : {ConvertPath::kBest, ConvertPath::kScalar, ConvertPath::kAvx2, ConvertPath::kAvx512}) {
+        SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " n=" << n << " " << ConvertPathName(path));
+        auto got = ChunkSquares(x.data(), dtype, n, path);
+        if (!ConvertPathSupported(path)) {
+          ASSERT_FALSE(got.ok());
+          EXPECT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition) << got.status();
+          continue;
+        }
+        ASSERT_TRUE(got.ok()) << got.status();
+        const SquareSum want = LaneReference(dtype, x);
+        EXPECT_EQ(Bits(got->sum_of_squares), Bits(want.sum_of_squares))
+            << got->sum_of_squares << " vs " << want.sum_of_squares;
+        EXPECT_FALSE(got->nonfinite);
+        // One inf or NaN anywhere is noted, on every path.
+        for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
+          if (n == 0) break;
+          for (float special : {INFINITY, -INFINITY, NAN}) {
+            std::vector<uint8_t> y = x;
+            ASSERT_TRUE(Convert(&special, DType::kF32, y.data() + at * SizeOf(dtype), dtype, 1).ok());
+            auto bad = ChunkSquares(y.data(), dtype, n, path);
+            ASSERT_TRUE(bad.ok()) << bad.status();
+            EXPECT_TRUE(bad->nonfinite) << "at " << at;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(ChunkSquares(nullptr, DType::kI32, 4).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ChunkSquares(nullptr, DType::kF32, 4).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace memwall::ops
