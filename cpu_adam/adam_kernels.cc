@@ -77,8 +77,6 @@ inline void PrefetchAhead(const Range& r, int64_t i) {
 
 // ---- AVX2 (+F16C): 8 lanes ----------------------------------------------
 
-#define MEMWALL_TARGET_AVX2 __attribute__((target("avx2,f16c")))
-
 template <int kGrad>
 MEMWALL_TARGET_AVX2 inline __m256 LoadGrad8(const void* grad, int64_t i) {
   if constexpr (kGrad == kF32) return _mm256_loadu_ps(static_cast<const float*>(grad) + i);
@@ -147,8 +145,6 @@ MEMWALL_TARGET_AVX2 void Avx2Range(const StepScalars& s, const Range& r) {
 }
 
 // ---- AVX-512F: 16 lanes ---------------------------------------------------
-
-#define MEMWALL_TARGET_AVX512 __attribute__((target("avx512f,avx2,f16c")))
 
 template <int kGrad>
 MEMWALL_TARGET_AVX512 inline __m512 LoadGrad16(const void* grad, int64_t i) {

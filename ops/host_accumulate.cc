@@ -83,8 +83,6 @@ class SquareLanes {
   bool nonfinite_ = false;
 };
 
-#define MEMWALL_TARGET_AVX2 __attribute__((target("avx2,f16c")))
-
 // Eight values of `dtype` at p, widened (exactly) to fp32.
 MEMWALL_TARGET_AVX2 inline __m256 Load8(const void* p, DType dtype) {
   if (dtype == DType::kF32) return _mm256_loadu_ps(static_cast<const float*>(p));

@@ -204,7 +204,7 @@ SquareSum LaneReference(DType dtype, const std::vector<uint8_t>& x) {
   SquareSum s;
   for (int64_t i = 0; i < n; ++i) {
     const double v = f[i];
-    const double square = v * v;  // rounded before the add, as no FMA would
+    const double square = v * v;  // rounded before the add (no FMA)
     lane[i % 4] = lane[i % 4] + square;
     s.nonfinite |= !std::isfinite(f[i]);
   }
@@ -213,8 +213,8 @@ SquareSum LaneReference(DType dtype, const std::vector<uint8_t>& x) {
 }
 
 // Every path the CPU has gives the reference's bits: lengths around the
-// SIMD widths and a chunk's, values over many binades with subnormals, -0
-// and the 16-bit formats' extremes, and inf or NaN at any position.
+// SIMD widths and a chunk's, values over 120 binades (fp16: its subnormals
+// up to its top binade), a -0, and inf or NaN at the start, middle or end.
 TEST(ChunkSquares, EveryPathGivesTheLaneOrdersBits) {
   std::mt19937 rng(7);
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {

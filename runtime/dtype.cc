@@ -134,8 +134,6 @@ size_t StreamPrologue(const void* dst, size_t elem, size_t align, size_t n, bool
 // A block that holds a NaN goes through the scalar code so that NaN payloads
 // follow the contract in dtype.h (the hardware would quiet signalling NaNs).
 
-#define MEMWALL_TARGET_AVX2 __attribute__((target("avx2,f16c")))
-
 MEMWALL_TARGET_AVX2 void F32ToF16Avx2(const float* src, uint16_t* dst, size_t n, bool stream) {
   size_t i = StreamPrologue(dst, 2, 16, n, &stream);
   F32ToF16Scalar(src, dst, i);
@@ -228,8 +226,6 @@ MEMWALL_TARGET_AVX2 void BF16ToF32Avx2(const uint16_t* src, float* dst, size_t n
 }
 
 // ---- AVX-512F -------------------------------------------------------------
-
-#define MEMWALL_TARGET_AVX512 __attribute__((target("avx512f,avx2,f16c")))
 
 MEMWALL_TARGET_AVX512 void F32ToF16Avx512(const float* src, uint16_t* dst, size_t n, bool stream) {
   size_t i = StreamPrologue(dst, 2, 32, n, &stream);

@@ -46,6 +46,10 @@ enum class ConvertPath { kBest, kScalar, kAvx2, kAvx512 };
 
 absl::string_view ConvertPathName(ConvertPath path);
 bool ConvertPathSupported(ConvertPath path);
+// The instruction sets a path's kernels are compiled for, as function
+// attributes (ConvertPathSupported checks the same ones at run time).
+#define MEMWALL_TARGET_AVX2 __attribute__((target("avx2,f16c")))
+#define MEMWALL_TARGET_AVX512 __attribute__((target("avx512f,avx2,f16c")))
 ConvertPath BestConvertPath();
 
 // Bulk conversions that touch more than this many bytes (source plus
