@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <type_traits>
@@ -111,6 +112,20 @@ cuda::Elem ElemOf(DType dtype) { return static_cast<cuda::Elem>(static_cast<int>
 ThreadPool& CpuPool() {
   static ThreadPool* pool = new ThreadPool(0);
   return *pool;
+}
+
+// The CpuDevice's GEMMs (OpenBLAS's sgemm) take as many threads as the pool
+// above: this rank's share of the CPUs (runtime/host_cpus.h). OpenBLAS's own
+// default is every CPU the process may run on, and its threads spin for a
+// while after each call: two ranks on two cores ran four GEMM threads that
+// kept each rank's ops from its core (a 2-rank training run took 1.5x as
+// long). OPENBLAS_NUM_THREADS, when set, is left to OpenBLAS.
+void ShareCpusWithBlas() {
+  static const bool once = [] {
+    if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) openblas_set_num_threads(CpuPool().threads());
+    return true;
+  }();
+  (void)once;
 }
 constexpr int64_t kCpuChunk = 1 << 15;
 template <typename Fn>
@@ -336,6 +351,7 @@ void Fp32GemmBlock(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int
       }
     }
   } else {
+    ShareCpusWithBlas();
     cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
                 static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
                 static_cast<int>(std::max<int64_t>(lda, 1)), b, static_cast<int>(std::max<int64_t>(ldb, 1)), beta, c,
