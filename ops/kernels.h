@@ -1,13 +1,18 @@
 // Reference math of memwall's elementwise and normalization ops, on raw
 // pointers, templated on the scalar type so the same code runs in fp32 (the
-// CpuDevice kernels) and in fp64 (the gradient checks in the tests).
-// The CUDA kernels (cuda_kernels.cu) implement the same formulas.
+// CpuDevice kernels) and in fp64 (the gradient checks in the tests). GELU's
+// fp32 kernels are the exception: functions of their own (kernels.cc), the
+// same function computed with SIMD. The CUDA kernels (cuda_kernels.cu)
+// implement the same formulas.
 #ifndef MEMWALL_OPS_KERNELS_H_
 #define MEMWALL_OPS_KERNELS_H_
 
 #include <cmath>
 #include <vector>
 #include <cstdint>
+
+#include "absl/status/status.h"
+#include "runtime/dtype.h"
 
 namespace memwall::ops::kernels {
 
@@ -37,6 +42,21 @@ void GeluBackward(const T* x, const T* dy, T* dx, int64_t n) {
     dx[i] = dy[i] * (T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * du);
   }
 }
+
+// fp32, the CpuDevice's GELU: the same function written as
+//   y = x s,  s = 1 / (1 + exp(-2u)) = 0.5 (1 + tanh(u))
+//   dy/dx = s + 2 x du s (1 - s),  du = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+// which has no cancellation where tanh(u) nears -1 (x below about -4),
+// with an exp of its own, in a fixed sequence of float operations that
+// every path runs (kernels.cc's note): the AVX2 path (also run where the
+// CPU has AVX-512) and the scalar one give the same bits, whatever the
+// position of an element in the array. These run the fastest path; the
+// OnPath forms run the one named (a FailedPrecondition where the CPU
+// lacks it). y may be x; dx may alias dy.
+void GeluForward(const float* x, float* y, int64_t n);
+void GeluBackward(const float* x, const float* dy, float* dx, int64_t n);
+absl::Status GeluForwardOnPath(const float* x, float* y, int64_t n, ConvertPath path);
+absl::Status GeluBackwardOnPath(const float* x, const float* dy, float* dx, int64_t n, ConvertPath path);
 
 // y = a + b (the residual connection); y may alias a or b.
 template <typename T>

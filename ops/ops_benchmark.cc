@@ -18,6 +18,12 @@
 // as neither, as flash-attention papers count it).
 //
 // Skipped without a GPU.   ./bazelw run //ops:ops_benchmark
+//
+// BM_CpuGelu (runs everywhere): the CpuDevice's fp32 GELU kernel on one
+// thread over 4 Mi values of [-6, 6], the fastest path against, in the
+// same interleaved rounds, its scalar path (vs_scalar) and the tanh form
+// computed with libm's tanhf (vs_tanh_reference: kernels.h's template in
+// fp32, the kernel the CpuDevice ran before).
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -25,6 +31,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
+#include "ops/kernels.h"
 #include "ops/ops.h"
 #include "runtime/cuda_device.h"
 #include "tools/bench_timing.h"
@@ -328,6 +335,45 @@ void BM_CudaEmbedding(benchmark::State& state) {
   });
 }
 BENCHMARK(BM_CudaEmbedding)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// ---- The CpuDevice's GELU ------------------------------------------------------
+
+void BM_CpuGelu(benchmark::State& state, bool backward) {
+  const int64_t n = int64_t{1} << 22;
+  std::vector<float> x(n), dy(n), out(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = -6.0f + 12.0f * static_cast<float>((i * 7919) % n) / static_cast<float>(n);
+    dy[i] = 0.5f;
+  }
+  auto run = [&](ConvertPath path) {
+    absl::Status st = backward ? kernels::GeluBackwardOnPath(x.data(), dy.data(), out.data(), n, path)
+                               : kernels::GeluForwardOnPath(x.data(), out.data(), n, path);
+    benchmark::DoNotOptimize(out.data());
+    return st;
+  };
+  auto tanh_reference = [&] {
+    if (backward) {
+      kernels::GeluBackward<float>(x.data(), dy.data(), out.data(), n);
+    } else {
+      kernels::GeluForward<float>(x.data(), out.data(), n);
+    }
+    benchmark::DoNotOptimize(out.data());
+  };
+  absl::Status st;
+  std::vector<double> t_best, t_scalar, t_tanh;
+  for (auto _ : state) {
+    t_best.push_back(Seconds([&] { st.Update(run(ConvertPath::kBest)); }));
+    t_scalar.push_back(Seconds([&] { st.Update(run(ConvertPath::kScalar)); }));
+    t_tanh.push_back(Seconds(tanh_reference));
+  }
+  if (!st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
+  state.counters["elements_per_second"] = n / Median(t_best);
+  state.counters["vs_scalar"] = Median(t_scalar) / Median(t_best);
+  state.counters["vs_tanh_reference"] = Median(t_tanh) / Median(t_best);
+  state.SetLabel(std::string(ConvertPathName(BestConvertPath())));
+}
+BENCHMARK_CAPTURE(BM_CpuGelu, forward, false)->Iterations(7)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CpuGelu, backward, true)->Iterations(7)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace memwall::ops

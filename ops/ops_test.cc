@@ -5,6 +5,8 @@
 #include "ops/ops.h"
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <functional>
 #include <optional>
 #include <random>
@@ -40,6 +42,138 @@ TEST(GradCheck, Gelu) {
   std::vector<double> dx(n);
   kernels::GeluBackward(x.data(), w.data(), dx.data(), n);
   ExpectGradientsMatch(dx, NumericGradient(loss, x, 1e-5), "dx");
+}
+
+// ---- The fp32 GELU (kernels.cc) ------------------------------------------
+
+// The fp64 function in the fp32 kernel's form: s = 1 / (1 + exp(-2u)) as
+// m = exp(-2|u|), h = 1 / (1 + m), s = h or m h by the sign of u, which is
+// accurate where the tanh form's 1 + tanh(u) cancels.
+struct GeluFp64 {
+  double u, y, slope;  // slope = dy/dx = s + 2 x du s q
+  double terms, x_du;  // s + |2 x du s q|, and x du
+};
+GeluFp64 GeluReference(double x) {
+  const double u = kernels::kGeluScale * (x + kernels::kGeluCubic * x * x * x);
+  const double m = std::exp(-2 * std::fabs(u)), h = 1 / (1 + m);
+  const double s = u >= 0 ? h : m * h, q = u >= 0 ? m * h : h;
+  const double du = kernels::kGeluScale * (1 + 3 * kernels::kGeluCubic * x * x);
+  const double slope_term = s * q == 0 ? 0 : 2 * x * du * s * q;  // x du may overflow where s q is 0
+  return {u, x * s, s + slope_term, s + std::fabs(slope_term), x * du};
+}
+
+// Values over GELU's whole range: a fine sweep of [-40, 40], magnitudes
+// from 1e-38 to 1e38 of both signs, and zeros, infinities and NaN.
+std::vector<float> GeluInputs() {
+  std::vector<float> x;
+  for (int i = -40 * 64; i <= 40 * 64; ++i) x.push_back(i / 64.0f);
+  for (float mag = 1e-38f; mag < 1e38f; mag *= 3.7f) {
+    x.push_back(mag);
+    x.push_back(-mag);
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float v : {0.0f, -0.0f, 1e-45f, -1e-45f, inf, -inf, std::nanf(""), 3.4e38f, -3.4e38f}) x.push_back(v);
+  const auto r = Random(1001, -8, 8, 21);  // 1001: a tail that is not a multiple of 8
+  x.insert(x.end(), r.begin(), r.end());
+  return x;
+}
+
+TEST(GeluFp32, TheReferencesSigmoidFormIsTheTanhForm) {
+  const auto x = Random(257, -6, 6, 20);
+  const auto dy = Random(257, -1, 1, 22);
+  std::vector<double> y(x.size()), dx(x.size());
+  kernels::GeluForward(x.data(), y.data(), x.size());
+  kernels::GeluBackward(x.data(), dy.data(), dx.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const GeluFp64 ref = GeluReference(x[i]);
+    // Both are the same function in fp64; the tanh form loses up to
+    // |2 u| 2^-53 relative in 1 + tanh(u) near -1 (|u| < 12 here).
+    EXPECT_NEAR(y[i], ref.y, 1e-13 * std::max(1.0, std::fabs(ref.y))) << x[i];
+    EXPECT_NEAR(dx[i], dy[i] * ref.slope, 1e-13 * std::max(1.0, std::fabs(ref.slope))) << x[i];
+  }
+}
+
+// Error bound of the fp32 kernel (ulp = 2^-24, relative): u takes 5
+// roundings (its sum adds terms of one sign), and exp(-2|u|) turns u's
+// relative error e into 2|u| e; the reduction, the polynomial and 2^n add
+// at most 4; h, g (or s) and y add 3. So |y - Y| <= (12 + 10|u|) ulp |Y|,
+// plus |x| 2^-125 where exp(-2|u|) < e^-87 is taken as 0. The derivative
+// has 6 more roundings (du's 2, x du, s q, the product and the sum; w + w
+// is exact), relative to the size of its terms, and dx = dy times it one
+// more; the 0 taken for exp adds up to (1 + 2|x du|) 2^-125. A result
+// below the normal range rounds to a multiple of 2^-149: 2^-150 more.
+TEST(GeluFp32, MatchesTheFp64FunctionWithinItsRoundingBound) {
+  const std::vector<float> x = GeluInputs();
+  const auto dyd = Random(x.size(), -2, 2, 23);
+  const std::vector<float> dy(dyd.begin(), dyd.end());
+  std::vector<float> y(x.size()), dx(x.size());
+  kernels::GeluForward(x.data(), y.data(), x.size());
+  kernels::GeluBackward(x.data(), dy.data(), dx.data(), x.size());
+  const double ulp = std::ldexp(1.0, -24), flushed = std::ldexp(1.0, -125), subnormal = std::ldexp(1.0, -150);
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i])) {
+      EXPECT_TRUE(std::isnan(y[i]) && std::isnan(dx[i]));
+      continue;
+    }
+    const GeluFp64 ref = GeluReference(x[i]);
+    if (std::isinf(x[i])) {  // gelu(inf) = inf with slope 1; gelu(-inf) = -inf * 0 with slope 0
+      if (x[i] > 0) {
+        EXPECT_EQ(y[i], x[i]);
+      } else {
+        EXPECT_TRUE(std::isnan(y[i])) << y[i];
+      }
+      EXPECT_EQ(dx[i], x[i] > 0 ? dy[i] : 0.0f) << x[i];
+      continue;
+    }
+    const double au = std::fabs(ref.u);
+    EXPECT_LE(std::fabs(y[i] - ref.y),
+              (12 + 10 * au) * ulp * std::fabs(ref.y) + std::fabs(x[i]) * flushed + subnormal)
+        << "y at x = " << x[i] << ": " << y[i] << " against " << ref.y;
+    EXPECT_LE(std::fabs(dx[i] - dy[i] * ref.slope),
+              ((19 + 10 * au) * ulp * ref.terms + (1 + 2 * std::fabs(ref.x_du)) * flushed) * std::fabs(dy[i]) +
+                  subnormal)
+        << "dx at x = " << x[i] << ": " << dx[i] << " against " << dy[i] * ref.slope;
+  }
+}
+
+// Every path computes an element with the same float operations, and the
+// AVX2 path's last n % 8 elements run in a padded register: each element's
+// bits are the scalar path's, wherever chunks start and end.
+TEST(GeluFp32, EveryPathAndEverySplitGivesTheScalarBits) {
+  const std::vector<float> x = GeluInputs();
+  const auto dyd = Random(x.size(), -2, 2, 24);
+  const std::vector<float> dy(dyd.begin(), dyd.end());
+  const size_t n = x.size();
+  std::vector<float> y0(n), dx0(n);
+  ASSERT_TRUE(kernels::GeluForwardOnPath(x.data(), y0.data(), n, ConvertPath::kScalar).ok());
+  ASSERT_TRUE(kernels::GeluBackwardOnPath(x.data(), dy.data(), dx0.data(), n, ConvertPath::kScalar).ok());
+  auto same = [](float a, float b) {  // NaN payloads are not part of the contract
+    return std::isnan(a) ? std::isnan(b) : std::memcmp(&a, &b, sizeof a) == 0;
+  };
+  for (ConvertPath path : {ConvertPath::kScalar, ConvertPath::kAvx2, ConvertPath::kAvx512, ConvertPath::kBest}) {
+    if (!ConvertPathSupported(path)) {
+      EXPECT_EQ(kernels::GeluForwardOnPath(x.data(), y0.data(), n, path).code(),
+                absl::StatusCode::kFailedPrecondition);
+      continue;
+    }
+    for (size_t piece : {n, size_t{1}, size_t{7}, size_t{13}, size_t{64}}) {
+      std::vector<float> y(n), dx(n);
+      for (size_t i = 0; i < n; i += piece) {
+        const size_t k = std::min(piece, n - i);
+        ASSERT_TRUE(kernels::GeluForwardOnPath(x.data() + i, y.data() + i, k, path).ok());
+        ASSERT_TRUE(kernels::GeluBackwardOnPath(x.data() + i, dy.data() + i, dx.data() + i, k, path).ok());
+      }
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_TRUE(same(y[i], y0[i])) << ConvertPathName(path) << " piece " << piece << " x = " << x[i];
+        ASSERT_TRUE(same(dx[i], dx0[i])) << ConvertPathName(path) << " piece " << piece << " x = " << x[i];
+      }
+    }
+  }
+  // In place: y may be x, dx may be dy.
+  std::vector<float> inplace = x, grad = dy;
+  kernels::GeluBackward(inplace.data(), grad.data(), grad.data(), n);
+  kernels::GeluForward(inplace.data(), inplace.data(), n);
+  for (size_t i = 0; i < n; ++i) ASSERT_TRUE(same(inplace[i], y0[i]) && same(grad[i], dx0[i])) << x[i];
 }
 
 TEST(GradCheck, LayerNorm) {
