@@ -52,11 +52,13 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -65,6 +67,92 @@
 
 namespace memwall::ops::cuda {
 namespace {
+
+// ---- cuBLAS and cuBLASLt, opened on first use --------------------------------
+
+// [Note: cuBLAS opened on first use]
+// The GEMMs reach cuBLAS and cuBLASLt through this table, filled from
+// dlopen on the first call, instead of linking them: loading cuBLASLt runs
+// its set-up whether or not the process ever uses a GPU (about half a
+// second of CPU per process on a 2-core VM, in every test, rank and tool
+// that links ops/), and a machine whose cuBLAS is missing still runs
+// everything but the CUDA GEMMs, which say why they cannot. The libraries
+// are looked up by soname (LD_LIBRARY_PATH, the binary's run path, the
+// loader's cache), of the major version the code was compiled against.
+// cublasGemmEx is overloaded in C++ (an inline form takes the compute type
+// as a cudaDataType); this is the exported one.
+using GemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                    const void*, const void*, cudaDataType, int, const void*, cudaDataType, int,
+                                    const void*, void*, cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+struct CublasApi {
+  decltype(&::cublasCreate) create;
+  decltype(&::cublasSetMathMode) set_math_mode;
+  decltype(&::cublasSetStream) set_stream;
+  decltype(&::cublasSgemm) sgemm;
+  GemmExFn gemm_ex;
+  decltype(&::cublasLtCreate) lt_create;
+  decltype(&::cublasLtMatmul) lt_matmul;
+  decltype(&::cublasLtMatmulDescCreate) lt_desc_create;
+  decltype(&::cublasLtMatmulDescSetAttribute) lt_desc_set;
+  decltype(&::cublasLtMatmulDescDestroy) lt_desc_destroy;
+  decltype(&::cublasLtMatrixLayoutCreate) lt_layout_create;
+  decltype(&::cublasLtMatrixLayoutDestroy) lt_layout_destroy;
+  decltype(&::cublasLtMatmulPreferenceCreate) lt_preference_create;
+  decltype(&::cublasLtMatmulPreferenceSetAttribute) lt_preference_set;
+  decltype(&::cublasLtMatmulPreferenceDestroy) lt_preference_destroy;
+  decltype(&::cublasLtMatmulAlgoGetHeuristic) lt_heuristic;
+  decltype(&::cublasLtMatmulAlgoConfigGetAttribute) lt_algo_config_get;
+};
+
+#define MEMWALL_SYMBOL_NAME(f) MEMWALL_SYMBOL_NAME_(f)  // after macro expansion: cublasCreate_v2
+#define MEMWALL_SYMBOL_NAME_(f) #f
+
+struct CublasLibraries {
+  CublasApi api{};
+  std::string error;  // empty once every symbol resolved
+};
+
+const CublasLibraries& Cublas() {
+  static const CublasLibraries* loaded = [] {
+    auto* l = new CublasLibraries;  // never freed: the libraries stay open until exit
+    const std::string major = std::to_string(CUBLAS_VER_MAJOR);
+    // cuBLASLt first: cuBLAS needs it, and it is the one the GEMMs use most.
+    void* lt = dlopen(("libcublasLt.so." + major).c_str(), RTLD_NOW | RTLD_GLOBAL);
+    void* blas = lt != nullptr ? dlopen(("libcublas.so." + major).c_str(), RTLD_NOW | RTLD_GLOBAL) : nullptr;
+    if (blas == nullptr) {
+      const char* why = dlerror();
+      l->error = std::string("cannot open cuBLAS ") + major + " (" + (why != nullptr ? why : "unknown") + ")";
+      return l;
+    }
+    auto resolve = [&](auto& member, void* library, const char* name) {
+      member = reinterpret_cast<std::remove_reference_t<decltype(member)>>(dlsym(library, name));
+      if (member == nullptr && l->error.empty()) l->error = std::string("cuBLAS has no ") + name;
+    };
+    CublasApi& a = l->api;
+    resolve(a.create, blas, MEMWALL_SYMBOL_NAME(cublasCreate));
+    resolve(a.set_math_mode, blas, MEMWALL_SYMBOL_NAME(cublasSetMathMode));
+    resolve(a.set_stream, blas, MEMWALL_SYMBOL_NAME(cublasSetStream));
+    resolve(a.sgemm, blas, MEMWALL_SYMBOL_NAME(cublasSgemm));
+    resolve(a.gemm_ex, blas, MEMWALL_SYMBOL_NAME(cublasGemmEx));
+    resolve(a.lt_create, lt, MEMWALL_SYMBOL_NAME(cublasLtCreate));
+    resolve(a.lt_matmul, lt, MEMWALL_SYMBOL_NAME(cublasLtMatmul));
+    resolve(a.lt_desc_create, lt, MEMWALL_SYMBOL_NAME(cublasLtMatmulDescCreate));
+    resolve(a.lt_desc_set, lt, MEMWALL_SYMBOL_NAME(cublasLtMatmulDescSetAttribute));
+    resolve(a.lt_desc_destroy, lt, MEMWALL_SYMBOL_NAME(cublasLtMatmulDescDestroy));
+    resolve(a.lt_layout_create, lt, MEMWALL_SYMBOL_NAME(cublasLtMatrixLayoutCreate));
+    resolve(a.lt_layout_destroy, lt, MEMWALL_SYMBOL_NAME(cublasLtMatrixLayoutDestroy));
+    resolve(a.lt_preference_create, lt, MEMWALL_SYMBOL_NAME(cublasLtMatmulPreferenceCreate));
+    resolve(a.lt_preference_set, lt, MEMWALL_SYMBOL_NAME(cublasLtMatmulPreferenceSetAttribute));
+    resolve(a.lt_preference_destroy, lt, MEMWALL_SYMBOL_NAME(cublasLtMatmulPreferenceDestroy));
+    resolve(a.lt_heuristic, lt, MEMWALL_SYMBOL_NAME(cublasLtMatmulAlgoGetHeuristic));
+    resolve(a.lt_algo_config_get, lt, MEMWALL_SYMBOL_NAME(cublasLtMatmulAlgoConfigGetAttribute));
+    return l;
+  }();
+  return *loaded;
+}
+
+// The table, once LoadCublas() has returned 0.
+const CublasApi& Api() { return Cublas().api; }
 
 cudaDataType_t CudaType(Elem e) {
   switch (e) {
@@ -88,11 +176,11 @@ cublasHandle_t BlasHandle(int device) {
   auto it = handles.find(device);
   if (it != handles.end()) return it->second;
   cublasHandle_t handle = nullptr;
-  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return nullptr;
+  if (Api().create(&handle) != CUBLAS_STATUS_SUCCESS) return nullptr;
   // Full fp32 (no TF32), and split-K partial sums added in fp32, never in a
   // 16-bit C's type: see [Note: one rounding of C].
-  cublasSetMathMode(handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
-                                                      CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+  Api().set_math_mode(handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                        CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
   handles[device] = handle;
   return handle;
 }
@@ -146,19 +234,19 @@ int BroadcastBias(void* c, int64_t ldc, Elem c_type, const void* bias, Elem bias
 // ---- cuBLASLt ---------------------------------------------------------------
 
 // Owns one Lt descriptor; destroys it on scope exit.
-template <typename H, cublasStatus_t (*Destroy)(H)>
+template <typename H, auto CublasApi::*Destroy>
 struct LtObject {
   H h = nullptr;
   LtObject() = default;
   LtObject(const LtObject&) = delete;
   LtObject& operator=(const LtObject&) = delete;
   ~LtObject() {
-    if (h != nullptr) Destroy(h);
+    if (h != nullptr) (Api().*Destroy)(h);
   }
 };
-using MatmulDesc = LtObject<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
-using Layout = LtObject<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
-using Preference = LtObject<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
+using MatmulDesc = LtObject<cublasLtMatmulDesc_t, &CublasApi::lt_desc_destroy>;
+using Layout = LtObject<cublasLtMatrixLayout_t, &CublasApi::lt_layout_destroy>;
+using Preference = LtObject<cublasLtMatmulPreference_t, &CublasApi::lt_preference_destroy>;
 
 // The largest power of two (up to 256) that divides the address: Lt's
 // heuristic must only offer algorithms that accept the pointers we pass.
@@ -221,25 +309,25 @@ struct LtCall {
     if (status == CUBLAS_STATUS_SUCCESS) status = s;
   }
   LtCall(const GemmShape& g, const void* bias) {
-    Check(cublasLtMatmulDescCreate(&desc.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    Check(Api().lt_desc_create(&desc.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     if (status != CUBLAS_STATUS_SUCCESS) return;
     const int32_t op_a = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const int32_t op_b = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    Check(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-    Check(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    Check(Api().lt_desc_set(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    Check(Api().lt_desc_set(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
     if (g.epilogue_bias) {
       const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      Check(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+      Check(Api().lt_desc_set(desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                            sizeof(epilogue)));
-      Check(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+      Check(Api().lt_desc_set(desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                            sizeof(bias)));
     }
     // Column-major shapes: Lt's A = op(B)^T's storage, B = op(A)^T's, D (n, m).
-    Check(cublasLtMatrixLayoutCreate(&a.h, CudaType(g.ab), g.transpose_b ? g.k : g.n,
+    Check(Api().lt_layout_create(&a.h, CudaType(g.ab), g.transpose_b ? g.k : g.n,
                                      g.transpose_b ? g.n : g.k, g.ldb));
-    Check(cublasLtMatrixLayoutCreate(&b.h, CudaType(g.ab), g.transpose_a ? g.m : g.k,
+    Check(Api().lt_layout_create(&b.h, CudaType(g.ab), g.transpose_a ? g.m : g.k,
                                      g.transpose_a ? g.k : g.m, g.lda));
-    Check(cublasLtMatrixLayoutCreate(&c.h, CudaType(g.c_type), g.n, g.m, g.ldc));
+    Check(Api().lt_layout_create(&c.h, CudaType(g.c_type), g.n, g.m, g.ldc));
   }
 };
 
@@ -250,9 +338,9 @@ bool KeepsOneRounding(const cublasLtMatmulAlgo_t& algo, bool epilogue_bias, uint
   int32_t splits = 1;
   uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
   size_t written = 0;
-  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits),
+  if (Api().lt_algo_config_get(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits),
                                            &written) != CUBLAS_STATUS_SUCCESS ||
-      cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+      Api().lt_algo_config_get(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
                                            sizeof(scheme), &written) != CUBLAS_STATUS_SUCCESS) {
     return false;
   }
@@ -269,7 +357,7 @@ bool FindAlgo(LtState& lt, cublasLtHandle_t handle, const GemmShape& g, const Lt
     return it->second.first;
   }
   Preference pref;
-  bool found = cublasLtMatmulPreferenceCreate(&pref.h) == CUBLAS_STATUS_SUCCESS;
+  bool found = Api().lt_preference_create(&pref.h) == CUBLAS_STATUS_SUCCESS;
   const uint64_t workspace = kLtWorkspaceBytes;
   // No split-K whose partial sums meet in C's type, none at all under the
   // bias epilogue: see [Note: one rounding of C].
@@ -283,12 +371,12 @@ bool FindAlgo(LtState& lt, cublasLtHandle_t handle, const GemmShape& g, const Lt
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.align_c},
   };
   if (found) {
-    found = cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+    found = Api().lt_preference_set(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                  &workspace, sizeof(workspace)) == CUBLAS_STATUS_SUCCESS &&
-            cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+            Api().lt_preference_set(pref.h, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                  &reductions, sizeof(reductions)) == CUBLAS_STATUS_SUCCESS;
     for (const auto& [attribute, bytes] : alignments) {
-      found = found && cublasLtMatmulPreferenceSetAttribute(pref.h, attribute, &bytes, sizeof(bytes)) ==
+      found = found && Api().lt_preference_set(pref.h, attribute, &bytes, sizeof(bytes)) ==
                            CUBLAS_STATUS_SUCCESS;
     }
   }
@@ -299,7 +387,7 @@ bool FindAlgo(LtState& lt, cublasLtHandle_t handle, const GemmShape& g, const Lt
   cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int count = 0;
   found = found && call.status == CUBLAS_STATUS_SUCCESS &&
-          cublasLtMatmulAlgoGetHeuristic(handle, call.desc.h, call.a.h, call.b.h, call.c.h, call.c.h,
+          Api().lt_heuristic(handle, call.desc.h, call.a.h, call.b.h, call.c.h, call.c.h,
                                          pref.h, kCandidates, results, &count) == CUBLAS_STATUS_SUCCESS;
   const cublasLtMatmulHeuristicResult_t* chosen = nullptr;
   for (int i = 0; found && i < count && chosen == nullptr; ++i) {
@@ -411,7 +499,7 @@ bool LtGemm(const GemmShape& g, float alpha, const void* a, const void* b, float
   LtState& lt = Lt();
   std::lock_guard<std::mutex> lock(lt.mu);
   cublasLtHandle_t& handle = lt.handles[g.device];
-  if (handle == nullptr && cublasLtCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
+  if (handle == nullptr && Api().lt_create(&handle) != CUBLAS_STATUS_SUCCESS) {
     handle = nullptr;
     return false;
   }
@@ -421,7 +509,7 @@ bool LtGemm(const GemmShape& g, float alpha, const void* a, const void* b, float
   cublasLtMatmulAlgo_t algo;
   if (!FindAlgo(lt, handle, g, call, &algo)) return false;
   const cublasStatus_t status =
-      cublasLtMatmul(handle, call.desc.h, &alpha, b, call.a.h, a, call.b.h, &beta, c, call.c.h, c,
+      Api().lt_matmul(handle, call.desc.h, &alpha, b, call.a.h, a, call.b.h, &beta, c, call.c.h, c,
                      call.c.h, &algo, workspace, kLtWorkspaceBytes, stream);
   if (status != CUBLAS_STATUS_SUCCESS) {
     lt.algos[g].first = false;  // refused: this shape goes to cublasGemmEx from now on
@@ -432,10 +520,14 @@ bool LtGemm(const GemmShape& g, float alpha, const void* a, const void* b, float
 
 }  // namespace
 
+int LoadCublas() { return Cublas().error.empty() ? 0 : kCublasNotLoaded; }
+const char* CublasLoadError() { return Cublas().error.c_str(); }
+
 int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
          const void* a, int64_t lda, const void* b, int64_t ldb, Elem ab, float beta, void* c,
          int64_t ldc, Elem c_type, const void* bias, Elem bias_type, void* stream) {
   if (m == 0 || n == 0) return 0;
+  if (const int error = LoadCublas(); error != 0) return error;
   // [Note: a GEMM in aligned parts]
   // cuBLAS's fast 16-bit kernels read and write 16-byte vectors along m and
   // n, so an m or n that is not a multiple of 8 (the classifier's 50257
@@ -536,17 +628,17 @@ int Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, fl
   }
   std::lock_guard<std::mutex> lock(blas_mu);
   cublasHandle_t handle = BlasHandle(device);
-  if (handle == nullptr || cublasSetStream(handle, s) != CUBLAS_STATUS_SUCCESS) return kCublasError;
+  if (handle == nullptr || Api().set_stream(handle, s) != CUBLAS_STATUS_SUCCESS) return kCublasError;
   const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (ab == Elem::kF32) {
-    return Blas(cublasSgemm(handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
+    return Blas(Api().sgemm(handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
                             static_cast<int>(k), &alpha, static_cast<const float*>(b),
                             static_cast<int>(ldb), static_cast<const float*>(a),
                             static_cast<int>(lda), &beta, static_cast<float*>(c),
                             static_cast<int>(ldc)));
   }
-  return Blas(cublasGemmEx(handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
+  return Blas(Api().gemm_ex(handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
                            static_cast<int>(k), &alpha, b, CudaType(ab), static_cast<int>(ldb), a,
                            CudaType(ab), static_cast<int>(lda), &beta, c, CudaType(c_type),
                            static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

@@ -460,8 +460,11 @@ int Launched() { return static_cast<int>(cudaGetLastError()); }
 
 }  // namespace
 
+const char* CublasLoadError();  // cuda_gemm.cu: why LoadCublas() failed
+
 const char* ErrorString(int error) {
   if (error == kCublasError) return "cuBLAS call failed";
+  if (error == kCublasNotLoaded) return CublasLoadError();
   return cudaGetErrorString(static_cast<cudaError_t>(error));
 }
 

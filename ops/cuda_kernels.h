@@ -30,6 +30,12 @@ enum class Elem : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
 // rounded once, by Lt's bias epilogue where it applies. Errors from cuBLAS
 // come back as kCublasError.
 inline constexpr int kCublasError = 1000;
+// cuBLAS and cuBLASLt are opened on the first GEMM, not linked
+// (cuda_gemm.cu, [Note: cuBLAS opened on first use]). LoadCublas() opens
+// them once: 0 when every function the GEMMs call was found, else
+// kCublasNotLoaded (ErrorString says why), which Gemm returns too.
+inline constexpr int kCublasNotLoaded = 1001;
+int LoadCublas();
 // Lt's workspace, one per (device, stream) that runs a 16-bit GEMM, held
 // for the process (cuBLAS's recommendation for Hopper); its last 256 KiB
 // stage a misaligned bias. A stream that runs a 16-bit GEMM into a 16-bit C

@@ -4,6 +4,7 @@
 namespace memwall::ops::cuda {
 
 const char* ErrorString(int) { return "memwall was built without CUDA"; }
+int LoadCublas() { return kNotBuiltWithCuda; }
 int Gemm(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t, const void*, int64_t,
          Elem, float, void*, int64_t, Elem, const void*, Elem, void*) {
   return kNotBuiltWithCuda;

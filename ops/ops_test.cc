@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <functional>
 #include <optional>
@@ -16,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "ops/cuda_kernels.h"
 #include "ops/device_scratch_testing.h"
 #include "ops/gradcheck_testing.h"
 #include "ops/kernels.h"
@@ -174,6 +176,36 @@ TEST(GeluFp32, EveryPathAndEverySplitGivesTheScalarBits) {
   kernels::GeluBackward(inplace.data(), grad.data(), grad.data(), n);
   kernels::GeluForward(inplace.data(), inplace.data(), n);
   for (size_t i = 0; i < n; ++i) ASSERT_TRUE(same(inplace[i], y0[i]) && same(grad[i], dx0[i])) << x[i];
+}
+
+// ---- cuBLAS, opened on the first CUDA GEMM ---------------------------------
+
+bool CublasMapped() {  // whether cuBLASLt is mapped into this process
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find("libcublasLt.so") != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Linking cuBLAS cost every process its set-up at start, GPU or not; it is
+// opened on the first CUDA GEMM instead (ops/cuda_gemm.cu). Where no GPU
+// could have run one, nothing has loaded it before LoadCublas, which then
+// finds every function the GEMMs call (cuBLAS comes with the toolkit this
+// was built with, and a GPU machine's bundle puts it on the library path).
+TEST(Cublas, IsOpenedOnFirstUseWithEveryFunctionTheGemmsCall) {
+#ifndef MEMWALL_HAS_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#endif
+  std::string reason;
+  if (CudaDeviceCount(&reason) == 0) {
+    EXPECT_FALSE(CublasMapped()) << "cuBLASLt was loaded before the first GEMM";
+  }
+  const int loaded = cuda::LoadCublas();
+  ASSERT_EQ(loaded, 0) << cuda::ErrorString(loaded);
+  EXPECT_TRUE(CublasMapped());
+  EXPECT_EQ(cuda::LoadCublas(), 0);  // once
 }
 
 TEST(GradCheck, LayerNorm) {

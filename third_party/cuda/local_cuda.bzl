@@ -8,7 +8,7 @@ MEMWALL_CUDA=0, which makes every target empty.
 Generated files:
   defs.bzl  CUDA_ENABLED, NCCL_ENABLED, CUDA_PATH, NVCC
   BUILD     cuda_config (defines MEMWALL_HAS_CUDA / MEMWALL_HAS_NCCL),
-            cudart, cublas, nccl
+            cudart, nccl (cuBLAS is opened at run time: ops/cuda_gemm.cu)
 """
 
 def _first_existing(ctx, candidates):
@@ -69,7 +69,6 @@ package(default_visibility = ["//visibility:public"])
 # No CUDA toolkit found (or --config=nocuda): every target is empty.
 cc_library(name = "cuda_config")
 cc_library(name = "cudart")
-cc_library(name = "cublas")
 cc_library(name = "nccl")
 """)
         return
@@ -108,12 +107,6 @@ cc_library(
     name = "cudart",
     linkopts = ["-L{lib}", "-lcudart", "-Wl,-rpath,{lib}"],
     deps = [":cuda_config", ":cuda_headers"],
-)
-
-cc_library(
-    name = "cublas",
-    linkopts = ["-L{lib}", "-lcublasLt", "-lcublas", "-Wl,-rpath,{lib}"],
-    deps = [":cudart"],
 )
 {nccl}
 """.format(
