@@ -141,13 +141,11 @@ AttentionRun RunAttention(Device& device, int64_t batch, int64_t t, int64_t head
                           DType activations = DType::kF32) {
   Scratch s(device);
   const int64_t c = heads * hd;
-  auto zeros = [&](std::vector<int64_t> shape, int64_t n) {
-    return s.UploadAs(std::vector<float>(n, 0.0f), std::move(shape), activations);
-  };
+  auto zeros = [&](std::vector<int64_t> shape) { return s.ZerosAs(std::move(shape), activations); };
   Tensor qkv = s.UploadAs(Floats(Random(batch * t * 3 * c, -2, 2, 41)), {batch, t, 3 * c}, activations);
   Tensor dout = s.UploadAs(Floats(Random(batch * t * c, -1, 1, 42)), {batch, t, c}, activations);
-  Tensor out = zeros({batch, t, c}, batch * t * c), lse = s.Zeros({batch, heads, t});
-  Tensor delta = s.Zeros({batch, heads, t}), dqkv = zeros({batch, t, 3 * c}, batch * t * 3 * c);
+  Tensor out = zeros({batch, t, c}), lse = s.Zeros({batch, heads, t});
+  Tensor delta = s.Zeros({batch, heads, t}), dqkv = zeros({batch, t, 3 * c});
   absl::Status st = Attention(qkv, heads, out, lse, s.stream());
   EXPECT_TRUE(st.ok()) << st;
   st = AttentionBackward(qkv, out, dout, lse, heads, delta, dqkv, s.stream());
@@ -444,11 +442,7 @@ std::vector<OpOutput> RunActivationOps(Device& device, DType at, int64_t offset_
   auto param = [&](int64_t n, double lo, double hi, uint32_t seed, std::vector<int64_t> shape) {
     return s.UploadAs(Floats(Random(n, lo, hi, seed)), std::move(shape), DType::kBF16);
   };
-  auto zeros = [&](std::vector<int64_t> shape, DType dtype) {
-    int64_t n = 1;
-    for (int64_t x : shape) n *= x;
-    return s.UploadAs(std::vector<float>(n, 0.0f), std::move(shape), dtype);
-  };
+  auto zeros = [&](std::vector<int64_t> shape, DType dtype) { return s.ZerosAs(std::move(shape), dtype); };
   std::vector<int32_t> ids(rows), targets(rows);
   std::mt19937 gen(51);
   for (auto& id : ids) id = static_cast<int32_t>(gen() % v);
