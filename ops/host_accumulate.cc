@@ -277,9 +277,7 @@ absl::StatusOr<SquareSum> ChunkSquares(const void* x, DType dtype, int64_t n, Co
   if (n < 0 || (n > 0 && x == nullptr)) {
     return absl::InvalidArgumentError(absl::StrCat("ChunkSquares: ", n, " elements and a null buffer"));
   }
-  if (!ConvertPathSupported(path)) {
-    return absl::FailedPreconditionError(absl::StrCat("ChunkSquares: this CPU has no ", ConvertPathName(path)));
-  }
+  MEMWALL_ASSIGN_OR_RETURN(path, ResolveConvertPath(path, "ChunkSquares"));
   SquareLanes lanes;
   lanes.Add(x, dtype, n, path);
   return lanes.Total();

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "absl/strings/str_cat.h"
+#include "runtime/status.h"
 
 namespace memwall::ops::kernels {
 namespace {
@@ -147,38 +147,33 @@ MEMWALL_TARGET_AVX2 void GeluBackwardAvx2(const float* x, const float* dy, float
   }
 }
 
-absl::StatusOr<ConvertPath> Resolve(ConvertPath path, absl::string_view op) {
-  if (path == ConvertPath::kBest) path = BestConvertPath();
-  if (!ConvertPathSupported(path)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(op, ": this CPU lacks the ", ConvertPathName(path), " path's instructions"));
-  }
-  return path;
+// `path` resolved and supported; AVX-512 runs the AVX2 code (it has AVX2's
+// instructions).
+void GeluForwardOn(ConvertPath path, const float* x, float* y, int64_t n) {
+  path == ConvertPath::kScalar ? GeluForwardScalar(x, y, n) : GeluForwardAvx2(x, y, n);
+}
+void GeluBackwardOn(ConvertPath path, const float* x, const float* dy, float* dx, int64_t n) {
+  path == ConvertPath::kScalar ? GeluBackwardScalar(x, dy, dx, n) : GeluBackwardAvx2(x, dy, dx, n);
 }
 
 }  // namespace
 
 absl::Status GeluForwardOnPath(const float* x, float* y, int64_t n, ConvertPath path) {
-  const absl::StatusOr<ConvertPath> p = Resolve(path, "GeluForward");
-  if (!p.ok()) return p.status();
-  // AVX-512 runs the AVX2 code (it has AVX2's instructions).
-  *p == ConvertPath::kScalar ? GeluForwardScalar(x, y, n) : GeluForwardAvx2(x, y, n);
+  MEMWALL_ASSIGN_OR_RETURN(path, ResolveConvertPath(path, "GeluForward"));
+  GeluForwardOn(path, x, y, n);
   return absl::OkStatus();
 }
 
 absl::Status GeluBackwardOnPath(const float* x, const float* dy, float* dx, int64_t n, ConvertPath path) {
-  const absl::StatusOr<ConvertPath> p = Resolve(path, "GeluBackward");
-  if (!p.ok()) return p.status();
-  *p == ConvertPath::kScalar ? GeluBackwardScalar(x, dy, dx, n) : GeluBackwardAvx2(x, dy, dx, n);
+  MEMWALL_ASSIGN_OR_RETURN(path, ResolveConvertPath(path, "GeluBackward"));
+  GeluBackwardOn(path, x, dy, dx, n);
   return absl::OkStatus();
 }
 
-void GeluForward(const float* x, float* y, int64_t n) {
-  BestConvertPath() == ConvertPath::kScalar ? GeluForwardScalar(x, y, n) : GeluForwardAvx2(x, y, n);
-}
+void GeluForward(const float* x, float* y, int64_t n) { GeluForwardOn(BestConvertPath(), x, y, n); }
 
 void GeluBackward(const float* x, const float* dy, float* dx, int64_t n) {
-  BestConvertPath() == ConvertPath::kScalar ? GeluBackwardScalar(x, dy, dx, n) : GeluBackwardAvx2(x, dy, dx, n);
+  GeluBackwardOn(BestConvertPath(), x, dy, dx, n);
 }
 
 }  // namespace memwall::ops::kernels

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/status.h"
 
 namespace memwall {
 
@@ -74,6 +75,15 @@ bool ConvertPathSupported(ConvertPath path) {
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && HasF16c();
   }
   return false;
+}
+
+absl::StatusOr<ConvertPath> ResolveConvertPath(ConvertPath path, absl::string_view op) {
+  if (path == ConvertPath::kBest) return BestConvertPath();
+  if (!ConvertPathSupported(path)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(op, ": this CPU lacks the ", ConvertPathName(path), " path's instructions"));
+  }
+  return path;
 }
 
 ConvertPath BestConvertPath() {
@@ -361,11 +371,7 @@ absl::Status Convert(const void* src, DType src_dtype, void* dst, DType dst_dtyp
         absl::StrCat("Convert ", DTypeName(src_dtype), "->", DTypeName(dst_dtype), " of ", n,
                      " elements: null ", src == nullptr ? "source" : "destination"));
   }
-  if (path == ConvertPath::kBest) path = BestConvertPath();
-  if (!ConvertPathSupported(path)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "conversion path ", ConvertPathName(path), " is not supported by this CPU"));
-  }
+  MEMWALL_ASSIGN_OR_RETURN(path, ResolveConvertPath(path, "Convert"));
   if (src_dtype == dst_dtype) {
     if (src != dst) std::memmove(dst, src, n * SizeOf(src_dtype));
     return absl::OkStatus();

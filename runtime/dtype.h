@@ -51,6 +51,10 @@ bool ConvertPathSupported(ConvertPath path);
 #define MEMWALL_TARGET_AVX2 __attribute__((target("avx2,f16c")))
 #define MEMWALL_TARGET_AVX512 __attribute__((target("avx512f,avx2,f16c")))
 ConvertPath BestConvertPath();
+// `path` for a kernel that has these paths: kBest resolved to
+// BestConvertPath(), or a FailedPrecondition naming `op` and the path where
+// this CPU lacks its instructions.
+absl::StatusOr<ConvertPath> ResolveConvertPath(ConvertPath path, absl::string_view op);
 
 // Bulk conversions that touch more than this many bytes (source plus
 // destination) use non-temporal stores, which skip the write-allocate read of
