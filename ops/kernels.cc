@@ -3,11 +3,18 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "runtime/status.h"
+
+// The attention's vector functions are always inlined, so no call passes a
+// vector in registers of a width the caller's target lacks: GCC's warning
+// about that ABI (reported at the end of the file) is moot.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace memwall::ops::kernels {
 namespace {
@@ -156,6 +163,80 @@ void GeluBackwardOn(ConvertPath path, const float* x, const float* dy, float* dx
   path == ConvertPath::kScalar ? GeluBackwardScalar(x, dy, dx, n) : GeluBackwardAvx2(x, dy, dx, n);
 }
 
+// [Note: fp32 attention]
+// One head of one sequence, the template's formulas (kernels.h) in fp32.
+// Forward, query i, keys j <= i, scale = 1 / sqrt(hd) rounded to float:
+//   s_j = scale * (q_i . k_j)      the dot product summed in order of e
+//   m = max_j s_j,  p_j = exp(s_j - m),  l = sum_j p_j   (eight partial sums, by j mod 8)
+//   out_i = (sum_j p_j v_j) * (1 / l)  (summed in order of j),  lse_i = m + log(l)
+// Backward, with p_j = exp(s_j - lse_i) and D_i = dout_i . out_i
+// (DotProduct's order):
+//   ds_j = scale * (p_j * (dout_i . v_j - D_i))
+//   dq_i = sum_j ds_j k_j (in order of j);  dk_j += ds_j q_i, dv_j += p_j dout_i (in order of i)
+// exp(z) is the GELU's (above) for z in [-87, 88], 0 below, +inf above and
+// NaN for NaN. Queries go kQueryRows at a time: one load of a key (or value)
+// row serves every query row of the block, each of which keeps its own
+// running sums in registers. Keys above a row's diagonal are never added:
+// the block's shared keys j <= i0 come first, then each row's own
+// triangle, so a future token's inf or NaN stays out of earlier rows.
+// The code is GCC vector code (vector_size(32)): element-wise IEEE products
+// and sums, no FMA. attention_kernels.inc holds it, included below twice:
+// built for the baseline x86-64 (kScalar) and for AVX2, which therefore
+// give the same bits; so does any grouping of queries into blocks, since
+// no sum's order depends on it.
+using F8 = float __attribute__((vector_size(32)));
+using I8 = int32_t __attribute__((vector_size(32)));
+constexpr int64_t kQueryRows = 6;
+constexpr int64_t kBlockWidth = 16;  // keys (or head columns) a register block spans: two vectors
+constexpr float kZMax = 88.0f;       // exp(88) < FLT_MAX < exp(89)
+constexpr float kRoundToInteger = 12582912.0f;  // 1.5 * 2^23: (x + it) - it is x to the nearest integer
+
+constexpr int64_t RoundUp(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// A thread's scratch for the attention kernels, kept between calls (a
+// head's worth of copies: a few t hd floats).
+float* AttentionScratch(int64_t floats) {
+  thread_local std::vector<float> scratch;
+  if (static_cast<int64_t>(scratch.size()) < floats) scratch.resize(floats);
+  return scratch.data();
+}
+
+// dst (rows, ld_dst) = the first `cols` columns of `src`, zero past them up to ld_dst.
+void CopyPadded(HeadRows src, int64_t rows, int64_t cols, float* dst, int64_t ld_dst) {
+  for (int64_t i = 0; i < rows; ++i) {
+    std::copy(src.data + i * src.ld, src.data + i * src.ld + cols, dst + i * ld_dst);
+    std::fill(dst + i * ld_dst + cols, dst + (i + 1) * ld_dst, 0.0f);
+  }
+}
+// dst (cols, ld_dst) = src's first `cols` columns transposed, zero past `rows` up to ld_dst.
+void CopyTransposed(HeadRows src, int64_t rows, int64_t cols, float* dst, int64_t ld_dst) {
+  for (int64_t e = 0; e < cols; ++e) {
+    for (int64_t i = 0; i < rows; ++i) dst[e * ld_dst + i] = src.data[i * src.ld + e];
+    std::fill(dst + e * ld_dst + rows, dst + (e + 1) * ld_dst, 0.0f);
+  }
+}
+
+#define MEMWALL_VECTOR_INLINE inline __attribute__((always_inline))
+namespace baseline {  // kScalar: the baseline x86-64's SSE2
+#include "ops/attention_kernels.inc"
+}  // namespace baseline
+#pragma GCC push_options
+#pragma GCC target("avx2")  // AVX2 without FMA
+namespace avx2 {
+#include "ops/attention_kernels.inc"
+}  // namespace avx2
+#pragma GCC pop_options
+#undef MEMWALL_VECTOR_INLINE
+
+void HeadForwardOn(ConvertPath path, const HeadQkv& x, int64_t t, int64_t hd, MutableHeadRows out, float* lse) {
+  path == ConvertPath::kScalar ? baseline::HeadForward(x, t, hd, out, lse) : avx2::HeadForward(x, t, hd, out, lse);
+}
+void HeadBackwardOn(ConvertPath path, const HeadQkv& x, HeadRows out, HeadRows dout, const float* lse, int64_t t,
+                    int64_t hd, MutableHeadRows dq, MutableHeadRows dk, MutableHeadRows dv) {
+  path == ConvertPath::kScalar ? baseline::HeadBackward(x, out, dout, lse, t, hd, dq, dk, dv)
+                               : avx2::HeadBackward(x, out, dout, lse, t, hd, dq, dk, dv);
+}
+
 }  // namespace
 
 absl::Status GeluForwardOnPath(const float* x, float* y, int64_t n, ConvertPath path) {
@@ -174,6 +255,30 @@ void GeluForward(const float* x, float* y, int64_t n) { GeluForwardOn(BestConver
 
 void GeluBackward(const float* x, const float* dy, float* dx, int64_t n) {
   GeluBackwardOn(BestConvertPath(), x, dy, dx, n);
+}
+
+void AttentionHeadForward(const HeadQkv& x, int64_t t, int64_t hd, MutableHeadRows out, float* lse) {
+  HeadForwardOn(BestConvertPath(), x, t, hd, out, lse);
+}
+
+void AttentionHeadBackward(const HeadQkv& x, HeadRows out, HeadRows dout, const float* lse, int64_t t,
+                           int64_t hd, MutableHeadRows dq, MutableHeadRows dk, MutableHeadRows dv) {
+  HeadBackwardOn(BestConvertPath(), x, out, dout, lse, t, hd, dq, dk, dv);
+}
+
+absl::Status AttentionHeadForwardOnPath(const HeadQkv& x, int64_t t, int64_t hd, MutableHeadRows out,
+                                        float* lse, ConvertPath path) {
+  MEMWALL_ASSIGN_OR_RETURN(path, ResolveConvertPath(path, "AttentionHeadForward"));
+  HeadForwardOn(path, x, t, hd, out, lse);
+  return absl::OkStatus();
+}
+
+absl::Status AttentionHeadBackwardOnPath(const HeadQkv& x, HeadRows out, HeadRows dout, const float* lse,
+                                         int64_t t, int64_t hd, MutableHeadRows dq, MutableHeadRows dk,
+                                         MutableHeadRows dv, ConvertPath path) {
+  MEMWALL_ASSIGN_OR_RETURN(path, ResolveConvertPath(path, "AttentionHeadBackward"));
+  HeadBackwardOn(path, x, out, dout, lse, t, hd, dq, dk, dv);
+  return absl::OkStatus();
 }
 
 }  // namespace memwall::ops::kernels

@@ -1,8 +1,8 @@
 // Reference math of memwall's elementwise and normalization ops, on raw
 // pointers, templated on the scalar type so the same code runs in fp32 (the
 // CpuDevice kernels) and in fp64 (the gradient checks in the tests). GELU's
-// fp32 kernels are the exception: functions of their own (kernels.cc), the
-// same function computed with SIMD. The CUDA kernels (cuda_kernels.cu)
+// and attention's fp32 kernels are the exception: functions of their own
+// (kernels.cc), the same functions computed with SIMD. The CUDA kernels (cuda_kernels.cu)
 // implement the same formulas.
 #ifndef MEMWALL_OPS_KERNELS_H_
 #define MEMWALL_OPS_KERNELS_H_
@@ -300,6 +300,34 @@ void AttentionBackward(const T* qkv, const T* out, const T* dout, const T* lse, 
     }
   }
 }
+
+// fp32, the CpuDevice's attention: the two functions above for one head
+// of one sequence (batch = heads = 1), computed in register blocks of query
+// rows with an exp of its own (kernels.cc's [Note: fp32 attention]). Each
+// sum has one order whatever the path, so every path gives the same bits.
+// A matrix of t rows of hd values is a pointer and the distance between
+// its rows: a head's columns of a fused qkv row are {qkv + h hd, 3c}.
+struct HeadRows {
+  const float* data;
+  int64_t ld;  // row i at data + i * ld
+};
+struct MutableHeadRows {
+  float* data;
+  int64_t ld;
+};
+struct HeadQkv {
+  HeadRows q, k, v;
+};
+// out (t rows) and lse (t values) of one head.
+void AttentionHeadForward(const HeadQkv& x, int64_t t, int64_t hd, MutableHeadRows out, float* lse);
+// dq, dk, dv (t rows each) are overwritten; none may overlap an input.
+void AttentionHeadBackward(const HeadQkv& x, HeadRows out, HeadRows dout, const float* lse, int64_t t,
+                           int64_t hd, MutableHeadRows dq, MutableHeadRows dk, MutableHeadRows dv);
+absl::Status AttentionHeadForwardOnPath(const HeadQkv& x, int64_t t, int64_t hd, MutableHeadRows out,
+                                        float* lse, ConvertPath path);
+absl::Status AttentionHeadBackwardOnPath(const HeadQkv& x, HeadRows out, HeadRows dout, const float* lse,
+                                         int64_t t, int64_t hd, MutableHeadRows dq, MutableHeadRows dk,
+                                         MutableHeadRows dv, ConvertPath path);
 
 // Sum of squares of x, accumulated in double, and whether any element is
 // inf or NaN: the global gradient norm is sqrt of the sum over all

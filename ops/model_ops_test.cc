@@ -185,18 +185,38 @@ TEST(CpuDeviceOps, AttentionFp32MatchesFp64) {
   ExpectClose(got.dqkv, dqkv, 1e-4, "dqkv");
 }
 
+// The fp32 head kernels over every head of every sequence in turn, on this
+// thread: (batch, t, 3c) qkv and (batch, t, c) dout, out feeding the backward.
+AttentionRun SerialHeads(const std::vector<float>& qkv, const std::vector<float>& dout, int64_t batch, int64_t t,
+                         int64_t heads, int64_t hd, ConvertPath path = ConvertPath::kBest) {
+  const int64_t c = heads * hd;
+  AttentionRun run{std::vector<float>(batch * t * c), std::vector<float>(batch * heads * t),
+                   std::vector<float>(qkv.size())};
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* x = qkv.data() + b * t * 3 * c + h * hd;
+      const kernels::HeadQkv in{{x, 3 * c}, {x + c, 3 * c}, {x + 2 * c, 3 * c}};
+      float* out = run.out.data() + b * t * c + h * hd;
+      float* lse = run.lse.data() + (b * heads + h) * t;
+      float* dx = run.dqkv.data() + b * t * 3 * c + h * hd;
+      EXPECT_TRUE(kernels::AttentionHeadForwardOnPath(in, t, hd, {out, c}, lse, path).ok());
+      EXPECT_TRUE(kernels::AttentionHeadBackwardOnPath(in, {out, c}, {dout.data() + b * t * c + h * hd, c}, lse, t,
+                                                       hd, {dx, 3 * c}, {dx + c, 3 * c}, {dx + 2 * c, 3 * c}, path)
+                      .ok());
+    }
+  }
+  return run;
+}
+
 TEST(CpuDeviceOps, ParallelAttentionAndGeluEqualTheSerialKernelsBitForBit) {
-  // The CpuDevice splits attention by sequence and GELU by chunk over its
+  // The CpuDevice splits attention by head and GELU by chunk over its
   // thread pool; each element is still computed by the serial code.
   auto device = *CreateCpuDevice();
   const int64_t batch = 5, t = 33, heads = 2, hd = 8, c = heads * hd;
   const AttentionRun got = RunAttention(*device, batch, t, heads, hd);
   const std::vector<float> qkv = Floats(Random(batch * t * 3 * c, -2, 2, 41));
   const std::vector<float> dout = Floats(Random(batch * t * c, -1, 1, 42));
-  std::vector<float> out(batch * t * c), lse(batch * heads * t), dqkv(qkv.size());
-  kernels::AttentionForward(qkv.data(), out.data(), lse.data(), batch, t, heads, hd);
-  kernels::AttentionBackward(qkv.data(), out.data(), dout.data(), lse.data(), dqkv.data(), batch, t,
-                             heads, hd);
+  const auto [out, lse, dqkv] = SerialHeads(qkv, dout, batch, t, heads, hd);
   EXPECT_EQ(got.out, out);
   EXPECT_EQ(got.lse, lse);
   EXPECT_EQ(got.dqkv, dqkv);
@@ -208,6 +228,80 @@ TEST(CpuDeviceOps, ParallelAttentionAndGeluEqualTheSerialKernelsBitForBit) {
   const Tensor tx = s.Upload(x, {n}), ty = s.Zeros({n});
   ASSERT_TRUE(Gelu(tx, ty, s.stream()).ok());
   EXPECT_EQ(s.Download(ty), want);
+}
+
+// ---- the CpuDevice's fp32 attention kernel ---------------------------------
+// Shapes that cross every edge of its blocks: t below, at and past a block
+// of query rows (6) and of keys (16), head dimensions that are and are not
+// multiples of its 16-wide blocks; `range` bounds the inputs.
+struct HeadShape {
+  int64_t t, hd;
+  double range;
+};
+constexpr HeadShape kHeadShapes[] = {{1, 1, 2},   {3, 7, 2},   {6, 16, 2}, {7, 20, 2}, {17, 5, 2},
+                                     {33, 64, 1}, {70, 16, 2}, {21, 8, 6}, {40, 3, 6}};
+
+TEST(AttentionFp32, HeadKernelsMatchTheFp64Template) {
+  const int64_t batch = 2, heads = 2;
+  for (const HeadShape& shape : kHeadShapes) {
+    const int64_t t = shape.t, hd = shape.hd, c = heads * hd;
+    SCOPED_TRACE(absl::StrCat("t ", t, ", hd ", hd, ", inputs in +-", shape.range));
+    const std::vector<float> qkv = Floats(Random(batch * t * 3 * c, -shape.range, shape.range, 51));
+    const std::vector<float> dout = Floats(Random(batch * t * c, -1, 1, 52));
+    const AttentionRun got = SerialHeads(qkv, dout, batch, t, heads, hd);
+    std::vector<double> q(qkv.begin(), qkv.end()), g(dout.begin(), dout.end());
+    std::vector<double> out(batch * t * c), lse(batch * heads * t), dqkv(q.size());
+    kernels::AttentionForward(q.data(), out.data(), lse.data(), batch, t, heads, hd);
+    kernels::AttentionBackward(q.data(), out.data(), g.data(), lse.data(), dqkv.data(), batch, t, heads, hd);
+    // The bound, relative to max(1, |reference|): each score is a dot
+    // product of hd rounded terms; the exp's argument carries the score's
+    // absolute error, about |s| u, and the exp a few ulps of its own; each
+    // output sums at most t such terms. So a few (t + hd + max |s|) units of
+    // fp32 rounding, u = 2^-24; the backward's products of those, a few more.
+    const double max_score = shape.range * shape.range * hd / std::sqrt(double(hd));
+    const double u = std::ldexp(1.0, -24), tol = 8 * (t + hd + max_score) * u;
+    ExpectClose(got.out, out, tol, "out");
+    ExpectClose(got.lse, lse, tol, "lse");
+    ExpectClose(got.dqkv, dqkv, 8 * tol, "dqkv");
+  }
+}
+
+TEST(AttentionFp32, EveryPathGivesTheSameBits) {
+  if (!ConvertPathSupported(ConvertPath::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2: one path only";
+  const int64_t batch = 1, heads = 3;
+  for (const HeadShape& shape : kHeadShapes) {
+    const int64_t t = shape.t, hd = shape.hd, c = heads * hd;
+    SCOPED_TRACE(absl::StrCat("t ", t, ", hd ", hd));
+    const std::vector<float> qkv = Floats(Random(batch * t * 3 * c, -shape.range, shape.range, 53));
+    const std::vector<float> dout = Floats(Random(batch * t * c, -1, 1, 54));
+    const AttentionRun scalar = SerialHeads(qkv, dout, batch, t, heads, hd, ConvertPath::kScalar);
+    const AttentionRun avx2 = SerialHeads(qkv, dout, batch, t, heads, hd, ConvertPath::kAvx2);
+    EXPECT_EQ(scalar.out, avx2.out);
+    EXPECT_EQ(scalar.lse, avx2.lse);
+    EXPECT_EQ(scalar.dqkv, avx2.dqkv);
+  }
+}
+
+TEST(AttentionFp32, ALaterTokenNeverReachesAnEarlierRow) {
+  // Token t - 1's key and value made inf and NaN: rows 0 .. t - 2 of out and
+  // lse keep their bits, whether the token is in a block of query rows with
+  // earlier ones (t = 2, 6: rows 0-5; t = 8: rows 6-7) or not (t = 7).
+  const int64_t hd = 5;
+  for (int64_t t : {2, 6, 7, 8}) {
+    SCOPED_TRACE(absl::StrCat("t ", t));
+    std::vector<float> qkv = Floats(Random(t * 3 * hd, -2, 2, 55));
+    const kernels::HeadQkv x{{qkv.data(), 3 * hd}, {qkv.data() + hd, 3 * hd}, {qkv.data() + 2 * hd, 3 * hd}};
+    std::vector<float> out(t * hd), lse(t), out2(t * hd), lse2(t);
+    kernels::AttentionHeadForward(x, t, hd, {out.data(), hd}, lse.data());
+    for (int64_t e = 0; e < hd; ++e) {
+      qkv[(t - 1) * 3 * hd + hd + e] = e % 2 == 0 ? INFINITY : NAN;
+      qkv[(t - 1) * 3 * hd + 2 * hd + e] = NAN;
+    }
+    kernels::AttentionHeadForward(x, t, hd, {out2.data(), hd}, lse2.data());
+    EXPECT_EQ(std::vector<float>(out.begin(), out.end() - hd), std::vector<float>(out2.begin(), out2.end() - hd));
+    EXPECT_EQ(std::vector<float>(lse.begin(), lse.end() - 1), std::vector<float>(lse2.begin(), lse2.end() - 1));
+    EXPECT_TRUE(std::isnan(out2.back())) << "the last row sees its own NaN value";
+  }
 }
 
 TEST(CpuDeviceOps, SquaredNormAndTheOverflowFlag) {
@@ -354,12 +448,12 @@ TEST(CpuDeviceOps, Bf16AttentionIsTheFp32OpOnRoundedInputsRoundedOnce) {
   EXPECT_NE(st.message().find("out is fp32; this op takes bf16"), std::string::npos) << st;
 }
 
-// The CpuDevice's bf16 attention widens one sequence at a time, inside the
-// task that computes it ([Note: row blocks]): forward and backward hold a
-// sequence's fp32 copies a thread, not the micro-batch's (here 256
-// sequences, 268 MB of fp32 copies whole). Each sequence is still the fp32
-// op on its own widened inputs, rounded once.
-TEST(CpuDeviceOps, Bf16AttentionWidensASequenceAtATime) {
+// The CpuDevice's bf16 attention widens one head of one sequence at a
+// time, inside the task that computes it ([Note: row blocks]): forward and
+// backward hold less than a sequence's fp32 copies a thread, not the
+// micro-batch's (here 256 sequences, 268 MB of fp32 copies whole). Each
+// sequence is still the fp32 op on its own widened inputs, rounded once.
+TEST(CpuDeviceOps, Bf16AttentionWidensAHeadAtATime) {
   if (!ResetPeakResident() || PeakResidentBytes() == 0) {
     GTEST_SKIP() << "no /proc/self peak to read";
   }
@@ -382,7 +476,8 @@ TEST(CpuDeviceOps, Bf16AttentionWidensASequenceAtATime) {
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_TRUE(s.stream().Synchronize().ok());
   const size_t peak = PeakResidentBytes();
-  // The backward's fp32 copies of one sequence: qkv, out, dout and dqkv.
+  // The backward's fp32 copies of one sequence: qkv, out, dout and dqkv
+  // (a head's copies and the kernel's scratch are less than this).
   const size_t sequence_bytes = t * (3 * c + c + c + 3 * c) * sizeof(float);
   // A sequence's copies on each of the pool's threads (its default size).
   const size_t bound = size_t(CurrentHostCpus().threads) * sequence_bytes + (size_t{16} << 20);

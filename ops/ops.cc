@@ -212,9 +212,9 @@ absl::Status ForEachF32Chunk(const void* x, DType dtype, int64_t n, Fn fn) {
 // bytes a vocabulary entry a token beside the plan). Rows are independent,
 // and the parameter gradients that sum over rows take the blocks in order,
 // so blocks give the same bits; fp32 storage is used in place, in one
-// block. Attention widens a sequence at a time, inside the task that
-// computes it (a sequence is its unit of work), so what it holds in fp32 is
-// a sequence's worth a thread, not the micro-batch's.
+// block. Attention widens one head of one sequence at a time, inside the
+// task that computes it (its unit of work), so what it holds in fp32 is a
+// head's worth a thread, not the micro-batch's.
 
 // fn(r0, r1) over [0, rows) in blocks of whole rows of `width` values, at
 // most kWideBlockElements values a block (one row when a row is longer);
@@ -913,14 +913,42 @@ struct AttentionShape {
   int64_t batch, t, heads, hd;
 };
 
-// fn(b) for every sequence b of a micro-batch, one task each on the CPU
-// pool; the first failure in sequence order.
-absl::Status ForEachSequence(int64_t batch, const std::function<absl::Status(int64_t)>& fn) {
-  std::vector<absl::Status> status(batch);
-  CpuPool().ParallelFor(batch, [&](int64_t b) { status[b] = fn(b); });
+// fn(b, h) for every head h of every sequence b of a micro-batch, one
+// task each on the CPU pool; the first failure in that order.
+absl::Status ForEachHead(const AttentionShape& sh, const std::function<absl::Status(int64_t, int64_t)>& fn) {
+  std::vector<absl::Status> status(sh.batch * sh.heads);
+  CpuPool().ParallelFor(sh.batch * sh.heads, [&](int64_t i) { status[i] = fn(i / sh.heads, i % sh.heads); });
   for (absl::Status& st : status) MEMWALL_RETURN_IF_ERROR(st);
   return absl::OkStatus();
 }
+
+// Columns [col, col + hd) of the t rows of a (t, ld) activation stored as
+// `at` at p: one head's part of a sequence.
+struct HeadSlice {
+  void* p;
+  DType at;
+  int64_t t, ld, col, hd;
+
+  // The same columns `offset` further along (k and v after q).
+  HeadSlice Shifted(int64_t offset) const { return {p, at, t, ld, col + offset, hd}; }
+  // In fp32: the storage itself for fp32, else an exact copy in `copy`.
+  absl::StatusOr<kernels::HeadRows> Widen(std::vector<float>& copy) const {
+    if (at == DType::kF32) return kernels::HeadRows{static_cast<const float*>(p) + col, ld};
+    copy.resize(t * hd);
+    MEMWALL_RETURN_IF_ERROR(WidenBlock(p, at, ld, 0, t, col, col + hd, copy.data()));
+    return kernels::HeadRows{copy.data(), hd};
+  }
+  // Where a kernel writes them: the storage for fp32, else `copy`, which
+  // Narrow then rounds into the storage once.
+  kernels::MutableHeadRows Output(std::vector<float>& copy) const {
+    if (at == DType::kF32) return {static_cast<float*>(p) + col, ld};
+    copy.resize(t * hd);
+    return {copy.data(), hd};
+  }
+  absl::Status Narrow(const std::vector<float>& copy) const {
+    return at == DType::kF32 ? absl::OkStatus() : NarrowBlock(copy.data(), p, at, ld, 0, t, col, col + hd);
+  }
+};
 
 absl::StatusOr<AttentionShape> CheckAttentionShape(absl::string_view op, const Tensor& qkv,
                                                    int64_t heads, Stream& stream) {
@@ -959,13 +987,16 @@ absl::Status Attention(const Tensor& qkv, int64_t heads, const Tensor& out, cons
   float* pl = lse.data_as<float>();
   return Dispatch(
       stream, op,
-      [=]() -> absl::Status {  // sequences are independent: one per task
-        return ForEachSequence(sh.batch, [&](int64_t b) {  // see [Note: row blocks]
-          const HostF32 q(ElementAt(pq, at, b * sh.t * 3 * c), at, sh.t * 3 * c);
-          HostF32 o(ElementAt(po, at, b * sh.t * c), at, sh.t * c);
-          MEMWALL_RETURN_IF_ERROR(q.status());
-          kernels::AttentionForward(q.data(), o.data(), pl + b * sh.heads * sh.t, 1, sh.t, sh.heads, sh.hd);
-          return o.Store();
+      [=]() -> absl::Status {  // heads are independent: one per task
+        return ForEachHead(sh, [&](int64_t b, int64_t h) -> absl::Status {  // see [Note: row blocks]
+          const HeadSlice x{ElementAt(pq, at, b * sh.t * 3 * c), at, sh.t, 3 * c, h * sh.hd, sh.hd};
+          const HeadSlice o{ElementAt(po, at, b * sh.t * c), at, sh.t, c, h * sh.hd, sh.hd};
+          std::vector<float> cq, ck, cv, co;
+          MEMWALL_ASSIGN_OR_RETURN(const kernels::HeadRows q, x.Widen(cq));
+          MEMWALL_ASSIGN_OR_RETURN(const kernels::HeadRows k, x.Shifted(c).Widen(ck));
+          MEMWALL_ASSIGN_OR_RETURN(const kernels::HeadRows v, x.Shifted(2 * c).Widen(cv));
+          kernels::AttentionHeadForward({q, k, v}, sh.t, sh.hd, o.Output(co), pl + (b * sh.heads + h) * sh.t);
+          return o.Narrow(co);
         });
       },
       [=](void* s) {
@@ -1004,16 +1035,23 @@ absl::Status AttentionBackward(const Tensor& qkv, const Tensor& out, const Tenso
   void* pdq = dqkv.data();
   return Dispatch(
       stream, op,
-      [=]() -> absl::Status {
-        return ForEachSequence(sh.batch, [&](int64_t b) {  // see [Note: row blocks]
-          const HostF32 q(ElementAt(pq, at, b * sh.t * 3 * c), at, sh.t * 3 * c);
-          const HostF32 o(ElementAt(po, at, b * sh.t * c), at, sh.t * c);
-          const HostF32 g(ElementAt(pdo, at, b * sh.t * c), at, sh.t * c);
-          HostF32 dq(ElementAt(pdq, at, b * sh.t * 3 * c), at, sh.t * 3 * c);
-          for (const HostF32* in : {&q, &o, &g}) MEMWALL_RETURN_IF_ERROR(in->status());
-          kernels::AttentionBackward(q.data(), o.data(), g.data(), pl + b * sh.heads * sh.t, dq.data(), 1, sh.t,
-                                     sh.heads, sh.hd);
-          return dq.Store();
+      [=]() -> absl::Status {  // heads are independent: one per task
+        return ForEachHead(sh, [&](int64_t b, int64_t h) -> absl::Status {  // see [Note: row blocks]
+          const HeadSlice x{ElementAt(pq, at, b * sh.t * 3 * c), at, sh.t, 3 * c, h * sh.hd, sh.hd};
+          const HeadSlice o{ElementAt(po, at, b * sh.t * c), at, sh.t, c, h * sh.hd, sh.hd};
+          const HeadSlice g{ElementAt(pdo, at, b * sh.t * c), at, sh.t, c, h * sh.hd, sh.hd};
+          const HeadSlice dx{ElementAt(pdq, at, b * sh.t * 3 * c), at, sh.t, 3 * c, h * sh.hd, sh.hd};
+          std::vector<float> cq, ck, cv, co, cg, cdq, cdk, cdv;
+          MEMWALL_ASSIGN_OR_RETURN(const kernels::HeadRows q, x.Widen(cq));
+          MEMWALL_ASSIGN_OR_RETURN(const kernels::HeadRows k, x.Shifted(c).Widen(ck));
+          MEMWALL_ASSIGN_OR_RETURN(const kernels::HeadRows v, x.Shifted(2 * c).Widen(cv));
+          MEMWALL_ASSIGN_OR_RETURN(const kernels::HeadRows out, o.Widen(co));
+          MEMWALL_ASSIGN_OR_RETURN(const kernels::HeadRows dout, g.Widen(cg));
+          kernels::AttentionHeadBackward({q, k, v}, out, dout, pl + (b * sh.heads + h) * sh.t, sh.t, sh.hd,
+                                         dx.Output(cdq), dx.Shifted(c).Output(cdk), dx.Shifted(2 * c).Output(cdv));
+          MEMWALL_RETURN_IF_ERROR(dx.Narrow(cdq));
+          MEMWALL_RETURN_IF_ERROR(dx.Shifted(c).Narrow(cdk));
+          return dx.Shifted(2 * c).Narrow(cdv);
         });
       },
       [=](void* s) {

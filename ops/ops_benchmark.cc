@@ -375,5 +375,51 @@ void BM_CpuGelu(benchmark::State& state, bool backward) {
 BENCHMARK_CAPTURE(BM_CpuGelu, forward, false)->Iterations(7)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_CpuGelu, backward, true)->Iterations(7)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// ---- The CpuDevice's attention -------------------------------------------------
+
+// One head of one sequence (GPT-2 350M's: t 1024, hd 64) on one thread: the
+// fp32 head kernel against the template in fp32 (a dot product a score,
+// as the CpuDevice ran before) in the same run. FLOPs as the CUDA rows
+// count them: 4 t^2 hd forward, 10 t^2 hd backward, halved for causality.
+void BM_CpuAttention(benchmark::State& state, bool backward) {
+  const int64_t t = 1024, hd = 64;
+  std::vector<float> qkv(t * 3 * hd), dout(t * hd), out(t * hd), lse(t), dqkv(t * 3 * hd);
+  for (int64_t i = 0; i < t * 3 * hd; ++i) qkv[i] = static_cast<float>((i * 7919) % 4001) / 2000.0f - 1.0f;
+  for (int64_t i = 0; i < t * hd; ++i) dout[i] = static_cast<float>((i * 104729) % 2003) / 1001.0f - 1.0f;
+  const kernels::HeadQkv x{{qkv.data(), 3 * hd}, {qkv.data() + hd, 3 * hd}, {qkv.data() + 2 * hd, 3 * hd}};
+  auto run = [&](ConvertPath path) {
+    absl::Status st = kernels::AttentionHeadForwardOnPath(x, t, hd, {out.data(), hd}, lse.data(), path);
+    if (backward && st.ok()) {
+      st = kernels::AttentionHeadBackwardOnPath(x, {out.data(), hd}, {dout.data(), hd}, lse.data(), t, hd,
+                                                {dqkv.data(), 3 * hd}, {dqkv.data() + hd, 3 * hd},
+                                                {dqkv.data() + 2 * hd, 3 * hd}, path);
+    }
+    benchmark::DoNotOptimize(dqkv.data());
+    return st;
+  };
+  auto template_kernels = [&] {
+    kernels::AttentionForward<float>(qkv.data(), out.data(), lse.data(), 1, t, 1, hd);
+    if (backward) {
+      kernels::AttentionBackward<float>(qkv.data(), out.data(), dout.data(), lse.data(), dqkv.data(), 1, t, 1, hd);
+    }
+    benchmark::DoNotOptimize(dqkv.data());
+  };
+  absl::Status st;
+  std::vector<double> t_best, t_scalar, t_template;
+  for (auto _ : state) {
+    t_best.push_back(Seconds([&] { st.Update(run(ConvertPath::kBest)); }));
+    t_scalar.push_back(Seconds([&] { st.Update(run(ConvertPath::kScalar)); }));
+    t_template.push_back(Seconds(template_kernels));
+  }
+  if (!st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
+  const double flops = (backward ? 14.0 : 4.0) * t * t * hd / 2;  // forward and backward both run for backward
+  state.counters["gflops"] = flops / Median(t_best) / 1e9;
+  state.counters["vs_scalar"] = Median(t_scalar) / Median(t_best);
+  state.counters["vs_template"] = Median(t_template) / Median(t_best);
+  state.SetLabel(std::string(ConvertPathName(BestConvertPath())));
+}
+BENCHMARK_CAPTURE(BM_CpuAttention, forward, false)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CpuAttention, forward_backward, true)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace memwall::ops
