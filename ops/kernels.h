@@ -48,11 +48,12 @@ void GeluBackward(const T* x, const T* dy, T* dx, int64_t n) {
 //   dy/dx = s + 2 x du s (1 - s),  du = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
 // which has no cancellation where tanh(u) nears -1 (x below about -4),
 // with an exp of its own, in a fixed sequence of float operations that
-// every path runs (kernels.cc's note): the AVX2 path (also run where the
-// CPU has AVX-512) and the scalar one give the same bits, whatever the
-// position of an element in the array. These run the fastest path; the
-// OnPath forms run the one named (a FailedPrecondition where the CPU
-// lacks it). y may be x; dx may alias dy.
+// every path runs (kernels.cc's notes): the AVX2 path (also run where the
+// CPU has AVX-512) and the scalar one (the same code built for the
+// baseline x86-64) give the same bits, whatever the position of an
+// element in the array. These run the fastest path; the OnPath forms run
+// the one named (a FailedPrecondition where the CPU lacks it). y may be x;
+// dx may alias dy.
 void GeluForward(const float* x, float* y, int64_t n);
 void GeluBackward(const float* x, const float* dy, float* dx, int64_t n);
 absl::Status GeluForwardOnPath(const float* x, float* y, int64_t n, ConvertPath path);
