@@ -231,15 +231,16 @@ TEST(CpuDeviceOps, ParallelAttentionAndGeluEqualTheSerialKernelsBitForBit) {
 }
 
 // ---- the CpuDevice's fp32 attention kernel ---------------------------------
-// Shapes that cross every edge of its blocks: t below, at and past a block
-// of query rows (6) and of keys (16), head dimensions that are and are not
-// multiples of its 16-wide blocks; `range` bounds the inputs.
+// Shapes that cross every edge of its blocks: no tokens, t below, at and
+// past a block of query rows (6) and of keys (16), head dimensions that
+// are and are not multiples of its 16-wide blocks; `range` bounds the
+// inputs.
 struct HeadShape {
   int64_t t, hd;
   double range;
 };
-constexpr HeadShape kHeadShapes[] = {{1, 1, 2},   {3, 7, 2},   {6, 16, 2}, {7, 20, 2}, {17, 5, 2},
-                                     {33, 64, 1}, {70, 16, 2}, {21, 8, 6}, {40, 3, 6}};
+constexpr HeadShape kHeadShapes[] = {{0, 8, 2},   {1, 1, 2},   {3, 7, 2},   {6, 16, 2}, {7, 20, 2},
+                                     {17, 5, 2}, {33, 64, 1}, {70, 16, 2}, {21, 8, 6}, {40, 3, 6}};
 
 TEST(AttentionFp32, HeadKernelsMatchTheFp64Template) {
   const int64_t batch = 2, heads = 2;
