@@ -18,9 +18,7 @@
 // quotients and selections in one fixed order, with no FMA (neither target
 // enables it), so both builds give the same bits. Its vector functions are
 // always inlined, so no call passes a vector in registers of a width the
-// caller's target lacks: GCC's warning about that ABI (reported at the end
-// of the file) is moot.
-#pragma GCC diagnostic ignored "-Wpsabi"
+// caller's target lacks (ops/BUILD turns GCC's notes about that ABI off).
 
 namespace memwall::ops::kernels {
 namespace {
