@@ -91,6 +91,7 @@ class NvmeGradientShard final : public offload::GradientShard {
   // A new step: a failure of an earlier step is now the file's ("resume
   // from the last checkpoint").
   absl::Status ZeroGradients(Stream& stream) override {
+    written_.Clear();  // in the caller's order, as AddPiece reads it
     return stream.EnqueueHost([this] {
       std::lock_guard<std::mutex> lock(mu_);
       if (!Broken().ok()) failed_ = Broken();
@@ -111,7 +112,10 @@ class NvmeGradientShard final : public offload::GradientShard {
   // D2H into staging, then, on the host in the collective stream's order,
   // a block at a time: its current values gathered, the pinned shard's
   // add, the result scattered back, and the buffers it left behind
-  // written.
+  // written. On the last pass a piece onto elements no piece of this step
+  // has written is completed in staging and scattered as it is, the bits
+  // of the add onto zeros without one ([Note: a piece onto unwritten
+  // elements is copied] in offload/host_gradient_shard.h).
   absl::Status AddPiece(const Tensor& reduced, int64_t shard_offset, Stream& coll) override {
     const int64_t n = reduced.numel();
     if (n > staging_elements_ || shard_offset < 0 || shard_offset + n > n_) {
@@ -125,9 +129,12 @@ class NvmeGradientShard final : public offload::GradientShard {
     }
     StreamZone add(timeline_, coll, ZoneKind::kGradAccumulate);
     const bool fold = last_pass_;
-    return coll.EnqueueHost([this, n, shard_offset, fold] {
+    const std::vector<std::pair<int64_t, int64_t>> unwritten = written_.Unmarked(shard_offset, shard_offset + n);
+    written_.Mark(shard_offset, shard_offset + n);
+    const bool copy = fold && unwritten.size() == 1 && unwritten[0].second - unwritten[0].first == n;
+    return coll.EnqueueHost([this, n, shard_offset, fold, copy] {
       std::lock_guard<std::mutex> lock(mu_);
-      Alone([&] { return Add(n, shard_offset, fold); });
+      Alone([&] { return copy ? Copy(n, shard_offset) : Add(n, shard_offset, fold); });
       return absl::OkStatus();
     });
   }
@@ -213,6 +220,23 @@ class NvmeGradientShard final : public offload::GradientShard {
   void Alone(Work work) {
     if (!failed_.ok()) return;
     if (absl::Status st = work(); !st.ok()) failed_ = std::move(st);
+  }
+
+  // Piece [shard_offset, shard_offset + n) from staging onto elements that
+  // hold nothing this step, on the last pass, a block at a time: completed
+  // in staging (its squares, and +0 for -0) and scattered.
+  absl::Status Copy(int64_t n, int64_t shard_offset) {
+    chunk_norms_.clear();
+    for (int64_t at = 0; at < n; at += block_) {
+      const int64_t len = std::min(block_, n - at), begin = shard_offset + at;
+      char* incoming = staging_.as<char>() + at * g_;
+      MEMWALL_RETURN_IF_ERROR(ops::HostCompleteChunkNorms(incoming, dtype_, len, &block_norms_, &pool_));
+      chunk_norms_.insert(chunk_norms_.end(), block_norms_.begin(), block_norms_.end());
+      MEMWALL_RETURN_IF_ERROR(Scatter(begin, len, incoming));
+      MEMWALL_RETURN_IF_ERROR(WriteBehind(begin / sub_group_, (begin + len - 1) / sub_group_));
+    }
+    folded_.Add(shard_offset, n, chunk_norms_);
+    return absl::OkStatus();
   }
 
   // Piece [shard_offset, shard_offset + n) from staging, a block at a time.
@@ -319,6 +343,9 @@ class NvmeGradientShard final : public offload::GradientShard {
   bool last_pass_ = true;  // set on the host before each micro-batch
   std::mutex mu_;          // the host functions of two streams and the optimizer's thread
   std::vector<bool> touched_;  // per sub-group: added to since ZeroGradients
+  // Elements a piece of this step has landed on, in AddPiece's (the
+  // caller's) order.
+  offload::ElementRanges written_;
   Buffer staging_, gathered_, norm_host_;
   std::unique_ptr<SwapBuffers> buffers_;  // the optimizer's is held, from its last Gradients
   absl::Status failed_;  // this step's first failure, then the file's (Failure)

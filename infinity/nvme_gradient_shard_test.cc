@@ -4,7 +4,8 @@
 //     the second pass over a piece added twice, as GPT's tied embedding),
 //     over micro-batches, two steps, fp32, bf16 and fp16, pieces smaller
 //     and larger than a sub-group and than an accumulation chunk, more
-//     sub-groups than swap buffers;
+//     sub-groups than swap buffers, -0 gradients (+0 in both, as a sum
+//     onto zeros; a piece onto unwritten elements is copied in both);
 //   - what a checkpoint reads and writes between steps;
 //   - the first micro-batch never reads the file; the next ones do;
 //   - a failed write fails no stream: it is the step's Failure(), naming
@@ -15,6 +16,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -67,11 +69,12 @@ struct Pair {
     ASSERT_TRUE(nvme->ZeroGradients(device->compute_stream()).ok());
     ASSERT_TRUE(device->compute_stream().Synchronize().ok());
   }
-  // A piece of `n` random gradients at `offset` into both.
+  // A piece of `n` random gradients at `offset` into both, with a -0 among
+  // them every 101 elements (a sum onto zeros stores +0).
   absl::Status Add(int64_t offset, int64_t n) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> wide(n);
-    for (float& x : wide) x = normal(rng);
+    for (int64_t i = 0; i < n; ++i) wide[i] = (offset + i) % 101 == 0 ? -0.0f : normal(rng);
     EXPECT_TRUE(Convert(wide.data(), DType::kF32, piece.data(), dtype, n).ok());
     const Tensor t = Tensor::Flat(piece.data(), dtype, n, device.get());
     MEMWALL_RETURN_IF_ERROR(pinned.AddPiece(t, offset, *coll));
@@ -112,6 +115,11 @@ struct Pair {
       auto b = nvme->Gradients(begin, n);
       ASSERT_TRUE(a.ok() && b.ok()) << what << ": " << b.status();
       ASSERT_EQ(std::memcmp(*a, *b, n * g), 0) << what << ": sub-group " << k;
+      std::vector<float> wide(n);
+      ASSERT_TRUE(Convert(*b, dtype, wide.data(), DType::kF32, n).ok());
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_FALSE(wide[i] == 0.0f && std::signbit(wide[i])) << what << ": -0 at " << begin + i;
+      }
     }
   }
 
@@ -137,10 +145,12 @@ TEST(NvmeGradientShard, GivesThePinnedShardsBitsAndNorm) {
       const std::string what = absl::StrCat(DTypeName(dtype), ", sub-groups of ", shape.sub_group);
       Pair p(shape, dtype);
       ASSERT_NE(p.nvme, nullptr);
-      for (int step = 0; step < 2; ++step) {
+      // One micro-batch a step (its pieces onto unwritten elements are
+      // copied), then three (only the first pass's are).
+      for (const int64_t micro_batches : {1, 1, 3, 3}) {
         p.Zero();
-        for (int64_t m = 0; m < 3; ++m) p.Backward(m, 3);
-        p.ExpectSame(absl::StrCat(what, ", step ", step));
+        for (int64_t m = 0; m < micro_batches; ++m) p.Backward(m, micro_batches);
+        p.ExpectSame(absl::StrCat(what, ", ", micro_batches, " micro-batches"));
       }
     }
   }
