@@ -253,6 +253,9 @@ absl::StatusOr<int> Main() {
   const int64_t steps = absl::GetFlag(FLAGS_steps);
   if (steps <= 0) return absl::InvalidArgumentError(absl::StrCat("--steps=", steps, " must be > 0"));
   if (absl::GetFlag(FLAGS_save_every) < 0) return absl::InvalidArgumentError("--save_every must be >= 0");
+  if (const int64_t every = absl::GetFlag(FLAGS_print_every); every < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--print_every=", every, " must be >= 0 (0: the default)"));
+  }
   const int64_t keep = absl::GetFlag(FLAGS_keep_checkpoints);
   if (keep < 0) return absl::InvalidArgumentError(absl::StrCat("--keep_checkpoints=", keep, " must be >= 0"));
   if (keep > 0 && absl::GetFlag(FLAGS_save_every) == 0) {

@@ -122,7 +122,8 @@ for bad in "--export=$TEST_TMPDIR/stdout|--export $TEST_TMPDIR/stdout: it or a p
   [[ ! -e "$out/bad_dir/train.log" ]] || { echo "trained before refusing ${bad%%|*}"; exit 1; }
 done
 for bad in "--keep_checkpoints=-1 --save_every=1|--keep_checkpoints=-1 must be >= 0" \
-           "--keep_checkpoints=2|--keep_checkpoints needs --save_every"; do
+           "--keep_checkpoints=2|--keep_checkpoints needs --save_every" \
+           "--print_every=-3|--print_every=-3 must be >= 0"; do
   if train/train --steps=1 --device=cpu --out="$out/bad_keep" ${bad%%|*} 2> "$TEST_TMPDIR/err"; then
     echo "accepted ${bad%%|*}"; exit 1
   fi
