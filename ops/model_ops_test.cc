@@ -400,6 +400,9 @@ TEST(OpsErrors, EmbeddingAttentionNormAndAdamArguments) {
   st = Attention(Tensor(big.data(), DType::kF32, {1, 2, 31}), 1, Tensor(big.data(), DType::kF32, {20}),
                  Tensor(big.data(), DType::kF32, {8}), f);
   EXPECT_NE(st.message().find("must be (batch, t, 3 * hidden)"), std::string::npos) << st;
+  st = Attention(Tensor(big.data(), DType::kF32, {1, 2, 0}), 1, Tensor(big.data(), DType::kF32, {0}),
+                 Tensor(big.data(), DType::kF32, {2}), f);
+  EXPECT_NE(st.message().find("has a hidden size of 0"), std::string::npos) << st;
   st = SquaredNorm(Tensor(big.data(), DType::kF32, {4}), Tensor(big.data(), DType::kF32, {1}), false, f);
   EXPECT_NE(st.message().find("result [1] must have 2 elements"), std::string::npos) << st;
   const Tensor p(big.data(), DType::kF32, {4});

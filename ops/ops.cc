@@ -957,6 +957,9 @@ absl::StatusOr<AttentionShape> CheckAttentionShape(absl::string_view op, const T
         op, ": qkv ", ShapeString(qkv), " must be (batch, t, 3 * hidden)"));
   }
   const int64_t c = qkv.shape()[2] / 3;
+  if (c == 0) {  // a head of no dimension has no scale 1/sqrt(hd)
+    return absl::InvalidArgumentError(absl::StrCat(op, ": qkv ", ShapeString(qkv), " has a hidden size of 0"));
+  }
   if (heads <= 0 || c % heads != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": hidden size ", c, " is not divisible into ", heads, " heads"));
