@@ -2,8 +2,8 @@
 // pointers, templated on the scalar type so the same code runs in fp32 (the
 // CpuDevice kernels) and in fp64 (the gradient checks in the tests). GELU's
 // and attention's fp32 kernels are the exception: functions of their own
-// (kernels.cc), the same functions computed with SIMD. The CUDA kernels (cuda_kernels.cu)
-// implement the same formulas.
+// (kernels.cc), the same functions computed with SIMD. The CUDA kernels
+// (cuda_kernels.cu, cuda_attention.cu) implement the same formulas.
 #ifndef MEMWALL_OPS_KERNELS_H_
 #define MEMWALL_OPS_KERNELS_H_
 
