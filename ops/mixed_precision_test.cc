@@ -172,6 +172,32 @@ TEST(MixedPrecision, SixteenBitGemmInBlocksIsTheFp32GemmRoundedOnce) {
   }
 }
 
+// The CpuDevice keeps a thread's fp32 copies of 16-bit operands between
+// GEMMs and, with beta = 0, does not widen C: a GEMM after one whose copies
+// held inf and NaN, into a C that holds NaN, is still the fp32 GEMM of its
+// operands rounded once (one block: the same sgemm shape).
+TEST(MixedPrecision, SixteenBitGemmReadsNothingOfTheLastOneOrOfCWithBetaZero) {
+  auto cpu = *CreateCpuDevice();
+  const int64_t m = 40, n = 24, k = 300;
+  const DType dtype = DType::kBF16;
+  Scratch s(*cpu);
+  const auto b = RoundTo(RandomFloats(k * n, -1, 1, 200), dtype);
+  const Tensor b16 = s.UploadAs(b, {k, n}, dtype);
+  std::vector<float> bad(m * k, 1.0f);
+  bad[0] = INFINITY;
+  bad[k + 1] = NAN;
+  const Tensor first = s.UploadAs(std::vector<float>(m * n), {m, n}, dtype);
+  ASSERT_TRUE(Matmul(s.UploadAs(bad, {m, k}, dtype), false, b16, false, first, 1.0f, 0.0f, s.stream()).ok());
+  ASSERT_TRUE(std::isnan(s.Download(first)[n + 1])) << "the first GEMM's copies held a NaN";
+  const auto a = RoundTo(RandomFloats(m * k, -1, 1, 201), dtype);
+  const Tensor c16 = s.UploadAs(std::vector<float>(m * n, NAN), {m, n}, dtype);
+  ASSERT_TRUE(Matmul(s.UploadAs(a, {m, k}, dtype), false, b16, false, c16, 0.5f, 0.0f, s.stream()).ok());
+  Scratch f(*cpu);
+  const Tensor c32 = f.Zeros({m, n});
+  ASSERT_TRUE(Matmul(f.Upload(a, {m, k}), false, f.Upload(b, {k, n}), false, c32, 0.5f, 0.0f, f.stream()).ok());
+  EXPECT_EQ(s.Download(c16), RoundTo(f.Download(c32), dtype));
+}
+
 TEST(MixedPrecision, MatmulRefusesMixedOperandTypes) {
   auto cpu = *CreateCpuDevice();
   Scratch s(*cpu);

@@ -338,6 +338,50 @@ absl::Status NarrowBlock(const float* block, void* p, DType dtype, int64_t ld, i
   return absl::OkStatus();
 }
 
+// WidenBlock and NarrowBlock of a GEMM's block on the CPU pool's threads, a
+// piece of rows each (conversions are element-wise: the same values).
+// Never from inside a pool task: the attention's tasks call the serial forms.
+template <typename Fn>  // fn(first_row, end_row)
+absl::Status ForRowPieces(int64_t r0, int64_t r1, int64_t width, Fn fn) {
+  const int64_t rows = r1 - r0;
+  const int64_t most = std::min<int64_t>(rows, 4 * CpuPool().threads());
+  const int64_t pieces = std::clamp<int64_t>(rows * width / kCpuChunk, 1, std::max<int64_t>(most, 1));
+  if (pieces == 1) return fn(r0, r1);
+  std::vector<absl::Status> status(pieces);
+  CpuPool().ParallelFor(pieces, [&](int64_t i) {
+    status[i] = fn(r0 + rows * i / pieces, r0 + rows * (i + 1) / pieces);
+  });
+  for (absl::Status& st : status) MEMWALL_RETURN_IF_ERROR(st);
+  return absl::OkStatus();
+}
+absl::Status WidenBlockOnPool(const void* p, DType dtype, int64_t ld, int64_t r0, int64_t r1, int64_t c0,
+                              int64_t c1, float* out) {
+  return ForRowPieces(r0, r1, c1 - c0, [&](int64_t a, int64_t b) {
+    return WidenBlock(p, dtype, ld, a, b, c0, c1, out + (a - r0) * (c1 - c0));
+  });
+}
+absl::Status NarrowBlockOnPool(const float* block, void* p, DType dtype, int64_t ld, int64_t r0, int64_t r1,
+                               int64_t c0, int64_t c1) {
+  return ForRowPieces(r0, r1, c1 - c0, [&](int64_t a, int64_t b) {
+    return NarrowBlock(block + (a - r0) * (c1 - c0), p, dtype, ld, a, b, c0, c1);
+  });
+}
+
+// A thread's fp32 copies of a 16-bit GEMM's blocks, kept between calls:
+// each at most kWideBlockElements values. Fresh vectors cost an mmap, page
+// faults and a zero fill of up to 48 MiB on every GEMM.
+struct WideBlocks {
+  std::vector<float> a, b, c;
+  static float* Reserve(std::vector<float>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+    return v.data();
+  }
+};
+WideBlocks& ThreadWideBlocks() {
+  thread_local WideBlocks blocks;
+  return blocks;
+}
+
 // C block = alpha op(A) op(B) + beta C over all of K, then + bias (the
 // block's columns), all fp32 in place.
 void Fp32GemmBlock(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -373,7 +417,8 @@ void Fp32GemmBlock(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int
 // shapes (whole copies of the classifier's operands took 4 bytes for each
 // of wte's elements, twice in its backward, which no plan counts). Every
 // element of C is still one sgemm over all of K. fp32 operands are used in
-// place.
+// place. The copies are made on the pool's threads, into storage each
+// calling thread keeps for its next GEMM (WideBlocks).
 
 absl::Status CpuGemm(const GemmArgs& g, float alpha, const void* pa, const void* pb, float beta, void* pc,
                      const void* bias, DType bias_type) {
@@ -388,33 +433,34 @@ absl::Status CpuGemm(const GemmArgs& g, float alpha, const void* pa, const void*
   const int64_t k = std::max<int64_t>(g.k, 1);
   const int64_t mt = std::clamp<int64_t>(kWideBlockElements / k, 1, g.m);
   const int64_t nt = std::clamp<int64_t>(std::min(kWideBlockElements / k, kWideBlockElements / mt), 1, g.n);
-  std::vector<float> a32(mt * g.k), b32(g.k * nt), c32(g.ct == DType::kF32 ? 0 : mt * nt);
+  WideBlocks& wide = ThreadWideBlocks();
+  float* a32 = WideBlocks::Reserve(wide.a, mt * g.k);
+  float* b32 = WideBlocks::Reserve(wide.b, g.k * nt);
+  float* c32 = WideBlocks::Reserve(wide.c, g.ct == DType::kF32 ? 0 : mt * nt);
   for (int64_t m0 = 0; m0 < g.m; m0 += mt) {
     const int64_t m1 = std::min(g.m, m0 + mt);
     // op(A)'s rows [m0, m1): stored rows, or stored columns when transposed.
-    MEMWALL_RETURN_IF_ERROR(g.transpose_a ? WidenBlock(pa, g.ab, g.lda, 0, g.k, m0, m1, a32.data())
-                                          : WidenBlock(pa, g.ab, g.lda, m0, m1, 0, g.k, a32.data()));
+    MEMWALL_RETURN_IF_ERROR(g.transpose_a ? WidenBlockOnPool(pa, g.ab, g.lda, 0, g.k, m0, m1, a32)
+                                          : WidenBlockOnPool(pa, g.ab, g.lda, m0, m1, 0, g.k, a32));
     const int64_t lda = g.transpose_a ? m1 - m0 : g.k;
     for (int64_t n0 = 0; n0 < g.n; n0 += nt) {
       const int64_t n1 = std::min(g.n, n0 + nt);
       // op(B)'s columns [n0, n1): stored columns, or stored rows when transposed.
-      MEMWALL_RETURN_IF_ERROR(g.transpose_b ? WidenBlock(pb, g.ab, g.ldb, n0, n1, 0, g.k, b32.data())
-                                            : WidenBlock(pb, g.ab, g.ldb, 0, g.k, n0, n1, b32.data()));
+      MEMWALL_RETURN_IF_ERROR(g.transpose_b ? WidenBlockOnPool(pb, g.ab, g.ldb, n0, n1, 0, g.k, b32)
+                                            : WidenBlockOnPool(pb, g.ab, g.ldb, 0, g.k, n0, n1, b32));
       const int64_t ldb = g.transpose_b ? g.k : n1 - n0;
       const float* block_bias = bias32 != nullptr ? bias32 + n0 : nullptr;
       if (g.ct == DType::kF32) {  // in C itself
-        Fp32GemmBlock(g.transpose_a, g.transpose_b, m1 - m0, n1 - n0, g.k, alpha, a32.data(), lda, b32.data(), ldb,
-                      beta, static_cast<float*>(pc) + m0 * g.ldc + n0, g.ldc, block_bias);
+        Fp32GemmBlock(g.transpose_a, g.transpose_b, m1 - m0, n1 - n0, g.k, alpha, a32, lda, b32, ldb, beta,
+                      static_cast<float*>(pc) + m0 * g.ldc + n0, g.ldc, block_bias);
         continue;
       }
-      if (beta != 0.0f) {
-        MEMWALL_RETURN_IF_ERROR(WidenBlock(pc, g.ct, g.ldc, m0, m1, n0, n1, c32.data()));
-      } else {
-        std::fill(c32.begin(), c32.end(), 0.0f);
-      }
-      Fp32GemmBlock(g.transpose_a, g.transpose_b, m1 - m0, n1 - n0, g.k, alpha, a32.data(), lda, b32.data(), ldb,
-                    beta, c32.data(), n1 - n0, block_bias);
-      MEMWALL_RETURN_IF_ERROR(NarrowBlock(c32.data(), pc, g.ct, g.ldc, m0, m1, n0, n1));
+      // With beta = 0 the block's old values are not read: sgemm overwrites
+      // C (BLAS's rule, NaN included), and so does K = 0.
+      if (beta != 0.0f) MEMWALL_RETURN_IF_ERROR(WidenBlockOnPool(pc, g.ct, g.ldc, m0, m1, n0, n1, c32));
+      Fp32GemmBlock(g.transpose_a, g.transpose_b, m1 - m0, n1 - n0, g.k, alpha, a32, lda, b32, ldb, beta, c32,
+                    n1 - n0, block_bias);
+      MEMWALL_RETURN_IF_ERROR(NarrowBlockOnPool(c32, pc, g.ct, g.ldc, m0, m1, n0, n1));
     }
   }
   return absl::OkStatus();
