@@ -172,10 +172,11 @@ TEST(MixedPrecision, SixteenBitGemmInBlocksIsTheFp32GemmRoundedOnce) {
   }
 }
 
-// The CpuDevice keeps a thread's fp32 copies of 16-bit operands between
-// GEMMs and, with beta = 0, does not widen C: a GEMM after one whose copies
-// held inf and NaN, into a C that holds NaN, is still the fp32 GEMM of its
-// operands rounded once (one block: the same sgemm shape).
+// The CpuDevice's fp32 copies of 16-bit operands are not zero-filled first
+// (they may hold an earlier GEMM's values), and with beta = 0 C is not
+// widened: a GEMM after one whose copies held inf and NaN, into a C that
+// holds NaN, is still the fp32 GEMM of its operands rounded once (one
+// block: the same sgemm shape).
 TEST(MixedPrecision, SixteenBitGemmReadsNothingOfTheLastOneOrOfCWithBetaZero) {
   auto cpu = *CreateCpuDevice();
   const int64_t m = 40, n = 24, k = 300;

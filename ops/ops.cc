@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <type_traits>
+#include <memory>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -367,20 +368,10 @@ absl::Status NarrowBlockOnPool(const float* block, void* p, DType dtype, int64_t
   });
 }
 
-// A thread's fp32 copies of a 16-bit GEMM's blocks, kept between calls:
-// each at most kWideBlockElements values. Fresh vectors cost an mmap, page
-// faults and a zero fill of up to 48 MiB on every GEMM.
-struct WideBlocks {
-  std::vector<float> a, b, c;
-  static float* Reserve(std::vector<float>& v, int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n) v.resize(n);
-    return v.data();
-  }
-};
-WideBlocks& ThreadWideBlocks() {
-  thread_local WideBlocks blocks;
-  return blocks;
-}
+// Storage for n floats, left unset: a GEMM block's copy is written whole
+// before it is read, so a std::vector's zero fill (up to 16 MiB a copy, on
+// every GEMM) was wasted.
+std::unique_ptr<float[]> UnsetFloats(int64_t n) { return std::unique_ptr<float[]>(new float[std::max<int64_t>(n, 1)]); }
 
 // C block = alpha op(A) op(B) + beta C over all of K, then + bias (the
 // block's columns), all fp32 in place.
@@ -417,8 +408,8 @@ void Fp32GemmBlock(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int
 // shapes (whole copies of the classifier's operands took 4 bytes for each
 // of wte's elements, twice in its backward, which no plan counts). Every
 // element of C is still one sgemm over all of K. fp32 operands are used in
-// place. The copies are made on the pool's threads, into storage each
-// calling thread keeps for its next GEMM (WideBlocks).
+// place. The copies are made on the pool's threads, into storage that is
+// not zero-filled first.
 
 absl::Status CpuGemm(const GemmArgs& g, float alpha, const void* pa, const void* pb, float beta, void* pc,
                      const void* bias, DType bias_type) {
@@ -433,10 +424,11 @@ absl::Status CpuGemm(const GemmArgs& g, float alpha, const void* pa, const void*
   const int64_t k = std::max<int64_t>(g.k, 1);
   const int64_t mt = std::clamp<int64_t>(kWideBlockElements / k, 1, g.m);
   const int64_t nt = std::clamp<int64_t>(std::min(kWideBlockElements / k, kWideBlockElements / mt), 1, g.n);
-  WideBlocks& wide = ThreadWideBlocks();
-  float* a32 = WideBlocks::Reserve(wide.a, mt * g.k);
-  float* b32 = WideBlocks::Reserve(wide.b, g.k * nt);
-  float* c32 = WideBlocks::Reserve(wide.c, g.ct == DType::kF32 ? 0 : mt * nt);
+  const std::unique_ptr<float[]> a_copy = UnsetFloats(mt * g.k), b_copy = UnsetFloats(g.k * nt);
+  const std::unique_ptr<float[]> c_copy = UnsetFloats(g.ct == DType::kF32 ? 0 : mt * nt);
+  float* a32 = a_copy.get();
+  float* b32 = b_copy.get();
+  float* c32 = c_copy.get();
   for (int64_t m0 = 0; m0 < g.m; m0 += mt) {
     const int64_t m1 = std::min(g.m, m0 + mt);
     // op(A)'s rows [m0, m1): stored rows, or stored columns when transposed.
