@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <vector>
+#include <memory>
 
 #include "runtime/status.h"
 
@@ -77,12 +77,11 @@ constexpr int64_t kBlockWidth = 16;  // keys (or head columns) a register block 
 
 constexpr int64_t RoundUp(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-// A thread's scratch for the attention kernels, kept between calls (a
-// head's worth of copies: a few t hd floats).
-float* AttentionScratch(int64_t floats) {
-  thread_local std::vector<float> scratch;
-  if (static_cast<int64_t>(scratch.size()) < floats) scratch.resize(floats);
-  return scratch.data();
+// A call's scratch for the attention kernels: a head's copies, a few t hd
+// floats, freed when the call ends (nothing unplanned outlives an op), and
+// not zero-filled: every region is written before it is read.
+std::unique_ptr<float[]> AttentionScratch(int64_t floats) {
+  return std::unique_ptr<float[]>(new float[std::max<int64_t>(floats, 1)]);
 }
 
 // dst (rows, ld_dst) = the first `cols` columns of `src`, zero past them up to ld_dst.
