@@ -77,13 +77,6 @@ constexpr int64_t kBlockWidth = 16;  // keys (or head columns) a register block 
 
 constexpr int64_t RoundUp(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-// A call's scratch for the attention kernels: a head's copies, a few t hd
-// floats, freed when the call ends (nothing unplanned outlives an op), and
-// not zero-filled: every region is written before it is read.
-std::unique_ptr<float[]> AttentionScratch(int64_t floats) {
-  return std::unique_ptr<float[]>(new float[std::max<int64_t>(floats, 1)]);
-}
-
 // dst (rows, ld_dst) = the first `cols` columns of `src`, zero past them up to ld_dst.
 void CopyPadded(HeadRows src, int64_t rows, int64_t cols, float* dst, int64_t ld_dst) {
   for (int64_t i = 0; i < rows; ++i) {

@@ -11,8 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <type_traits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -368,11 +368,6 @@ absl::Status NarrowBlockOnPool(const float* block, void* p, DType dtype, int64_t
   });
 }
 
-// Storage for n floats, left unset: a GEMM block's copy is written whole
-// before it is read, so a std::vector's zero fill (up to 16 MiB a copy, on
-// every GEMM) was wasted.
-std::unique_ptr<float[]> UnsetFloats(int64_t n) { return std::unique_ptr<float[]>(new float[std::max<int64_t>(n, 1)]); }
-
 // C block = alpha op(A) op(B) + beta C over all of K, then + bias (the
 // block's columns), all fp32 in place.
 void Fp32GemmBlock(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -424,8 +419,11 @@ absl::Status CpuGemm(const GemmArgs& g, float alpha, const void* pa, const void*
   const int64_t k = std::max<int64_t>(g.k, 1);
   const int64_t mt = std::clamp<int64_t>(kWideBlockElements / k, 1, g.m);
   const int64_t nt = std::clamp<int64_t>(std::min(kWideBlockElements / k, kWideBlockElements / mt), 1, g.n);
-  const std::unique_ptr<float[]> a_copy = UnsetFloats(mt * g.k), b_copy = UnsetFloats(g.k * nt);
-  const std::unique_ptr<float[]> c_copy = UnsetFloats(g.ct == DType::kF32 ? 0 : mt * nt);
+  // Left unset: each block's copy is written whole before it is read (a
+  // zero fill of up to 16 MiB a copy, on every GEMM, was wasted).
+  const auto a_copy = std::make_unique_for_overwrite<float[]>(mt * g.k);
+  const auto b_copy = std::make_unique_for_overwrite<float[]>(g.k * nt);
+  const auto c_copy = std::make_unique_for_overwrite<float[]>(g.ct == DType::kF32 ? 0 : mt * nt);
   float* a32 = a_copy.get();
   float* b32 = b_copy.get();
   float* c32 = c_copy.get();
