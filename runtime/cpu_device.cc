@@ -317,6 +317,7 @@ absl::StatusOr<void*> CpuAllocator::AllocateRaw(size_t bytes, MemoryTag tag, Str
                          ": host allocation of ", FormatBytes(bytes), " for ",
                          MemoryTagName(tag), " failed: out of host memory");
   }
+  AdviseHugePages(ptr, rounded);  // as the CUDA pinned allocator's pages
   pool_.Added(rounded);
   return ptr;
 }

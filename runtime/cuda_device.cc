@@ -54,8 +54,6 @@ namespace {
 
 class CudaDevice;
 
-constexpr size_t kHugePageBytes = size_t{2} << 20;  // x86-64's transparent huge page
-
 class CudaEvent final : public Event {
  public:
   explicit CudaEvent(cudaEvent_t event) : event_(event) {}
@@ -244,7 +242,7 @@ class PinnedHostMemory final : public Allocator {
       return MEMWALL_ERROR(absl::StatusCode::kResourceExhausted, account_.name(), ": mmap of ",
                            FormatBytes(bytes), " for ", MemoryTagName(tag), " failed: out of host memory");
     }
-    if (rounded >= kHugePageBytes) (void)madvise(ptr, rounded, MADV_HUGEPAGE);  // a hint: ignored where unsupported
+    AdviseHugePages(ptr, rounded);
     ZeroHost(ptr, rounded);
     const cudaError_t err = cudaHostRegister(ptr, rounded, cudaHostRegisterPortable | cudaHostRegisterMapped);
     if (err != cudaSuccess) {

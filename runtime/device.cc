@@ -1,9 +1,19 @@
 #include "runtime/device.h"
 
+#include <sys/mman.h>
+
 #include <chrono>
+#include <cstdint>
 #include <utility>
 
 namespace memwall {
+
+void AdviseHugePages(void* p, size_t bytes) {
+  constexpr uintptr_t kHugePageBytes = uintptr_t{2} << 20;  // x86-64's transparent huge page
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHugePageBytes - 1);
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
 
 absl::string_view DeviceKindName(DeviceKind kind) {
   return kind == DeviceKind::kCuda ? "cuda" : "cpu";

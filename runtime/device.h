@@ -58,6 +58,12 @@ inline constexpr size_t kPinnedHostAlignment = 4096;
 constexpr size_t WholePages(size_t bytes) {
   return (bytes + kPinnedHostAlignment - 1) / kPinnedHostAlignment * kPinnedHostAlignment;
 }
+// Asks the kernel to back the 2 MiB-aligned part of [p, p + bytes) with
+// transparent huge pages (madvise MADV_HUGEPAGE): 512x fewer page faults on
+// first touch and TLB entries that each cover 2 MiB, for the gigabytes a
+// state store or a gradient shard spans. A hint: where the kernel offers no
+// huge pages, or the range holds no aligned 2 MiB, nothing changes.
+void AdviseHugePages(void* p, size_t bytes);
 absl::string_view DeviceKindName(DeviceKind kind);  // "cpu", "cuda"
 
 // Allocates memory in one space (device memory or pinned host memory) and
