@@ -76,6 +76,10 @@ class HostOptimizer : public DelayableOptimizer {
     MEMWALL_RETURN_IF_ERROR(tiles_.Init(plan));
     if (plan.contains("delayed values")) {
       MEMWALL_ASSIGN_OR_RETURN(delayed_values_, AllocatePlanned(device_, plan, "delayed values"));
+      // First touched here on every thread, as the state store is, not by
+      // the CPU Adam inside the first delayed step (a CpuDevice's memory,
+      // or pinned memory, is host memory whose pages fault in on first use).
+      if (delayed_values_.allocator()->host_accessible()) ZeroHost(delayed_values_.data(), delayed_values_.bytes());
     }
     cpu_adam::CpuAdam::Options o;
     o.adam = r.adam;
