@@ -394,14 +394,29 @@ absl::StatusOr<GptConfig> ResolveModel(const std::string& given, const std::stri
                                absl::EndsWith(model, ".pbtxt");
   if (looks_like_path || std::filesystem::exists(model, ec)) {
     MEMWALL_ASSIGN_OR_RETURN(const std::string text, ReadRegularFile(model, "model config file"));
+    // A file that sets any field of one GptConfig is that model (named
+    // after the file unless it names itself); otherwise it is a list.
     GptConfig one;
-    if (entry.empty() && ParseTextProto(text, model, &one).ok() && !one.name().empty() && one.layers() > 0) {
+    const absl::Status as_one = ParseTextProto(text, model, &one);
+    if (as_one.ok() && one.ByteSizeLong() > 0) {
+      if (!entry.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(model, " holds one GptConfig, not a GptConfigList, so it has no entry '",
+                                                       entry, "' to pick; drop the entry (--model_name)"));
+      }
+      if (one.name().empty()) one.set_name(std::filesystem::path(model).stem().string());
       if (absl::Status st = ValidateConfig(one); !st.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(model, ": ", st.message()));
       }
       return one;
     }
-    MEMWALL_ASSIGN_OR_RETURN(const GptConfigList list, ParseConfigs(text, model));
+    absl::StatusOr<GptConfigList> parsed = ParseConfigs(text, model);
+    // Neither: the error of the kind the file was meant to be.
+    if (!parsed.ok()) return absl::StrContains(text, "configs") ? parsed.status() : as_one;
+    const GptConfigList& list = *parsed;
+    if (list.configs_size() == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(model, " sets no model: neither a GptConfig's fields nor a GptConfigList's configs"));
+    }
     if (!entry.empty()) return FindConfig(list, entry);
     if (list.configs_size() == 1) return list.configs(0);
     std::vector<std::string> names;

@@ -111,8 +111,9 @@ absl::StatusOr<GptConfig> FindConfig(const GptConfigList& list, absl::string_vie
 // runfiles tree of a target that has //models:configs as data).
 inline constexpr const char* kProjectModelLists[] = {"models/configs/gpt.textproto", "models/configs/papers.textproto"};
 
-// A tool's --model: the path of a GptConfig or GptConfigList text proto
-// (`entry` picks a list's entry; a one-entry list needs none), or else the
+// A tool's --model: the path of a GptConfig text proto (named after the
+// file's stem when it sets no name) or of a GptConfigList (`entry` picks a
+// list's entry; a one-entry list needs none), or else the
 // name of an entry in the project's lists (`quickstart`, `gpt_1.3b`,
 // `offload_10b`, ...). A relative path is the user's: taken from where
 // `bazel run` started (runtime/launch.h's UserPath) when a file is there.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <random>
 #include <string>
 #include <utility>
@@ -98,6 +99,49 @@ TEST(Gpt, ConfigErrorsNameTheField) {
             absl::StatusCode::kNotFound);
   auto list = *LoadConfigs(ConfigPath("gpt.textproto"));
   EXPECT_NE(FindConfig(list, "nope").status().message().find("have: gpt_125m"), std::string::npos);
+}
+
+// --model as a file: one GptConfig (named after the file when it sets no
+// name, its errors its own), or a list whose entries --model_name picks.
+TEST(Gpt, ResolveModelTakesOneConfigOrAListFromAFile) {
+  const std::string dir = ::testing::TempDir();
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  };
+  const std::string unnamed = write("mine.textproto", "layers: 1 hidden: 16 heads: 2 vocab: 32 positions: 8\n");
+  auto one = ResolveModel(unnamed);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->name(), "mine");
+  EXPECT_EQ(one->hidden(), 16);
+  EXPECT_EQ(ResolveModel(write("named.textproto", "name: 'x' layers: 1 hidden: 16 heads: 2 vocab: 32 positions: 8"))
+                ->name(),
+            "x");
+  const absl::Status no_layers =
+      ResolveModel(write("flat.textproto", "name: 'flat' layers: 0 hidden: 16 heads: 2 vocab: 32 positions: 8"))
+          .status();
+  EXPECT_NE(no_layers.message().find("flat.textproto: GptConfig 'flat': layers = 0 must be > 0"), std::string::npos)
+      << no_layers;
+  const absl::Status entry = ResolveModel(unnamed, "gpt_125m").status();
+  EXPECT_NE(entry.message().find("holds one GptConfig, not a GptConfigList, so it has no entry 'gpt_125m'"),
+            std::string::npos)
+      << entry;
+  const std::string list = write("list.textproto",
+                                 "configs { name: 'a' layers: 1 hidden: 16 heads: 2 vocab: 32 positions: 8 }\n"
+                                 "configs { name: 'b' layers: 2 hidden: 16 heads: 2 vocab: 32 positions: 8 }\n");
+  EXPECT_EQ(ResolveModel(list, "b")->layers(), 2);
+  EXPECT_NE(ResolveModel(list).status().message().find("lists 2 models; pick one with --model_name (a, b)"),
+            std::string::npos);
+  // Neither kind: the error of the kind it was meant to be.
+  const absl::Status typo = ResolveModel(write("typo.textproto", "name: 'x' layer: 1")).status();
+  EXPECT_NE(typo.message().find("typo.textproto: not a GptConfig text proto: line 1 column 16"), std::string::npos)
+      << typo;
+  const absl::Status list_typo = ResolveModel(write("list_typo.textproto", "configs { layer: 1 }")).status();
+  EXPECT_NE(list_typo.message().find("list_typo.textproto: not a GptConfigList text proto"), std::string::npos)
+      << list_typo;
+  const absl::Status empty = ResolveModel(write("empty.textproto", "# nothing yet\n")).status();
+  EXPECT_NE(empty.message().find("empty.textproto sets no model"), std::string::npos) << empty;
 }
 
 // Binds flat storage on a fresh CpuDevice and initializes from `seed`.
