@@ -274,14 +274,54 @@ float Trainer::LearningRate(int64_t step) const {
   return static_cast<float>(lr * (training_->schedule().min_lr_ratio() + (1.0 - training_->schedule().min_lr_ratio()) * remaining));
 }
 
+// One training step, as in ZeRO §5 and ZeRO-Offload §5: forward and
+// backward over this rank's micro-batches (each reduced gradient handed to
+// its owner's shard as buckets fill), the shards' gradients, the loss and
+// the global norm summed over the ranks, then the optimizer's step on each
+// shard and the updated parameters published to the ranks that compute
+// with them.
 absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   const auto start = std::chrono::steady_clock::now();
   // The step's window on the timeline: from here (before a deferred update
   // starts) to after the last synchronize.
   const int64_t step_begin_ns = TimelineNowNs();
-  const models::BatchLayout layout{training_->seq(), training_->micro_batch(), training_->accumulation(),
-                                   comm_.world_size()};
-  absl::Status usable = models::ValidateLayout(data, layout);
+  MEMWALL_RETURN_IF_ERROR(CheckData(data));
+  Stream& s = device_.compute_stream();
+  MEMWALL_RETURN_IF_ERROR(optimizer_->BeginStep());  // a delayed update runs under this step from here
+  MEMWALL_RETURN_IF_ERROR(gradients_->ZeroGradients(s));
+  MEMWALL_RETURN_IF_ERROR(optimizer_->ZeroGradients(s));
+
+  MEMWALL_ASSIGN_OR_RETURN(const models::LossSum local, ForwardBackward(data));
+  MEMWALL_ASSIGN_OR_RETURN(const GlobalSums sums, ReduceOverRanks(local));
+
+  ++step_;
+  StepStats stats;
+  stats.step = step_;
+  stats.loss = sums.tokens > 0 ? double(sums.loss) / double(sums.tokens) : 0.0;
+  stats.loss_scale = loss_scale_;
+  stats.lr = LearningRate(step_);
+  stats.tokens = GlobalTokens();
+  stats.grad_norm = std::sqrt(double(sums.squares)) / loss_scale_;
+  const StepOutcome outcome = DecideUpdate(sums, stats);
+  const absl::StatusOr<bool> changed = optimizer_->Step(outcome, params_->shard(), s);
+  MEMWALL_RETURN_IF_ERROR(AgreeOnOptimizer(changed.status(), "the optimizer step"));
+  if (*changed) MEMWALL_RETURN_IF_ERROR(params_->Publish());
+  MEMWALL_RETURN_IF_ERROR(coll().Synchronize());
+  MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  MEMWALL_RETURN_IF_ERROR(Measure(step_begin_ns, stats));
+  return stats;
+}
+
+models::BatchLayout Trainer::batch_layout() const {
+  return {training_->seq(), training_->micro_batch(), training_->accumulation(), comm_.world_size()};
+}
+
+int64_t Trainer::GlobalTokens() const { return batch_layout().global_batch() * training_->seq(); }
+
+absl::Status Trainer::CheckData(const models::TokenSource& data) {
+  absl::Status usable = models::ValidateLayout(data, batch_layout());
   if (usable.ok() && data.vocab() > model_.config().vocab()) {
     usable = absl::InvalidArgumentError(absl::StrCat(data.description(), " has a vocabulary of ", data.vocab(),
                                                      "; the model's is ", model_.config().vocab()));
@@ -292,17 +332,15 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
         AgreeOnFingerprint(comm_, device_, DataFingerprint(data), "checking the training data", &agreement_));
     agreed_data_ = &data;
   }
-  MEMWALL_RETURN_IF_ERROR(usable);
-  Stream& s = device_.compute_stream();
-  Stream& c = coll();
-  Timeline* timeline = options_.timeline;
-  MEMWALL_RETURN_IF_ERROR(optimizer_->BeginStep());
-  MEMWALL_RETURN_IF_ERROR(gradients_->ZeroGradients(s));
-  MEMWALL_RETURN_IF_ERROR(optimizer_->ZeroGradients(s));
+  return usable;
+}
 
-  // Forward and backward over this rank's micro-batches.
-  const int64_t global_tokens = layout.global_batch() * training_->seq();
-  const float grad_scale = loss_scale_ / static_cast<float>(global_tokens);
+absl::StatusOr<models::LossSum> Trainer::ForwardBackward(const models::TokenSource& data) {
+  // The loss is the mean over the global batch's tokens, scaled by the loss
+  // scale: each token's gradient is loss_scale / tokens.
+  const float grad_scale = loss_scale_ / static_cast<float>(GlobalTokens());
+  const models::BatchLayout layout = batch_layout();
+  Stream& s = device_.compute_stream();
   std::vector<int32_t> ids(training_->micro_batch() * training_->seq()), targets(ids.size());
   models::LossSum local;
   for (int64_t micro = 0; micro < training_->accumulation(); ++micro) {
@@ -315,7 +353,7 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
     params_->BeginPass();
     absl::StatusOr<models::LossSum> part;
     {
-      StreamZone zone(timeline, s, ZoneKind::kForwardBackward);
+      StreamZone zone(options_.timeline, s, ZoneKind::kForwardBackward);
       part = model_.ForwardBackward(device_, ids.data(), targets.data(), training_->micro_batch(),
                                     training_->seq(), grad_scale, true);
     }
@@ -325,12 +363,17 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
     if (!pass.ok()) {
       // A collective failing on the communication stream (a stage-3
       // divergence) explains a compute failure better than itself.
-      absl::Status comm_status = c.Synchronize();
+      absl::Status comm_status = coll().Synchronize();
       return comm_status.ok() ? pass : comm_status;
     }
     local.sum += part->sum;
     local.tokens += part->tokens;
   }
+  return local;
+}
+
+absl::StatusOr<Trainer::GlobalSums> Trainer::ReduceOverRanks(const models::LossSum& local) {
+  Stream& c = coll();
   // Data parallelism: each rank's gradient shard summed over the ranks, and
   // the loss.
   MEMWALL_RETURN_IF_ERROR(gradients_->Reduce());
@@ -346,77 +389,69 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   MEMWALL_RETURN_IF_ERROR(c.Copy(norm_host, norm_.data(), sizeof(norm_host)));
   MEMWALL_RETURN_IF_ERROR(c.Copy(loss_sum, loss_.data(), sizeof(loss_sum)));
   MEMWALL_RETURN_IF_ERROR(c.Synchronize());
-  MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+  MEMWALL_RETURN_IF_ERROR(device_.compute_stream().Synchronize());
+  return GlobalSums{loss_sum[0], loss_sum[1], norm_host[0], norm_host[1] != 0.0f};
+}
 
-  ++step_;
-  StepStats stats;
-  stats.step = step_;
-  stats.loss = loss_sum[1] > 0 ? double(loss_sum[0]) / double(loss_sum[1]) : 0.0;
-  stats.loss_scale = loss_scale_;
-  stats.lr = LearningRate(step_);
-  stats.tokens = global_tokens;
-  stats.grad_norm = std::sqrt(double(norm_host[0])) / loss_scale_;
+StepOutcome Trainer::DecideUpdate(const GlobalSums& sums, StepStats& stats) {
   // Overflow: the step is skipped (fp16 halves the loss scale); otherwise
   // Adam with the gradients unscaled and clipped as they are read.
   StepOutcome outcome{step_, std::nullopt};
-  if (norm_host[1] != 0.0f || !std::isfinite(norm_host[0])) {
+  if (sums.overflow || !std::isfinite(sums.squares)) {
     stats.skipped = true;
     stats.grad_norm = NAN;
     if (training_->precision() == FP16) loss_scale_ = std::max(training_->loss_scaling().min_scale(), loss_scale_ / 2);
     clean_steps_ = 0;
-  } else {
-    const double clip = training_->clip_norm() > 0 && stats.grad_norm > training_->clip_norm()
-                            ? training_->clip_norm() / (stats.grad_norm + 1e-6)
-                            : 1.0;
-    outcome.update = StepUpdate{stats.lr, ++adam_step_, static_cast<float>(clip / loss_scale_)};
-    if (training_->precision() == FP16 && ++clean_steps_ >= training_->loss_scaling().growth_interval()) {
-      loss_scale_ *= 2;
-      clean_steps_ = 0;
-    }
+    return outcome;
   }
-  const absl::StatusOr<bool> changed = optimizer_->Step(outcome, params_->shard(), s);
-  MEMWALL_RETURN_IF_ERROR(AgreeOnOptimizer(changed.status(), "the optimizer step"));
-  if (*changed) MEMWALL_RETURN_IF_ERROR(params_->Publish());
-  MEMWALL_RETURN_IF_ERROR(c.Synchronize());
-  MEMWALL_RETURN_IF_ERROR(s.Synchronize());
+  const double clip = training_->clip_norm() > 0 && stats.grad_norm > training_->clip_norm()
+                          ? training_->clip_norm() / (stats.grad_norm + 1e-6)
+                          : 1.0;
+  outcome.update = StepUpdate{stats.lr, ++adam_step_, static_cast<float>(clip / loss_scale_)};
+  if (training_->precision() == FP16 && ++clean_steps_ >= training_->loss_scaling().growth_interval()) {
+    loss_scale_ *= 2;
+    clean_steps_ = 0;
+  }
+  return outcome;
+}
 
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (timeline) {
-    const int64_t step_end_ns = TimelineNowNs();
-    std::vector<Zone> zones;
-    for (const Zone& z : timeline->Zones()) {
-      if (z.complete() && z.begin_ns >= step_begin_ns && z.end_ns <= step_end_ns) zones.push_back(z);
-    }
-    stats.device_idle_fraction = IdleFraction(Select(zones, s.name()), step_begin_ns, step_end_ns);
-    std::map<std::string, int64_t> by_name;  // sorted: a stable line
-    std::map<std::string, std::vector<Zone>> transfers;  // zones that move bytes (swap-in, swap-out)
-    for (const Zone& z : zones) {
-      by_name[std::string(z.name())] += z.duration_ns();
-      if (z.bytes > 0) transfers[std::string(z.name())].push_back(z);
-    }
-    for (const auto& [name, ns] : by_name) {
-      absl::StrAppendFormat(&stats.breakdown, "%s%s %.3f", stats.breakdown.empty() ? "" : ", ", name, ns / 1e9);
-      // A transfer's rate: its bytes over the time some were in flight.
-      if (auto it = transfers.find(name); it != transfers.end()) {
-        int64_t bytes = 0;
-        for (const Zone& z : it->second) bytes += z.bytes;
-        const int64_t busy = BusyNs(it->second);
-        if (busy > 0) absl::StrAppendFormat(&stats.breakdown, " @ %.2f GB/s", double(bytes) / double(busy));
-      }
-    }
-    if (!options_.trace_dir.empty()) {
-      MEMWALL_RETURN_IF_ERROR(WriteFileAtomically(
-          absl::StrCat(options_.trace_dir, "/step_", step_, ".json"), ChromeTraceJson(zones, comm_.rank())));
-    }
-  }
-  stats.tokens_per_second = double(global_tokens) / stats.seconds;
+absl::Status Trainer::Measure(int64_t step_begin_ns, StepStats& stats) const {
+  const double global_tokens = double(stats.tokens);
+  stats.tokens_per_second = global_tokens / stats.seconds;
   const double forward = models::ForwardFlopsPerToken(model_.config(), training_->seq());
-  const double rank_tokens = double(global_tokens) / comm_.world_size();
+  const double rank_tokens = global_tokens / comm_.world_size();
   stats.tflops = 3.0 * forward * rank_tokens / stats.seconds / 1e12;
   stats.recompute_tflops = model_.config().activation_checkpointing()
                                ? forward * rank_tokens / stats.seconds / 1e12
                                : 0.0;
-  return stats;
+  Timeline* timeline = options_.timeline;
+  if (timeline == nullptr) return absl::OkStatus();
+  const int64_t step_end_ns = TimelineNowNs();
+  std::vector<Zone> zones;
+  for (const Zone& z : timeline->Zones()) {
+    if (z.complete() && z.begin_ns >= step_begin_ns && z.end_ns <= step_end_ns) zones.push_back(z);
+  }
+  stats.device_idle_fraction =
+      IdleFraction(Select(zones, device_.compute_stream().name()), step_begin_ns, step_end_ns);
+  std::map<std::string, int64_t> by_name;  // sorted: a stable line
+  std::map<std::string, std::vector<Zone>> transfers;  // zones that move bytes (swap-in, swap-out)
+  for (const Zone& z : zones) {
+    by_name[std::string(z.name())] += z.duration_ns();
+    if (z.bytes > 0) transfers[std::string(z.name())].push_back(z);
+  }
+  for (const auto& [name, ns] : by_name) {
+    absl::StrAppendFormat(&stats.breakdown, "%s%s %.3f", stats.breakdown.empty() ? "" : ", ", name, ns / 1e9);
+    // A transfer's rate: its bytes over the time some were in flight.
+    if (auto it = transfers.find(name); it != transfers.end()) {
+      int64_t bytes = 0;
+      for (const Zone& z : it->second) bytes += z.bytes;
+      const int64_t busy = BusyNs(it->second);
+      if (busy > 0) absl::StrAppendFormat(&stats.breakdown, " @ %.2f GB/s", double(bytes) / double(busy));
+    }
+  }
+  if (options_.trace_dir.empty()) return absl::OkStatus();
+  return WriteFileAtomically(absl::StrCat(options_.trace_dir, "/step_", step_, ".json"),
+                             ChromeTraceJson(zones, comm_.rank()));
 }
 
 std::string Trainer::LogLine(const StepStats& st) const {

@@ -218,6 +218,31 @@ class Trainer {
   Stream& coll() { return comm_stream_ ? *comm_stream_ : device_.compute_stream(); }
   float LearningRate(int64_t step) const;
 
+  // Step's parts, in its order.
+  models::BatchLayout batch_layout() const;
+  int64_t GlobalTokens() const;  // the global batch's tokens
+  // Refuses data this run cannot train on; a new source is also checked to
+  // be readable and the same stream on every rank (a collective).
+  absl::Status CheckData(const models::TokenSource& data);
+  // This rank's micro-batches: forward and backward, the gradients handed
+  // to the reduction; the loss summed over them.
+  absl::StatusOr<models::LossSum> ForwardBackward(const models::TokenSource& data);
+  // Over the ranks (every rank calls it): the gradient shards reduced, the
+  // loss, and the sum of squares of every gradient element (scaled by the
+  // loss scale) with whether any was inf or NaN.
+  struct GlobalSums {
+    float loss = 0, tokens = 0;
+    float squares = 0;
+    bool overflow = false;
+  };
+  absl::StatusOr<GlobalSums> ReduceOverRanks(const models::LossSum& local);
+  // The optimizer's update for this step, or none when the gradients
+  // overflowed (stats.skipped); moves the fp16 loss scale.
+  StepOutcome DecideUpdate(const GlobalSums& sums, StepStats& stats);
+  // Rates, and with a timeline the device-idle fraction, the breakdown and
+  // the step's Chrome trace.
+  absl::Status Measure(int64_t step_begin_ns, StepStats& stats) const;
+
   models::Gpt& model_;
   Device& device_;
   Communicator& comm_;
