@@ -77,11 +77,17 @@ void ZeroHost(void* p, size_t bytes, ThreadPool& pool) {
 }
 
 void CopyHost(void* dst, const void* src, size_t bytes, ThreadPool& pool) {
+  if (bytes < kHostPoolCopyBytes) {
+    if (bytes > 0) std::memcpy(dst, src, bytes);  // an empty range may come with null pointers
+    return;
+  }
   char* const to = static_cast<char*>(dst);
   const char* const from = static_cast<const char*>(src);
-  pool.ParallelFor(static_cast<int64_t>((bytes + kHostPieceBytes - 1) / kHostPieceBytes), [&](int64_t k) {
-    const size_t begin = static_cast<size_t>(k) * kHostPieceBytes;
-    std::memcpy(to + begin, from + begin, std::min(kHostPieceBytes, bytes - begin));
+  const size_t per_thread = (bytes + pool.threads() - 1) / static_cast<size_t>(pool.threads());
+  const size_t piece = std::clamp(per_thread, kHostPoolCopyBytes, kHostPieceBytes);
+  pool.ParallelFor(static_cast<int64_t>((bytes + piece - 1) / piece), [&](int64_t k) {
+    const size_t begin = static_cast<size_t>(k) * piece;
+    std::memcpy(to + begin, from + begin, std::min(piece, bytes - begin));
   });
 }
 

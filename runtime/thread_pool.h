@@ -76,7 +76,11 @@ void ZeroHost(void* p, size_t bytes);
 // memcpy of `bytes` from `src` to `dst` (not overlapping) on the threads of
 // `pool`: gigabytes of host copies (an 8B model's master weights written at
 // set-up, a checkpoint's states) at the host's memory bandwidth rather than
-// one core's.
+// one core's. Pieces of kHostPieceBytes, or fewer bytes (down to
+// kHostPoolCopyBytes) so that every thread has one: an optimizer state
+// sub-group (16 MiB at the default 4 Mi elements) spreads over every core.
+// On a pool already started, a copy under kHostPoolCopyBytes is one memcpy.
+inline constexpr size_t kHostPoolCopyBytes = size_t{1} << 20;
 void CopyHost(void* dst, const void* src, size_t bytes, ThreadPool& pool);
 
 }  // namespace memwall

@@ -102,8 +102,9 @@ TEST(ZeroHost, ZeroesExactlyTheRangeOnOneOrSeveralThreads) {
 // Every byte of the range from its source, none outside it, whatever the
 // pieces (a last piece cut short included) and the thread count.
 TEST(CopyHost, CopiesExactlyTheRangeOnOneOrSeveralThreads) {
-  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4097}, kHostPieceBytes, 3 * kHostPieceBytes + 12345}) {
-    for (int threads : {1, 3}) {
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4097}, kHostPoolCopyBytes - 1, kHostPoolCopyBytes,
+                       5 * kHostPoolCopyBytes + 3, kHostPieceBytes, 3 * kHostPieceBytes + 12345}) {
+    for (int threads : {1, 3, 8}) {
       std::vector<unsigned char> src(bytes), dst(bytes + 2, 0xab);
       for (size_t i = 0; i < bytes; ++i) src[i] = static_cast<unsigned char>(i * 131 + i / 4099);
       ThreadPool pool(threads);

@@ -79,7 +79,7 @@ absl::Status OptimizerStateStore::EachPart(OptimizerState state, int64_t begin, 
 }
 
 ThreadPool* OptimizerStateStore::HostCopies(size_t bytes) {
-  if (space_ == MemorySpace::kDevice || bytes < kHostParallelBytes) return nullptr;
+  if (space_ == MemorySpace::kDevice || bytes < kHostPoolCopyBytes) return nullptr;
   if (host_copies_ == nullptr) host_copies_ = std::make_unique<ThreadPool>(0);
   return host_copies_.get();
 }

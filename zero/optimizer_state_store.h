@@ -79,8 +79,9 @@ class OptimizerStateStore {
   absl::Status CheckRange(int64_t begin, int64_t n) const;
   absl::Status EachPart(OptimizerState state, int64_t begin, int64_t n, bool written,
                         const std::function<absl::Status(const Tensor&, int64_t)>& copy);
-  // Host copies of kHostParallelBytes or more run on it, started at
-  // the first (initialization writes the master a 64 MiB window at a time).
+  // Host copies of kHostPoolCopyBytes or more run on it (CopyHost), started
+  // at the first: initialization writes the master a 64 MiB window at a
+  // time, one sub-group's part (16 MiB by default) per copy.
   ThreadPool* HostCopies(size_t bytes);
   const int64_t elements_, sub_group_;
   const MemorySpace space_;
