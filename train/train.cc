@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -310,9 +311,6 @@ absl::StatusOr<int> Main() {
   options.training = settings.training;
   options.timeline = &timeline;
   options.trace_dir = trace_dir;
-  MEMWALL_ASSIGN_OR_RETURN(auto trainer, engine::CreateTrainer(*model, *device, *comm, options));
-  const zero::TrainingOptions& t = trainer->training();
-
   if (rank0) {
     std::printf("train: %s (%lld layers, hidden %lld, %lld heads, %lld parameters%s) on %s, %d %s (%s)\n",
                 config.name().c_str(), (long long)config.layers(), (long long)config.hidden(),
@@ -320,6 +318,18 @@ absl::StatusOr<int> Main() {
                 config.activation_checkpointing() ? ", activation checkpointing" : "", device->name().c_str(),
                 comm->world_size(), comm->world_size() == 1 ? "rank" : "ranks",
                 absl::StrCat(LauncherName(launch.launcher), ", ", comm->Describe()).c_str());
+    std::fflush(stdout);  // before the set-up, which takes minutes for the largest models
+  }
+  const auto setup_start = std::chrono::steady_clock::now();
+  MEMWALL_ASSIGN_OR_RETURN(auto trainer, engine::CreateTrainer(*model, *device, *comm, options));
+  const double setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - setup_start).count();
+  const zero::TrainingOptions& t = trainer->training();
+
+  if (rank0) {
+    const size_t pinned = device->pinned_host().account().total_current();
+    std::printf("train: set up in %.1f s: the model states allocated and initialized (%s of device memory%s)\n",
+                setup_seconds, FormatBytes(device->memory().account().total_current()).c_str(),
+                pinned > 0 ? absl::StrCat(", ", FormatBytes(pinned), " of pinned host memory").c_str() : "");
     std::printf("train: %s; %s; %lld steps of %lld sequences x %lld tokens (micro-batch %lld x accumulation %lld x "
                 "%d ranks) from %s\n",
                 Placements(t).c_str(), std::string(zero::PrecisionName(t->precision())).c_str(), (long long)steps,

@@ -10,6 +10,10 @@ out="$TEST_TMPDIR/train"
 train/train --steps=60 --device=cpu --out="$out" > "$TEST_TMPDIR/stdout" 2> "$TEST_TMPDIR/stderr"
 cat "$TEST_TMPDIR/stdout"
 [[ $(grep -c '^step ' "$out/train.log") -eq 60 ]] || { echo "expected 60 step lines in the log"; exit 1; }
+# The set-up is said before it starts (the model line) and when it is done.
+sed -n '1p' "$TEST_TMPDIR/stdout" | grep -q '^train: quickstart (4 layers, hidden 128' &&
+  sed -n '2p' "$TEST_TMPDIR/stdout" | grep -q '^train: set up in [0-9]*\.[0-9] s: the model states allocated and initialized ([0-9.]* [KMG]*i*B of device memory)$' ||
+  { echo "the model line, then the set-up line"; exit 1; }
 grep -q '"n_head": 4' "$out/config.json" || { echo "no config.json beside the weights"; exit 1; }
 read -r first last < <(sed -n 's/^first loss \([0-9.]*\), last loss \([0-9.]*\).*/\1 \2/p' "$TEST_TMPDIR/stdout")
 echo "first=$first last=$last"
