@@ -400,8 +400,8 @@ absl::StatusOr<GptConfig> ResolveModel(const std::string& given, const std::stri
     const absl::Status as_one = ParseTextProto(text, model, &one);
     if (as_one.ok() && one.ByteSizeLong() > 0) {
       if (!entry.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(model, " holds one GptConfig, not a GptConfigList, so it has no entry '",
-                                                       entry, "' to pick; drop the entry (--model_name)"));
+        return absl::InvalidArgumentError(absl::StrCat(model, " holds one GptConfig, not a GptConfigList, so it ",
+                                                       "has no entry '", entry, "' to pick; drop --model_name"));
       }
       if (one.name().empty()) one.set_name(std::filesystem::path(model).stem().string());
       if (absl::Status st = ValidateConfig(one); !st.ok()) {
