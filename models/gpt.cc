@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "models/layers.h"
+#include "models/normals.h"
 #include "ops/ops.h"
 #include "runtime/bounds.h"
 #include "runtime/files.h"
@@ -450,52 +451,10 @@ absl::StatusOr<GptConfig> ResolveModel(const std::string& given, const std::stri
 // ---- Initialization -------------------------------------------------------
 
 namespace {
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 uint64_t Fnv1a(absl::string_view s) {
   uint64_t h = 1469598103934665603ULL;
   for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ULL;
   return h;
-}
-// N(0, 1) values of the stream `key` in pairs: pair k is Box-Muller on two
-// 24-bit uniforms from one counter-based draw, in float; element i is
-// pair i / 2's cosine (even i) or sine (odd i), a pure function of i, so
-// every split into threads, windows or tiles gives the same values. The
-// pair shares its logarithm and square root, and float's log and sin/cos
-// are several times faster than double's: 84M values/s a thread on the dev
-// VM against 18.5M with one double draw per value (an 8B model is 8.3G of
-// them). u1 >= 2^-24 bounds |x| by sqrt(48 ln 2) = 5.77, where a normal
-// passes it with probability 8e-9.
-struct NormalPair {
-  float cosine, sine;
-};
-NormalPair Normals(uint64_t key, int64_t pair) {
-  const uint64_t bits = SplitMix64(key + uint64_t(pair));
-  const float u1 = float((bits >> 40) + 1) * 0x1p-24f;         // (0, 1]
-  const float u2 = float((bits >> 16) & 0xffffff) * 0x1p-24f;  // [0, 1)
-  const float r = std::sqrt(-2.0f * std::log(u1));
-  const float angle = 6.28318548f * u2;
-  return {r * std::cos(angle), r * std::sin(angle)};
-}
-float Normal(uint64_t key, int64_t index) {
-  const NormalPair p = Normals(key, index / 2);
-  return index % 2 == 0 ? p.cosine : p.sine;
-}
-// out[i] = scale * Normal(key, begin + i), a pair at a time.
-void ScaledNormals(uint64_t key, int64_t begin, int64_t count, float scale, float* out) {
-  int64_t i = begin;
-  const int64_t end = begin + count;
-  if (i < end && i % 2 != 0) *out++ = scale * Normal(key, i++);
-  for (; i + 1 < end; i += 2) {
-    const NormalPair p = Normals(key, i / 2);
-    *out++ = scale * p.cosine;
-    *out++ = scale * p.sine;
-  }
-  if (i < end) *out = scale * Normal(key, i);
 }
 
 bool EndsWith(absl::string_view s, absl::string_view suffix) {
@@ -557,7 +516,7 @@ void Gpt::InitialValues(uint64_t seed, const Parameter& p, int64_t begin, int64_
   const int64_t w = p.shape.back();
   for (int64_t i = 0; i < count; ++i) {
     const int64_t e = begin + i;
-    out[i] = std * Normal(key, (e / w) * p.slice->width + p.slice->begin + e % w);
+    out[i] = std * StandardNormal(key, (e / w) * p.slice->width + p.slice->begin + e % w);
   }
 }
 
