@@ -17,22 +17,16 @@
 #include "gtest/gtest.h"
 #include "ops/ops.h"
 #include "runtime/cpu_device.h"
+#include "runtime/splitmix.h"
 #include "runtime/thread_pool.h"
 
 namespace memwall::cpu_adam {
 namespace {
 
-// Counter-based pseudo-random values (SplitMix64): fast enough to draw a
+// Uniform in [-1, 1), counter-based (SplitMix64): fast enough to draw a
 // fresh 1M-element gradient for each of 1000 steps.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-// Uniform in [-1, 1).
 float Uniform(uint64_t seed, uint64_t i) {
-  return static_cast<float>(double(Mix(seed * 0x100000001b3ULL + i) >> 11) * 0x1p-52 - 1.0);
+  return static_cast<float>(double(SplitMix64(seed * 0x100000001b3ULL + i) >> 11) * 0x1p-52 - 1.0);
 }
 
 std::vector<float> Values(int64_t n, uint64_t seed, float scale) {

@@ -47,6 +47,7 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
+#include "runtime/splitmix.h"
 #include "runtime/status.h"
 #include "zero/checkpoint.h"
 #include "zero/testing.h"
@@ -159,14 +160,6 @@ class Reference {
   Run run_;
   std::vector<std::vector<float>> weights_;
 };
-
-// SplitMix64, for the delays.
-uint64_t Next(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 // Starts the victim on `dir`; its stdout is the returned fd.
 pid_t Spawn(const std::string& dir, bool nvme, int* out_fd) {
@@ -303,7 +296,7 @@ void KillRepeatedly(bool nvme, int kills) {
   ASSERT_GT(window.seconds(), 0);
   std::printf("kill window: %.1f ms after \"save N\"\n", window.seconds() * 1e3);
   Reference reference(nvme);
-  uint64_t seed = nvme ? 0x6e766d65 : 0x6b696c6c;
+  SplitMix64Stream delays{nvme ? 0x6e766d65u : 0x6b696c6cu};  // the kill delays
   std::set<std::string> verified;  // step directories loaded and checked
   int64_t latest_step = -1;
   std::set<std::string> refused_dirs;  // step directories seen incomplete
@@ -312,7 +305,7 @@ void KillRepeatedly(bool nvme, int kills) {
     const pid_t pid = Spawn(dir, nvme, &out);
     ASSERT_GT(pid, 0);
     ASSERT_TRUE(Await(out, "save").has_value()) << "kill " << kill << ": the victim ended before saving";
-    const int64_t delay_us = int64_t(Next(seed) % uint64_t(window.seconds() * 1e6 + 1));
+    const int64_t delay_us = int64_t(delays.Next() % uint64_t(window.seconds() * 1e6 + 1));
     std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
     const int status = KillAndReap(pid);
     // What the victim said before it died is still in the pipe.

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/files.h"
+#include "runtime/splitmix.h"
 #include "runtime/status.h"
 
 namespace memwall::models {
@@ -49,10 +50,7 @@ class Synthetic : public TokenSource {
   int64_t size() const override { return size_; }
   int64_t vocab() const override { return vocab_; }
   int32_t token(int64_t i) const override {
-    uint64_t x = seed_ + 0x9e3779b97f4a7c15ULL * uint64_t(i + 1);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return static_cast<int32_t>((x ^ (x >> 31)) % uint64_t(vocab_));
+    return static_cast<int32_t>(SplitMix64(seed_ + kSplitMix64Gamma * uint64_t(i)) % uint64_t(vocab_));
   }
   std::string description() const override {
     return absl::StrCat("synthetic(", size_, " tokens, vocab ", vocab_, ", seed ", seed_, ")");

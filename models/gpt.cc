@@ -21,6 +21,7 @@
 #include "runtime/bounds.h"
 #include "runtime/files.h"
 #include "runtime/launch.h"
+#include "runtime/splitmix.h"
 #include "runtime/status.h"
 #include "runtime/thread_pool.h"
 

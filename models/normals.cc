@@ -4,6 +4,8 @@
 #include <bit>
 #include <cmath>
 
+#include "runtime/splitmix.h"
+
 namespace memwall::models {
 namespace {
 

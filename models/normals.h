@@ -2,7 +2,8 @@
 // weights of a model, the same on every rank, thread split and CPU.
 //
 // Element i of stream `key` is half of Box-Muller pair i / 2 (the cosine for
-// even i, the sine for odd i). Pair k is drawn from SplitMix64(key + k):
+// even i, the sine for odd i). Pair k is drawn from SplitMix64(key + k)
+// (runtime/splitmix.h):
 //   u1 = (bits[40, 64) + 1) 2^-24 in (0, 1],  u2 = bits[16, 40) 2^-24 in [0, 1)
 //   r = sqrt(-2 ln u1),  (cosine, sine) = r (cos 2 pi u2, sin 2 pi u2).
 // u1 >= 2^-24 bounds |x| by sqrt(48 ln 2) = 5.77, which a normal passes with
@@ -21,14 +22,6 @@
 #include <cstdint>
 
 namespace memwall::models {
-
-// The stream key of a parameter is SplitMix64(seed ^ hash of its name).
-inline uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 // Element `index` of stream `key`.
 float StandardNormal(uint64_t key, int64_t index);

@@ -13,6 +13,7 @@
 
 #include "benchmark/benchmark.h"
 #include "models/normals.h"
+#include "runtime/splitmix.h"
 #include "tools/bench_timing.h"
 
 namespace memwall::models {

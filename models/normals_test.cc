@@ -1,6 +1,7 @@
 // models/normals: every instruction-set path against the element-by-element
 // definition bit for bit, and every draw against Box-Muller in double.
 #include "models/normals.h"
+#include "runtime/splitmix.h"
 
 #include <algorithm>
 #include <cmath>

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/splitmix.h"
 #include "tools/fuzz.h"
 
 namespace {
@@ -73,16 +74,11 @@ std::vector<std::string> LoadCorpus() {
   return inputs;
 }
 
-// SplitMix64: a small, fixed PRNG (not std:: distributions, whose output
-// differs between standard libraries).
+// A small, fixed PRNG (not std:: distributions, whose output differs
+// between standard libraries).
 struct Rng {
-  uint64_t state;
-  uint64_t Next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
+  memwall::SplitMix64Stream stream;
+  uint64_t Next() { return stream.Next(); }
   size_t Below(size_t n) { return n == 0 ? 0 : Next() % n; }
 };
 
