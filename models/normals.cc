@@ -10,7 +10,6 @@ namespace memwall::models {
 namespace {
 
 using internal::NormalPair;
-using internal::NormalsPath;
 
 // ln 2 as fdlibm's float split: kLn2Hi has 7 trailing zero bits, so
 // e * kLn2Hi is exact for |e| <= 64.
@@ -91,33 +90,25 @@ constexpr float kC1 = 1.0f / 24, kC2 = -1.0f / 720, kC3 = 1.0f / 40320, kC4 = -1
 void PairsBaseline(uint64_t key, int64_t first, int64_t pairs, float scale, float* out) {
   PairsInto(key, first, pairs, scale, out);
 }
-__attribute__((target("avx2"))) void PairsAvx2(uint64_t key, int64_t first, int64_t pairs,
-                                               float scale, float* out) {
+MEMWALL_TARGET_AVX2 void PairsAvx2(uint64_t key, int64_t first, int64_t pairs, float scale,
+                                   float* out) {
   PairsInto(key, first, pairs, scale, out);
 }
-__attribute__((target("avx512f,avx512dq,avx512vl"))) void PairsAvx512(
-    uint64_t key, int64_t first, int64_t pairs, float scale, float* out) {
+MEMWALL_TARGET_AVX512 void PairsAvx512(uint64_t key, int64_t first, int64_t pairs, float scale,
+                                       float* out) {
   PairsInto(key, first, pairs, scale, out);
 }
 
 using PairsFn = void (*)(uint64_t, int64_t, int64_t, float, float*);
-PairsFn PairsFor(NormalsPath path) {
-  switch (path) {
-    case NormalsPath::kAvx512:
+PairsFn PairsFor(ConvertPath path) {
+  switch (path == ConvertPath::kBest ? BestConvertPath() : path) {
+    case ConvertPath::kAvx512:
       return PairsAvx512;
-    case NormalsPath::kAvx2:
+    case ConvertPath::kAvx2:
       return PairsAvx2;
-    case NormalsPath::kScalar:
-      break;
+    default:
+      return PairsBaseline;
   }
-  return PairsBaseline;
-}
-
-NormalsPath BestPath() {
-  for (NormalsPath path : {NormalsPath::kAvx512, NormalsPath::kAvx2}) {
-    if (internal::NormalsPathSupported(path)) return path;
-  }
-  return NormalsPath::kScalar;
 }
 
 }  // namespace
@@ -126,20 +117,7 @@ namespace internal {
 
 NormalPair NormalPairOf(uint64_t bits) { return Pair(bits); }
 
-bool NormalsPathSupported(NormalsPath path) {
-  switch (path) {
-    case NormalsPath::kAvx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx512vl");
-    case NormalsPath::kAvx2:
-      return __builtin_cpu_supports("avx2");
-    case NormalsPath::kScalar:
-      return true;
-  }
-  return false;
-}
-
-void ScaledNormalsOn(NormalsPath path, uint64_t key, int64_t begin, int64_t count, float scale,
+void ScaledNormalsOn(ConvertPath path, uint64_t key, int64_t begin, int64_t count, float scale,
                      float* out) {
   if (count <= 0) return;
   int64_t i = begin;
@@ -160,7 +138,7 @@ float StandardNormal(uint64_t key, int64_t index) {
 }
 
 void ScaledNormals(uint64_t key, int64_t begin, int64_t count, float scale, float* out) {
-  static const NormalsPath path = BestPath();
+  static const ConvertPath path = BestConvertPath();
   internal::ScaledNormalsOn(path, key, begin, count, scale, out);
 }
 

@@ -12,7 +12,7 @@
 // ln, cos and sin are our own float polynomials, not libm's: they are built
 // from IEEE operations in a fixed order (this library is compiled without FMA
 // contraction), so the scalar, AVX2 and AVX-512 paths give the same bits, and
-// 64 pairs are one vector loop (9.6x libm's float functions on AVX-512,
+// 64 pairs are one vector loop (about 8x libm's float functions on AVX-512,
 // normals_benchmark). Each value is within 10 · 2^-24 · r of Box-Muller in
 // double on the same draw, 3.4e-6 at the largest r (normals_test derives the
 // bound and tries every u1 and every u2).
@@ -20,6 +20,8 @@
 #define MEMWALL_MODELS_NORMALS_H_
 
 #include <cstdint>
+
+#include "runtime/dtype.h"
 
 namespace memwall::models {
 
@@ -37,11 +39,11 @@ struct NormalPair {
 };
 NormalPair NormalPairOf(uint64_t bits);
 
-// kScalar is the baseline x86-64 build (where the compiler may use SSE2 lanes).
-enum class NormalsPath { kScalar, kAvx2, kAvx512 };
-bool NormalsPathSupported(NormalsPath path);  // by the running CPU
-// ScaledNormals on one path (for the tests and the benchmark).
-void ScaledNormalsOn(NormalsPath path, uint64_t key, int64_t begin, int64_t count, float scale,
+// ScaledNormals on one of the runtime's instruction-set paths (for the tests
+// and the benchmark): kScalar is the baseline x86-64 build (where the
+// compiler may use SSE2 lanes), kBest BestConvertPath(). The path must be
+// supported (ConvertPathSupported).
+void ScaledNormalsOn(ConvertPath path, uint64_t key, int64_t begin, int64_t count, float scale,
                      float* out);
 
 }  // namespace internal

@@ -16,9 +16,8 @@ namespace memwall::models {
 namespace {
 
 using internal::NormalPairOf;
-using internal::NormalsPath;
 
-constexpr NormalsPath kPaths[] = {NormalsPath::kScalar, NormalsPath::kAvx2, NormalsPath::kAvx512};
+constexpr ConvertPath kPaths[] = {ConvertPath::kScalar, ConvertPath::kAvx2, ConvertPath::kAvx512};
 
 // The 64 bits whose draw is (u1, u2) = (k1 2^-24, k2 2^-24).
 uint64_t Bits(uint32_t k1, uint32_t k2) { return (uint64_t(k1 - 1) << 40) | (uint64_t(k2) << 16); }
@@ -39,8 +38,8 @@ TEST(Normals, EveryPathGivesTheElementwiseBits) {
   const uint64_t key = SplitMix64(7);
   const float scale = 0.02f;
   int paths = 0;
-  for (NormalsPath path : kPaths) {
-    if (!internal::NormalsPathSupported(path)) continue;
+  for (ConvertPath path : kPaths) {
+    if (!ConvertPathSupported(path)) continue;
     ++paths;
     for (int64_t begin : {0, 1, 2, 129, 4097}) {
       for (int64_t count : {0, 1, 2, 3, 127, 128, 129, 130, 257, 100003}) {
@@ -49,7 +48,7 @@ TEST(Normals, EveryPathGivesTheElementwiseBits) {
         std::vector<float> want(count + 1, 123.0f);
         for (int64_t i = 0; i < count; ++i) want[i] = scale * StandardNormal(key, begin + i);
         ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
-            << "path " << int(path) << " begin " << begin << " count " << count
+            << "path " << ConvertPathName(path) << " begin " << begin << " count " << count
             << " (the last element is past the range and must be untouched)";
       }
     }
@@ -57,7 +56,7 @@ TEST(Normals, EveryPathGivesTheElementwiseBits) {
   EXPECT_GE(paths, 1);
   std::vector<float> best(1001), scalar(1001);
   ScaledNormals(key, 3, 1001, 1.0f, best.data());
-  internal::ScaledNormalsOn(NormalsPath::kScalar, key, 3, 1001, 1.0f, scalar.data());
+  internal::ScaledNormalsOn(ConvertPath::kScalar, key, 3, 1001, 1.0f, scalar.data());
   EXPECT_EQ(std::memcmp(best.data(), scalar.data(), best.size() * sizeof(float)), 0);
 }
 
