@@ -514,10 +514,13 @@ void Gpt::InitialValues(uint64_t seed, const Parameter& p, int64_t begin, int64_
     ScaledNormals(key, begin, count, std, out);
     return;
   }
+  // Row r of the tile is one run of the logical row: element (r, c) for c
+  // in [0, w) is logical element r * width + slice.begin + c.
   const int64_t w = p.shape.back();
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t e = begin + i;
-    out[i] = std * StandardNormal(key, (e / w) * p.slice->width + p.slice->begin + e % w);
+  for (int64_t e = begin, end = begin + count; e < end;) {
+    const int64_t r = e / w, c = e % w, run = std::min(w - c, end - e);
+    ScaledNormals(key, r * p.slice->width + p.slice->begin + c, run, std, out + (e - begin));
+    e += run;
   }
 }
 

@@ -318,6 +318,20 @@ TEST(Gpt, TilingStoresTheSameModelInTiles) {
       return out;
     };
     EXPECT_EQ(joined(Values(tiled.storage)), Values(plain.storage)) << "initialized as the untiled model";
+    // A partition's range of a tile starts and ends anywhere: mid-row,
+    // across rows, at any parity. c_attn's tiles are 12 wide, 16 rows.
+    const Parameter& tile = *tiled.model->Parameters()[4];
+    ASSERT_EQ(tile.shape.back(), 12);
+    std::vector<float> whole(tile.numel());
+    tiled.model->InitialValues(7, tile, 0, tile.numel(), whole.data());  // Make's seed
+    EXPECT_TRUE(std::equal(whole.begin(), whole.end(), tile.value.data_as<float>()));
+    for (int64_t begin : {0, 1, 5, 11, 12, 13, 30}) {
+      for (int64_t count : {1, 2, 11, 13, 25, 40}) {
+        std::vector<float> part(count);
+        tiled.model->InitialValues(7, tile, begin, count, part.data());
+        EXPECT_TRUE(std::equal(part.begin(), part.end(), whole.begin() + begin)) << begin << " +" << count;
+      }
+    }
     const auto ids = RandomTokens(24, 23, 8), targets = RandomTokens(24, 23, 9);
     auto want = *plain.model->ForwardBackward(*plain.device, ids.data(), targets.data(), 2, 12, 0.1f, true);
     auto got = *tiled.model->ForwardBackward(*tiled.device, ids.data(), targets.data(), 2, 12, 0.1f, true);
