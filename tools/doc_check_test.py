@@ -1,7 +1,8 @@
 """Docs that cannot drift: over every README, doc and comment in the tree,
   - every repository path named (zero/trainer.h, docs/reliability.md,
     results/fuzz/) exists, as does every bare *.md name beside its file;
-  - nothing cites a file outside the repository (../shared/...);
+  - nothing cites a file outside the repository (a ../ path, or the
+    design notes' folder anywhere in any file);
   - every [Note: X] cited has exactly one definition (a comment line that
     holds it alone, or with a parenthetical: "// [Note: X] (ZeRO §5.1)");
   - no code or doc carries issue numbers: docs are for users;
@@ -94,8 +95,19 @@ class DocCheck(unittest.TestCase):
                 target = os.path.normpath(os.path.join(os.path.dirname(f), m.group(1)))
                 if target.startswith("..") or not self.exists(target, ""):
                     outside.append(f"{f}: {m.group(1)}")
-            outside += [f"{f}: {m.group(0)}" for m in re.finditer(r"(?<![\w/.-])shared/(?:design|papers)/\S+", text)]
         self.assertEqual(outside, [], "files cited outside the repository (or missing)")
+
+    def test_no_file_names_the_design_folder(self):
+        # Anywhere in any file, strings and data included (a corpus, a
+        # provenance note, WORKSPACE): the design notes are not shipped.
+        outside = []
+        for f in self.files:
+            if f.endswith(".png") or f == "tools/doc_check_test.py":
+                continue
+            with open(f, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+            outside += [f"{f}: {m.group(0)}" for m in re.finditer(r"(?<![\w.-])shared/(?:design|papers)/\S+", text)]
+        self.assertEqual(outside, [], "files that name the design notes, which are not in the repository")
 
     def test_every_cited_note_has_one_definition(self):
         defined, cited = {}, {}

@@ -1,7 +1,7 @@
 """Offline shim: re-exports Bazel 4.2.3's native C++ rules under @rules_cc.
 
 Debian's bazel-rules-cc is too new for Bazel 4.2.3 (it loads use_cpp_toolchain),
-so memwall carries this shim instead. See ../shared/design/BUILD_OFFLINE.md.
+so memwall carries this shim instead. See docs/build.md in the repository.
 """
 
 cc_binary = native.cc_binary
