@@ -125,9 +125,8 @@ def main(name, points, paper_ref, description, argv):
                     help="default: <workspace>/out/results (--results_dir=results for the tracked results/)")
     args = ap.parse_args(argv)
     workspace = memwall.workspace_dir()
-    hw = perf_model.load_hardware(args.hardware)
-    # A relative --results_dir is the user's: from where `bazel run` started.
-    results_dir = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", ""), args.results_dir) if args.results_dir else ""
+    hw = perf_model.load_hardware(memwall.user_path(args.hardware) if args.hardware.endswith(".json") else args.hardware)
+    results_dir = memwall.user_path(args.results_dir)
     out = os.path.join(results_dir or os.path.join(workspace, "out", "results"), name)
     os.makedirs(out, exist_ok=True)
     rows = points(hw)

@@ -183,6 +183,19 @@ class PackageTest(unittest.TestCase):
         self.assertTrue((tmp / "config.json").exists())
         self.assertIn("wte.weight", memwall.load_safetensors(path))
 
+    def test_user_path_is_taken_from_where_bazel_run_started(self):
+        saved = os.environ.pop("BUILD_WORKING_DIRECTORY", None)
+        try:
+            self.assertEqual(memwall.user_path("results"), "results")
+            os.environ["BUILD_WORKING_DIRECTORY"] = "/home/me/memwall"
+            self.assertEqual(memwall.user_path("results"), "/home/me/memwall/results")
+            self.assertEqual(memwall.user_path("/tmp/r"), "/tmp/r")
+            self.assertEqual(memwall.user_path(""), "", "an unset flag stays unset")
+        finally:
+            os.environ.pop("BUILD_WORKING_DIRECTORY", None)
+            if saved is not None:
+                os.environ["BUILD_WORKING_DIRECTORY"] = saved
+
 
 if __name__ == "__main__":
     unittest.main()

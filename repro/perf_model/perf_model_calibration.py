@@ -345,7 +345,7 @@ def main(argv):
                     help="default: <workspace>/out/results (--results_dir=results for the tracked results/)")
     args = ap.parse_args(argv)
     workspace = memwall.workspace_dir()
-    results_dir = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", ""), args.results_dir) if args.results_dir else ""
+    results_dir = memwall.user_path(args.results_dir)
     out = os.path.join(results_dir or os.path.join(workspace, "out", "results"), NAME)
     os.makedirs(out, exist_ok=True)
 

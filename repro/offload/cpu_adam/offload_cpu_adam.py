@@ -13,8 +13,8 @@ seconds are this machine's.
 
   ./bazelw run //repro:offload_cpu_adam -- [--sizes=16M,64M,256M] [--steps=5] [--threads=N]
 
-Writes results/offload_cpu_adam/{data.csv, figure.png, provenance.json}
-(or --results_dir/offload_cpu_adam/).
+Writes out/results/offload_cpu_adam/{data.csv, figure.png, provenance.json}
+(--results_dir=results for the tracked results/, or any folder).
 """
 import argparse
 import csv
@@ -88,7 +88,8 @@ def main(argv):
     parser.add_argument("--steps", type=int, default=5, help="timed steps per size (median reported)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for both optimizers")
-    parser.add_argument("--results_dir", default="", help="default: results/ of the workspace")
+    parser.add_argument("--results_dir", default="",
+                        help="default: <workspace>/out/results (--results_dir=results for the tracked results/)")
     args = parser.parse_args(argv)
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
     if not sizes or min(sizes) <= 0 or args.steps <= 0 or args.warmup < 0 or args.threads <= 0:
@@ -96,7 +97,7 @@ def main(argv):
     torch = import_torch()
     torch.set_num_threads(args.threads)
     workspace = memwall.workspace_dir()
-    results = args.results_dir or os.path.join(workspace, "results")
+    results = memwall.user_path(args.results_dir) or os.path.join(workspace, "out", "results")
     out = os.path.join(results, NAME)
     os.makedirs(out, exist_ok=True)
 
