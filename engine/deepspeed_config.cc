@@ -33,19 +33,12 @@ const std::map<std::string, std::string>& Refusals() {
       {"aio", "delete the block: memwall's I/O engine sizes its blocks and queues itself (infinity/aio.h)"},
       {"zero_optimization.offload_optimizer.buffer_count",
        "give the NVMe swap buffers' pinned bytes instead (--set='zero { offload_optimizer { pinned_budget_bytes: N } }')"},
-      {"zero_optimization.offload_optimizer.ratio", "memwall offloads the whole optimizer; delete the key"},
       {"zero_optimization.offload_param.buffer_size",
        "swap buffers hold zero_optimization.sub_group_size elements (offload_optimizer.tile_elements)"},
       {"zero_optimization.offload_param.max_in_cpu", "memwall keeps no host cache of NVMe parameters; delete the key"},
-      {"zero_optimization.stage3_max_reuse_distance",
-       "memwall releases a gathered module after its use; bound them with stage3_max_live_parameters"},
       {"zero_optimization.zero_hpz_partition_size", "ZeRO++ is not implemented; delete the key"},
       {"zero_optimization.zero_quantized_weights", "ZeRO++ is not implemented; delete the key"},
       {"zero_optimization.zero_quantized_gradients", "ZeRO++ is not implemented; delete the key"},
-      {"zero_optimization.elastic_checkpoint",
-       "memwall's checkpoints re-partition to any world size by themselves; delete the key"},
-      {"activation_checkpointing.partition_activations",
-       "memwall does not partition activation checkpoints; set it to false"},
       {"flops_profiler", "the progress line reports TFLOPS; --trace_dir writes a Chrome trace per step"},
       {"tensorboard", "read the step log (OUT/train.log)"},
       {"wandb", "read the step log (OUT/train.log)"},
@@ -56,8 +49,6 @@ const std::map<std::string, std::string>& Refusals() {
       {"sparse_attention", "not implemented; delete the block"},
       {"pipeline", "memwall is data parallel only; delete the block"},
       {"communication_data_type", "memwall reduces gradients in the parameters' type; delete the key"},
-      {"prescale_gradients", "memwall divides the loss, not the gradients; delete the key"},
-      {"gradient_predivide_factor", "memwall divides the loss, not the gradients; delete the key"},
   };
   return *refusals;
 }
@@ -152,12 +143,19 @@ class Translator {
     }
     return &v.struct_value();
   }
-  // A key that only keeps memwall's behaviour at `expected`: accepted at
-  // that value, refused with `why` otherwise.
+  // A key that only keeps memwall's behaviour at `expected` (DeepSpeed's
+  // value for what memwall does): accepted at that value, refused with
+  // `why` otherwise.
   void Only(const std::string& key, const Value& v, bool expected, const std::string& why) {
     const std::optional<bool> b = Bool(key, v);
     if (!b) return;
     if (*b != expected) return Refuse(key, why);
+    Line(key, v, "memwall's behaviour");
+  }
+  void Only(const std::string& key, const Value& v, double expected, const std::string& why) {
+    const std::optional<double> d = Number(key, v);
+    if (!d) return;
+    if (*d != expected) return Refuse(key, why);
     Line(key, v, "memwall's behaviour");
   }
 
@@ -282,6 +280,7 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
       {"pipeline_write", [&](auto& k, auto& v) { tr.Only(k, v, true, "memwall always overlaps swap-out with the step; set it to true or delete it"); }},
       {"pipeline", [&](auto& k, auto& v) { tr.Only(k, v, true, "memwall always pipelines NVMe swaps; set it to true or delete it"); }},
       {"fast_init", [&](auto& k, auto& v) { tr.Only(k, v, false, "memwall initializes the swap files one way; set it to false or delete it"); }},
+      {"ratio", [&](auto& k, auto& v) { tr.Only(k, v, 1.0, "memwall offloads the whole optimizer; set it to 1 or delete it"); }},
   };
   const std::map<std::string, H> offload_param = {
       {"device", [&](auto& k, auto& v) {
@@ -348,6 +347,13 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
          if (tr.Bool(k, v)) tr.Line(k, v, "nothing: the train command's --export writes the full fp32 weights");
        }},
       {"ignore_unused_parameters", [&](auto& k, auto& v) { tr.Only(k, v, true, "every GPT parameter is used; set it to true"); }},
+      {"stage3_max_reuse_distance", [&](auto& k, auto& v) {
+         tr.Only(k, v, 0.0, "memwall releases a gathered module after its use (distance 0); set it to 0 or delete it, "
+                            "and bound the gathered modules with stage3_max_live_parameters");
+       }},
+      {"elastic_checkpoint", [&](auto& k, auto& v) {
+         if (tr.Bool(k, v)) tr.Line(k, v, "nothing: memwall's checkpoints re-partition to any world size");
+       }},
       {"offload_optimizer", [&](auto& k, auto& v) {
          if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", offload_optimizer);
        }},
@@ -501,6 +507,9 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
          if (tr.Integer(k, v, 0, int64_t{1} << 20)) tr.Line(k, v, "nothing: memwall checkpoints every layer");
        }},
       {"synchronize_checkpoint_boundary", [&](auto& k, auto& v) { tr.Only(k, v, false, "not implemented; set it to false"); }},
+      {"partition_activations", [&](auto& k, auto& v) {
+         tr.Only(k, v, false, "memwall does not partition activation checkpoints; set it to false");
+       }},
       {"profile", [&](auto& k, auto& v) { tr.Only(k, v, false, "--trace_dir writes a Chrome trace; set it to false"); }},
   };
 
@@ -521,6 +530,12 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
        }},
       {"steps_per_print", [&](auto& k, auto& v) {
          if (auto n = tr.Integer(k, v, 1, int64_t{1} << 40)) out.steps_per_print = *n, tr.Line(k, v, "a progress line every N steps");
+       }},
+      {"prescale_gradients", [&](auto& k, auto& v) {
+         tr.Only(k, v, false, "memwall divides the loss, not the gradients; set it to false or delete it");
+       }},
+      {"gradient_predivide_factor", [&](auto& k, auto& v) {
+         tr.Only(k, v, 1.0, "memwall divides the loss, not the gradients; set it to 1 or delete it");
        }},
       {"wall_clock_breakdown", [&](auto& k, auto& v) {
          if (tr.Bool(k, v)) tr.Line(k, v, "nothing: every step's log line has its breakdown");

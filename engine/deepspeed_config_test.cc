@@ -3,9 +3,11 @@
 // they differ, and every key memwall cannot honour is refused by name.
 #include "engine/deepspeed_config.h"
 
+#include <initializer_list>
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "zero/config.h"
@@ -175,6 +177,41 @@ TEST(DeepSpeedConfig, RefusesEachKeyItCannotHonourByName) {
   EXPECT_TRUE(absl::StrContains(both.status().message(), "2 keys memwall cannot honour:\n  amp: ")) << both.status();
   // A disabled monitor is harmless.
   EXPECT_TRUE(Translate(R"({"tensorboard": {"enabled": false}})").ok());
+  // A key at the value that is memwall's behaviour is accepted and says
+  // so; at any other value it is refused, saying which value to write.
+  struct Only {
+    const char* accepted;
+    const char* refused;
+    const char* key;
+    const char* says;
+  };
+  for (const Only& o : std::initializer_list<Only>{
+           {R"({"activation_checkpointing": {"partition_activations": false}})",
+            R"({"activation_checkpointing": {"partition_activations": true}})",
+            "activation_checkpointing.partition_activations", "set it to false"},
+           {R"({"zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 0}})",
+            R"({"zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 1e9}})",
+            "zero_optimization.stage3_max_reuse_distance", "set it to 0 or delete it"},
+           {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 1.0}}})",
+            R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})",
+            "zero_optimization.offload_optimizer.ratio", "set it to 1 or delete it"},
+           {R"({"prescale_gradients": false})", R"({"prescale_gradients": true})", "prescale_gradients",
+            "set it to false or delete it"},
+           {R"({"gradient_predivide_factor": 1.0})", R"({"gradient_predivide_factor": 8})", "gradient_predivide_factor",
+            "set it to 1 or delete it"},
+       }) {
+    auto t = Translate(o.accepted);
+    ASSERT_TRUE(t.ok()) << o.accepted << ": " << t.status();
+    EXPECT_TRUE(absl::StrContains(absl::StrJoin(t->lines, "\n"), std::string(o.key) + " = ")) << o.accepted;
+    EXPECT_TRUE(absl::StrContains(absl::StrJoin(t->lines, "\n"), "-> memwall's behaviour")) << o.accepted;
+    ExpectRefused(o.refused, o.key, o.says);
+  }
+  // Checkpoints re-partition to any world size whatever elastic_checkpoint says.
+  for (const char* b : {"true", "false"}) {
+    auto t = Translate(absl::StrCat(R"({"zero_optimization": {"elastic_checkpoint": )", b, "}}"));
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_TRUE(absl::StrContains(absl::StrJoin(t->lines, "\n"), "re-partition to any world size"));
+  }
   // Not JSON, or not an object.
   ExpectRefused("{\"stage\": ", "", "not a DeepSpeed JSON config");
   auto list = Translate("[1, 2]");
