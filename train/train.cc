@@ -312,12 +312,16 @@ absl::StatusOr<int> Main() {
   options.timeline = &timeline;
   options.trace_dir = trace_dir;
   if (rank0) {
+    // "mpirun (OpenMPI), mpi"; one process has no backend to name.
+    const std::string launched = comm->backend() == CommBackend::kSingleProcess
+                                     ? std::string(LauncherName(launch.launcher))
+                                     : absl::StrCat(LauncherName(launch.launcher), ", ", comm->Describe());
     std::printf("train: %s (%lld layers, hidden %lld, %lld heads, %lld parameters%s) on %s, %d %s (%s)\n",
                 config.name().c_str(), (long long)config.layers(), (long long)config.hidden(),
                 (long long)config.heads(), (long long)models::CountParameters(config),
                 config.activation_checkpointing() ? ", activation checkpointing" : "", device->name().c_str(),
                 comm->world_size(), comm->world_size() == 1 ? "rank" : "ranks",
-                absl::StrCat(LauncherName(launch.launcher), ", ", comm->Describe()).c_str());
+                launched.c_str());
     std::fflush(stdout);  // before the set-up, which takes minutes for the largest models
   }
   const auto setup_start = std::chrono::steady_clock::now();
