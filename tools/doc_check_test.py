@@ -17,7 +17,7 @@ import os
 import re
 import unittest
 
-TEXT = re.compile(r"\.(md|cc|h|py|sh|proto|bzl|cu|cuh|textproto)$|(^|/)BUILD$|^\.ci/run$|^bazelw$")
+TEXT = re.compile(r"\.(md|cc|h|py|sh|proto|bzl|cu|cuh|textproto)$|(^|/)BUILD$|^\.ci/run$|^bazelw$|/provenance\.json$")
 EXTENSIONS = "h|cc|md|py|sh|proto|textproto|bzl|cu|cuh|txt|json|csv|svg|png"
 
 
@@ -32,8 +32,9 @@ def repository_files():
 
 
 def comment_text(path, text):
-    """The prose of a file: all of a Markdown file, the comments of code."""
-    if path.endswith(".md"):
+    """The prose of a file: all of a Markdown file or a result's provenance,
+    the comments of code."""
+    if path.endswith((".md", ".json")):
         return text
     mark = "//" if re.search(r"\.(cc|h|cu|cuh|proto)$", path) else "#"
     return "\n".join(line[line.find(mark) + len(mark):] for line in text.splitlines() if mark in line)
