@@ -605,6 +605,11 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
       schedule.set_min_lr_ratio(0.0001f);
       tr.Note("scheduler.params.cos_min_ratio", "schedule.min_lr_ratio: 0.0001 (DeepSpeed's default)");
     }
+    if (scheduler_type == "WarmupLR" || scheduler_type == "WarmupDecayLR") {
+      out.lines.push_back(
+          "scheduler: memwall's steps count from 1, fp16 skips included; DeepSpeed's schedule runs two steps behind "
+          "(docs/deepspeed.md)");
+    }
   }
   if (top.count("scheduler") == 0) {
     schedule.set_warmup_steps(0), schedule.set_decay_steps(0);
