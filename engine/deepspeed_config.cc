@@ -478,13 +478,21 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
       {"type", [&](auto& k, auto& v) {
          if (auto s = tr.String(k, v)) {
            scheduler_type = *s;
+           // DeepSpeed's own step for step (LrSchedule.convention), so a
+           // config gives the learning rates DeepSpeed would.
            if (*s == "WarmupLR") {
-             schedule.set_decay_steps(0), tr.Line(k, v, "linear warmup, then a constant lr (schedule.decay_steps: 0)");
+             schedule.set_decay_steps(0), schedule.set_convention(zero::LrSchedule::DEEPSPEED);
+             tr.Line(k, v, "linear warmup, then a constant lr (schedule.decay_steps: 0), step for step as DeepSpeed "
+                           "(schedule.convention: DEEPSPEED)");
            } else if (*s == "WarmupDecayLR") {
              schedule.set_decay(zero::LrSchedule::LINEAR), schedule.set_min_lr_ratio(0);
-             tr.Line(k, v, "linear warmup, then linear decay to 0 (schedule.decay: LINEAR, min_lr_ratio: 0)");
+             schedule.set_convention(zero::LrSchedule::DEEPSPEED);
+             tr.Line(k, v, "linear warmup, then linear decay to 0 (schedule.decay: LINEAR, min_lr_ratio: 0), step for "
+                           "step as DeepSpeed (schedule.convention: DEEPSPEED)");
            } else if (*s == "WarmupCosineLR") {
-             schedule.set_decay(zero::LrSchedule::COSINE), tr.Line(k, v, "linear warmup, then cosine decay (schedule.decay: COSINE)");
+             schedule.set_decay(zero::LrSchedule::COSINE);
+             tr.Line(k, v, "linear warmup, then cosine decay (schedule.decay: COSINE), on memwall's steps "
+                           "(docs/deepspeed.md)");
            } else {
              tr.Refuse(k, absl::StrCat("memwall's schedules are WarmupLR, WarmupDecayLR and WarmupCosineLR, not ",
                                        Translator::Show(v)));
@@ -604,11 +612,6 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
     if (scheduler_type == "WarmupCosineLR" && !schedule.has_min_lr_ratio()) {
       schedule.set_min_lr_ratio(0.0001f);
       tr.Note("scheduler.params.cos_min_ratio", "schedule.min_lr_ratio: 0.0001 (DeepSpeed's default)");
-    }
-    if (scheduler_type == "WarmupLR" || scheduler_type == "WarmupDecayLR") {
-      out.lines.push_back(
-          "scheduler: memwall's steps count from 1, fp16 skips included; DeepSpeed's schedule runs two steps behind "
-          "(docs/deepspeed.md)");
     }
   }
   if (top.count("scheduler") == 0) {

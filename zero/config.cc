@@ -1,5 +1,6 @@
 #include "zero/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -485,6 +486,26 @@ TrainingConfig WithDefaults(const TrainingConfig& c) {
   return out;
 }
 
+float ScheduledLearningRate(const TrainingConfig& filled, int64_t step, int64_t applied) {
+  const double lr = filled.adam().lr();
+  const LrSchedule& s = filled.schedule();
+  if (s.convention() == LrSchedule::DEEPSPEED) {
+    const int64_t i = applied - 1, w = std::max<int64_t>(2, s.warmup_steps()), t = s.decay_steps();
+    if (i < 0) return 0.0f;
+    if (i < w) return static_cast<float>(lr * double(i) / double(w));
+    if (t <= 0) return static_cast<float>(lr);
+    return static_cast<float>(lr * std::max(0.0, double(t - i) / double(std::max<int64_t>(1, t - w))));
+  }
+  const int64_t w = s.warmup_steps();
+  if (step <= w) return static_cast<float>(lr * double(step) / double(w + 1));
+  if (s.decay_steps() <= w) return static_cast<float>(lr);
+  const double progress = std::min(1.0, double(step - w) / double(s.decay_steps() - w));
+  // The fraction of the way from min_lr_ratio * lr back up to lr.
+  const double remaining =
+      s.decay() == LrSchedule::LINEAR ? 1.0 - progress : 0.5 * (1.0 + std::cos(3.141592653589793 * progress));
+  return static_cast<float>(lr * (s.min_lr_ratio() + (1.0 - s.min_lr_ratio()) * remaining));
+}
+
 absl::Status ValidateTrainingConfig(const TrainingConfig& c, absl::string_view what) {
   MEMWALL_RETURN_IF_ERROR(CheckRules(c, kTrainingRules, &c.zero(), what, /*upper=*/false));
   MEMWALL_RETURN_IF_ERROR(CheckRules(c, kTrainingRules, &c.zero(), what, /*upper=*/true));
@@ -501,6 +522,16 @@ absl::Status ValidateTrainingConfig(const TrainingConfig& c, absl::string_view w
   }
   if (!LrSchedule::Decay_IsValid(c.schedule().decay())) {
     return BadField(what, "schedule.decay", static_cast<int>(c.schedule().decay()), "must be COSINE or LINEAR");
+  }
+  if (!LrSchedule::Convention_IsValid(c.schedule().convention())) {
+    return BadField(what, "schedule.convention", static_cast<int>(c.schedule().convention()),
+                    "must be MEMWALL or DEEPSPEED");
+  }
+  if (c.schedule().convention() == LrSchedule::DEEPSPEED && c.schedule().decay_steps() > 0 &&
+      (c.schedule().decay() != LrSchedule::LINEAR || filled.schedule().min_lr_ratio() != 0.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "schedule.convention = DEEPSPEED decays as WarmupDecayLR does: set decay: LINEAR and "
+                           "min_lr_ratio: 0, or decay_steps: 0 for WarmupLR"));
   }
   if (absl::Status st = ops::ValidateAdamOptions(AdamFromConfig(c.adam()), absl::StrCat(what, "adam."));
       !st.ok()) {

@@ -77,6 +77,12 @@ std::vector<std::pair<std::string, std::string>> ConfigTable();
 // `config` with every unset field set to its default (zero included).
 TrainingConfig WithDefaults(const TrainingConfig& config);
 
+// The learning rate of step `step` (1-based, every step counted) under the
+// schedule of `filled` (a config with its defaults: WithDefaults), where
+// `applied` steps before it updated the weights (fp16 skips not counted);
+// LrSchedule in zero/training_config.proto gives both conventions.
+float ScheduledLearningRate(const TrainingConfig& filled, int64_t step, int64_t applied);
+
 // Every field in range; `what` starts each message ("TrainingConfig ", or a
 // path such as "training." when the config is part of a larger message).
 absl::Status ValidateTrainingConfig(const TrainingConfig& config,

@@ -1,7 +1,10 @@
 // ZeroConfig: defaults, parsing, and a field-named error for each bad value.
 #include "zero/config.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <set>
+#include <utility>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -194,6 +197,11 @@ TEST(TrainingConfig, EachBadValueNamesItsField) {
   ExpectTrainingError("precision: fp8", "Unknown enumeration value of \"fp8\" for field \"precision\"");
   ExpectTrainingError("precision: fp8", "precision is one of PRECISION_UNSPECIFIED, FP32, BF16, FP16");
   ExpectTrainingError("schedule { decay: 7 }", "TrainingConfig schedule.decay = 7 must be COSINE or LINEAR");
+  ExpectTrainingError("schedule { convention: 4 }", "TrainingConfig schedule.convention = 4 must be MEMWALL or DEEPSPEED");
+  ExpectTrainingError("schedule { convention: DEEPSPEED warmup_steps: 5 decay_steps: 30 }",
+                      "schedule.convention = DEEPSPEED decays as WarmupDecayLR does: set decay: LINEAR and min_lr_ratio: 0");
+  ExpectTrainingError("schedule { convention: DEEPSPEED decay: LINEAR decay_steps: 30 }", "min_lr_ratio: 0");
+  EXPECT_TRUE(TrainingOptions::Parse("schedule { convention: DEEPSPEED warmup_steps: 5 }", "run.textproto").ok());
   ExpectTrainingError("adam { lr: inf }", "TrainingConfig adam.lr = inf");
   ExpectTrainingError("adam { beta2: 1.5 }", "TrainingConfig adam.beta2 = 1.5 must be in [0, 1)");
   ExpectTrainingError("adam { eps: 0 }", "TrainingConfig adam.eps = 0");
@@ -307,6 +315,72 @@ TEST(TrainingConfig, PrecisionNamesRoundTrip) {
   EXPECT_EQ(ParamDType(BF16), DType::kBF16);
   EXPECT_EQ(ParamDType(FP16), DType::kF16);
   EXPECT_FALSE(ParsePrecision("fp8").ok());
+}
+
+// ScheduledLearningRate against LrSchedule's formulas, worked out by hand
+// for w = 4, decay_steps 12, min_lr_ratio m = 0.1, lr 1e-3.
+TEST(LearningRate, MemwallConventionFollowsTheDocumentedFormula) {
+  TrainingConfig c;
+  c.mutable_adam()->set_lr(1e-3f);
+  LrSchedule& s = *c.mutable_schedule();
+  s.set_warmup_steps(4), s.set_decay_steps(12), s.set_min_lr_ratio(0.1f), s.set_decay(LrSchedule::LINEAR);
+  const TrainingConfig linear = WithDefaults(c);
+  const double lr = linear.adam().lr(), m = 0.1f;
+  EXPECT_FLOAT_EQ(ScheduledLearningRate(linear, 1, 0), lr * 1 / 5);
+  EXPECT_FLOAT_EQ(ScheduledLearningRate(linear, 4, 3), lr * 4 / 5);
+  EXPECT_FLOAT_EQ(ScheduledLearningRate(linear, 5, 4), lr * (m + (1 - m) * 7 / 8));  // p = 1/8
+  EXPECT_FLOAT_EQ(ScheduledLearningRate(linear, 12, 11), lr * m);
+  EXPECT_FLOAT_EQ(ScheduledLearningRate(linear, 20, 19), lr * m);
+  EXPECT_EQ(ScheduledLearningRate(linear, 5, 0), ScheduledLearningRate(linear, 5, 4)) << "skips change nothing";
+  s.set_decay(LrSchedule::COSINE);
+  const TrainingConfig cosine = WithDefaults(c);
+  EXPECT_FLOAT_EQ(ScheduledLearningRate(cosine, 8, 7), lr * (m + (1 - m) * 0.5));  // p = 1/2
+  s.set_decay_steps(0);
+  EXPECT_FLOAT_EQ(ScheduledLearningRate(WithDefaults(c), 9, 8), lr) << "no decay";
+}
+
+// DeepSpeed's WarmupLR and WarmupDecayLR as its engine drives them: the
+// scheduler sets the optimizer's rate when it is made (warmup_min_lr, 0
+// here) and again after each optimizer step that was applied (none after
+// an fp16 overflow); a step uses the rate set before it. Its rate at
+// iteration i: i / w during warmup (w at least 2), then 1, or with
+// total_num_steps T, max(0, (T - i) / max(1, T - w)); times warmup_max_lr.
+struct DeepSpeedScheduler {
+  double max_lr;
+  int64_t warmup, total;
+  int64_t iteration = -1;
+  double lr = 0;  // warmup_min_lr, set at construction
+  void Step() {
+    ++iteration;
+    const int64_t w = std::max<int64_t>(2, warmup);
+    double gamma = 1;
+    if (iteration < w) {
+      gamma = double(iteration) / double(w);
+    } else if (total > 0) {
+      gamma = std::max(0.0, double(total - iteration) / double(std::max<int64_t>(1, total - w)));
+    }
+    lr = max_lr * gamma;
+  }
+};
+
+TEST(LearningRate, DeepSpeedConventionIsDeepSpeedsSchedulerStepForStep) {
+  for (auto [warmup, total] : {std::pair<int64_t, int64_t>{5, 30}, {5, 0}, {1, 0}, {0, 12}, {20, 12}}) {
+    TrainingConfig c;
+    c.mutable_adam()->set_lr(6e-4f);
+    LrSchedule& s = *c.mutable_schedule();
+    s.set_convention(LrSchedule::DEEPSPEED), s.set_warmup_steps(warmup), s.set_decay_steps(total);
+    s.set_decay(LrSchedule::LINEAR), s.set_min_lr_ratio(0);
+    ASSERT_TRUE(ValidateTrainingConfig(c).ok());
+    const TrainingConfig filled = WithDefaults(c);
+    DeepSpeedScheduler ds{filled.adam().lr(), warmup, total};
+    int64_t applied = 0;
+    for (int64_t step = 1; step <= 40; ++step) {
+      EXPECT_FLOAT_EQ(ScheduledLearningRate(filled, step, applied), ds.lr)
+          << "w " << warmup << " T " << total << " step " << step;
+      const bool overflow = step == 7 || step == 8;  // fp16 skips: neither scheduler moves
+      if (!overflow) ++applied, ds.Step();
+    }
+  }
 }
 
 }  // namespace

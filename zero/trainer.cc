@@ -261,19 +261,6 @@ absl::StatusOr<std::vector<float>> Trainer::MasterWeights() {
   return out;
 }
 
-float Trainer::LearningRate(int64_t step) const {
-  const double lr = training_.adam().lr;
-  if (step <= training_->schedule().warmup_steps()) return static_cast<float>(lr * step / (training_->schedule().warmup_steps() + 1));
-  if (training_->schedule().decay_steps() <= training_->schedule().warmup_steps()) return static_cast<float>(lr);
-  const double progress = std::min(1.0, double(step - training_->schedule().warmup_steps()) /
-                                            double(training_->schedule().decay_steps() - training_->schedule().warmup_steps()));
-  // The fraction of the way from min_lr_ratio * lr back up to lr.
-  const double remaining = training_->schedule().decay() == LrSchedule::LINEAR
-                               ? 1.0 - progress
-                               : 0.5 * (1.0 + std::cos(3.141592653589793 * progress));
-  return static_cast<float>(lr * (training_->schedule().min_lr_ratio() + (1.0 - training_->schedule().min_lr_ratio()) * remaining));
-}
-
 // One training step, as in ZeRO §5 and ZeRO-Offload §5: forward and
 // backward over this rank's micro-batches (each reduced gradient handed to
 // its owner's shard as buckets fill), the shards' gradients, the loss and
@@ -299,7 +286,7 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   stats.step = step_;
   stats.loss = sums.tokens > 0 ? double(sums.loss) / double(sums.tokens) : 0.0;
   stats.loss_scale = loss_scale_;
-  stats.lr = LearningRate(step_);
+  stats.lr = ScheduledLearningRate(training_.config(), step_, adam_step_);
   stats.tokens = GlobalTokens();
   stats.grad_norm = std::sqrt(double(sums.squares)) / loss_scale_;
   const StepOutcome outcome = DecideUpdate(sums, stats);

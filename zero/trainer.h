@@ -216,7 +216,6 @@ class Trainer {
   // Where collectives run: a communication stream with overlap_comm and
   // reduce buckets, else the compute stream.
   Stream& coll() { return comm_stream_ ? *comm_stream_ : device_.compute_stream(); }
-  float LearningRate(int64_t step) const;
 
   // Step's parts, in its order.
   models::BatchLayout batch_layout() const;
