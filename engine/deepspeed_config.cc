@@ -490,9 +490,9 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
              tr.Line(k, v, "linear warmup, then linear decay to 0 (schedule.decay: LINEAR, min_lr_ratio: 0), step for "
                            "step as DeepSpeed (schedule.convention: DEEPSPEED)");
            } else if (*s == "WarmupCosineLR") {
-             schedule.set_decay(zero::LrSchedule::COSINE);
-             tr.Line(k, v, "linear warmup, then cosine decay (schedule.decay: COSINE), on memwall's steps "
-                           "(docs/deepspeed.md)");
+             schedule.set_decay(zero::LrSchedule::COSINE), schedule.set_convention(zero::LrSchedule::DEEPSPEED);
+             tr.Line(k, v, "linear warmup, then cosine decay (schedule.decay: COSINE), step for step as DeepSpeed "
+                           "(schedule.convention: DEEPSPEED)");
            } else {
              tr.Refuse(k, absl::StrCat("memwall's schedules are WarmupLR, WarmupDecayLR and WarmupCosineLR, not ",
                                        Translator::Show(v)));

@@ -1,7 +1,9 @@
 #!/bin/bash
 # The training command end to end on 2 ranks under mpirun, stage 2 with the
 # optimizer on the CPU (ZeRO-Offload):
-#   1. an uninterrupted run of 24 steps, saving every 4: the reference;
+#   1. an uninterrupted run of 24 steps, saving every 4: the reference (the
+#      learning rates step for step as DeepSpeed's, schedule.convention
+#      DEEPSPEED, so a resume must restore the count of applied steps);
 #   2. the same command killed (SIGKILL, every rank) once step 8 is saved,
 #      then run again with --resume: it resumes from a saved step and ends
 #      with the reference's weights, byte for byte;
@@ -23,7 +25,8 @@ set -uo pipefail
 train="$PWD/$1" evaluate="$PWD/$2" mpi="$PWD/$3" torchrun="$PWD/$4"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 fail() { echo "FAIL: $*"; exit 1; }
-flags=(--steps=24 --save_every=4 --device=cpu --set='zero { stage: 2 offload_optimizer { device: CPU } }')
+flags=(--steps=24 --save_every=4 --device=cpu
+       --set='zero { stage: 2 offload_optimizer { device: CPU } } schedule { convention: DEEPSPEED }')
 
 echo "=== 1. uninterrupted"
 "$mpi" 2 "$train" "${flags[@]}" --out="$tmp/ref" > "$tmp/ref.log" 2>&1 || { cat "$tmp/ref.log"; fail "reference run"; }

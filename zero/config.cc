@@ -494,7 +494,12 @@ float ScheduledLearningRate(const TrainingConfig& filled, int64_t step, int64_t 
     if (i < 0) return 0.0f;
     if (i < w) return static_cast<float>(lr * double(i) / double(w));
     if (t <= 0) return static_cast<float>(lr);
-    return static_cast<float>(lr * std::max(0.0, double(t - i) / double(std::max<int64_t>(1, t - w))));
+    if (s.decay() == LrSchedule::LINEAR) {
+      return static_cast<float>(lr * std::max(0.0, double(t - i) / double(std::max<int64_t>(1, t - w))));
+    }
+    const double m = s.min_lr_ratio();
+    const double cosine = (1.0 + std::cos(3.141592653589793 * double(i - w + 1) / double(t - w))) / 2.0;
+    return static_cast<float>(lr * std::max(0.0, m + (1.0 - m) * cosine));
   }
   const int64_t w = s.warmup_steps();
   if (step <= w) return static_cast<float>(lr * double(step) / double(w + 1));
@@ -527,11 +532,16 @@ absl::Status ValidateTrainingConfig(const TrainingConfig& c, absl::string_view w
     return BadField(what, "schedule.convention", static_cast<int>(c.schedule().convention()),
                     "must be MEMWALL or DEEPSPEED");
   }
-  if (c.schedule().convention() == LrSchedule::DEEPSPEED && c.schedule().decay_steps() > 0 &&
-      (c.schedule().decay() != LrSchedule::LINEAR || filled.schedule().min_lr_ratio() != 0.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, "schedule.convention = DEEPSPEED decays as WarmupDecayLR does: set decay: LINEAR and "
-                           "min_lr_ratio: 0, or decay_steps: 0 for WarmupLR"));
+  if (const LrSchedule& s = filled.schedule(); s.convention() == LrSchedule::DEEPSPEED && s.decay_steps() > 0) {
+    if (s.decay() == LrSchedule::LINEAR && s.min_lr_ratio() != 0.0f) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, "schedule.convention = DEEPSPEED decays linearly as WarmupDecayLR does, to 0: set min_lr_ratio: 0"));
+    }
+    if (s.decay() == LrSchedule::COSINE && s.decay_steps() <= std::max<int64_t>(2, s.warmup_steps())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, "schedule.convention = DEEPSPEED with a COSINE decay (WarmupCosineLR) needs decay_steps = ",
+          s.decay_steps(), " > warmup_steps (at least 2)"));
+    }
   }
   if (absl::Status st = ops::ValidateAdamOptions(AdamFromConfig(c.adam()), absl::StrCat(what, "adam."));
       !st.ok()) {

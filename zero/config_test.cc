@@ -2,7 +2,9 @@
 #include "zero/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <set>
 #include <utility>
 #include <string>
@@ -198,9 +200,11 @@ TEST(TrainingConfig, EachBadValueNamesItsField) {
   ExpectTrainingError("precision: fp8", "precision is one of PRECISION_UNSPECIFIED, FP32, BF16, FP16");
   ExpectTrainingError("schedule { decay: 7 }", "TrainingConfig schedule.decay = 7 must be COSINE or LINEAR");
   ExpectTrainingError("schedule { convention: 4 }", "TrainingConfig schedule.convention = 4 must be MEMWALL or DEEPSPEED");
-  ExpectTrainingError("schedule { convention: DEEPSPEED warmup_steps: 5 decay_steps: 30 }",
-                      "schedule.convention = DEEPSPEED decays as WarmupDecayLR does: set decay: LINEAR and min_lr_ratio: 0");
-  ExpectTrainingError("schedule { convention: DEEPSPEED decay: LINEAR decay_steps: 30 }", "min_lr_ratio: 0");
+  ExpectTrainingError("schedule { convention: DEEPSPEED decay: LINEAR warmup_steps: 5 decay_steps: 30 }",
+                      "schedule.convention = DEEPSPEED decays linearly as WarmupDecayLR does, to 0: set min_lr_ratio: 0");
+  ExpectTrainingError("schedule { convention: DEEPSPEED decay: COSINE warmup_steps: 5 decay_steps: 5 }",
+                      "schedule.convention = DEEPSPEED with a COSINE decay (WarmupCosineLR) needs decay_steps = 5 > "
+                      "warmup_steps (at least 2)");
   EXPECT_TRUE(TrainingOptions::Parse("schedule { convention: DEEPSPEED warmup_steps: 5 }", "run.textproto").ok());
   ExpectTrainingError("adam { lr: inf }", "TrainingConfig adam.lr = inf");
   ExpectTrainingError("adam { beta2: 1.5 }", "TrainingConfig adam.beta2 = 1.5 must be in [0, 1)");
@@ -339,40 +343,62 @@ TEST(LearningRate, MemwallConventionFollowsTheDocumentedFormula) {
   EXPECT_FLOAT_EQ(ScheduledLearningRate(WithDefaults(c), 9, 8), lr) << "no decay";
 }
 
-// DeepSpeed's WarmupLR and WarmupDecayLR as its engine drives them: the
-// scheduler sets the optimizer's rate when it is made (warmup_min_lr, 0
-// here) and again after each optimizer step that was applied (none after
-// an fp16 overflow); a step uses the rate set before it. Its rate at
-// iteration i: i / w during warmup (w at least 2), then 1, or with
-// total_num_steps T, max(0, (T - i) / max(1, T - w)); times warmup_max_lr.
+// DeepSpeed's WarmupLR, WarmupDecayLR and WarmupCosineLR as its engine
+// drives them: the scheduler sets the optimizer's rate when it is made (0
+// here: warmup_min_lr, or the cosine's get_lr before it has started) and
+// again after each optimizer step that was applied (none after an fp16
+// overflow); a step uses the rate set before it. Its rate at iteration i:
+// i / w during warmup (w at least 2), then 1 (WarmupLR), or with
+// total_num_steps T, max(0, (T - i) / max(1, T - w)) (WarmupDecayLR), or
+// max(0, c + (1 - c) (1 + cos(pi (i - w + 1) / (T - w))) / 2) with
+// cos_min_ratio c (WarmupCosineLR); times the peak rate.
 struct DeepSpeedScheduler {
+  enum Kind { kWarmupLR, kWarmupDecayLR, kWarmupCosineLR } kind;
   double max_lr;
   int64_t warmup, total;
+  double cos_min_ratio = 0;
   int64_t iteration = -1;
-  double lr = 0;  // warmup_min_lr, set at construction
+  double lr = 0;
   void Step() {
     ++iteration;
     const int64_t w = std::max<int64_t>(2, warmup);
     double gamma = 1;
     if (iteration < w) {
       gamma = double(iteration) / double(w);
-    } else if (total > 0) {
+    } else if (kind == kWarmupDecayLR) {
       gamma = std::max(0.0, double(total - iteration) / double(std::max<int64_t>(1, total - w)));
+    } else if (kind == kWarmupCosineLR) {
+      const double ratio = (1 + std::cos(M_PI * double(iteration - w + 1) / double(total - w))) / 2;
+      gamma = std::max(0.0, cos_min_ratio + (1 - cos_min_ratio) * ratio);
     }
     lr = max_lr * gamma;
   }
 };
 
 TEST(LearningRate, DeepSpeedConventionIsDeepSpeedsSchedulerStepForStep) {
-  for (auto [warmup, total] : {std::pair<int64_t, int64_t>{5, 30}, {5, 0}, {1, 0}, {0, 12}, {20, 12}}) {
+  using S = DeepSpeedScheduler;
+  struct Case {
+    S::Kind kind;
+    int64_t warmup, total;
+    float cos_min_ratio;
+  };
+  for (const Case& k : std::initializer_list<Case>{{S::kWarmupDecayLR, 5, 30, 0},
+                                                   {S::kWarmupLR, 5, 0, 0},
+                                                   {S::kWarmupLR, 1, 0, 0},
+                                                   {S::kWarmupDecayLR, 0, 12, 0},
+                                                   {S::kWarmupDecayLR, 20, 12, 0},
+                                                   {S::kWarmupCosineLR, 5, 30, 0.1f},
+                                                   {S::kWarmupCosineLR, 0, 25, 0.0001f}}) {
+    const int64_t warmup = k.warmup, total = k.total;
     TrainingConfig c;
     c.mutable_adam()->set_lr(6e-4f);
     LrSchedule& s = *c.mutable_schedule();
     s.set_convention(LrSchedule::DEEPSPEED), s.set_warmup_steps(warmup), s.set_decay_steps(total);
-    s.set_decay(LrSchedule::LINEAR), s.set_min_lr_ratio(0);
-    ASSERT_TRUE(ValidateTrainingConfig(c).ok());
+    s.set_decay(k.kind == S::kWarmupCosineLR ? LrSchedule::COSINE : LrSchedule::LINEAR);
+    s.set_min_lr_ratio(k.cos_min_ratio);
+    ASSERT_TRUE(ValidateTrainingConfig(c).ok()) << ValidateTrainingConfig(c);
     const TrainingConfig filled = WithDefaults(c);
-    DeepSpeedScheduler ds{filled.adam().lr(), warmup, total};
+    DeepSpeedScheduler ds{k.kind, filled.adam().lr(), warmup, total, filled.schedule().min_lr_ratio()};
     int64_t applied = 0;
     for (int64_t step = 1; step <= 40; ++step) {
       EXPECT_FLOAT_EQ(ScheduledLearningRate(filled, step, applied), ds.lr)
