@@ -457,8 +457,13 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
       {"warmup_type", [&](auto& k, auto& v) {
          if (auto s = tr.String(k, v)) {
            warmup_type = *s;
-           if (*s != "linear") return tr.Refuse(k, "memwall's warmup is linear; set it to \"linear\"");
-           tr.Line(k, v, "memwall's linear warmup");
+           if (*s == "linear") {
+             schedule.set_warmup(zero::LrSchedule::LINEAR_WARMUP), tr.Line(k, v, "schedule.warmup: LINEAR_WARMUP");
+           } else if (*s == "log") {
+             schedule.set_warmup(zero::LrSchedule::LOG_WARMUP), tr.Line(k, v, "schedule.warmup: LOG_WARMUP");
+           } else {
+             tr.Refuse(k, absl::StrCat("must be \"linear\" or \"log\", not ", Translator::Show(v)));
+           }
          }
        }},
       {"warmup_min_ratio", [&](auto& k, auto& v) {
@@ -600,8 +605,8 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
   }
   if (!scheduler_type.empty()) {
     if (!warmup_type) {
-      tr.Refuse("scheduler.params.warmup_type",
-                "is absent, and DeepSpeed's default is \"log\"; memwall's warmup is linear: add \"warmup_type\": \"linear\"");
+      schedule.set_warmup(zero::LrSchedule::LOG_WARMUP);
+      tr.Note("scheduler.params.warmup_type", "schedule.warmup: LOG_WARMUP (DeepSpeed's default, \"log\")");
     }
     if (scheduler_type != "WarmupLR" && schedule.decay_steps() == 0) {
       tr.Refuse("scheduler.params.total_num_steps", absl::StrCat(scheduler_type, " needs it"));

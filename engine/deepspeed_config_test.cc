@@ -158,8 +158,15 @@ TEST(DeepSpeedConfig, RefusesEachKeyItCannotHonourByName) {
   ExpectRefused(R"({"fp16": {"enabled": true, "hysteresis": 2}})", "fp16.hysteresis", "set it to 1");
   ExpectRefused(R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})", "fp16.enabled", "enable one of them");
   ExpectRefused(R"({"optimizer": {"type": "Lamb"}})", "optimizer.type", "Adam or AdamW");
-  ExpectRefused(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}})",
-                "scheduler.params.warmup_type", "DeepSpeed's default is \"log\"");
+  ExpectRefused(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10, "warmup_type": "exp"}}})",
+                "scheduler.params.warmup_type", "must be \"linear\" or \"log\", not \"exp\"");
+  // Absent, the warmup is DeepSpeed's default, log; said in a line.
+  auto log = Translate(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}})");
+  ASSERT_TRUE(log.ok()) << log.status();
+  EXPECT_EQ(log->training.schedule().warmup(), zero::LrSchedule::LOG_WARMUP);
+  EXPECT_EQ(log->training.schedule().convention(), zero::LrSchedule::DEEPSPEED);
+  EXPECT_TRUE(absl::StrContains(absl::StrJoin(log->lines, "\n"),
+                                "scheduler.params.warmup_type (absent) -> schedule.warmup: LOG_WARMUP (DeepSpeed's default"));
   ExpectRefused(R"({"scheduler": {"type": "OneCycle"}})", "scheduler.type", "WarmupLR, WarmupDecayLR");
   ExpectRefused(R"({"aio": {"block_size": 1048576}})", "aio", "infinity/aio.h");
   ExpectRefused(R"({"tensorboard": {"enabled": true}})", "tensorboard", "step log");

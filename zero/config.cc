@@ -492,7 +492,12 @@ float ScheduledLearningRate(const TrainingConfig& filled, int64_t step, int64_t 
   if (s.convention() == LrSchedule::DEEPSPEED) {
     const int64_t i = applied - 1, w = std::max<int64_t>(2, s.warmup_steps()), t = s.decay_steps();
     if (i < 0) return 0.0f;
-    if (i < w) return static_cast<float>(lr * double(i) / double(w));
+    if (i < w) {
+      // In DeepSpeed's order of operations, so the doubles agree.
+      const double g = s.warmup() == LrSchedule::LOG_WARMUP ? std::log(double(i + 1)) * (1.0 / std::log(double(w)))
+                                                            : double(i) / double(w);
+      return static_cast<float>(lr * g);
+    }
     if (t <= 0) return static_cast<float>(lr);
     if (s.decay() == LrSchedule::LINEAR) {
       return static_cast<float>(lr * std::max(0.0, double(t - i) / double(std::max<int64_t>(1, t - w))));
@@ -531,6 +536,14 @@ absl::Status ValidateTrainingConfig(const TrainingConfig& c, absl::string_view w
   if (!LrSchedule::Convention_IsValid(c.schedule().convention())) {
     return BadField(what, "schedule.convention", static_cast<int>(c.schedule().convention()),
                     "must be MEMWALL or DEEPSPEED");
+  }
+  if (!LrSchedule::Warmup_IsValid(c.schedule().warmup())) {
+    return BadField(what, "schedule.warmup", static_cast<int>(c.schedule().warmup()),
+                    "must be LINEAR_WARMUP or LOG_WARMUP");
+  }
+  if (c.schedule().warmup() == LrSchedule::LOG_WARMUP && c.schedule().convention() != LrSchedule::DEEPSPEED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "schedule.warmup = LOG_WARMUP is DeepSpeed's: it needs convention: DEEPSPEED"));
   }
   if (const LrSchedule& s = filled.schedule(); s.convention() == LrSchedule::DEEPSPEED && s.decay_steps() > 0) {
     if (s.decay() == LrSchedule::LINEAR && s.min_lr_ratio() != 0.0f) {

@@ -200,6 +200,9 @@ TEST(TrainingConfig, EachBadValueNamesItsField) {
   ExpectTrainingError("precision: fp8", "precision is one of PRECISION_UNSPECIFIED, FP32, BF16, FP16");
   ExpectTrainingError("schedule { decay: 7 }", "TrainingConfig schedule.decay = 7 must be COSINE or LINEAR");
   ExpectTrainingError("schedule { convention: 4 }", "TrainingConfig schedule.convention = 4 must be MEMWALL or DEEPSPEED");
+  ExpectTrainingError("schedule { warmup: 3 }", "TrainingConfig schedule.warmup = 3 must be LINEAR_WARMUP or LOG_WARMUP");
+  ExpectTrainingError("schedule { warmup: LOG_WARMUP }",
+                      "schedule.warmup = LOG_WARMUP is DeepSpeed's: it needs convention: DEEPSPEED");
   ExpectTrainingError("schedule { convention: DEEPSPEED decay: LINEAR warmup_steps: 5 decay_steps: 30 }",
                       "schedule.convention = DEEPSPEED decays linearly as WarmupDecayLR does, to 0: set min_lr_ratio: 0");
   ExpectTrainingError("schedule { convention: DEEPSPEED decay: COSINE warmup_steps: 5 decay_steps: 5 }",
@@ -348,7 +351,8 @@ TEST(LearningRate, MemwallConventionFollowsTheDocumentedFormula) {
 // here: warmup_min_lr, or the cosine's get_lr before it has started) and
 // again after each optimizer step that was applied (none after an fp16
 // overflow); a step uses the rate set before it. Its rate at iteration i:
-// i / w during warmup (w at least 2), then 1 (WarmupLR), or with
+// i / w during warmup (w at least 2; warmup_type "linear") or
+// ln(i + 1) / ln(w) ("log"), then 1 (WarmupLR), or with
 // total_num_steps T, max(0, (T - i) / max(1, T - w)) (WarmupDecayLR), or
 // max(0, c + (1 - c) (1 + cos(pi (i - w + 1) / (T - w))) / 2) with
 // cos_min_ratio c (WarmupCosineLR); times the peak rate.
@@ -357,6 +361,7 @@ struct DeepSpeedScheduler {
   double max_lr;
   int64_t warmup, total;
   double cos_min_ratio = 0;
+  bool log_warmup = false;
   int64_t iteration = -1;
   double lr = 0;
   void Step() {
@@ -364,7 +369,7 @@ struct DeepSpeedScheduler {
     const int64_t w = std::max<int64_t>(2, warmup);
     double gamma = 1;
     if (iteration < w) {
-      gamma = double(iteration) / double(w);
+      gamma = log_warmup ? std::log(double(iteration + 1)) * (1.0 / std::log(double(w))) : double(iteration) / double(w);
     } else if (kind == kWarmupDecayLR) {
       gamma = std::max(0.0, double(total - iteration) / double(std::max<int64_t>(1, total - w)));
     } else if (kind == kWarmupCosineLR) {
@@ -381,6 +386,7 @@ TEST(LearningRate, DeepSpeedConventionIsDeepSpeedsSchedulerStepForStep) {
     S::Kind kind;
     int64_t warmup, total;
     float cos_min_ratio;
+    bool log_warmup = false;
   };
   for (const Case& k : std::initializer_list<Case>{{S::kWarmupDecayLR, 5, 30, 0},
                                                    {S::kWarmupLR, 5, 0, 0},
@@ -388,7 +394,10 @@ TEST(LearningRate, DeepSpeedConventionIsDeepSpeedsSchedulerStepForStep) {
                                                    {S::kWarmupDecayLR, 0, 12, 0},
                                                    {S::kWarmupDecayLR, 20, 12, 0},
                                                    {S::kWarmupCosineLR, 5, 30, 0.1f},
-                                                   {S::kWarmupCosineLR, 0, 25, 0.0001f}}) {
+                                                   {S::kWarmupCosineLR, 0, 25, 0.0001f},
+                                                   {S::kWarmupLR, 10, 0, 0, true},
+                                                   {S::kWarmupDecayLR, 6, 30, 0, true},
+                                                   {S::kWarmupCosineLR, 1, 20, 0.1f, true}}) {
     const int64_t warmup = k.warmup, total = k.total;
     TrainingConfig c;
     c.mutable_adam()->set_lr(6e-4f);
@@ -396,12 +405,13 @@ TEST(LearningRate, DeepSpeedConventionIsDeepSpeedsSchedulerStepForStep) {
     s.set_convention(LrSchedule::DEEPSPEED), s.set_warmup_steps(warmup), s.set_decay_steps(total);
     s.set_decay(k.kind == S::kWarmupCosineLR ? LrSchedule::COSINE : LrSchedule::LINEAR);
     s.set_min_lr_ratio(k.cos_min_ratio);
+    s.set_warmup(k.log_warmup ? LrSchedule::LOG_WARMUP : LrSchedule::LINEAR_WARMUP);
     ASSERT_TRUE(ValidateTrainingConfig(c).ok()) << ValidateTrainingConfig(c);
     const TrainingConfig filled = WithDefaults(c);
-    DeepSpeedScheduler ds{k.kind, filled.adam().lr(), warmup, total, filled.schedule().min_lr_ratio()};
+    DeepSpeedScheduler ds{k.kind, filled.adam().lr(), warmup, total, filled.schedule().min_lr_ratio(), k.log_warmup};
     int64_t applied = 0;
     for (int64_t step = 1; step <= 40; ++step) {
-      EXPECT_FLOAT_EQ(ScheduledLearningRate(filled, step, applied), ds.lr)
+      EXPECT_EQ(ScheduledLearningRate(filled, step, applied), static_cast<float>(ds.lr))
           << "w " << warmup << " T " << total << " step " << step;
       const bool overflow = step == 7 || step == 8;  // fp16 skips: neither scheduler moves
       if (!overflow) ++applied, ds.Step();
