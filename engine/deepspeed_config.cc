@@ -485,19 +485,18 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
            scheduler_type = *s;
            // DeepSpeed's own step for step (LrSchedule.convention), so a
            // config gives the learning rates DeepSpeed would.
+           schedule.set_convention(zero::LrSchedule::DEEPSPEED);
+           constexpr absl::string_view kStepForStep = ", step for step as DeepSpeed (schedule.convention: DEEPSPEED)";
            if (*s == "WarmupLR") {
-             schedule.set_decay_steps(0), schedule.set_convention(zero::LrSchedule::DEEPSPEED);
-             tr.Line(k, v, "linear warmup, then a constant lr (schedule.decay_steps: 0), step for step as DeepSpeed "
-                           "(schedule.convention: DEEPSPEED)");
+             schedule.set_decay_steps(0);
+             tr.Line(k, v, absl::StrCat("warmup, then a constant lr (schedule.decay_steps: 0)", kStepForStep));
            } else if (*s == "WarmupDecayLR") {
              schedule.set_decay(zero::LrSchedule::LINEAR), schedule.set_min_lr_ratio(0);
-             schedule.set_convention(zero::LrSchedule::DEEPSPEED);
-             tr.Line(k, v, "linear warmup, then linear decay to 0 (schedule.decay: LINEAR, min_lr_ratio: 0), step for "
-                           "step as DeepSpeed (schedule.convention: DEEPSPEED)");
+             tr.Line(k, v, absl::StrCat("warmup, then linear decay to 0 (schedule.decay: LINEAR, min_lr_ratio: 0)",
+                                        kStepForStep));
            } else if (*s == "WarmupCosineLR") {
-             schedule.set_decay(zero::LrSchedule::COSINE), schedule.set_convention(zero::LrSchedule::DEEPSPEED);
-             tr.Line(k, v, "linear warmup, then cosine decay (schedule.decay: COSINE), step for step as DeepSpeed "
-                           "(schedule.convention: DEEPSPEED)");
+             schedule.set_decay(zero::LrSchedule::COSINE);
+             tr.Line(k, v, absl::StrCat("warmup, then cosine decay (schedule.decay: COSINE)", kStepForStep));
            } else {
              tr.Refuse(k, absl::StrCat("memwall's schedules are WarmupLR, WarmupDecayLR and WarmupCosineLR, not ",
                                        Translator::Show(v)));

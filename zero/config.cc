@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <string>
 #include <utility>
 #include <vector>
@@ -486,34 +487,43 @@ TrainingConfig WithDefaults(const TrainingConfig& c) {
   return out;
 }
 
-float ScheduledLearningRate(const TrainingConfig& filled, int64_t step, int64_t applied) {
-  const double lr = filled.adam().lr();
-  const LrSchedule& s = filled.schedule();
-  if (s.convention() == LrSchedule::DEEPSPEED) {
-    const int64_t i = applied - 1, w = std::max<int64_t>(2, s.warmup_steps()), t = s.decay_steps();
-    if (i < 0) return 0.0f;
-    if (i < w) {
-      // In DeepSpeed's order of operations, so the doubles agree.
-      const double g = s.warmup() == LrSchedule::LOG_WARMUP ? std::log(double(i + 1)) * (1.0 / std::log(double(w)))
-                                                            : double(i) / double(w);
-      return static_cast<float>(lr * g);
-    }
-    if (t <= 0) return static_cast<float>(lr);
-    if (s.decay() == LrSchedule::LINEAR) {
-      return static_cast<float>(lr * std::max(0.0, double(t - i) / double(std::max<int64_t>(1, t - w))));
-    }
-    const double m = s.min_lr_ratio();
-    const double cosine = (1.0 + std::cos(3.141592653589793 * double(i - w + 1) / double(t - w))) / 2.0;
-    return static_cast<float>(lr * std::max(0.0, m + (1.0 - m) * cosine));
-  }
+namespace {
+
+// LrSchedule::MEMWALL: step s of every step.
+double MemwallRate(const LrSchedule& s, double lr, int64_t step) {
   const int64_t w = s.warmup_steps();
-  if (step <= w) return static_cast<float>(lr * double(step) / double(w + 1));
-  if (s.decay_steps() <= w) return static_cast<float>(lr);
+  if (step <= w) return lr * double(step) / double(w + 1);
+  if (s.decay_steps() <= w) return lr;
   const double progress = std::min(1.0, double(step - w) / double(s.decay_steps() - w));
   // The fraction of the way from min_lr_ratio * lr back up to lr.
   const double remaining =
-      s.decay() == LrSchedule::LINEAR ? 1.0 - progress : 0.5 * (1.0 + std::cos(3.141592653589793 * progress));
-  return static_cast<float>(lr * (s.min_lr_ratio() + (1.0 - s.min_lr_ratio()) * remaining));
+      s.decay() == LrSchedule::LINEAR ? 1.0 - progress : 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+  return lr * (s.min_lr_ratio() + (1.0 - s.min_lr_ratio()) * remaining);
+}
+
+// LrSchedule::DEEPSPEED: DeepSpeed's scheduler at iteration i = applied - 1,
+// in DeepSpeed's order of operations, so the doubles agree.
+double DeepSpeedRate(const LrSchedule& s, double lr, int64_t applied) {
+  const int64_t i = applied - 1, w = std::max<int64_t>(2, s.warmup_steps()), t = s.decay_steps();
+  if (i < 0) return 0.0;
+  if (i < w) {
+    return lr * (s.warmup() == LrSchedule::LOG_WARMUP ? std::log(double(i + 1)) * (1.0 / std::log(double(w)))
+                                                      : double(i) / double(w));
+  }
+  if (t <= 0) return lr;
+  if (s.decay() == LrSchedule::LINEAR) return lr * std::max(0.0, double(t - i) / double(std::max<int64_t>(1, t - w)));
+  const double m = s.min_lr_ratio();
+  const double cosine = (1.0 + std::cos(std::numbers::pi * double(i - w + 1) / double(t - w))) / 2.0;
+  return lr * std::max(0.0, m + (1.0 - m) * cosine);
+}
+
+}  // namespace
+
+float ScheduledLearningRate(const TrainingConfig& filled, int64_t step, int64_t applied) {
+  const LrSchedule& s = filled.schedule();
+  const double lr = filled.adam().lr();
+  return static_cast<float>(s.convention() == LrSchedule::DEEPSPEED ? DeepSpeedRate(s, lr, applied)
+                                                                    : MemwallRate(s, lr, step));
 }
 
 absl::Status ValidateTrainingConfig(const TrainingConfig& c, absl::string_view what) {

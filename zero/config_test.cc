@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <initializer_list>
 #include <set>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
