@@ -348,8 +348,9 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
        }},
       {"ignore_unused_parameters", [&](auto& k, auto& v) { tr.Only(k, v, true, "every GPT parameter is used; set it to true"); }},
       {"stage3_max_reuse_distance", [&](auto& k, auto& v) {
-         tr.Only(k, v, 0.0, "memwall releases a gathered module after its use (distance 0); set it to 0 or delete it, "
-                            "and bound the gathered modules with stage3_max_live_parameters");
+         if (auto n = tr.Integer(k, v, 0, int64_t{1} << 53)) {
+           zero.set_max_reuse_distance(*n), tr.Line(k, v, "zero.max_reuse_distance (elements)");
+         }
        }},
       {"elastic_checkpoint", [&](auto& k, auto& v) {
          if (tr.Bool(k, v)) tr.Line(k, v, "nothing: memwall's checkpoints re-partition to any world size");

@@ -130,6 +130,8 @@ const FieldRule kZeroRules[] = {
      kMaxParameters, "elements; Ψ < 2^53"},
     {"max_live_params", Int(kDefaultMaxLiveParams), Check::kPositive, "elements", kMaxParameters,
      "elements; Ψ < 2^53"},
+    {"max_reuse_distance", Int(0), Check::kNonNegative, "elements; 0: release a module after each use",
+     kMaxParameters, "elements; Ψ < 2^53"},
     {"offload_optimizer.pin_memory", Bool(true), Check::kAny, "", 0, "", Scope::kOffloadedOptimizer},
     {"offload_optimizer.tile_elements", Int(kDefaultOffloadTileElements), Check::kPositive, "", kMaxTileElements,
      "a tile is two pinned buffers", Scope::kOffloadedOptimizer},

@@ -36,6 +36,7 @@ TEST(ZeroConfig, DefaultsFillOnlyUnsetFields) {
   EXPECT_EQ(d.prefetch_bucket_bytes(), kDefaultPrefetchBucketBytes);
   EXPECT_EQ(d.param_persistence_threshold(), kDefaultParamPersistenceThreshold);
   EXPECT_EQ(d.max_live_params(), kDefaultMaxLiveParams);
+  EXPECT_EQ(d.max_reuse_distance(), 0) << "a gathered module is released after each use";
   EXPECT_TRUE(ValidateZeroConfig(d).ok());
   EXPECT_FALSE(d.has_offload_optimizer()) << "no offload: nothing filled in";
 }
@@ -59,6 +60,7 @@ TEST(ZeroConfig, EachBadValueNamesItsField) {
   ExpectError("prefetch_bucket_bytes: -1", "prefetch_bucket_bytes = -1 must be >= 0");
   ExpectError("param_persistence_threshold: -1", "param_persistence_threshold = -1 must be >= 0");
   ExpectError("max_live_params: 0", "max_live_params = 0 must be > 0");
+  ExpectError("max_reuse_distance: -1", "max_reuse_distance = -1 must be >= 0");
   ExpectError("stage: 0 offload_optimizer { device: CPU }",
               "offload_optimizer.device = CPU with stage = 0 needs stage 1, 2 or 3");
   ExpectError("stage: 2 offload_optimizer { device: CPU tile_elements: 0 }",

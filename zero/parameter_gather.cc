@@ -46,6 +46,10 @@ MemoryPlan ParameterGather::Plan(const PlanShape& shape) {
            shape.elem() * shape.largest_module +
                std::min(shape.zero.prefetch_bucket_bytes(), shape.elem() * shape.numel),
            /*transient=*/true);
+  if (const int64_t kept = std::min(shape.zero.max_reuse_distance(), shape.numel); kept > 0) {
+    plan.Add("modules kept for reuse", MemorySpace::kDevice, MemoryTag::kCommBuffers, shape.elem() * kept,
+             /*transient=*/true);
+  }
   return plan;
 }
 
@@ -60,6 +64,7 @@ absl::StatusOr<std::unique_ptr<ParameterGather>> ParameterGather::Create(
   g->timeline_ = timeline;
   g->prefetch_bytes_ = config.prefetch_bucket_bytes();
   g->max_live_ = config.max_live_params();
+  g->reuse_distance_ = config.max_reuse_distance();
   const size_t elem = SizeOf(dtype);
 
   // Persistent parameters: whole on every rank, bound once.
@@ -240,10 +245,11 @@ absl::Status ParameterGather::Acquire(models::Module& m) {
                                   : (position_ < trace_.size() ? trace_[position_] : kPastTrace);
   MEMWALL_RETURN_IF_ERROR(Check(id, expected));
   if (recording_) trace_.push_back(id);
-  ++position_;
   auto [entry, inserted] = live_.try_emplace(id);
   Live& live = entry->second;
   if (inserted) MEMWALL_RETURN_IF_ERROR(Gather(id, live));
+  if (live.kept) kept_elements_ -= live.elements, live.kept = false;
+  live.request = position_++;
   ++live.refs;
   MEMWALL_RETURN_IF_ERROR(device_.compute_stream().Wait(*live.ready));
   const size_t elem = SizeOf(dtype_);
@@ -261,7 +267,7 @@ absl::Status ParameterGather::Prefetch() {
   const size_t elem = SizeOf(dtype_);
   int64_t unused = 0;  // gathered ahead, not acquired yet
   for (const auto& [id, live] : live_) {
-    if (live.refs == 0) unused += live.elements;
+    if (live.refs == 0 && !live.kept) unused += live.elements;
   }
   size_t i = position_;
   for (; i < trace_.size(); ++i) {
@@ -297,6 +303,7 @@ absl::Status ParameterGather::Free(int module) {
     MEMWALL_RETURN_IF_ERROR(coll_.Wait(*done_));
   }
   live_elements_ -= it->second.elements;
+  if (it->second.kept) kept_elements_ -= it->second.elements;
   spare_events_.push_back(std::move(it->second.ready));
   live_.erase(it);  // the memory returns in coll's order
   return absl::OkStatus();
@@ -316,7 +323,23 @@ absl::Status ParameterGather::Release(models::Module& m) {
     const char* at = static_cast<const char*>(p->value.data());
     if (at >= begin && at < end) p->value = Deferred(*p);
   }
+  if (KeepForReuse(it->second, live->second)) {
+    live->second.kept = true;
+    kept_elements_ += live->second.elements;
+    return absl::OkStatus();
+  }
   return Free(it->second);
+}
+
+bool ParameterGather::KeepForReuse(int module, const Live& live) const {
+  if (recording_ || live.elements > reuse_distance_ - kept_elements_) return false;
+  // Only on the recorded order (a departure from it fails the stream at the
+  // next request's divergence check).
+  if (live.request >= trace_.size() || trace_[live.request] != module) return false;
+  const size_t next = next_request_[live.request];
+  if (next >= trace_.size() || next < position_) return false;
+  // The requests still to come before the next use: positions [position_, next).
+  return elements_before_[next] - elements_before_[position_] <= reuse_distance_;
 }
 
 void ParameterGather::BeginPass() {
@@ -330,7 +353,20 @@ absl::Status ParameterGather::EndPass() {
   const int expected = recording_ ? kNotRecorded
                                   : (position_ < trace_.size() ? trace_[position_] : kEndOfPass);
   MEMWALL_RETURN_IF_ERROR(Check(kEndOfPass, expected));
-  recording_ = false;
+  if (recording_) {
+    recording_ = false;
+    next_request_.assign(trace_.size(), trace_.size());
+    elements_before_.assign(trace_.size() + 1, 0);
+    absl::flat_hash_map<int, size_t> later;  // module -> its request after k
+    for (size_t k = trace_.size(); k-- > 0;) {
+      const auto found = later.find(trace_[k]);
+      if (found != later.end()) next_request_[k] = found->second;
+      later[trace_[k]] = k;
+    }
+    for (size_t k = 0; k < trace_.size(); ++k) {
+      elements_before_[k + 1] = elements_before_[k] + GatheredElements(Own(*modules_[trace_[k]]));
+    }
+  }
   std::vector<int> unused;
   for (const auto& [id, live] : live_) {
     if (live.refs > 0) {

@@ -16,6 +16,18 @@
 // read-ahead buffers (offload_param.read_ahead_buffers), so the first hop
 // runs further ahead than the copy and the all-gather.
 //
+// Reuse: a module released while the trace has its next request within
+// max_reuse_distance elements (the gathered elements of the requests in
+// between) keeps its gathered parameters for that request instead of
+// gathering them again, as long as all kept modules stay within
+// max_reuse_distance elements. Only a request within the pass counts, so a
+// module's last release in a pass frees it: nothing is kept into the step
+// that changes the shards. Under activation checkpointing a block's
+// recompute is followed at once by its backward, so a distance of twice
+// the largest block gathers each block twice a pass, not three times.
+// Nothing changes in what is computed: a kept module holds what a new
+// gather would bring.
+//
 // Persistent parameters: a parameter of at most param_persistence_threshold
 // elements stays whole on every rank (a bias or a norm is not worth a
 // collective); it is refreshed from its owners after each optimizer step.
@@ -76,7 +88,8 @@ class ParameterGather {
   // check" (2 int32 per rank, device) and its pinned host copy (+ 2 int32),
   // and, transient, "gathered modules": the module in use (at most the
   // largest) and what prefetch may hold (prefetch_bucket_bytes, at most the
-  // model), gathered and freed as passes run.
+  // model), gathered and freed as passes run; "modules kept for reuse" (at
+  // most max_reuse_distance elements, at most the model), transient too.
   static MemoryPlan Plan(const PlanShape& shape);
 
   // `shard`: where this rank's layout.shard() elements of shape.dtype live;
@@ -102,6 +115,8 @@ class ParameterGather {
     std::unique_ptr<Event> ready;  // on coll: the gather has landed
     int refs = 0;
     int64_t elements = 0;
+    size_t request = 0;  // the trace position of its latest Acquire
+    bool kept = false;   // released, held for its next request (reuse)
   };
 
   ParameterGather(const FlatLayout& layout, Device& device, Communicator& comm, Stream& coll,
@@ -129,6 +144,9 @@ class ParameterGather {
   std::vector<Piece> OwnPieces(const std::vector<models::Parameter*>& params) const;
   absl::Status CheckIo();
   absl::Status Prefetch();
+  // At its release: whether `live` (of `module`, no longer in use) is held
+  // for its next request, by max_reuse_distance.
+  bool KeepForReuse(int module, const Live& live) const;
   absl::Status Free(int module);
   Tensor Deferred(const models::Parameter& p) const {
     return Tensor(nullptr, dtype_, p.shape, &device_);
@@ -141,7 +159,7 @@ class ParameterGather {
   DType dtype_;
   ParameterStore* shard_ = nullptr;
   Timeline* timeline_ = nullptr;
-  int64_t prefetch_bytes_ = 0, max_live_ = 0;
+  int64_t prefetch_bytes_ = 0, max_live_ = 0, reuse_distance_ = 0;
 
   // Modules with at least one non-persistent parameter, by index.
   std::vector<models::Module*> modules_;
@@ -153,6 +171,12 @@ class ParameterGather {
   absl::flat_hash_map<int, Live> live_;
   int64_t live_elements_ = 0;
   std::vector<int> trace_;
+  // Once the trace is recorded, per position k: the position of the same
+  // module's next request (trace_.size() if none), and the gathered
+  // elements of the requests before k (k = 0..size).
+  std::vector<size_t> next_request_;
+  std::vector<int64_t> elements_before_;
+  int64_t kept_elements_ = 0;
   bool recording_ = true;
   size_t position_ = 0;  // Acquire calls so far in this pass
   int64_t pass_ = 0;

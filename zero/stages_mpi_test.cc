@@ -21,6 +21,7 @@
 
 #include "engine/engine.h"
 #include "engine/estimate.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
@@ -51,11 +52,14 @@ struct Case {
   float clip = 1.0f;
   float initial_loss_scale = 65536.0f;
   bool bandwidth_centric = false;  // stage 3's partitioning (ZeRO-Infinity §6.1)
+  int64_t reuse_distance = 0;      // stage 3's max_reuse_distance
   models::GptConfig model = Small();
   int64_t seq = 16;
   std::string Name() const {
     return absl::StrCat("stage ", stage, overlap ? " overlap" : "", " micro ", micro_batch, " x ",
-                        accumulation, " ", PrecisionName(precision), bandwidth_centric ? " bandwidth-centric" : "");
+                        accumulation, " ", PrecisionName(precision), bandwidth_centric ? " bandwidth-centric" : "",
+                        model.activation_checkpointing() ? " checkpointing" : "",
+                        reuse_distance > 0 ? absl::StrCat(" reuse ", reuse_distance) : "");
   }
 };
 
@@ -80,6 +84,7 @@ TrainerOptions Options(const Case& s) {
   o.training.mutable_zero()->set_prefetch_bucket_bytes(16384);
   o.training.mutable_zero()->set_param_persistence_threshold(40);
   if (s.bandwidth_centric) o.training.mutable_zero()->set_partitioning(ZeroConfig::BANDWIDTH_CENTRIC);
+  o.training.mutable_zero()->set_max_reuse_distance(s.reuse_distance);
   if (s.exact_sums) {
     o.edit_micro_batch = [](int rank, int64_t, int64_t tokens, int32_t*, int32_t* targets) {
       if (rank > 0) std::fill(targets, targets + tokens, -1);
@@ -374,6 +379,7 @@ class CountingCommunicator : public Communicator {
   CommBackend backend() const override { return inner_.backend(); }
   bool host_staged() const override { return inner_.host_staged(); }
   int reduces = 0, reduce_scatters = 0;
+  int64_t broadcast_and_gathered = 0;  // elements received by broadcasts and all-gathers, but int32 checks
 
  protected:
   absl::Status DoAllReduce(const Tensor& send, const Tensor& recv, ReduceOp op, Stream& s) override {
@@ -384,6 +390,7 @@ class CountingCommunicator : public Communicator {
     return inner_.ReduceScatter(send, recv, op, s);
   }
   absl::Status DoAllGather(const Tensor& send, const Tensor& recv, Stream& s) override {
+    if (recv.dtype() != DType::kI32) broadcast_and_gathered += recv.numel();
     return inner_.AllGather(send, recv, s);
   }
   absl::Status DoReduce(const Tensor& send, const Tensor& recv, ReduceOp op, int root, Stream& s) override {
@@ -391,6 +398,7 @@ class CountingCommunicator : public Communicator {
     return inner_.Reduce(send, recv, op, root, s);
   }
   absl::Status DoBroadcast(const Tensor& buffer, int root, Stream& s) override {
+    if (buffer.dtype() != DType::kI32) broadcast_and_gathered += buffer.numel();
     return inner_.Broadcast(buffer, root, s);
   }
   absl::Status DoBarrier(Stream& s) override { return inner_.Barrier(s); }
@@ -423,6 +431,122 @@ TEST_F(Stages, BandwidthCentricGradientsAreOneReduceScatterAParameter) {
     } else {
       EXPECT_EQ(counting.reduce_scatters, 0);
       EXPECT_GE(counting.reduces, W()) << "a bucket's pieces, each to its owner";
+    }
+  }
+}
+
+// Stage 3's max_reuse_distance: a released module whose next request comes
+// within the distance keeps its gathered parameters for it. What is computed
+// does not change (a kept module holds what a new gather would bring), so
+// losses and weights equal those of distance 0 bit for bit. What changes is
+// the gather volume of a step, counted here from the model's own hooks: at
+// distance 0 a module is gathered at each request outside its open scopes
+// (a block's weights twice a pass, three times with checkpointing's
+// recompute; the tied wte three times, its head's backward nested in its
+// forward), while a distance that covers the pass (4Ψ) gathers each module
+// once a pass. A distance of two blocks keeps the recompute for the
+// backward only: strictly in between. Everything kept stays within the
+// estimate's device buffers.
+TEST_F(Stages, Stage3ReuseDistanceGathersLessAndTrainsBitForBit) {
+  constexpr int64_t kThreshold = 40;  // Options' param_persistence_threshold
+  const int64_t psi = models::CountParameters(Small());
+  for (bool checkpointing : {false, true}) {
+    for (Precision precision : {Precision::FP32, Precision::BF16}) {
+      Case base;
+      base.stage = 3;
+      base.overlap = true;
+      base.accumulation = 2;
+      base.micro_batch = 8 / (W() * base.accumulation);
+      base.precision = precision;
+      base.model.set_activation_checkpointing(checkpointing);
+      struct Run {
+        Outcome outcome;
+        int64_t volume = 0;  // the second step's broadcast and gathered elements
+        int64_t saved = 0;   // its requests past each module's first in a pass, in elements
+        int64_t comm_peak = 0, comm_estimate = 0;
+      };
+      auto run = [&](int64_t distance) {
+        Case s = base;
+        s.reuse_distance = distance;
+        Run r;
+        auto device = *CreateCpuDevice();
+        auto model = *models::Gpt::Create(s.model);
+        auto data = models::SyntheticSource(50000, s.model.vocab(), 3);
+        CountingCommunicator counting(*comm_);
+        const TrainerOptions o = Options(s);
+        auto trainer = engine::CreateTrainer(*model, *device, counting, o);
+        EXPECT_TRUE(trainer.ok()) << trainer.status();
+        if (!trainer.ok()) return r;
+        // Per module with a gathered parameter: its open scopes, and its
+        // outer requests in the current pass.
+        absl::flat_hash_map<const models::Module*, int> open, requests;
+        bool counting_requests = false;
+        const int hook = model->AddHookRecursive([&](models::Module& m, models::HookPoint point) {
+          bool gathered = false;
+          for (const auto& p : m.own_parameters()) gathered |= p->numel() > kThreshold;
+          if (!gathered || !counting_requests) return absl::OkStatus();
+          if (point == models::HookPoint::kBeforeForward || point == models::HookPoint::kBeforeBackward) {
+            if (open[&m]++ == 0) ++requests[&m];
+          } else {
+            --open[&m];
+          }
+          return absl::OkStatus();
+        });
+        for (int step = 1; step <= 4; ++step) {
+          const int64_t before = counting.broadcast_and_gathered;
+          counting_requests = step == 2;
+          auto st = (*trainer)->Step(*data);
+          EXPECT_TRUE(st.ok()) << s.Name() << ": " << st.status();
+          if (!st.ok()) return r;
+          r.outcome.losses.push_back(st->loss);
+          if (step == 2) r.volume = counting.broadcast_and_gathered - before;
+        }
+        model->RemoveHookRecursive(hook);
+        for (const auto& [m, n] : requests) {
+          int64_t elements = 0;
+          for (const auto& p : m->own_parameters()) elements += p->numel();
+          // n requests over `accumulation` passes, one of them first in each.
+          r.saved += (n - s.accumulation) * elements;
+        }
+        auto weights = (*trainer)->MasterWeights();
+        EXPECT_TRUE(weights.ok()) << weights.status();
+        if (weights.ok()) r.outcome.weights = *std::move(weights);
+        r.comm_peak = int64_t(device->memory().account().peak(MemoryTag::kCommBuffers));
+        engine::EstimateInput in;
+        in.model = s.model;
+        in.ranks = W();
+        in.training = o.training;
+        auto e = engine::EstimateMemory(in);
+        EXPECT_TRUE(e.ok()) << e.status();
+        if (e.ok()) r.comm_estimate = e->of(MemoryTag::kCommBuffers);
+        return r;
+      };
+      const std::string what = absl::StrCat(base.Name(), ", world ", W());
+      const Run none = run(0);
+      const Run all = run(4 * psi);
+      ASSERT_EQ(none.outcome.losses.size(), 4u) << what;
+      ASSERT_EQ(all.outcome.losses.size(), 4u) << what;
+      EXPECT_EQ(all.outcome.losses, none.outcome.losses) << what;
+      EXPECT_EQ(test::CountBitDifferences(all.outcome.weights, none.outcome.weights), 0u) << what;
+      ASSERT_GT(none.saved, 0) << what << ": every block is requested in forward and backward";
+      EXPECT_EQ(none.volume - all.volume, none.saved) << what << ": each module gathered once a pass";
+      EXPECT_LE(all.comm_peak, all.comm_estimate) << what << ": kept modules within the plan";
+      EXPECT_LT(none.comm_estimate, all.comm_estimate) << what << ": the plan holds the kept modules";
+      if (checkpointing) {
+        // The largest block's gathered elements (every block is alike).
+        int64_t block = 0;
+        auto model = *models::Gpt::Create(base.model);
+        for (models::Parameter* p : model->Parameters()) {
+          if (p->name.rfind("h.0.", 0) == 0) block += p->numel();
+        }
+        ASSERT_GT(block, 0);
+        const Run two_blocks = run(2 * block);
+        EXPECT_EQ(two_blocks.outcome.losses, none.outcome.losses) << what;
+        EXPECT_EQ(test::CountBitDifferences(two_blocks.outcome.weights, none.outcome.weights), 0u) << what;
+        EXPECT_LT(two_blocks.volume, none.volume) << what << ": each recompute's modules kept for the backward";
+        EXPECT_GT(two_blocks.volume, all.volume) << what << ": the forward's released for the recompute";
+        EXPECT_LE(two_blocks.comm_peak, two_blocks.comm_estimate) << what << ": kept modules within the plan";
+      }
     }
   }
 }
