@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "google/protobuf/struct.pb.h"
-#include "google/protobuf/util/json_util.h"
+#include "runtime/files.h"
 #include "runtime/status.h"
 #include "zero/config.h"
 
@@ -63,7 +63,7 @@ class Translator {
   const std::vector<std::string>& refused() const { return refused_; }
 
   void Line(const std::string& key, const Value& v, const std::string& becomes) {
-    out_.lines.push_back(absl::StrCat(key, " = ", Show(v), " -> ", becomes));
+    out_.lines.push_back(absl::StrCat(key, " = ", JsonValueText(v), " -> ", becomes));
   }
   bool HasLine(absl::string_view key) const {
     for (const std::string& line : out_.lines) {
@@ -73,25 +73,6 @@ class Translator {
   }
   void Note(const std::string& key, const std::string& becomes) {
     out_.lines.push_back(absl::StrCat(key, " (absent) -> ", becomes));
-  }
-
-  static std::string Show(const Value& v) {
-    switch (v.kind_case()) {
-      case Value::kNumberValue: {
-        const double d = v.number_value();
-        if (d == std::floor(d) && std::fabs(d) < 1e15) return absl::StrCat(static_cast<int64_t>(d));
-        return absl::StrCat(d);
-      }
-      case Value::kStringValue: return absl::StrCat("\"", v.string_value(), "\"");
-      case Value::kBoolValue: return v.bool_value() ? "true" : "false";
-      case Value::kNullValue: return "null";
-      case Value::kListValue: {
-        std::vector<std::string> items;
-        for (const Value& item : v.list_value().values()) items.push_back(Show(item));
-        return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
-      }
-      default: return "{...}";
-    }
   }
 
   // The Hugging Face Trainer's placeholder, refused saying what to write
@@ -106,7 +87,7 @@ class Translator {
   std::optional<double> Number(const std::string& key, const Value& v) {
     if (RefusedAuto(key, v, "the number")) return std::nullopt;
     if (v.kind_case() != Value::kNumberValue || !std::isfinite(v.number_value())) {
-      Refuse(key, absl::StrCat("must be a number, not ", Show(v)));
+      Refuse(key, absl::StrCat("must be a number, not ", JsonValueText(v)));
       return std::nullopt;
     }
     return v.number_value();
@@ -116,7 +97,7 @@ class Translator {
     const std::optional<double> d = Number(key, v);
     if (!d) return std::nullopt;
     if (*d != std::floor(*d) || *d < double(lo) || *d > double(hi)) {
-      Refuse(key, absl::StrCat("must be a whole number in [", lo, ", ", hi, "], not ", Show(v)));
+      Refuse(key, absl::StrCat("must be a whole number in [", lo, ", ", hi, "], not ", JsonValueText(v)));
       return std::nullopt;
     }
     return static_cast<int64_t>(*d);
@@ -124,21 +105,21 @@ class Translator {
   std::optional<bool> Bool(const std::string& key, const Value& v) {
     if (RefusedAuto(key, v, "true or false")) return std::nullopt;
     if (v.kind_case() != Value::kBoolValue) {
-      Refuse(key, absl::StrCat("must be true or false, not ", Show(v)));
+      Refuse(key, absl::StrCat("must be true or false, not ", JsonValueText(v)));
       return std::nullopt;
     }
     return v.bool_value();
   }
   std::optional<std::string> String(const std::string& key, const Value& v) {
     if (v.kind_case() != Value::kStringValue) {
-      Refuse(key, absl::StrCat("must be a string, not ", Show(v)));
+      Refuse(key, absl::StrCat("must be a string, not ", JsonValueText(v)));
       return std::nullopt;
     }
     return v.string_value();
   }
   const Struct* Object(const std::string& key, const Value& v) {
     if (v.kind_case() != Value::kStructValue) {
-      Refuse(key, absl::StrCat("must be an object, not ", Show(v)));
+      Refuse(key, absl::StrCat("must be an object, not ", JsonValueText(v)));
       return nullptr;
     }
     return &v.struct_value();
@@ -218,14 +199,9 @@ std::string DeepSpeedKeyOf(const std::vector<std::string>& lines, absl::string_v
 
 absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view json, absl::string_view origin) {
   Struct root;
-  google::protobuf::util::JsonParseOptions parse;
-  if (const auto st = google::protobuf::util::JsonStringToMessage(std::string(json), &root, parse); !st.ok()) {
-    // The parser's own words, without its status code's name.
-    std::string why(st.message().data(), st.message().size());
-    absl::StripLeadingAsciiWhitespace(&why);
-    if (absl::StartsWith(why, ":")) why = std::string(absl::StripLeadingAsciiWhitespace(why.substr(1)));
-    if (why == "Root element must be a message.") why = "the top level is not an object";
-    return absl::InvalidArgumentError(absl::StrCat(origin, ": not a DeepSpeed JSON config (a JSON object): ", why));
+  if (const absl::Status st = ParseJsonObject(json, root); !st.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": not a DeepSpeed JSON config (a JSON object): ", st.message()));
   }
   DeepSpeedTranslation out;
   TrainingConfig& t = out.training;
@@ -259,7 +235,7 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
       set(d);
       tr.Line(key, v, absl::StrCat("device: ", absl::AsciiStrToUpper(d)));
     } else {
-      tr.Refuse(key, absl::StrCat("must be \"cpu\", \"nvme\" or \"none\", not ", Translator::Show(v)));
+      tr.Refuse(key, absl::StrCat("must be \"cpu\", \"nvme\" or \"none\", not ", JsonValueText(v)));
     }
   };
   using H = Translator::Handler;
@@ -413,7 +389,7 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
       {"betas", [&](auto& k, auto& v) {
          if (tr.RefusedAuto(k, v, "the two numbers, [beta1, beta2]")) return;
          if (v.kind_case() != Value::kListValue || v.list_value().values_size() != 2) {
-           return tr.Refuse(k, absl::StrCat("must be a list of two numbers, not ", Translator::Show(v)));
+           return tr.Refuse(k, absl::StrCat("must be a list of two numbers, not ", JsonValueText(v)));
          }
          auto b1 = tr.Number(k, v.list_value().values(0)), b2 = tr.Number(k, v.list_value().values(1));
          if (b1 && b2) adam.set_beta1(float(*b1)), adam.set_beta2(float(*b2)), tr.Line(k, v, "adam.beta1, adam.beta2");
@@ -427,7 +403,7 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
          if (auto s = tr.String(k, v)) {
            optimizer_type = absl::AsciiStrToLower(*s);
            if (optimizer_type != "adam" && optimizer_type != "adamw") {
-             tr.Refuse(k, absl::StrCat("memwall's optimizer is Adam or AdamW, not ", Translator::Show(v)));
+             tr.Refuse(k, absl::StrCat("memwall's optimizer is Adam or AdamW, not ", JsonValueText(v)));
            }
          }
        }},
@@ -463,7 +439,7 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
            } else if (*s == "log") {
              schedule.set_warmup(zero::LrSchedule::LOG_WARMUP), tr.Line(k, v, "schedule.warmup: LOG_WARMUP");
            } else {
-             tr.Refuse(k, absl::StrCat("must be \"linear\" or \"log\", not ", Translator::Show(v)));
+             tr.Refuse(k, absl::StrCat("must be \"linear\" or \"log\", not ", JsonValueText(v)));
            }
          }
        }},
@@ -500,7 +476,7 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
              tr.Line(k, v, absl::StrCat("warmup, then cosine decay (schedule.decay: COSINE)", kStepForStep));
            } else {
              tr.Refuse(k, absl::StrCat("memwall's schedules are WarmupLR, WarmupDecayLR and WarmupCosineLR, not ",
-                                       Translator::Show(v)));
+                                       JsonValueText(v)));
            }
          }
        }},

@@ -1,8 +1,10 @@
 #include "models/gpt_io.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <set>
 #include <utility>
@@ -10,7 +12,6 @@
 
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/text_format.h"
-#include "google/protobuf/util/json_util.h"
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -183,11 +184,16 @@ absl::StatusOr<int64_t> RecordedHeads(const SafetensorsFile& file) {
   if (std::filesystem::exists(json_path, ec)) {
     MEMWALL_ASSIGN_OR_RETURN(const std::string json, ReadRegularFile(json_path, "Hugging Face config"));
     google::protobuf::Struct root;
-    if (!google::protobuf::util::JsonStringToMessage(json, &root).ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(json_path, " is not JSON"));
+    if (const absl::Status st = ParseJsonObject(json, root); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(json_path, " is not a JSON object: ", st.message()));
     }
-    if (auto n = root.fields().find("n_head"); n != root.fields().end() && n->second.has_number_value()) {
-      from_json = static_cast<int64_t>(n->second.number_value());
+    if (auto n = root.fields().find("n_head"); n != root.fields().end()) {
+      const double v = n->second.has_number_value() ? n->second.number_value() : 0;
+      if (!(v >= 1 && v <= double(std::numeric_limits<int32_t>::max()) && v == std::floor(v))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            json_path, ": n_head must be a whole number >= 1 (the attention heads), not ", JsonValueText(n->second)));
+      }
+      from_json = static_cast<int64_t>(v);
     }
   }
   if (from_metadata && from_json && *from_metadata != *from_json) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <set>
@@ -15,6 +16,7 @@
 #include "models/data.h"
 #include "models/flat_storage.h"
 #include "runtime/cpu_device.h"
+#include "runtime/files.h"
 
 namespace memwall::models {
 namespace {
@@ -69,6 +71,66 @@ TEST(Safetensors, ExportThenImportGivesIdenticalLogits) {
   EXPECT_EQ(inferred->hidden(), 16);
   EXPECT_EQ(inferred->vocab(), 300);
   EXPECT_EQ(inferred->positions(), 10);
+}
+
+// The head count is the one thing the tensors do not say: InferGptConfig
+// takes it from the file's metadata or a Hugging Face config.json beside
+// it, and refuses each kind of bad or contradicting record by name.
+TEST(Safetensors, TheHeadCountComesFromTheMetadataOrConfigJson) {
+  Bound a(Tiny(), 1);
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::filesystem::path root = std::string(tmp != nullptr ? tmp : "/tmp") + "/heads";
+  std::vector<SafetensorsTensor> tensors;
+  for (Parameter* p : a.model->Parameters()) tensors.push_back({p->name, DType::kF32, p->shape, p->value.data()});
+  int case_number = 0;
+  // Weights with (or without) the exporter's metadata, a config.json beside
+  // them holding `json` unless it is null; the inferred config.
+  auto infer = [&](bool metadata, const char* json, int64_t heads = 0) {
+    const std::filesystem::path dir = root / std::to_string(++case_number);
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / "model.safetensors").string();
+    if (metadata) {
+      EXPECT_TRUE(ExportGpt(*a.model, *a.device, path).ok());
+    } else {
+      EXPECT_TRUE(WriteSafetensors(path, tensors, {}).ok());
+    }
+    if (json != nullptr) EXPECT_TRUE(WriteFileAtomically((dir / "config.json").string(), json).ok());
+    auto file = SafetensorsFile::Read(path);
+    EXPECT_TRUE(file.ok()) << file.status();
+    return InferGptConfig(*file, heads);
+  };
+  auto refused = [](const absl::StatusOr<GptConfig>& got, const std::string& says) {
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+    EXPECT_NE(got.status().message().find(says), std::string::npos) << got.status();
+    EXPECT_NE(got.status().message().find("config.json"), std::string::npos) << got.status();
+  };
+  auto from_metadata = infer(true, nullptr);
+  ASSERT_TRUE(from_metadata.ok()) << from_metadata.status();
+  EXPECT_EQ(from_metadata->heads(), 2);
+  auto from_json = infer(false, R"({"model_type": "gpt2", "n_head": 4})");
+  ASSERT_TRUE(from_json.ok()) << from_json.status();
+  EXPECT_EQ(from_json->heads(), 4);
+  auto both = infer(true, R"({"n_head": 2})");
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->heads(), 2);
+
+  refused(infer(true, R"({"n_head": 4})"), "records 2 heads but");
+  refused(infer(false, R"({"n_head": 4,)"), "is not a JSON object: ");
+  refused(infer(false, "[4]"), "is not a JSON object: the top level is not an object");
+  refused(infer(false, R"({"n_head": "4"})"), "n_head must be a whole number >= 1 (the attention heads), not \"4\"");
+  refused(infer(false, R"({"n_head": 0})"), "n_head must be a whole number >= 1 (the attention heads), not 0");
+  refused(infer(false, R"({"n_head": 2.5})"), "not 2.5");
+  refused(infer(false, R"({"n_head": 1e300})"), "n_head must be a whole number >= 1");
+  refused(infer(false, R"({"n_head": null})"), "not null");
+  // Nothing recorded: the caller must say.
+  auto none = infer(false, R"({"model_type": "gpt2"})");
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument) << none.status();
+  EXPECT_NE(none.status().message().find("records no head count"), std::string::npos) << none.status();
+  EXPECT_NE(none.status().message().find("give the head count (--heads)"), std::string::npos) << none.status();
+  auto given = infer(false, nullptr, 4);
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ(given->heads(), 4);
+  EXPECT_NE(infer(true, nullptr, 4).status().message().find("contradicts the 2 heads recorded"), std::string::npos);
 }
 
 std::string ReadAll(const std::string& path) {

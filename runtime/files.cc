@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,12 +16,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/message.h"
+#include "google/protobuf/struct.pb.h"
 #include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
 #include "runtime/status.h"
 
 namespace memwall {
@@ -243,6 +248,37 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
   MEMWALL_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> f, AtomicFile::Open(path));
   MEMWALL_RETURN_IF_ERROR(f->Write(contents.data(), contents.size()));
   return f->Commit();
+}
+
+absl::Status ParseJsonObject(absl::string_view json, google::protobuf::Struct& out) {
+  const auto st = google::protobuf::util::JsonStringToMessage(std::string(json), &out);
+  if (st.ok()) return absl::OkStatus();
+  // The parser's own words, without its status code's name.
+  std::string why(st.message().data(), st.message().size());
+  absl::StripLeadingAsciiWhitespace(&why);
+  if (absl::StartsWith(why, ":")) why = std::string(absl::StripLeadingAsciiWhitespace(why.substr(1)));
+  if (why == "Root element must be a message.") why = "the top level is not an object";
+  return absl::InvalidArgumentError(why);
+}
+
+std::string JsonValueText(const google::protobuf::Value& v) {
+  using google::protobuf::Value;
+  switch (v.kind_case()) {
+    case Value::kNumberValue: {
+      const double d = v.number_value();
+      if (d == std::floor(d) && std::fabs(d) < 1e15) return absl::StrCat(static_cast<int64_t>(d));
+      return absl::StrCat(d);
+    }
+    case Value::kStringValue: return absl::StrCat("\"", v.string_value(), "\"");
+    case Value::kBoolValue: return v.bool_value() ? "true" : "false";
+    case Value::kNullValue: return "null";
+    case Value::kListValue: {
+      std::vector<std::string> items;
+      for (const Value& item : v.list_value().values()) items.push_back(JsonValueText(item));
+      return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
+    }
+    default: return "{...}";
+  }
 }
 
 std::string JsonString(absl::string_view value) {

@@ -13,6 +13,8 @@
 
 namespace google::protobuf {
 class Message;
+class Struct;
+class Value;
 }
 
 namespace memwall {
@@ -77,6 +79,15 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 
 // `value` as a JSON string literal, quotes included ("a\"b").
 std::string JsonString(absl::string_view value);
+
+// `json` as a JSON object, into `out`. Anything else is InvalidArgument in
+// the parser's own words (what it met where), or "the top level is not an
+// object"; the caller names the file.
+absl::Status ParseJsonObject(absl::string_view json, google::protobuf::Struct& out);
+
+// `v` as a message shows it: numbers as written when whole (1e9 as
+// 1000000000), strings quoted, lists item by item, an object as {...}.
+std::string JsonValueText(const google::protobuf::Value& v);
 
 // Parses a text proto into `out`. A syntax error or unknown field is an
 // InvalidArgument: "<origin>: not a <Type> text proto: line L column C: ...";
