@@ -258,6 +258,15 @@ absl::Status ParseJsonObject(absl::string_view json, google::protobuf::Struct& o
   absl::StripLeadingAsciiWhitespace(&why);
   if (absl::StartsWith(why, ":")) why = std::string(absl::StripLeadingAsciiWhitespace(why.substr(1)));
   if (why == "Root element must be a message.") why = "the top level is not an object";
+  // A duplicate key is named by the parser's path through its own message
+  // types ("(fields[1].value.struct_value.fields[0]) ..."): say it plainly.
+  const std::string repeated = "Repeated map key: '";
+  if (const size_t at = why.find(repeated); at != std::string::npos) {
+    const size_t begin = at + repeated.size(), end = why.find('\'', begin);
+    if (end != std::string::npos) {
+      why = absl::StrCat("the key \"", why.substr(begin, end - begin), "\" appears twice in one object");
+    }
+  }
   return absl::InvalidArgumentError(why);
 }
 

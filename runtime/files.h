@@ -1,5 +1,6 @@
 // Files that are whole or absent, and text protos read with a message that
-// says where they are wrong. For checkpoints, results and exported weights.
+// says where they are wrong (JSON objects too). For checkpoints, results and
+// exported weights.
 #ifndef MEMWALL_RUNTIME_FILES_H_
 #define MEMWALL_RUNTIME_FILES_H_
 

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "google/protobuf/duration.pb.h"
+#include "google/protobuf/struct.pb.h"
 #include "gtest/gtest.h"
 #include "runtime/status.h"
 
@@ -94,6 +95,32 @@ TEST(ParseTextProto, AValueOutOfRangeNamesItsField) {
             std::string::npos)
       << st;
   EXPECT_NE(ParseTextProto("nanos: 1e99", "d", &d).message().find("(the value of nanos)"), std::string::npos);
+}
+
+// A JSON object or InvalidArgument in the parser's words, never its status
+// code's name or its internal message paths.
+TEST(ParseJsonObject, ParsesAnObjectAndSaysWhatElseItMet) {
+  google::protobuf::Struct s;
+  ASSERT_TRUE(ParseJsonObject(R"({"a": {"b": [1, "x", null, true]}})", s).ok());
+  EXPECT_EQ(JsonValueText(s.fields().at("a").struct_value().fields().at("b")), R"([1, "x", null, true])");
+  google::protobuf::Value big;
+  big.set_number_value(1e9);
+  EXPECT_EQ(JsonValueText(big), "1000000000");
+  big.set_number_value(2.5);
+  EXPECT_EQ(JsonValueText(big), "2.5");
+  EXPECT_EQ(JsonValueText(s.fields().at("a")), "{...}");
+
+  const absl::Status list = ParseJsonObject("[1, 2]", s);
+  EXPECT_EQ(list.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(list.message(), "the top level is not an object");
+  const absl::Status twice = ParseJsonObject(R"({"z": {"stage": 3, "stage": 1}})", s);
+  EXPECT_EQ(twice.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(twice.message(), "the key \"stage\" appears twice in one object");
+  const absl::Status cut = ParseJsonObject(R"({"a": [1, 2)", s);
+  EXPECT_EQ(cut.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(cut.message().empty());
+  EXPECT_EQ(cut.message().find("INVALID_ARGUMENT"), std::string::npos) << cut;
+  EXPECT_NE(cut.message()[0], ':') << cut;
 }
 
 // Everything that is not a regular file is refused by kind, naming the
