@@ -94,7 +94,9 @@ TEST(Safetensors, TheHeadCountComesFromTheMetadataOrConfigJson) {
     } else {
       EXPECT_TRUE(WriteSafetensors(path, tensors, {}).ok());
     }
-    if (json != nullptr) EXPECT_TRUE(WriteFileAtomically((dir / "config.json").string(), json).ok());
+    if (json != nullptr) {
+      EXPECT_TRUE(WriteFileAtomically((dir / "config.json").string(), json).ok());
+    }
     auto file = SafetensorsFile::Read(path);
     EXPECT_TRUE(file.ok()) << file.status();
     return InferGptConfig(*file, heads);
