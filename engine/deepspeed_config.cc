@@ -531,7 +531,21 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
        }},
       {"zero_allow_untested_optimizer", [&](auto& k, auto& v) { if (tr.Bool(k, v)) tr.Line(k, v, "nothing"); }},
       {"zero_force_ds_cpu_optimizer", [&](auto& k, auto& v) { if (tr.Bool(k, v)) tr.Line(k, v, "nothing: offload always steps with memwall's CPU Adam"); }},
-      {"fp16", [&](auto& k, auto& v) { if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", fp16_block); }},
+      {"fp16", [&](auto& k, auto& v) {
+         const Struct* s = tr.Object(k, v);
+         if (s == nullptr) return;
+         if (fp16) return tr.Walk(*s, k + ".", fp16_block);
+         // Not enabled: DeepSpeed reads none of the block's settings (a
+         // bf16 config often keeps the fp16 block with "enabled": false).
+         // Its names are still checked, and "enabled" read as ever.
+         std::map<std::string, H> unused;
+         for (const auto& [name, handler] : fp16_block) {
+           unused[name] = name == "enabled" ? handler : [&](auto& key, auto& value) {
+             tr.Line(key, value, "nothing: fp16 is not enabled");
+           };
+         }
+         tr.Walk(*s, k + ".", unused);
+       }},
       {"bf16", [&](auto& k, auto& v) { if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", bf16_block); }},
       {"bfloat16", [&](auto& k, auto& v) { if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", bf16_block); }},
       {"zero_optimization", [&](auto& k, auto& v) { if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", zero_optimization); }},

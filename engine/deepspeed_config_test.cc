@@ -158,6 +158,21 @@ TEST(DeepSpeedConfig, RefusesEachKeyItCannotHonourByName) {
                 "zero_optimization.offload_optimizer.device", "must be \"cpu\", \"nvme\" or \"none\"");
   ExpectRefused(R"({"fp16": {"enabled": true, "loss_scale": 128}})", "fp16.loss_scale", "dynamically only");
   ExpectRefused(R"({"fp16": {"enabled": true, "hysteresis": 2}})", "fp16.hysteresis", "set it to 1");
+  // Not enabled, the fp16 block's settings do nothing (as in DeepSpeed),
+  // whatever their values; its names are still checked.
+  for (const char* json : {R"({"bf16": {"enabled": true}, "fp16": {"enabled": false, "hysteresis": 2, "loss_scale": 128,
+                                                                      "initial_scale_power": 16}})",
+                           R"({"fp16": {"hysteresis": 2, "consecutive_hysteresis": true}})"}) {
+    auto disabled = Translate(json);
+    ASSERT_TRUE(disabled.ok()) << json << ": " << disabled.status();
+    EXPECT_NE(disabled->training.precision(), zero::FP16) << json;
+    EXPECT_FALSE(disabled->training.has_loss_scaling()) << json;
+    EXPECT_TRUE(absl::StrContains(absl::StrJoin(disabled->lines, "\n"),
+                                  "fp16.hysteresis = 2 -> nothing: fp16 is not enabled"))
+        << absl::StrJoin(disabled->lines, "\n");
+  }
+  ExpectRefused(R"({"fp16": {"enabled": false, "hysterisis": 2}})", "fp16.hysterisis", "not a DeepSpeed key");
+  ExpectRefused(R"({"fp16": {"enabled": "auto", "hysteresis": 2}})", "fp16.enabled", "auto");
   ExpectRefused(R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})", "fp16.enabled", "enable one of them");
   ExpectRefused(R"({"optimizer": {"type": "Lamb"}})", "optimizer.type", "Adam or AdamW");
   ExpectRefused(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10, "warmup_type": "exp"}}})",
