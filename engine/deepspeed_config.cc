@@ -365,11 +365,14 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
        }},
       {"hysteresis", [&](auto& k, auto& v) {
          if (auto n = tr.Integer(k, v, 1, 1 << 20)) {
-           if (*n != 1) return tr.Refuse(k, "memwall halves the scale at every overflow (hysteresis 1); set it to 1");
-           tr.Line(k, v, "memwall's behaviour");
+           t.mutable_loss_scaling()->set_hysteresis(*n), tr.Line(k, v, "loss_scaling.hysteresis");
          }
        }},
-      {"consecutive_hysteresis", [&](auto& k, auto& v) { tr.Only(k, v, false, "memwall halves the scale at every overflow; set it to false"); }},
+      {"consecutive_hysteresis", [&](auto& k, auto& v) {
+         if (auto b = tr.Bool(k, v)) {
+           t.mutable_loss_scaling()->set_consecutive_hysteresis(*b), tr.Line(k, v, "loss_scaling.consecutive_hysteresis");
+         }
+       }},
       {"auto_cast", [&](auto& k, auto& v) { tr.Only(k, v, false, "memwall's GPT runs in the parameters' type; set it to false"); }},
   };
   const std::map<std::string, H> bf16_block = {
@@ -590,8 +593,9 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
         "true (DeepSpeed's stage 3 swaps the gradient partition with the optimizer states; "
         "--set='zero { offload_optimizer { gradients_on_nvme: false } }' keeps it in pinned host memory)");
   }
-  if (fp16 && !tr.HasLine("fp16.hysteresis")) {
-    tr.Note("fp16.hysteresis", "1: the scale halves at every overflow (DeepSpeed's default is 2)");
+  if (fp16 && !t.loss_scaling().has_hysteresis()) {
+    t.mutable_loss_scaling()->set_hysteresis(2);
+    tr.Note("fp16.hysteresis", "loss_scaling.hysteresis: 2 (DeepSpeed's default; memwall's is 1)");
   }
   if (!scheduler_type.empty()) {
     if (!warmup_type) {

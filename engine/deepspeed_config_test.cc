@@ -120,6 +120,17 @@ TEST(DeepSpeedConfig, BucketBytesFollowThePrecision) {
   EXPECT_FLOAT_EQ(c.loss_scaling().initial_scale(), 4096.0f);
   EXPECT_EQ(c.loss_scaling().growth_interval(), 500);
   EXPECT_FLOAT_EQ(c.loss_scaling().min_scale(), 2.0f);
+  EXPECT_EQ(c.loss_scaling().hysteresis(), 2) << "DeepSpeed's default, where the block does not say";
+  EXPECT_FALSE(c.loss_scaling().consecutive_hysteresis());
+  EXPECT_TRUE(absl::StrContains(absl::StrJoin(fp16->lines, "\n"),
+                                "fp16.hysteresis (absent) -> loss_scaling.hysteresis: 2 (DeepSpeed's default"));
+  auto given = Translate(R"({"fp16": {"enabled": true, "hysteresis": 4, "consecutive_hysteresis": true}})");
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ(given->training.loss_scaling().hysteresis(), 4);
+  EXPECT_TRUE(given->training.loss_scaling().consecutive_hysteresis());
+  auto bf16 = Translate(R"({"bf16": {"enabled": true}})");
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_FALSE(bf16->training.loss_scaling().has_hysteresis()) << "no loss scaling outside fp16";
 }
 
 TEST(DeepSpeedConfig, StatesDeepSpeedsDefaultsWhereMemwallsDiffer) {
@@ -157,7 +168,7 @@ TEST(DeepSpeedConfig, RefusesEachKeyItCannotHonourByName) {
   ExpectRefused(R"({"zero_optimization": {"offload_optimizer": {"device": "gpu"}}})",
                 "zero_optimization.offload_optimizer.device", "must be \"cpu\", \"nvme\" or \"none\"");
   ExpectRefused(R"({"fp16": {"enabled": true, "loss_scale": 128}})", "fp16.loss_scale", "dynamically only");
-  ExpectRefused(R"({"fp16": {"enabled": true, "hysteresis": 2}})", "fp16.hysteresis", "set it to 1");
+  ExpectRefused(R"({"fp16": {"enabled": true, "hysteresis": 0}})", "fp16.hysteresis", "whole number in [1, ");
   // Not enabled, the fp16 block's settings do nothing (as in DeepSpeed),
   // whatever their values; its names are still checked.
   for (const char* json : {R"({"bf16": {"enabled": true}, "fp16": {"enabled": false, "hysteresis": 2, "loss_scale": 128,

@@ -769,8 +769,9 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
     }
     meta.set_step(step_);
     meta.set_adam_step(adam_step_);
-    meta.set_loss_scale(loss_scale_);
-    meta.set_clean_steps(clean_steps_);
+    meta.set_loss_scale(loss_scaler_.scale());
+    meta.set_clean_steps(loss_scaler_.state().clean_steps);
+    meta.set_hysteresis_left(loss_scaler_.state().hysteresis_left);
     meta.set_seed(training_->seed());
     meta.set_global_batch(int64_t{world} * training_->accumulation() * training_->micro_batch());
     meta.set_seq(training_->seq());
@@ -962,9 +963,11 @@ absl::Status Trainer::Load(const std::string& step_dir) {
   step_ = meta.step();
   adam_step_ = meta.adam_step();
   // A loss scale carries over only between fp16 runs.
-  const bool fp16 = training_->precision() == FP16;
-  loss_scale_ = !fp16 ? 1.0f : meta.precision() == "fp16" ? meta.loss_scale() : training_->loss_scaling().initial_scale();
-  clean_steps_ = fp16 && meta.precision() == "fp16" ? meta.clean_steps() : 0;
+  if (training_->precision() == FP16 && meta.precision() == "fp16") {
+    loss_scaler_.Restore({meta.loss_scale(), meta.clean_steps(), meta.hysteresis_left()});
+  } else {
+    loss_scaler_ = LossScaler(LossScalingOf(training_.config()));
+  }
   MEMWALL_RETURN_IF_ERROR(RefreshComputeCopy());
   MEMWALL_RETURN_IF_ERROR(coll().Synchronize());
   return device_.compute_stream().Synchronize();

@@ -1,8 +1,8 @@
 // Sharded checkpoints under mpirun with 1, 2 and 4 ranks:
 //   - resume: 10 steps, save, a fresh trainer loads and runs 10 more; the
 //     losses and weights equal an uninterrupted 20-step run bit for bit, at
-//     every stage, in fp32, bf16 and fp16 (loss scale and its counter carry
-//     over);
+//     every stage, in fp32, bf16 and fp16 (loss scale, its counter and its
+//     hysteresis carry over);
 //   - damage: a flipped byte in a shard or in the metadata, a missing shard,
 //     a missing marker, a truncated shard, another model's checkpoint and a
 //     different global batch are each refused on every rank with a Status
@@ -21,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <random>
 #include <string>
@@ -57,8 +58,11 @@ struct Case {
   int64_t accumulation = 1;
   int layers = 2;
   bool bandwidth_centric = false;  // stage 3: a chunk of every parameter on every rank
+  int64_t hysteresis = 1;          // fp16: overflows to halve the loss scale
+  int save_at = 10;                // the step the checkpoint is saved after (of 20)
   std::string Name() const {
-    return absl::StrCat("stage ", stage, " ", PrecisionName(precision), bandwidth_centric ? " bandwidth-centric" : "");
+    return absl::StrCat("stage ", stage, " ", PrecisionName(precision), bandwidth_centric ? " bandwidth-centric" : "",
+                        hysteresis > 1 ? absl::StrCat(" hysteresis ", hysteresis) : "");
   }
 };
 
@@ -76,6 +80,7 @@ TrainerOptions Options(const Case& c, int world) {
   // steps, so the saved scale and counter matter.
   o.training.mutable_loss_scaling()->set_initial_scale(1 << 20);
   o.training.mutable_loss_scaling()->set_growth_interval(3);
+  o.training.mutable_loss_scaling()->set_hysteresis(c.hysteresis);
   o.training.mutable_zero()->set_stage(c.stage);
   o.training.mutable_zero()->set_overlap_comm(c.stage >= 2);
   o.training.mutable_zero()->set_reduce_bucket_bytes(4096);
@@ -149,6 +154,10 @@ TEST_F(Checkpoints, ResumingMatchesAnUninterruptedRunBitForBit) {
   cases.push_back({0, Precision::FP16});
   cases.push_back({3, Precision::FP32, 1, 2, /*bandwidth_centric=*/true});
   cases.push_back({3, Precision::BF16, 2, 2, /*bandwidth_centric=*/true});
+  // Saved after step 15 has absorbed an overflow (one to go), with step 16
+  // overflowing: the resumed run must halve the scale there, as the
+  // uninterrupted one does (with the hysteresis restored it would not).
+  cases.push_back({3, Precision::FP16, 1, 2, false, /*hysteresis=*/2, /*save_at=*/15});
   for (const Case& c : cases) {
     SCOPED_TRACE(c.Name());
     // Uninterrupted.
@@ -160,35 +169,40 @@ TEST_F(Checkpoints, ResumingMatchesAnUninterruptedRunBitForBit) {
     const float expected_scale = whole->trainer->loss_scale();
     whole->trainer.reset();
 
-    // 10 steps, save, and a fresh trainer (initialized from the seed, then
-    // overwritten) resumes.
+    // save_at steps (10 unless the case says), save, and a fresh trainer
+    // (initialized from the seed, then overwritten) resumes.
     const std::string dir = TmpDir(absl::StrCat("resume_stage", c.stage, "_", PrecisionName(c.precision),
-                                                c.bandwidth_centric ? "_bandwidth" : ""));
+                                                c.bandwidth_centric ? "_bandwidth" : "", "_h", c.hysteresis));
     std::vector<double> losses;
     std::string path;
     {
       auto first = Start(*comm_, c);
       ASSERT_TRUE(first.ok()) << first.status();
-      Steps(*first, 10, losses);
+      Steps(*first, c.save_at, losses);
       auto saved = first->trainer->Save(dir);
       ASSERT_TRUE(saved.ok()) << saved.status();
       path = *saved;
     }
-    EXPECT_EQ(path, CheckpointPath(dir, 10));
+    EXPECT_EQ(path, CheckpointPath(dir, c.save_at));
+    if (c.hysteresis > 1) {
+      auto meta = ReadCheckpointMetadata(path);
+      ASSERT_TRUE(meta.ok()) << meta.status();
+      EXPECT_EQ(meta->hysteresis_left(), 1) << "the case needs an absorbed overflow at the save";
+    }
     EXPECT_EQ(*LatestCheckpoint(dir), path);
     auto second = Start(*comm_, c);
     ASSERT_TRUE(second.ok()) << second.status();
     const absl::Status loaded = second->trainer->Load(path);
     ASSERT_TRUE(loaded.ok()) << loaded;
-    EXPECT_EQ(second->trainer->steps_done(), 10);
-    Steps(*second, 10, losses);
+    EXPECT_EQ(second->trainer->steps_done(), c.save_at);
+    Steps(*second, 20 - c.save_at, losses);
     ASSERT_EQ(losses.size(), expected.size());
     for (size_t i = 0; i < losses.size(); ++i) {
       EXPECT_EQ(losses[i], expected[i]) << "step " << i + 1;
     }
     EXPECT_TRUE(Bitwise(Weights(*second), expected_weights));
     EXPECT_EQ(second->trainer->loss_scale(), expected_scale);
-    if (c.precision == Precision::FP16) {
+    if (c.precision == Precision::FP16 && c.hysteresis == 1) {
       EXPECT_NE(expected_scale, 1 << 20);  // it did move
     }
   }

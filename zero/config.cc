@@ -162,6 +162,9 @@ const FieldRule kTrainingRules[] = {
     {"loss_scaling.initial_scale", Float(kDefaultInitialLossScale), Check::kFiniteAtLeastOne},
     {"loss_scaling.growth_interval", Int(kDefaultLossScaleGrowthInterval), Check::kPositive, "", kMaxSteps, "steps"},
     {"loss_scaling.min_scale", Float(kDefaultMinLossScale), Check::kFinitePositive},
+    {"loss_scaling.hysteresis", Int(1), Check::kPositive, "overflows to halve the scale; 1: every overflow",
+     kMaxSteps, "overflows"},
+    {"loss_scaling.consecutive_hysteresis", Bool(false)},
     {"seed", Int(static_cast<int64_t>(kDefaultSeed))},
 };
 

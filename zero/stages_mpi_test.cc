@@ -53,6 +53,7 @@ struct Case {
   float initial_loss_scale = 65536.0f;
   bool bandwidth_centric = false;  // stage 3's partitioning (ZeRO-Infinity §6.1)
   int64_t reuse_distance = 0;      // stage 3's max_reuse_distance
+  int64_t hysteresis = 1;          // fp16: overflows to halve the loss scale
   models::GptConfig model = Small();
   int64_t seq = 16;
   std::string Name() const {
@@ -74,6 +75,7 @@ TrainerOptions Options(const Case& s) {
   o.training.set_clip_norm(s.clip);
   o.training.mutable_loss_scaling()->set_initial_scale(s.initial_loss_scale);
   o.training.mutable_loss_scaling()->set_growth_interval(3);
+  o.training.mutable_loss_scaling()->set_hysteresis(s.hysteresis);
   o.training.mutable_zero()->set_stage(s.stage);
   o.training.mutable_zero()->set_overlap_comm(s.overlap);
   // Small buckets, so a pass fills and flushes several and the all-gather
@@ -553,28 +555,36 @@ TEST_F(Stages, Stage3ReuseDistanceGathersLessAndTrainsBitForBit) {
 
 TEST_F(Stages, Fp16OverflowSkipsTheSameStepsAtEveryStage) {
   // A loss scale of 2^32 overflows fp16 gradients: the step is skipped and
-  // the scale halves until it fits, then grows every 3 clean steps. Every
-  // stage must see the overflow from its shards (the flag is summed over
-  // ranks) and skip exactly the steps stage 0 skips.
-  Case base;
-  base.micro_batch = 2;
-  base.precision = Precision::FP16;
-  base.exact_sums = true;
-  base.clip = 0;
-  base.initial_loss_scale = 4294967296.0f;
-  const Outcome zero = Train(*comm_, base, 30);
-  ASSERT_EQ(zero.skipped.size(), 30u);
-  const int skipped = std::count(zero.skipped.begin(), zero.skipped.end(), true);
-  ASSERT_GT(skipped, 0) << "the test needs overflowing steps";
-  ASSERT_LT(skipped, 30) << "and clean ones";
-  for (int stage : {1, 2, 3}) {
-    Case s = base;
-    s.stage = stage;
-    s.overlap = stage != 2;
-    const Outcome got = Train(*comm_, s, 30);
-    EXPECT_EQ(got.skipped, zero.skipped) << s.Name();
-    EXPECT_EQ(got.loss_scales, zero.loss_scales) << s.Name();
-    EXPECT_EQ(got.weights, zero.weights) << s.Name() << ", world " << W();
+  // the scale halves until it fits (with hysteresis 2, from the second
+  // overflow), then grows every 3 clean steps. Every stage must see the
+  // overflow from its shards (the flag is summed over ranks) and skip
+  // exactly the steps stage 0 skips.
+  for (int64_t hysteresis : {1, 2}) {
+    Case base;
+    base.micro_batch = 2;
+    base.precision = Precision::FP16;
+    base.exact_sums = true;
+    base.clip = 0;
+    base.initial_loss_scale = 4294967296.0f;
+    base.hysteresis = hysteresis;
+    const Outcome zero = Train(*comm_, base, 30);
+    ASSERT_EQ(zero.skipped.size(), 30u);
+    const int skipped = std::count(zero.skipped.begin(), zero.skipped.end(), true);
+    ASSERT_GT(skipped, 0) << "the test needs overflowing steps";
+    ASSERT_LT(skipped, 30) << "and clean ones";
+    if (hysteresis == 2) {
+      EXPECT_TRUE(zero.skipped[0]) << "2^32 overflows";
+      EXPECT_EQ(zero.loss_scales[1], zero.loss_scales[0]) << "the first overflow is absorbed";
+    }
+    for (int stage : {1, 2, 3}) {
+      Case s = base;
+      s.stage = stage;
+      s.overlap = stage != 2;
+      const Outcome got = Train(*comm_, s, 30);
+      EXPECT_EQ(got.skipped, zero.skipped) << s.Name() << ", hysteresis " << hysteresis;
+      EXPECT_EQ(got.loss_scales, zero.loss_scales) << s.Name() << ", hysteresis " << hysteresis;
+      EXPECT_EQ(got.weights, zero.weights) << s.Name() << ", world " << W() << ", hysteresis " << hysteresis;
+    }
   }
 }
 

@@ -33,11 +33,15 @@ static TrainerOptions Wiring(TrainerOptions options) {
   return options;
 }
 
+
 Trainer::Trainer(models::Gpt& model, Device& device, Communicator& comm, const TrainerOptions& options,
                  TrainingOptions training)
-    : model_(model), device_(device), comm_(comm), options_(Wiring(options)), training_(std::move(training)) {
-  loss_scale_ = training_->precision() == FP16 ? training_->loss_scaling().initial_scale() : 1.0f;
-}
+    : model_(model),
+      device_(device),
+      comm_(comm),
+      options_(Wiring(options)),
+      training_(std::move(training)),
+      loss_scaler_(LossScalingOf(training_.config())) {}
 
 Trainer::~Trainer() {
   (void)device_.Synchronize();
@@ -285,10 +289,10 @@ absl::StatusOr<StepStats> Trainer::Step(const models::TokenSource& data) {
   StepStats stats;
   stats.step = step_;
   stats.loss = sums.tokens > 0 ? double(sums.loss) / double(sums.tokens) : 0.0;
-  stats.loss_scale = loss_scale_;
+  stats.loss_scale = loss_scaler_.scale();
   stats.lr = ScheduledLearningRate(training_.config(), step_, adam_step_);
   stats.tokens = GlobalTokens();
-  stats.grad_norm = std::sqrt(double(sums.squares)) / loss_scale_;
+  stats.grad_norm = std::sqrt(double(sums.squares)) / loss_scaler_.scale();
   const StepOutcome outcome = DecideUpdate(sums, stats);
   const absl::StatusOr<bool> changed = optimizer_->Step(outcome, params_->shard(), s);
   MEMWALL_RETURN_IF_ERROR(AgreeOnOptimizer(changed.status(), "the optimizer step"));
@@ -325,7 +329,7 @@ absl::Status Trainer::CheckData(const models::TokenSource& data) {
 absl::StatusOr<models::LossSum> Trainer::ForwardBackward(const models::TokenSource& data) {
   // The loss is the mean over the global batch's tokens, scaled by the loss
   // scale: each token's gradient is loss_scale / tokens.
-  const float grad_scale = loss_scale_ / static_cast<float>(GlobalTokens());
+  const float grad_scale = loss_scaler_.scale() / static_cast<float>(GlobalTokens());
   const models::BatchLayout layout = batch_layout();
   Stream& s = device_.compute_stream();
   std::vector<int32_t> ids(training_->micro_batch() * training_->seq()), targets(ids.size());
@@ -387,18 +391,14 @@ StepOutcome Trainer::DecideUpdate(const GlobalSums& sums, StepStats& stats) {
   if (sums.overflow || !std::isfinite(sums.squares)) {
     stats.skipped = true;
     stats.grad_norm = NAN;
-    if (training_->precision() == FP16) loss_scale_ = std::max(training_->loss_scaling().min_scale(), loss_scale_ / 2);
-    clean_steps_ = 0;
+    if (training_->precision() == FP16) loss_scaler_.Update(/*overflow=*/true);
     return outcome;
   }
   const double clip = training_->clip_norm() > 0 && stats.grad_norm > training_->clip_norm()
                           ? training_->clip_norm() / (stats.grad_norm + 1e-6)
                           : 1.0;
-  outcome.update = StepUpdate{stats.lr, ++adam_step_, static_cast<float>(clip / loss_scale_)};
-  if (training_->precision() == FP16 && ++clean_steps_ >= training_->loss_scaling().growth_interval()) {
-    loss_scale_ *= 2;
-    clean_steps_ = 0;
-  }
+  outcome.update = StepUpdate{stats.lr, ++adam_step_, static_cast<float>(clip / loss_scaler_.scale())};
+  if (training_->precision() == FP16) loss_scaler_.Update(/*overflow=*/false);
   return outcome;
 }
 

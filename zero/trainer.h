@@ -42,7 +42,8 @@
 //     fp16 overflow becomes inf there)
 //   all-reduce(sum) of the gradients over the data-parallel ranks
 //   global gradient norm and inf/NaN flag (one fused pass)
-//   overflow: skip the step; fp16 halves the loss scale
+//   overflow: skip the step; fp16 halves the loss scale (after `hysteresis`
+//     overflows: zero/loss_scaler.h)
 //   otherwise: Adam/AdamW on fp32 master weights with
 //     grad_scale = min(1, clip / norm) / loss_scale, then the compute copy
 //     of the parameters is refreshed (rounded to 16 bits in 16-bit modes)
@@ -70,6 +71,7 @@
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/timeline.h"
+#include "zero/loss_scaler.h"
 #include "zero/config.h"
 #include "zero/gradient_reduction.h"
 #include "zero/parameter_placement.h"
@@ -161,7 +163,7 @@ class Trainer {
   absl::StatusOr<int32_t> MaxOverRanks(int32_t mine);
 
   int64_t steps_done() const { return step_; }
-  float loss_scale() const { return loss_scale_; }
+  float loss_scale() const { return loss_scaler_.scale(); }
   int stage() const { return training_->zero().stage(); }
   const TrainingOptions& training() const { return training_; }
   const FlatLayout& layout() const { return layout_; }
@@ -263,8 +265,7 @@ class Trainer {
   Buffer loss_;                  // [loss sum, tokens] for the all-reduce
   int64_t step_ = 0;
   int64_t adam_step_ = 0;        // steps actually applied (bias correction)
-  float loss_scale_ = 1.0f;
-  int64_t clean_steps_ = 0;
+  LossScaler loss_scaler_;       // fp16; at scale 1 and never updated otherwise
 };
 
 }  // namespace memwall::zero
