@@ -30,7 +30,6 @@ using zero::TrainingConfig;
 const std::map<std::string, std::string>& Refusals() {
   static const auto* refusals = new std::map<std::string, std::string>{
       {"amp", "use \"bf16\": {\"enabled\": true} or the \"fp16\" block"},
-      {"aio", "delete the block: memwall's I/O engine sizes its blocks and queues itself (infinity/aio.h)"},
       {"zero_optimization.offload_optimizer.buffer_count",
        "give the NVMe swap buffers' pinned bytes instead (--set='zero { offload_optimizer { pinned_budget_bytes: N } }')"},
       {"zero_optimization.offload_param.buffer_size",
@@ -375,6 +374,22 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
        }},
       {"auto_cast", [&](auto& k, auto& v) { tr.Only(k, v, false, "memwall's GPT runs in the parameters' type; set it to false"); }},
   };
+  // ZeRO-Infinity's I/O engine (infinity/aio.h) for the NVMe swap files.
+  auto aio_count = [&](void (zero::AioConfig::*set)(int64_t), int64_t max, const char* field) {
+    return [&, set, max, field](const std::string& k, const Value& v) {
+      if (auto n = tr.Integer(k, v, 1, max)) (zero.mutable_aio()->*set)(*n), tr.Line(k, v, field);
+    };
+  };
+  const std::map<std::string, H> aio_block = {
+      {"block_size", aio_count(&zero::AioConfig::set_block_bytes, zero::kMaxAioBlockBytes, "zero.aio.block_bytes")},
+      {"queue_depth", aio_count(&zero::AioConfig::set_queue_depth, zero::kMaxAioQueueDepth, "zero.aio.queue_depth")},
+      {"thread_count", aio_count(&zero::AioConfig::set_threads, zero::kMaxAioThreads, "zero.aio.threads")},
+      {"intra_op_parallelism", aio_count(&zero::AioConfig::set_threads, zero::kMaxAioThreads, "zero.aio.threads")},
+      {"single_submit", [&](auto& k, auto& v) { tr.Only(k, v, false, "memwall submits a thread's blocks together; set it to false"); }},
+      {"overlap_events", [&](auto& k, auto& v) { tr.Only(k, v, true, "memwall overlaps submissions and completions; set it to true"); }},
+      {"use_gds", [&](auto& k, auto& v) { tr.Only(k, v, false, "GPUDirect Storage is not implemented; set it to false"); }},
+  };
+
   const std::map<std::string, H> bf16_block = {
       {"enabled", [&](auto& k, auto& v) { if (tr.Bool(k, v)) tr.Line(k, v, absl::StrCat("precision: ", zero::PrecisionName(t.precision()))); }},
       {"immediate_grad_update", [&](auto& k, auto& v) { if (tr.Bool(k, v)) tr.Line(k, v, "nothing: gradients accumulate in the parameters' type"); }},
@@ -552,6 +567,7 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
       {"bf16", [&](auto& k, auto& v) { if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", bf16_block); }},
       {"bfloat16", [&](auto& k, auto& v) { if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", bf16_block); }},
       {"zero_optimization", [&](auto& k, auto& v) { if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", zero_optimization); }},
+      {"aio", [&](auto& k, auto& v) { if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", aio_block); }},
       {"optimizer", [&](auto& k, auto& v) { if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", optimizer); }},
       {"scheduler", [&](auto& k, auto& v) { if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", scheduler); }},
       {"activation_checkpointing", [&](auto& k, auto& v) {
@@ -563,6 +579,16 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
        }},
   };
   tr.Walk(root, "", top_level);
+
+  // DeepSpeed reads the aio block only for NVMe offload; memwall's config
+  // refuses zero.aio without it, so the block's lines say it does nothing.
+  if (zero.has_aio() && opt.device() != OffloadOptimizerConfig::NVME && param.device() != OffloadParamConfig::NVME) {
+    zero.clear_aio();
+    for (std::string& line : out.lines) {
+      if (!absl::StartsWith(line, "aio.")) continue;
+      line = absl::StrCat(line.substr(0, line.find(" -> ")), " -> nothing: no NVMe offload");
+    }
+  }
 
   // What DeepSpeed assumes where a key is absent, when memwall's default differs.
   if (!t.has_clip_norm()) {

@@ -196,7 +196,8 @@ TEST(DeepSpeedConfig, RefusesEachKeyItCannotHonourByName) {
   EXPECT_TRUE(absl::StrContains(absl::StrJoin(log->lines, "\n"),
                                 "scheduler.params.warmup_type (absent) -> schedule.warmup: LOG_WARMUP (DeepSpeed's default"));
   ExpectRefused(R"({"scheduler": {"type": "OneCycle"}})", "scheduler.type", "WarmupLR, WarmupDecayLR");
-  ExpectRefused(R"({"aio": {"block_size": 1048576}})", "aio", "infinity/aio.h");
+  ExpectRefused(R"({"aio": {"single_submit": true}})", "aio.single_submit", "set it to false");
+  ExpectRefused(R"({"aio": {"queue_depth": 0}})", "aio.queue_depth", "whole number in [1, 4096]");
   ExpectRefused(R"({"tensorboard": {"enabled": true}})", "tensorboard", "step log");
   ExpectRefused(R"({"train_micro_batch_size_per_gpu": "auto"})", "train_micro_batch_size_per_gpu",
                 "\"auto\" is filled in by the Hugging Face Trainer; write the number");
@@ -268,6 +269,35 @@ TEST(DeepSpeedConfig, RefusesEachKeyItCannotHonourByName) {
   ASSERT_FALSE(nvme.ok());
   EXPECT_TRUE(absl::StrContains(nvme.status().message(), "ds_config.json as TrainingConfig zero.offload_optimizer.nvme_path"))
       << nvme.status();
+}
+
+// DeepSpeed's ZeRO-Infinity tutorial config keeps an aio block: it sets the
+// NVMe engine's blocks, queue and threads; without NVMe offload it does
+// nothing, as in DeepSpeed, and says so.
+TEST(DeepSpeedConfig, TheAioBlockSetsTheNvmeEngine) {
+  const std::string aio = R"("aio": {"block_size": 262144, "queue_depth": 16, "thread_count": 2,
+                                      "single_submit": false, "overlap_events": true})";
+  auto nvme = Translate(absl::StrCat(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme",
+      "nvme_path": "/local_nvme"}, "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"}}, )", aio, "}"));
+  ASSERT_TRUE(nvme.ok()) << nvme.status();
+  const zero::AioConfig& a = nvme->training.zero().aio();
+  EXPECT_EQ(a.block_bytes(), 262144);
+  EXPECT_EQ(a.queue_depth(), 16);
+  EXPECT_EQ(a.threads(), 2);
+  EXPECT_TRUE(absl::StrContains(absl::StrJoin(nvme->lines, "\n"), "aio.thread_count = 2 -> zero.aio.threads"));
+  auto cpu = Translate(absl::StrCat(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, )",
+                                    aio, "}"));
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_FALSE(cpu->training.zero().has_aio());
+  EXPECT_TRUE(absl::StrContains(absl::StrJoin(cpu->lines, "\n"), "aio.block_size = 262144 -> nothing: no NVMe offload"))
+      << absl::StrJoin(cpu->lines, "\n");
+  // A block DeepSpeed takes but O_DIRECT cannot: named by both keys.
+  auto odd = Translate(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme",
+      "nvme_path": "/local_nvme"}}, "aio": {"block_size": 1000}})");
+  ASSERT_FALSE(odd.ok());
+  EXPECT_TRUE(absl::StrContains(odd.status().message(), "zero.aio.block_bytes = 1000 must be a multiple of 4096"))
+      << odd.status();
+  EXPECT_TRUE(absl::StrContains(odd.status().message(), "aio.block_size")) << odd.status();
 }
 
 TEST(DeepSpeedConfig, StageThreeNvmeOffloadKeepsTheGradientPartitionOnNvmeAsDeepSpeedDoes) {

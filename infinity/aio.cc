@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status.h"
+#include "zero/config.h"
 
 namespace memwall::infinity {
 
@@ -38,9 +39,21 @@ absl::Status ValidateAioOptions(const AioOptions& o) {
   if (o.block_bytes <= 0 || o.block_bytes % kAioAlignment != 0) {
     return bad("block_bytes", o.block_bytes, absl::StrCat("must be a positive multiple of ", kAioAlignment));
   }
-  if (o.queue_depth < 1 || o.queue_depth > 4096) return bad("queue_depth", o.queue_depth, "must be in [1, 4096]");
-  if (o.threads < 1 || o.threads > 64) return bad("threads", o.threads, "must be in [1, 64]");
+  if (o.queue_depth < 1 || o.queue_depth > zero::kMaxAioQueueDepth) {
+    return bad("queue_depth", o.queue_depth, absl::StrCat("must be in [1, ", zero::kMaxAioQueueDepth, "]"));
+  }
+  if (o.threads < 1 || o.threads > zero::kMaxAioThreads) {
+    return bad("threads", o.threads, absl::StrCat("must be in [1, ", zero::kMaxAioThreads, "]"));
+  }
   return absl::OkStatus();
+}
+
+AioOptions AioOptionsFor(const zero::AioConfig& config) {
+  AioOptions o;
+  if (config.has_block_bytes()) o.block_bytes = config.block_bytes();
+  if (config.has_queue_depth()) o.queue_depth = static_cast<int>(config.queue_depth());
+  if (config.has_threads()) o.threads = static_cast<int>(config.threads());
+  return o;
 }
 
 namespace {

@@ -34,10 +34,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/files.h"
+#include "zero/zero_config.pb.h"
 
 namespace memwall::infinity {
 
-inline constexpr int64_t kAioAlignment = 4096;
+inline constexpr int64_t kAioAlignment = kDirectIoAlignment;
 
 // `bytes` rounded up to a multiple of kAioAlignment: what an O_DIRECT
 // transfer of them moves.
@@ -56,6 +58,9 @@ struct AioOptions {
 };
 // Each value in range; the message names the field.
 absl::Status ValidateAioOptions(const AioOptions& options);
+// The engine's defaults above, with each field `config` sets (a run's
+// zero.aio, checked by zero/config.h) in its place.
+AioOptions AioOptionsFor(const zero::AioConfig& config);
 
 // One block as the kernel would run it, for a fault injector (tests).
 struct AioBlockOp {

@@ -66,6 +66,7 @@ struct Case {
   int64_t tile = kTile;
   std::string swap_dir;  // "": SwapDir()
   bool gradients_on_nvme = false;
+  zero::AioConfig aio;  // the I/O engine's settings (unset: its defaults)
   std::string Name() const {
     return absl::StrCat("stage ", stage, " ", OffloadOptimizerConfig::Device_Name(where), " x", accumulation, " ",
                         zero::PrecisionName(precision), budget > 0 ? absl::StrCat(" budget ", budget) : "",
@@ -86,6 +87,7 @@ zero::TrainerOptions Options(const Case& c, int world) {
     z.mutable_offload_optimizer()->set_nvme_path(c.swap_dir.empty() ? SwapDir() : c.swap_dir);
     if (c.budget > 0) z.mutable_offload_optimizer()->set_pinned_budget_bytes(c.budget);
     if (c.gradients_on_nvme) z.mutable_offload_optimizer()->set_gradients_on_nvme(true);
+    *z.mutable_aio() = c.aio;
   }
   return o;
 }
@@ -125,6 +127,48 @@ TEST_F(NvmeOffload, GivesCpuOffloadsTrainingBitForBit) {
       SCOPED_TRACE(nvme.Name());
       ASSERT_EQ(got.losses.size(), 20u);
       zero::test::ExpectBitForBit(got, want, nvme.Name());
+    }
+  }
+}
+
+// zero.aio reaches the I/O engine of every swap file: with 8 KiB blocks,
+// 2 in flight on each of 3 threads, no block the engine submits is larger
+// (the defaults' 1 MiB blocks take a sub-group's transfer in one), and the
+// training is CPU offload's, bit for bit, the gradient shard on NVMe too.
+TEST_F(NvmeOffload, TheAioSettingsReachTheEngineAndTrainBitForBit) {
+  const Case cpu{2, OffloadOptimizerConfig::CPU, 1, Precision::BF16};
+  const Outcome want = Train(*comm_, cpu, 6);
+  ASSERT_EQ(want.losses.size(), 6u);
+  for (bool set : {false, true}) {
+    Case nvme = cpu;
+    nvme.where = OffloadOptimizerConfig::NVME;
+    nvme.gradients_on_nvme = true;
+    nvme.swap_dir = absl::StrCat(SwapDir(), set ? "/aio_set" : "/aio_default");
+    std::filesystem::create_directories(nvme.swap_dir);
+    if (set) {
+      nvme.aio.set_block_bytes(8192);
+      nvme.aio.set_queue_depth(2);
+      nvme.aio.set_threads(3);
+    }
+    auto largest = std::make_shared<std::atomic<int64_t>>(0);
+    engine::PlacementHooks hooks;
+    hooks.optimizer_faults = [largest](const AioBlockOp& op) -> std::optional<int64_t> {
+      int64_t seen = largest->load();
+      while (op.bytes > seen && !largest->compare_exchange_weak(seen, op.bytes)) {
+      }
+      return std::nullopt;  // observed, not changed
+    };
+    auto device = *CreateCpuDevice();
+    auto model = *models::Gpt::Create(zero::test::SmallGpt());
+    auto trainer = engine::CreateTrainer(*model, *device, *comm_, Options(nvme, W()), hooks);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    Outcome got;
+    zero::test::RunSteps(**trainer, *device, 6, got, nvme.Name());
+    zero::test::ExpectBitForBit(got, want, absl::StrCat(nvme.Name(), set ? ", aio set" : ""));
+    if (set) {
+      EXPECT_EQ(largest->load(), 8192) << "blocks of block_bytes, and some whole";
+    } else {
+      EXPECT_GT(largest->load(), 8192) << "the control: the default blocks are larger";
     }
   }
 }

@@ -15,6 +15,7 @@ NvmeStateStoreOptions StoreOptions(const zero::ShardOptimizerRequest& r, int64_t
   o.elements = r.elements;
   o.sub_group_elements = sub_group;
   o.pinned_budget_bytes = c.pinned_budget_bytes();
+  o.aio = AioOptionsFor(r.zero.aio());
   o.timeline = r.timeline;
   return o;
 }
@@ -43,6 +44,7 @@ offload::GradientShardStore NvmeGradientShardStore(int rank, AioFaultInjector fa
     o.dtype = r.grad_dtype;
     o.sub_group_elements = sub_group;
     o.largest_piece = r.largest_piece;
+    o.aio = AioOptionsFor(r.zero.aio());
     o.timeline = r.timeline;
     return o;
   };

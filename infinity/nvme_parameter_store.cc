@@ -339,6 +339,7 @@ NvmeParameterStoreOptions ParameterStoreOptions(const zero::PlanShape& shape, in
   o.buffer_elements = std::min(shape.zero.offload_optimizer().tile_elements(), std::max<int64_t>(1, shape.shard));
   o.buffer_count = shape.zero.offload_param().buffer_count();
   o.read_ahead_buffers = shape.zero.offload_param().read_ahead_buffers();
+  o.aio = AioOptionsFor(shape.zero.aio());
   return o;
 }
 

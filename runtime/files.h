@@ -46,6 +46,10 @@ class AtomicFile {
   uint64_t bytes_ = 0;
 };
 
+// O_DIRECT's alignment of file offsets, transfer sizes and buffers (the
+// logical block of the drives memwall swaps to).
+inline constexpr int64_t kDirectIoAlignment = 4096;
+
 // Files read whole (configs, text, metadata, weights) are at most this.
 inline constexpr int64_t kMaxTextFileBytes = int64_t{1} << 26;  // 64 MiB: configs, metadata, experiments
 

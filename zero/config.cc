@@ -80,7 +80,7 @@ namespace {
 //
 // Where a row applies: a field outside its scope is neither filled nor
 // allowed ("needs offload_optimizer.device = ...").
-enum class Scope { kAlways, kOffloadedOptimizer, kNvmeOptimizer, kNvmeParameters };
+enum class Scope { kAlways, kOffloadedOptimizer, kNvmeOptimizer, kNvmeParameters, kNvmeAny };
 enum class Check {
   kAny,
   kPositive,           // > 0
@@ -146,6 +146,12 @@ const FieldRule kZeroRules[] = {
     {"offload_param.buffer_count", Int(kDefaultParamSwapBuffers), Check::kAtLeastTwo,
      "one buffer read while the other is copied", kMaxSwapBuffers, "each is a pinned swap buffer",
      Scope::kNvmeParameters},
+    // Unset: the I/O engine's defaults (infinity/aio.h).
+    {"aio.block_bytes", None(), Check::kPositive, "a multiple of 4096", kMaxAioBlockBytes, "one transfer's block",
+     Scope::kNvmeAny, Unit::kBytes},
+    {"aio.queue_depth", None(), Check::kPositive, "blocks in flight per thread", kMaxAioQueueDepth, "io_uring entries",
+     Scope::kNvmeAny},
+    {"aio.threads", None(), Check::kPositive, "submitting threads", kMaxAioThreads, "threads", Scope::kNvmeAny},
     // Its default and range follow buffer_count (ValidateZeroConfig, WithDefaults).
     {"offload_param.read_ahead_buffers", None(), Check::kAny, "", kMaxSwapBuffers, "at most buffer_count - 1",
      Scope::kNvmeParameters},
@@ -290,6 +296,8 @@ bool InScope(Scope scope, const ZeroConfig* zero) {
     case Scope::kOffloadedOptimizer: return optimizer != OffloadOptimizerConfig::NONE;
     case Scope::kNvmeOptimizer: return optimizer == OffloadOptimizerConfig::NVME;
     case Scope::kNvmeParameters: return zero->offload_param().device() == OffloadParamConfig::NVME;
+    case Scope::kNvmeAny:
+      return optimizer == OffloadOptimizerConfig::NVME || zero->offload_param().device() == OffloadParamConfig::NVME;
   }
   return true;
 }
@@ -300,6 +308,7 @@ absl::string_view ScopeNeeds(Scope scope) {
     case Scope::kOffloadedOptimizer: return "needs offload_optimizer.device = CPU or NVME";
     case Scope::kNvmeOptimizer: return "needs offload_optimizer.device = NVME";
     case Scope::kNvmeParameters: return "needs offload_param.device = NVME";
+    case Scope::kNvmeAny: return "needs offload_optimizer.device = NVME or offload_param.device = NVME";
   }
   return "";
 }
@@ -423,6 +432,10 @@ absl::Status ValidateZeroConfig(const ZeroConfig& c, absl::string_view what) {
   if (c.partitioning() == ZeroConfig::BANDWIDTH_CENTRIC && c.stage() != 3) {
     return Bad("partitioning = BANDWIDTH_CENTRIC with stage", c.stage(),
                "needs stage 3 (below it every rank holds every parameter)");
+  }
+  if (c.aio().has_block_bytes() && c.aio().block_bytes() % kDirectIoAlignment != 0) {
+    return Bad("aio.block_bytes", c.aio().block_bytes(),
+               absl::StrCat("must be a multiple of ", kDirectIoAlignment, " (O_DIRECT's alignment)"));
   }
   if (param.device() != OffloadParamConfig::NVME && !param.nvme_path().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(what, "offload_param.nvme_path = \"", param.nvme_path(),

@@ -61,6 +61,13 @@ TEST(ZeroConfig, EachBadValueNamesItsField) {
   ExpectError("param_persistence_threshold: -1", "param_persistence_threshold = -1 must be >= 0");
   ExpectError("max_live_params: 0", "max_live_params = 0 must be > 0");
   ExpectError("max_reuse_distance: -1", "max_reuse_distance = -1 must be >= 0");
+  ExpectError("stage: 2 aio { threads: 2 }",
+              "aio.threads = 2 needs offload_optimizer.device = NVME or offload_param.device = NVME");
+  const std::string nvme = "stage: 2 offload_optimizer { device: NVME nvme_path: \"/tmp\" } ";
+  ExpectError(nvme + "aio { block_bytes: 1000 }", "aio.block_bytes = 1000 must be a multiple of 4096 (O_DIRECT's alignment)");
+  ExpectError(nvme + "aio { block_bytes: 0 }", "aio.block_bytes = 0 must be > 0");
+  ExpectError(nvme + "aio { queue_depth: 0 }", "aio.queue_depth = 0 must be > 0");
+  EXPECT_TRUE(ValidateZeroConfig(*ParseZeroConfig(nvme + "aio { block_bytes: 8192 queue_depth: 2 threads: 3 }", "t")).ok());
   ExpectError("stage: 0 offload_optimizer { device: CPU }",
               "offload_optimizer.device = CPU with stage = 0 needs stage 1, 2 or 3");
   ExpectError("stage: 2 offload_optimizer { device: CPU tile_elements: 0 }",
@@ -272,6 +279,10 @@ TEST(TrainingConfig, IntegersAreBoundedAboveNamingFieldValueAndLimit) {
                       "TrainingConfig zero.offload_optimizer.tile_elements = 9223372036854775807 must be <= 2^40");
   ExpectTrainingError("zero { stage: 2 offload_optimizer { device: CPU delayed_update_after_steps: 9223372036854775807 } }",
                       "zero.offload_optimizer.delayed_update_after_steps = 9223372036854775807 must be <= 2^53");
+  ExpectTrainingError("zero { stage: 2 offload_optimizer { device: NVME nvme_path: \"/tmp\" } aio { threads: 65 } }",
+                      "zero.aio.threads = 65 must be <= 2^6 (threads)");
+  ExpectTrainingError("zero { stage: 2 offload_optimizer { device: NVME nvme_path: \"/tmp\" } aio { queue_depth: 4097 } }",
+                      "zero.aio.queue_depth = 4097 must be <= 2^12 (io_uring entries)");
   ExpectTrainingError("zero { stage: 3 max_live_params: 9223372036854775807 }",
                       "zero.max_live_params = 9223372036854775807 must be <= 2^53");
   // The largest accepted values are accepted.
