@@ -324,7 +324,9 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
       {"ignore_unused_parameters", [&](auto& k, auto& v) { tr.Only(k, v, true, "every GPT parameter is used; set it to true"); }},
       {"stage3_max_reuse_distance", [&](auto& k, auto& v) {
          if (auto n = tr.Integer(k, v, 0, int64_t{1} << 53)) {
-           zero.set_max_reuse_distance(*n), tr.Line(k, v, "zero.max_reuse_distance (elements)");
+           zero.set_max_reuse_distance(*n);
+           tr.Line(k, v, "zero.max_reuse_distance (elements; up to as many gathered elements kept, which the "
+                         "estimate counts)");
          }
        }},
       {"elastic_checkpoint", [&](auto& k, auto& v) {
