@@ -448,7 +448,7 @@ TEST_F(Stages, BandwidthCentricGradientsAreOneReduceScatterAParameter) {
 // forward), while a distance that covers the pass (4Ψ) gathers each module
 // once a pass. A distance of two blocks keeps the recompute for the
 // backward only: strictly in between. Everything kept stays within the
-// estimate's device buffers.
+// estimate's device buffers. Under bandwidth-centric partitioning too.
 TEST_F(Stages, Stage3ReuseDistanceGathersLessAndTrainsBitForBit) {
   constexpr int64_t kThreshold = 40;  // Options' param_persistence_threshold
   const int64_t psi = models::CountParameters(Small());
@@ -467,9 +467,10 @@ TEST_F(Stages, Stage3ReuseDistanceGathersLessAndTrainsBitForBit) {
         int64_t saved = 0;   // its requests past each module's first in a pass, in elements
         int64_t comm_peak = 0, comm_estimate = 0;
       };
-      auto run = [&](int64_t distance) {
+      auto run = [&](int64_t distance, bool bandwidth_centric = false) {
         Case s = base;
         s.reuse_distance = distance;
+        s.bandwidth_centric = bandwidth_centric;
         Run r;
         auto device = *CreateCpuDevice();
         auto model = *models::Gpt::Create(s.model);
@@ -534,6 +535,14 @@ TEST_F(Stages, Stage3ReuseDistanceGathersLessAndTrainsBitForBit) {
       EXPECT_EQ(none.volume - all.volume, none.saved) << what << ": each module gathered once a pass";
       EXPECT_LE(all.comm_peak, all.comm_estimate) << what << ": kept modules within the plan";
       EXPECT_LT(none.comm_estimate, all.comm_estimate) << what << ": the plan holds the kept modules";
+      // Under ZeRO-Infinity's partitioning (a module gathered by one
+      // all-gather a parameter, padded) the same modules are kept.
+      const Run split_none = run(0, true), split_all = run(4 * psi, true);
+      EXPECT_EQ(split_all.outcome.losses, split_none.outcome.losses) << what << ", bandwidth-centric";
+      EXPECT_EQ(test::CountBitDifferences(split_all.outcome.weights, split_none.outcome.weights), 0u)
+          << what << ", bandwidth-centric";
+      EXPECT_LT(split_all.volume, split_none.volume) << what << ", bandwidth-centric";
+      EXPECT_LE(split_all.comm_peak, split_all.comm_estimate) << what << ", bandwidth-centric";
       if (checkpointing) {
         // The largest block's gathered elements (every block is alike).
         int64_t block = 0;
