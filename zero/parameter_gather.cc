@@ -46,7 +46,9 @@ MemoryPlan ParameterGather::Plan(const PlanShape& shape) {
            shape.elem() * shape.largest_module +
                std::min(shape.zero.prefetch_bucket_bytes(), shape.elem() * shape.numel),
            /*transient=*/true);
-  if (const int64_t kept = std::min(shape.zero.max_reuse_distance(), shape.numel); kept > 0) {
+  // Kept: at most the distance, at most every module gathered (Ψ', which
+  // holds the bandwidth-centric partition's padding).
+  if (const int64_t kept = std::min(shape.zero.max_reuse_distance(), shape.padded()); kept > 0) {
     plan.Add("modules kept for reuse", MemorySpace::kDevice, MemoryTag::kCommBuffers, shape.elem() * kept,
              /*transient=*/true);
   }
@@ -248,7 +250,10 @@ absl::Status ParameterGather::Acquire(models::Module& m) {
   auto [entry, inserted] = live_.try_emplace(id);
   Live& live = entry->second;
   if (inserted) MEMWALL_RETURN_IF_ERROR(Gather(id, live));
-  if (live.kept) kept_elements_ -= live.elements, live.kept = false;
+  if (live.kept) {  // released earlier, kept for this request
+    kept_elements_ -= live.elements;
+    live.kept = false;
+  }
   live.request = position_++;
   ++live.refs;
   MEMWALL_RETURN_IF_ERROR(device_.compute_stream().Wait(*live.ready));

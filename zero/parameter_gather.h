@@ -89,7 +89,8 @@ class ParameterGather {
   // and, transient, "gathered modules": the module in use (at most the
   // largest) and what prefetch may hold (prefetch_bucket_bytes, at most the
   // model), gathered and freed as passes run; "modules kept for reuse" (at
-  // most max_reuse_distance elements, at most the model), transient too.
+  // most max_reuse_distance elements, at most the padded model), transient
+  // too.
   static MemoryPlan Plan(const PlanShape& shape);
 
   // `shard`: where this rank's layout.shard() elements of shape.dtype live;
