@@ -307,6 +307,9 @@ absl::Status ValidateCheckpointMetadata(const CheckpointMetadata& meta, const st
     return bad("has global_batch ", meta.global_batch(), " and seq ", meta.seq());
   }
   if (!(meta.loss_scale() > 0) || !std::isfinite(meta.loss_scale())) return bad("has loss_scale ", meta.loss_scale());
+  if (meta.hysteresis_left() < 0 || meta.hysteresis_left() > kMaxSteps) {
+    return bad("has hysteresis_left ", meta.hysteresis_left());
+  }
   if (meta.has_pending_update()) {
     const PendingUpdate& u = meta.pending_update();
     if (u.step() != meta.adam_step() || u.step() < 1 || !(u.lr() >= 0) || !std::isfinite(u.lr()) ||
@@ -771,7 +774,9 @@ absl::StatusOr<std::string> Trainer::Save(const std::string& dir,
     meta.set_adam_step(adam_step_);
     meta.set_loss_scale(loss_scaler_.scale());
     meta.set_clean_steps(loss_scaler_.state().clean_steps);
-    meta.set_hysteresis_left(loss_scaler_.state().hysteresis_left);
+    // fp16 only: the checkpoints of other precisions stay readable by a
+    // memwall that predates the field.
+    if (training_->precision() == FP16) meta.set_hysteresis_left(loss_scaler_.state().hysteresis_left);
     meta.set_seed(training_->seed());
     meta.set_global_batch(int64_t{world} * training_->accumulation() * training_->micro_batch());
     meta.set_seq(training_->seq());

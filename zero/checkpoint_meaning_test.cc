@@ -244,6 +244,11 @@ TEST(CheckpointMetadataBounds, AStepBeyondTwoToThe53IsRefused) {
   meta.set_step(5);
   meta.set_seq(int64_t{1} << 40);
   EXPECT_EQ(ValidateCheckpointMetadata(meta, "d").code(), absl::StatusCode::kDataLoss);
+  meta.set_seq(1);
+  meta.set_hysteresis_left(-1);
+  const absl::Status hysteresis = ValidateCheckpointMetadata(meta, "d");
+  EXPECT_EQ(hysteresis.code(), absl::StatusCode::kDataLoss) << hysteresis;
+  EXPECT_NE(hysteresis.message().find("has hysteresis_left -1"), std::string::npos) << hysteresis;
 }
 
 // Metadata holding a field this version does not know (a newer writer's,

@@ -33,7 +33,6 @@ static TrainerOptions Wiring(TrainerOptions options) {
   return options;
 }
 
-
 Trainer::Trainer(models::Gpt& model, Device& device, Communicator& comm, const TrainerOptions& options,
                  TrainingOptions training)
     : model_(model),
