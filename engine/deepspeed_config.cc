@@ -274,9 +274,12 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
          }
        }},
   };
-  auto bucket = [&](const char* field, void (zero::ZeroConfig::*set)(int64_t), int64_t max_elements) {
-    return [&, field, set, max_elements](const std::string& k, const Value& v) {
-      if (auto n = tr.Integer(k, v, 1, max_elements)) {
+  // `least`: 1 for a bucket every pass fills; 0 where 0 turns the feature
+  // off (stage 3's prefetch).
+  auto bucket = [&](const char* field, void (zero::ZeroConfig::*set)(int64_t), int64_t max_elements,
+                    int64_t least = 1) {
+    return [&, field, set, max_elements, least](const std::string& k, const Value& v) {
+      if (auto n = tr.Integer(k, v, least, max_elements)) {
         (zero.*set)(*n * c);
         tr.Line(k, v, BytesLine(field, *n, c));
       }
@@ -291,7 +294,7 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
       {"allgather_bucket_size",
        bucket("zero.allgather_bucket_bytes", &zero::ZeroConfig::set_allgather_bucket_bytes, max_bucket_elements)},
       {"stage3_prefetch_bucket_size",
-       bucket("zero.prefetch_bucket_bytes", &zero::ZeroConfig::set_prefetch_bucket_bytes, max_bucket_elements)},
+       bucket("zero.prefetch_bucket_bytes", &zero::ZeroConfig::set_prefetch_bucket_bytes, max_bucket_elements, 0)},
       {"stage3_param_persistence_threshold", [&](auto& k, auto& v) {
          if (auto n = tr.Integer(k, v, 0, int64_t{1} << 53)) {
            zero.set_param_persistence_threshold(*n), tr.Line(k, v, "zero.param_persistence_threshold (elements)");

@@ -115,6 +115,13 @@ TEST(DeepSpeedConfig, BucketBytesFollowThePrecision) {
   EXPECT_EQ(c.zero().param_persistence_threshold(), 77);
   EXPECT_EQ(c.zero().max_live_params(), 1000000);
   EXPECT_EQ(c.zero().max_reuse_distance(), 1000000000);
+  // A prefetch bucket of 0 turns prefetch off, in DeepSpeed and memwall.
+  auto no_prefetch = Translate(R"({"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 0}})");
+  ASSERT_TRUE(no_prefetch.ok()) << no_prefetch.status();
+  EXPECT_TRUE(no_prefetch->training.zero().has_prefetch_bucket_bytes());
+  EXPECT_EQ(no_prefetch->training.zero().prefetch_bucket_bytes(), 0);
+  ExpectRefused(R"({"zero_optimization": {"stage": 2, "reduce_bucket_size": 0}})", "zero_optimization.reduce_bucket_size",
+                "whole number in [1, ");
   EXPECT_EQ(c.zero().offload_optimizer().tile_elements(), 4096);
   EXPECT_EQ(c.zero().offload_param().device(), zero::OffloadParamConfig::CPU);
   EXPECT_FLOAT_EQ(c.loss_scaling().initial_scale(), 4096.0f);
