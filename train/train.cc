@@ -163,8 +163,21 @@ std::string Placements(const zero::TrainingOptions& t) {
   if (z.stage() == 3) {
     absl::StrAppend(&line, ", parameters on ", zero::OffloadParamConfig::Device_Name(z.offload_param().device()),
                     z.partitioning() == zero::ZeroConfig::BANDWIDTH_CENTRIC ? ", bandwidth-centric" : "");
+    if (z.max_reuse_distance() > 0) {
+      absl::StrAppend(&line, ", a module kept within ", z.max_reuse_distance(), " elements of its next use");
+    }
   }
   absl::StrReplaceAll({{"on NONE", "on the device"}}, &line);
+  return line;
+}
+
+// "bf16", or "fp16 (loss scale 65536, x2 after 1000 clean steps, hysteresis 2)".
+std::string PrecisionLine(const zero::TrainingOptions& t) {
+  std::string line(zero::PrecisionName(t->precision()));
+  if (t->precision() != zero::FP16) return line;
+  const zero::LossScaling& l = t->loss_scaling();
+  absl::StrAppend(&line, " (loss scale ", l.initial_scale(), ", x2 after ", l.growth_interval(),
+                  " clean steps, hysteresis ", l.hysteresis(), l.consecutive_hysteresis() ? " consecutive" : "", ")");
   return line;
 }
 
@@ -336,7 +349,7 @@ absl::StatusOr<int> Main() {
                 pinned > 0 ? absl::StrCat(", ", FormatBytes(pinned), " of pinned host memory").c_str() : "");
     std::printf("train: %s; %s; %lld steps of %lld sequences x %lld tokens (micro-batch %lld x accumulation %lld x "
                 "%d ranks) from %s\n",
-                Placements(t).c_str(), std::string(zero::PrecisionName(t->precision())).c_str(), (long long)steps,
+                Placements(t).c_str(), PrecisionLine(t).c_str(), (long long)steps,
                 (long long)(t->micro_batch() * t->accumulation() * comm->world_size()), (long long)t->seq(),
                 (long long)t->micro_batch(), (long long)t->accumulation(), comm->world_size(),
                 data->description().c_str());

@@ -72,6 +72,13 @@ if (( allowed > 1 )); then
 fi
 grep -q "^train: host work .*: $allowed threads\? ($allowed of [0-9]* CPUs allowed" "$TEST_TMPDIR/stdout" ||
   { cat "$TEST_TMPDIR/stdout"; echo "an unbound run does not take its $allowed CPUs"; exit 1; }
+# The start line names what a config changes: fp16's loss scaling (the
+# DeepSpeed translation's hysteresis 2) and stage 3's reuse distance.
+train/train --steps=1 --device=cpu --out="$out/fp16" --export=none \
+  --set='precision: FP16 loss_scaling { initial_scale: 1024 hysteresis: 2 } zero { stage: 3 max_reuse_distance: 5000 }' \
+  > "$TEST_TMPDIR/fp16.log" 2>&1 || { cat "$TEST_TMPDIR/fp16.log"; echo "an fp16 stage-3 run"; exit 1; }
+grep -q "^train: stage 3, optimizer states on the device, parameters on the device, a module kept within 5000 elements of its next use; fp16 (loss scale 1024, x2 after 1000 clean steps, hysteresis 2); " \
+  "$TEST_TMPDIR/fp16.log" || { cat "$TEST_TMPDIR/fp16.log"; echo "no fp16 and reuse in the start line"; exit 1; }
 # A model file named bare, as a user types it in their directory.
 mkdir -p "$TEST_TMPDIR/user"
 printf 'name: "mine" layers: 1 hidden: 64 heads: 2 vocab: 256 positions: 32\n' > "$TEST_TMPDIR/user/mine.textproto"
