@@ -53,6 +53,7 @@ ABSL_FLAG(int64_t, device_bytes, 0, "device memory per rank to check against (0:
 ABSL_FLAG(int64_t, host_bytes, 0, "pinned host memory per rank to check against (0: none)");
 ABSL_FLAG(int64_t, disk_bytes, 0, "NVMe bytes per rank (the swap files) to check against (0: none)");
 ABSL_FLAG(std::string, format, "text", "text or json");
+ABSL_FLAG(bool, buffers, false, "text: also list every buffer of the plan (name, memory, tag, bytes)");
 
 namespace memwall::zero {
 namespace {
@@ -142,7 +143,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "how much device memory, pinned host memory and NVMe one rank needs, before launching.\n"
       "  estimate (--params=N | --model=NAME|FILE [--model_name=NAME]) [--ranks=N] [--config=FILE] [--set='...']\n"
-      "           [--checkpointing=true|false] [--device_bytes=N] [--host_bytes=N] [--disk_bytes=N] [--format=text|json]");
+      "           [--checkpointing=true|false] [--device_bytes=N] [--host_bytes=N] [--disk_bytes=N] [--format=text|json]\n"
+      "           [--buffers]");
   absl::ParseCommandLine(argc, argv);
   auto result = memwall::zero::Run();
   if (!result.ok()) {
@@ -155,6 +157,9 @@ int main(int argc, char** argv) {
   } else {
     std::printf("%s%s", estimate.ToText().c_str(),
                 estimate.fits ? "" : memwall::zero::SuggestionsText(result->fit).c_str());
+    if (absl::GetFlag(FLAGS_buffers)) {
+      std::printf("every buffer, per rank (bytes):\n%s", estimate.plan.ToText().c_str());
+    }
   }
   return estimate.fits ? 0 : 1;
 }

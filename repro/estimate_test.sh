@@ -138,4 +138,16 @@ err=$($bin --params=100 --set='zero { stage: 3 offload_param { device: NVME nvme
   || fail "NVMe parameters without an offloaded optimizer: $err"
 err=$($bin --params=100 --disk_bytes=-1 2>&1); code=$?
 [[ $code -eq 2 && "$err" == *"disk_bytes = -1 must be >= 0"* ]] || fail "negative disk budget: $err"
+# --buffers lists the plan buffer by buffer: stage 3's modules kept for
+# reuse are max_reuse_distance elements of bf16, a transient peak; the
+# listed device bytes add up to the total.
+text=$($bin --model=gpt_125m --set='zero { stage: 3 max_reuse_distance: 1000000 }' --buffers) || fail "--buffers: exit $?"
+echo "$text"
+grep -q '^  parameters: gather: modules kept for reuse  *device  *comm_buffers  *2000000  .*(peak of transient buffers)$' <<<"$text" \
+  || fail "no kept modules of 1e6 bf16 elements in --buffers"
+listed=$(awk '/^every buffer/ {on = 1; next}
+              on { for (i = 1; i <= NF; ++i) if ($i == "device") { sum += $(i + 2); break } }
+              END { printf "%.0f", sum }' <<<"$text")
+total=$($bin --model=gpt_125m --set='zero { stage: 3 max_reuse_distance: 1000000 }' --format=json | sed -n 's/.*"total_device_bytes_per_rank": \([0-9]*\),.*/\1/p')
+[[ -n "$listed" && "$listed" -eq "$total" ]] || fail "--buffers' device bytes $listed != the total $total"
 echo PASS

@@ -82,11 +82,13 @@ int64_t MemoryPlan::Total(MemorySpace space) const {
 }
 
 std::string MemoryPlan::ToText() const {
+  size_t width = 0;  // the longest name's, so the columns line up
+  for (const PlannedBuffer& b : buffers_) width = std::max(width, b.name.size());
   std::string out;
   for (const PlannedBuffer& b : buffers_) {
-    absl::StrAppendFormat(&out, "  %-32s %-7s %-17s %14d%s\n", b.name,
+    absl::StrAppendFormat(&out, "  %-*s  %-7s %-17s %14d  %10s%s\n", static_cast<int>(width), b.name,
                           b.space == MemorySpace::kDevice ? "device" : b.space == MemorySpace::kNvme ? "nvme" : "pinned",
-                          MemoryTagName(b.tag), b.bytes,
+                          MemoryTagName(b.tag), b.bytes, FormatBytes(b.bytes),
                           b.transient ? " (peak of transient buffers)" : "");
   }
   return out;

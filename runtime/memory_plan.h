@@ -63,7 +63,8 @@ class MemoryPlan {
   // Bytes per tag in one space, and their sum.
   std::array<int64_t, kNumMemoryTags> ByTag(MemorySpace space) const;
   int64_t Total(MemorySpace space) const;
-  // One line per buffer: "name  space  tag  bytes".
+  // One line per buffer: "name  space  tag  bytes  bytes in GiB/MiB/KiB",
+  // the names padded to the longest.
   std::string ToText() const;
 
  private:
