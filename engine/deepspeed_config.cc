@@ -64,12 +64,6 @@ class Translator {
   void Line(const std::string& key, const Value& v, const std::string& becomes) {
     out_.lines.push_back(absl::StrCat(key, " = ", JsonValueText(v), " -> ", becomes));
   }
-  bool HasLine(absl::string_view key) const {
-    for (const std::string& line : out_.lines) {
-      if (absl::StartsWith(line, absl::StrCat(key, " "))) return true;
-    }
-    return false;
-  }
   void Note(const std::string& key, const std::string& becomes) {
     out_.lines.push_back(absl::StrCat(key, " (absent) -> ", becomes));
   }
