@@ -126,6 +126,9 @@ std::string Estimate::AssumedText() const {
   }
   if (z.offload_param().device() != zero::OffloadParamConfig::NONE) {
     absl::StrAppend(&text, ", parameters on ", zero::OffloadParamConfig::Device_Name(z.offload_param().device()));
+    if (z.offload_param().device() == zero::OffloadParamConfig::NVME && z.offload_param().host_elements() > 0) {
+      absl::StrAppend(&text, " (a shard's first ", z.offload_param().host_elements(), " elements in pinned host memory)");
+    }
   }
   return text;
 }

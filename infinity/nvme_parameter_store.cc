@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status.h"
+#include "runtime/thread_pool.h"
 
 namespace memwall::infinity {
 namespace {
@@ -18,8 +19,15 @@ std::string SwapPath(const NvmeParameterStoreOptions& o) {
   return absl::StrCat(o.dir, "/memwall_params_rank", o.rank, ".swap");
 }
 
+int64_t HostElements(const NvmeParameterStoreOptions& o) {
+  return std::clamp<int64_t>(o.host_elements, 0, std::max<int64_t>(0, o.elements));
+}
+
+// The part of the shard on the drive: [H, elements).
+int64_t DriveElements(const NvmeParameterStoreOptions& o) { return std::max<int64_t>(0, o.elements) - HostElements(o); }
+
 int64_t FileBytes(const NvmeParameterStoreOptions& o) {
-  return AioAligned(o.elements * static_cast<int64_t>(SizeOf(o.dtype)));
+  return AioAligned(DriveElements(o) * static_cast<int64_t>(SizeOf(o.dtype)));
 }
 
 class NvmeParameterStore : public zero::ParameterStore {
@@ -49,10 +57,12 @@ class NvmeParameterStore : public zero::ParameterStore {
     bool writing = false;
   };
 
+  // The drive part of `o`: elements [H, o.elements) of the shard, as its
+  // own elements [0, o.elements - H).
   NvmeParameterStore(Device& device, const NvmeParameterStoreOptions& o)
       : device_(device),
         path_(SwapPath(o)),
-        elements_(o.elements),
+        elements_(DriveElements(o)),
         dtype_(o.dtype),
         elem_(static_cast<int64_t>(SizeOf(o.dtype))),
         limit_(std::max<int64_t>(1, o.buffer_elements)),
@@ -93,7 +103,7 @@ class NvmeParameterStore : public zero::ParameterStore {
   int64_t elements() const override { return elements_; }
   DType dtype() const override { return dtype_; }
   std::optional<Tensor> resident() const override { return std::nullopt; }
-  int64_t fetch_limit() const override { return limit_; }
+  int64_t FetchLimit(int64_t) const override { return limit_; }
   bool fails_alone() const override { return true; }
 
   absl::Status health() const override {
@@ -245,7 +255,7 @@ class NvmeParameterStore : public zero::ParameterStore {
     }
     if (n > limit_) {
       return absl::InvalidArgumentError(absl::StrCat("NVMe parameters: ", n, " elements at once, but a swap buffer "
-                                                     "holds ", limit_, " (offload_optimizer.tile_elements)"));
+                                                     "holds ", limit_, " (offload_param.buffer_elements)"));
     }
     return absl::OkStatus();
   }
@@ -327,6 +337,72 @@ class NvmeParameterStore : public zero::ParameterStore {
   absl::Status broken_;  // the first failed transfer (reads fail on the streams' threads)
 };
 
+// [Note: the host part] (the header): elements [0, H) in pinned host
+// memory, [H, elements) in `drive` (null when nothing is on the drive).
+class HostPartStore : public zero::ParameterStore {
+ public:
+  HostPartStore(Buffer host, Tensor part, int64_t elements, std::unique_ptr<zero::ParameterStore> drive)
+      : host_(std::move(host)), part_(std::move(part)), elements_(elements), drive_(std::move(drive)) {}
+
+  int64_t elements() const override { return elements_; }
+  DType dtype() const override { return part_.dtype(); }
+  std::optional<Tensor> resident() const override { return std::nullopt; }
+  int64_t FetchLimit(int64_t begin) const override {
+    return begin < H() ? H() - begin : drive_->FetchLimit(begin - H());
+  }
+  bool fails_alone() const override { return drive_ != nullptr; }
+  absl::Status health() const override { return drive_ ? drive_->health() : absl::OkStatus(); }
+
+  absl::StatusOr<Tensor> Fetch(int64_t begin, int64_t n, Stream& stream) override {
+    MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
+    if (begin < H()) return part_.Slice(begin, n);
+    return drive_->Fetch(begin - H(), n, stream);
+  }
+  absl::Status Release(const Tensor& fetched, Stream& stream) override {
+    return InHost(fetched) ? absl::OkStatus() : drive_->Release(fetched, stream);
+  }
+  absl::StatusOr<Tensor> BeginUpdate(int64_t begin, int64_t n, Stream& stream) override {
+    MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
+    if (begin < H()) return part_.Slice(begin, n);
+    return drive_->BeginUpdate(begin - H(), n, stream);
+  }
+  absl::Status EndUpdate(const Tensor& updated, Stream& stream) override {
+    return InHost(updated) ? absl::OkStatus() : drive_->EndUpdate(updated, stream);
+  }
+  absl::Status Sync() override { return drive_ ? drive_->Sync() : absl::OkStatus(); }
+  bool ReadAhead(int64_t begin, int64_t n) override {
+    if (begin < H()) return true;  // nothing to read: the caller hints on
+    return drive_->ReadAhead(begin - H(), n);
+  }
+  absl::Status CancelReadAhead() override { return drive_ ? drive_->CancelReadAhead() : absl::OkStatus(); }
+
+ private:
+  int64_t H() const { return part_.numel(); }
+
+  absl::Status CheckRange(int64_t begin, int64_t n) const {
+    if (begin < 0 || n < 0 || begin + n > elements_) {
+      return absl::OutOfRangeError(absl::StrCat("parameter shard elements [", begin, ", ", begin + n,
+                                                ") outside the shard's ", elements_));
+    }
+    if (begin < H() && begin + n > H()) {
+      return absl::InvalidArgumentError(absl::StrCat("NVMe parameters: elements [", begin, ", ", begin + n,
+                                                     ") span the host part's end at ", H(),
+                                                     " (offload_param.host_elements); FetchLimit stops there"));
+    }
+    return absl::OkStatus();
+  }
+
+  bool InHost(const Tensor& t) const {
+    const char* p = t.data_as<char>();
+    return p >= host_.as<char>() && p < host_.as<char>() + host_.bytes();
+  }
+
+  Buffer host_;
+  Tensor part_;  // [0, H) of the shard, over host_
+  const int64_t elements_;
+  std::unique_ptr<zero::ParameterStore> drive_;
+};
+
 }  // namespace
 
 NvmeParameterStoreOptions ParameterStoreOptions(const zero::PlanShape& shape, int rank) {
@@ -336,7 +412,11 @@ NvmeParameterStoreOptions ParameterStoreOptions(const zero::PlanShape& shape, in
   o.elements = shape.shard;
   o.dtype = shape.dtype;
   o.tag = shape.values_tag();
-  o.buffer_elements = std::min(shape.zero.offload_optimizer().tile_elements(), std::max<int64_t>(1, shape.shard));
+  const zero::OffloadParamConfig& param = shape.zero.offload_param();
+  o.host_elements = param.host_elements();
+  o.buffer_elements = std::min(param.has_buffer_elements() ? param.buffer_elements()
+                                                           : shape.zero.offload_optimizer().tile_elements(),
+                               std::max<int64_t>(1, DriveElements(o)));
   o.buffer_count = shape.zero.offload_param().buffer_count();
   o.read_ahead_buffers = shape.zero.offload_param().read_ahead_buffers();
   o.aio = AioOptionsFor(shape.zero.aio());
@@ -349,6 +429,11 @@ int64_t ParameterSwapBufferBytes(const NvmeParameterStoreOptions& o) {
 
 MemoryPlan NvmeParameterStorePlan(const NvmeParameterStoreOptions& o) {
   MemoryPlan plan;
+  if (HostElements(o) > 0) {
+    plan.Add("param host part", MemorySpace::kPinnedHost, o.tag,
+             HostElements(o) * static_cast<int64_t>(SizeOf(o.dtype)));
+  }
+  if (DriveElements(o) == 0) return plan;
   const int64_t bytes = ParameterSwapBufferBytes(o);
   for (int64_t i = 0; i < o.buffer_count; ++i) {
     plan.Add(absl::StrCat("param swap-in buffer ", i), MemorySpace::kPinnedHost, o.tag, bytes);
@@ -375,10 +460,24 @@ absl::StatusOr<std::unique_ptr<zero::ParameterStore>> CreateNvmeParameterStore(D
                                                    o.read_ahead_buffers, " must be in [0, buffer_count - 1 = ",
                                                    o.buffer_count - 1, "]"));
   }
+  if (o.host_elements < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("NVMe parameters: offload_param.host_elements = ", o.host_elements,
+                                                   " must be >= 0"));
+  }
   if (o.dir.empty()) return absl::InvalidArgumentError("NVMe parameters: offload_param.nvme_path is empty");
-  auto store = std::make_unique<NvmeParameterStore>(device, o);
-  MEMWALL_RETURN_IF_ERROR(store->Init(o));
-  return std::unique_ptr<zero::ParameterStore>(std::move(store));
+  std::unique_ptr<zero::ParameterStore> drive;
+  if (DriveElements(o) > 0) {
+    auto store = std::make_unique<NvmeParameterStore>(device, o);
+    MEMWALL_RETURN_IF_ERROR(store->Init(o));
+    drive = std::move(store);
+  }
+  if (HostElements(o) == 0) return drive;
+  const MemoryPlan plan = NvmeParameterStorePlan(o);
+  MEMWALL_ASSIGN_OR_RETURN(Buffer host, AllocatePlanned(device, plan, "param host part"));
+  ZeroHost(host.data(), host.bytes());
+  Tensor part = Tensor::OfBuffer(host, o.dtype, &device);
+  return std::unique_ptr<zero::ParameterStore>(
+      std::make_unique<HostPartStore>(std::move(host), std::move(part), o.elements, std::move(drive)));
 }
 
 zero::ParameterStoreProvider NvmeParameterStoreProvider(int rank, Timeline* timeline,

@@ -24,6 +24,15 @@
 // it is updated (its edge blocks hold neighbours), after every write in
 // flight has landed.
 //
+// [Note: the host part]
+// With host_elements H > 0 (offload_param.host_elements, DeepSpeed's
+// max_in_cpu) the shard's elements [0, H) stay in one pinned host buffer
+// and only [H, elements) go to the file, at file byte (e - H) x size:
+// the parameters take host memory and the drive together. A Fetch or
+// update of the host part is a view (as offload_param { device: CPU });
+// FetchLimit stops a range at H, so none spans both. H at or past the
+// shard: no swap buffers and no file.
+//
 // A failed read does not fail the fetching stream (the other ranks would
 // wait in a broadcast this rank skips): it breaks the store, health()
 // reports it, and the gather's I/O check fails every rank alike
@@ -64,7 +73,8 @@ struct NvmeParameterStoreOptions {
   int64_t elements = 0;         // the shard
   DType dtype = DType::kBF16;
   MemoryTag tag = MemoryTag::kParams16;
-  int64_t buffer_elements = 0;  // the most one Fetch or update moves (offload_optimizer.tile_elements)
+  int64_t buffer_elements = 0;  // the most one Fetch or update moves (offload_param.buffer_elements)
+  int64_t host_elements = 0;    // the shard's first elements, kept in pinned host memory (offload_param.host_elements)
   int64_t buffer_count = 4;     // swap-in buffers (offload_param.buffer_count)
   int64_t read_ahead_buffers = 0;  // of them, how many may hold read-aheads (offload_param.read_ahead_buffers)
   AioOptions aio;
@@ -79,9 +89,11 @@ NvmeParameterStoreOptions ParameterStoreOptions(const zero::PlanShape& shape, in
 // One swap buffer's bytes: buffer_elements rounded up to whole blocks, plus
 // one block (a range that starts mid-block spans one more).
 int64_t ParameterSwapBufferBytes(const NvmeParameterStoreOptions& options);
-// "param swap-in buffer <i>" (buffer_count) and "param swap-out buffer <j>"
-// (kParamSwapOutBuffers), pinned host memory with the values' tag, and
-// "param swap file" on NVMe (the shard's bytes, rounded up to a block).
+// "param host part" (min(host_elements, elements) of the values' type) in
+// pinned host memory; for the rest, when any: "param swap-in buffer <i>"
+// (buffer_count) and "param swap-out buffer <j>" (kParamSwapOutBuffers),
+// pinned host memory with the values' tag, and "param swap file" on NVMe
+// (the rest's bytes, rounded up to a block).
 MemoryPlan NvmeParameterStorePlan(const NvmeParameterStoreOptions& options);
 
 absl::StatusOr<std::unique_ptr<zero::ParameterStore>> CreateNvmeParameterStore(

@@ -36,7 +36,10 @@
 
 #include "engine/engine.h"
 #include "engine/estimate.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -126,6 +129,48 @@ std::pair<int64_t, int64_t> BlocksOf(const zero::Piece& piece) {
   return {piece.shard_offset * 2 / kAioAlignment * kAioAlignment,
           ((piece.shard_offset + piece.size) * 2 + kAioAlignment - 1) / kAioAlignment * kAioAlignment};
 }
+
+// Every call made of a parameter store ("fetch b n", "update b n", "ahead b n"
+// for a read-ahead started) and a test's hook points, in the host's order.
+struct Log {
+  std::mutex mu;
+  std::vector<std::string> events;
+  void Add(std::string e) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back(std::move(e));
+  }
+};
+class LoggingStore : public zero::ParameterStore {
+ public:
+  LoggingStore(std::unique_ptr<zero::ParameterStore> inner, Log* log) : inner_(std::move(inner)), log_(log) {}
+  int64_t elements() const override { return inner_->elements(); }
+  DType dtype() const override { return inner_->dtype(); }
+  std::optional<Tensor> resident() const override { return inner_->resident(); }
+  int64_t FetchLimit(int64_t begin) const override { return inner_->FetchLimit(begin); }
+  absl::StatusOr<Tensor> Fetch(int64_t begin, int64_t n, Stream& s) override {
+    log_->Add(absl::StrCat("fetch ", begin, " ", n));
+    return inner_->Fetch(begin, n, s);
+  }
+  absl::Status Release(const Tensor& t, Stream& s) override { return inner_->Release(t, s); }
+  absl::StatusOr<Tensor> BeginUpdate(int64_t b, int64_t n, Stream& s) override {
+    log_->Add(absl::StrCat("update ", b, " ", n));
+    return inner_->BeginUpdate(b, n, s);
+  }
+  absl::Status EndUpdate(const Tensor& t, Stream& s) override { return inner_->EndUpdate(t, s); }
+  absl::Status Sync() override { return inner_->Sync(); }
+  bool fails_alone() const override { return inner_->fails_alone(); }
+  absl::Status health() const override { return inner_->health(); }
+  bool ReadAhead(int64_t begin, int64_t n) override {
+    const bool started = inner_->ReadAhead(begin, n);
+    if (started) log_->Add(absl::StrCat("ahead ", begin, " ", n));
+    return started;
+  }
+  absl::Status CancelReadAhead() override { return inner_->CancelReadAhead(); }
+
+ private:
+  std::unique_ptr<zero::ParameterStore> inner_;
+  Log* log_;
+};
 
 using ParamOffload = zero::test::MpiRanks;
 
@@ -224,6 +269,115 @@ TEST_F(ParamOffload, TheShardLeavesTheDeviceAsEstimated) {
         EXPECT_EQ(est->host_of(static_cast<MemoryTag>(t)), int64_t(h.pinned_peaks[t]))
             << "pinned " << MemoryTagName(static_cast<MemoryTag>(t));
       }
+    }
+  }
+}
+
+// offload_param.host_elements (DeepSpeed's max_in_cpu) keeps the shard's
+// first elements in pinned host memory and only the rest on NVMe;
+// buffer_elements (DeepSpeed's buffer_size) sizes the swap buffers apart
+// from the tile. Each split trains bit for bit as the whole shard in pinned
+// host memory, with the optimizer on the CPU and on NVMe: a host part of
+// one element, one that ends inside a piece and inside a block, half the
+// shard, all of it, more than all of it, and none. No fetch or update spans
+// the part's end, none past it moves more than a swap buffer's elements,
+// the file is touched only past the host part (never when it holds the
+// whole shard), and pinned memory and the file are the estimate's, tag by
+// tag: the host part's bytes plus the swap buffers, and the rest's bytes.
+TEST_F(ParamOffload, AHostPartAndItsOwnSwapBufferSizeGiveStageThreeBitForBit) {
+  const int64_t shard = (models::CountParameters(zero::test::SmallGpt()) + W() - 1) / W();
+  const int p16 = static_cast<int>(MemoryTag::kParams16);
+  struct Split {
+    int64_t host, buffer;  // buffer 0: unset, the tile's 1024 elements
+  };
+  const std::vector<Split> splits = {{1, 0},         {777, 300},   {shard / 2, 0}, {shard / 2 + 1, 2048},
+                                     {shard, 0},     {10 * shard, 300}, {0, 300}};
+  for (auto optimizer : {OffloadOptimizerConfig::CPU, OffloadOptimizerConfig::NVME}) {
+    const Outcome want = Train(*comm_, Case{OffloadParamConfig::CPU, optimizer}, 10);
+    for (const Split& split : splits) {
+      const Case c{OffloadParamConfig::NVME, optimizer};
+      const std::string name =
+          absl::StrCat(c.Name(), ", host_elements ", split.host, ", buffer_elements ", split.buffer);
+      SCOPED_TRACE(name);
+      zero::TrainerOptions o = Options(c, W());
+      zero::OffloadParamConfig& param = *o.training.mutable_zero()->mutable_offload_param();
+      param.set_host_elements(split.host);
+      if (split.buffer > 0) param.set_buffer_elements(split.buffer);
+      auto log = std::make_shared<Log>();
+      auto file_ops = std::make_shared<std::atomic<int64_t>>(0);
+      auto file_end = std::make_shared<std::atomic<int64_t>>(0);
+      engine::PlacementHooks hooks;
+      hooks.parameter_faults = [file_ops, file_end](const AioBlockOp& op) -> std::optional<int64_t> {
+        if (op.path.find("memwall_params_rank") != std::string::npos) {
+          ++*file_ops;
+          int64_t end = file_end->load();
+          while (op.offset + op.bytes > end && !file_end->compare_exchange_weak(end, op.offset + op.bytes)) {
+          }
+        }
+        return std::nullopt;
+      };
+      hooks.wrap_parameter_store = [log](std::unique_ptr<zero::ParameterStore> inner) {
+        return std::unique_ptr<zero::ParameterStore>(new LoggingStore(std::move(inner), log.get()));
+      };
+      auto device = *CreateCpuDevice();
+      auto model = *models::Gpt::Create(zero::test::SmallGpt());
+      auto t = engine::CreateTrainer(*model, *device, *comm_, o, hooks);
+      ASSERT_TRUE(t.ok()) << t.status();
+      Outcome got;
+      zero::test::RunSteps(**t, *device, 10, got, name);
+      ASSERT_EQ(got.losses.size(), 10u);
+      zero::test::ExpectBitForBit(got, want, name);
+
+      const int64_t host = std::min(split.host, shard);
+      const int64_t limit = split.buffer > 0 ? split.buffer : 1024;
+      int64_t host_ranges = 0, drive_ranges = 0;
+      for (const std::string& e : log->events) {
+        const std::vector<std::string> f = absl::StrSplit(e, ' ');
+        if (f.size() != 3 || (f[0] != "fetch" && f[0] != "update")) continue;
+        int64_t begin = 0, n = 0;
+        ASSERT_TRUE(absl::SimpleAtoi(f[1], &begin) && absl::SimpleAtoi(f[2], &n)) << e;
+        EXPECT_FALSE(begin < host && begin + n > host) << e << " spans the host part's end " << host;
+        if (begin < host) {
+          ++host_ranges;
+        } else {
+          ++drive_ranges;
+          EXPECT_LE(n, limit) << e;
+        }
+      }
+      EXPECT_EQ(host_ranges > 0, host > 0);
+      EXPECT_EQ(drive_ranges > 0, host < shard);
+      const int64_t file_bytes = (2 * (shard - host) + kAioAlignment - 1) / kAioAlignment * kAioAlignment;
+      if (host == shard) {
+        EXPECT_EQ(file_ops->load(), 0) << "the whole shard is in the host part";
+      } else {
+        EXPECT_GT(file_ops->load(), 0);
+        EXPECT_LE(file_end->load(), file_bytes) << "the file holds only what the host part does not";
+      }
+
+      engine::EstimateInput in;
+      in.model = zero::test::SmallGpt();
+      in.ranks = W();
+      in.training = o.training;
+      auto est = engine::EstimateMemory(in);
+      ASSERT_TRUE(est.ok()) << est.status();
+      EXPECT_EQ(est->nvme[p16], file_bytes);
+      // Six swap buffers (4 in, 2 out) of a buffer's elements rounded up
+      // to a block, plus a block, when anything is on the drive.
+      const int64_t buffer = (std::min(limit, std::max<int64_t>(1, shard - host)) * 2 + kAioAlignment - 1) /
+                                 kAioAlignment * kAioAlignment + kAioAlignment;
+      int64_t params_host = 0;
+      for (const PlannedBuffer& b : est->plan.buffers()) {
+        if (b.space == MemorySpace::kPinnedHost &&
+            (absl::StrContains(b.name, "param host part") || absl::StrContains(b.name, "param swap-"))) {
+          params_host += b.bytes;
+        }
+      }
+      EXPECT_EQ(params_host, 2 * host + (host < shard ? 6 * buffer : 0)) << est->plan.ToText();
+      for (int tag = 0; tag < kNumMemoryTags; ++tag) {
+        EXPECT_EQ(est->host_of(static_cast<MemoryTag>(tag)), int64_t(got.pinned_peaks[tag]))
+            << "pinned " << MemoryTagName(static_cast<MemoryTag>(tag));
+      }
+      EXPECT_EQ(est->nvme[p16] > 0, host < shard);
     }
   }
 }
@@ -611,44 +765,6 @@ TEST_F(ParamOffload, OffloadedActivationCheckpointsGiveStageThreeBitForBit) {
 // read_ahead_buffers 0, where B's piece is first asked for in B's own
 // acquire, after A's forward. The two runs train bit for bit alike.
 TEST_F(ParamOffload, NvmeReadsRunAheadOfTheGatherWindow) {
-  // Every call a gather makes of the store, and the test's hook points, in
-  // the host's order.
-  struct Log {
-    std::mutex mu;
-    std::vector<std::string> events;
-    void Add(std::string e) {
-      std::lock_guard<std::mutex> lock(mu);
-      events.push_back(std::move(e));
-    }
-  };
-  class LoggingStore : public zero::ParameterStore {
-   public:
-    LoggingStore(std::unique_ptr<zero::ParameterStore> inner, Log* log) : inner_(std::move(inner)), log_(log) {}
-    int64_t elements() const override { return inner_->elements(); }
-    DType dtype() const override { return inner_->dtype(); }
-    std::optional<Tensor> resident() const override { return inner_->resident(); }
-    int64_t fetch_limit() const override { return inner_->fetch_limit(); }
-    absl::StatusOr<Tensor> Fetch(int64_t begin, int64_t n, Stream& s) override {
-      log_->Add(absl::StrCat("fetch ", begin, " ", n));
-      return inner_->Fetch(begin, n, s);
-    }
-    absl::Status Release(const Tensor& t, Stream& s) override { return inner_->Release(t, s); }
-    absl::StatusOr<Tensor> BeginUpdate(int64_t b, int64_t n, Stream& s) override { return inner_->BeginUpdate(b, n, s); }
-    absl::Status EndUpdate(const Tensor& t, Stream& s) override { return inner_->EndUpdate(t, s); }
-    absl::Status Sync() override { return inner_->Sync(); }
-    bool fails_alone() const override { return inner_->fails_alone(); }
-    absl::Status health() const override { return inner_->health(); }
-    bool ReadAhead(int64_t begin, int64_t n) override {
-      const bool started = inner_->ReadAhead(begin, n);
-      if (started) log_->Add(absl::StrCat("ahead ", begin, " ", n));
-      return started;
-    }
-    absl::Status CancelReadAhead() override { return inner_->CancelReadAhead(); }
-
-   private:
-    std::unique_ptr<zero::ParameterStore> inner_;
-    Log* log_;
-  };
 
   std::vector<Outcome> outcomes;
   for (const int64_t ahead : {int64_t{3}, int64_t{0}}) {

@@ -59,16 +59,20 @@ absl::Status TilePipeline::Send(zero::ParameterStore& values, Stream& stream, co
     if (k >= 2) MEMWALL_RETURN_IF_ERROR(slot_free_[slot]->Synchronize());
     char* tile = staging_.as<char>() + slot * tile_ * size;
     MEMWALL_RETURN_IF_ERROR(fill(k, begin, len, tile));
-    MEMWALL_ASSIGN_OR_RETURN(const Tensor to, values.BeginUpdate(begin, len, *copy_));
-    {
-      StreamZone h2d(timeline_, *copy_, ZoneKind::kParamH2D);
-      if (copy_starting_) {
-        MEMWALL_RETURN_IF_ERROR(copy_->EnqueueHost([this, k] { return copy_starting_(k); }));
+    for (int64_t at = 0; at < len;) {  // the store's updates are at most FetchLimit elements
+      const int64_t part = std::min(len - at, values.FetchLimit(begin + at));
+      MEMWALL_ASSIGN_OR_RETURN(const Tensor to, values.BeginUpdate(begin + at, part, *copy_));
+      {
+        StreamZone h2d(timeline_, *copy_, ZoneKind::kParamH2D);
+        if (copy_starting_ && at == 0) {
+          MEMWALL_RETURN_IF_ERROR(copy_->EnqueueHost([this, k] { return copy_starting_(k); }));
+        }
+        MEMWALL_RETURN_IF_ERROR(copy_->Copy(to.data(), tile + at * size, part * size));
       }
-      MEMWALL_RETURN_IF_ERROR(copy_->Copy(to.data(), tile, len * size));
+      if (at + part == len) MEMWALL_RETURN_IF_ERROR(copy_->Record(*slot_free_[slot]));
+      MEMWALL_RETURN_IF_ERROR(values.EndUpdate(to, *copy_));
+      at += part;
     }
-    MEMWALL_RETURN_IF_ERROR(copy_->Record(*slot_free_[slot]));
-    MEMWALL_RETURN_IF_ERROR(values.EndUpdate(to, *copy_));
   }
   std::move(drain_on_error).Cancel();
   MEMWALL_RETURN_IF_ERROR(copy_->Record(*copied_));
@@ -101,8 +105,8 @@ absl::Status TilePipeline::Receive(zero::ParameterStore& values, Stream& stream,
   MEMWALL_RETURN_IF_ERROR(Synchronize());
   for (int64_t k = 0, begin = 0; begin < n; ++k, begin += tile_) {
     const int64_t len = std::min(tile_, n - begin);
-    for (int64_t at = 0; at < len;) {  // the store's fetches are at most fetch_limit() elements
-      const int64_t part = std::min(len - at, values.fetch_limit());
+    for (int64_t at = 0; at < len;) {  // the store's fetches are at most FetchLimit elements
+      const int64_t part = std::min(len - at, values.FetchLimit(begin + at));
       MEMWALL_ASSIGN_OR_RETURN(const Tensor from, values.Fetch(begin + at, part, stream));
       MEMWALL_RETURN_IF_ERROR(stream.Copy(staging_.as<char>() + at * size, from.data(), part * size));
       MEMWALL_RETURN_IF_ERROR(values.Release(from, stream));

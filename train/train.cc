@@ -163,6 +163,9 @@ std::string Placements(const zero::TrainingOptions& t) {
   if (z.stage() == 3) {
     absl::StrAppend(&line, ", parameters on ", zero::OffloadParamConfig::Device_Name(z.offload_param().device()),
                     z.partitioning() == zero::ZeroConfig::BANDWIDTH_CENTRIC ? ", bandwidth-centric" : "");
+    if (z.offload_param().device() == zero::OffloadParamConfig::NVME && z.offload_param().host_elements() > 0) {
+      absl::StrAppend(&line, " (a shard's first ", z.offload_param().host_elements(), " elements in pinned host memory)");
+    }
     if (z.max_reuse_distance() > 0) {
       absl::StrAppend(&line, ", a module kept within ", z.max_reuse_distance(), " elements of its next use");
     }

@@ -152,6 +152,11 @@ const FieldRule kZeroRules[] = {
     {"aio.queue_depth", None(), Check::kPositive, "blocks in flight per thread", kMaxAioQueueDepth, "io_uring entries",
      Scope::kNvmeAny},
     {"aio.threads", None(), Check::kPositive, "submitting threads", kMaxAioThreads, "threads", Scope::kNvmeAny},
+    // Unset: offload_optimizer.tile_elements (infinity/nvme_parameter_store.cc).
+    {"offload_param.buffer_elements", None(), Check::kPositive, "unset: offload_optimizer.tile_elements",
+     kMaxTileElements, "a swap buffer", Scope::kNvmeParameters},
+    {"offload_param.host_elements", Int(0), Check::kNonNegative, "0: the whole shard on the drive", kMaxParameters,
+     "elements; Ψ < 2^53", Scope::kNvmeParameters, Unit::kCount, /*zero_is_off=*/true},
     // Its default and range follow buffer_count (ValidateZeroConfig, WithDefaults).
     {"offload_param.read_ahead_buffers", None(), Check::kAny, "", kMaxSwapBuffers, "at most buffer_count - 1",
      Scope::kNvmeParameters},

@@ -125,6 +125,14 @@ TEST(ZeroConfig, EachBadValueNamesItsField) {
               "offload_param.buffer_count = 4 needs offload_param.device = NVME");
   ExpectError("stage: 3 offload_param { device: CPU read_ahead_buffers: 1 }",
               "offload_param.read_ahead_buffers = 1 needs offload_param.device = NVME");
+  ExpectError("stage: 3 offload_param { device: CPU host_elements: 100 }",
+              "offload_param.host_elements = 100 needs offload_param.device = NVME");
+  ExpectError("stage: 3 offload_param { device: CPU buffer_elements: 100 }",
+              "offload_param.buffer_elements = 100 needs offload_param.device = NVME");
+  ExpectError("stage: 3 offload_optimizer { device: CPU } offload_param { device: NVME nvme_path: \"/p\" host_elements: -1 }",
+              "offload_param.host_elements = -1 must be >= 0");
+  ExpectError("stage: 3 offload_optimizer { device: CPU } offload_param { device: NVME nvme_path: \"/p\" buffer_elements: 0 }",
+              "offload_param.buffer_elements = 0 must be > 0");
   ExpectError("stage: 3 offload_optimizer { device: CPU } offload_param { device: NVME nvme_path: \"/p\" buffer_count: 3 "
               "read_ahead_buffers: 3 }",
               "offload_param.read_ahead_buffers = 3 must be in [0, buffer_count - 1 = 2]");
@@ -283,6 +291,14 @@ TEST(TrainingConfig, IntegersAreBoundedAboveNamingFieldValueAndLimit) {
                       "zero.aio.threads = 65 must be <= 2^6 (threads)");
   ExpectTrainingError("zero { stage: 2 offload_optimizer { device: NVME nvme_path: \"/tmp\" } aio { queue_depth: 4097 } }",
                       "zero.aio.queue_depth = 4097 must be <= 2^12 (io_uring entries)");
+  ExpectTrainingError(
+      "zero { stage: 3 offload_optimizer { device: CPU } offload_param { device: NVME nvme_path: \"/p\" "
+      "host_elements: 9007199254740993 } }",
+      "zero.offload_param.host_elements = 9007199254740993 must be <= 2^53");
+  ExpectTrainingError(
+      "zero { stage: 3 offload_optimizer { device: CPU } offload_param { device: NVME nvme_path: \"/p\" "
+      "buffer_elements: 1099511627777 } }",
+      "zero.offload_param.buffer_elements = 1099511627777 must be <= 2^40");
   ExpectTrainingError("zero { stage: 3 max_live_params: 9223372036854775807 }",
                       "zero.max_live_params = 9223372036854775807 must be <= 2^53");
   // The largest accepted values are accepted.

@@ -117,7 +117,7 @@ ParameterGather::~ParameterGather() { (void)coll_.Synchronize(); }
 std::vector<ParameterGather::Chunk> ParameterGather::Chunks(const Piece& piece) const {
   std::vector<Chunk> chunks;
   for (int64_t at = 0; at < piece.size;) {
-    const int64_t n = std::min(piece.size - at, shard_->fetch_limit());
+    const int64_t n = std::min(piece.size - at, shard_->FetchLimit(piece.shard_offset + at));
     chunks.push_back({piece.shard_offset + at, n, at});
     at += n;
   }

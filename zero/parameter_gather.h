@@ -133,7 +133,7 @@ class ParameterGather {
   int64_t GatheredElements(const std::vector<models::Parameter*>& params) const;
   absl::Status Check(int module, int expected);
   // The store's Fetch calls for `piece`: [begin, begin + n), n at most
-  // fetch_limit(), `at` elements into the piece.
+  // FetchLimit(begin), `at` elements into the piece.
   struct Chunk {
     int64_t begin = 0, n = 0, at = 0;
   };

@@ -18,7 +18,7 @@
 // (offload_param { device: CPU }) that copy is the host-to-device hop. An
 // NVMe store (infinity/nvme_parameter_store.h) reads a fetched range into
 // one of its pinned swap-in buffers, and writes an updated range back from
-// one of its swap-out buffers, at most fetch_limit() elements at a time.
+// one of its swap-out buffers, at most FetchLimit(begin) elements at a time.
 #ifndef MEMWALL_ZERO_PARAMETER_STORE_H_
 #define MEMWALL_ZERO_PARAMETER_STORE_H_
 
@@ -45,8 +45,10 @@ class ParameterStore {
   // The whole shard, when it is in memory (device or pinned host): what an
   // optimizer that updates in place writes (the device's). nullopt on NVMe.
   virtual std::optional<Tensor> resident() const = 0;
-  // The most elements one Fetch or BeginUpdate may ask for.
-  virtual int64_t fetch_limit() const { return std::numeric_limits<int64_t>::max(); }
+  // The most elements one Fetch or BeginUpdate at `begin` may ask for (a
+  // swap buffer's; an NVMe store with a host part also stops a range at the
+  // part's end, so no range spans both).
+  virtual int64_t FetchLimit(int64_t begin) const { return std::numeric_limits<int64_t>::max(); }
 
   // kStored -> kFetched, in `stream`'s order.
   virtual absl::StatusOr<Tensor> Fetch(int64_t begin, int64_t n, Stream& stream) = 0;
@@ -62,9 +64,10 @@ class ParameterStore {
 
   // Read-ahead (the NVMe hop's own prefetch window): a hint that
   // Fetch(begin, n) will come, so a store with a slow first hop can start
-  // it now. True when the store has that read in flight; false when it has
-  // no room for it now (a resident store never reads ahead), and the caller
-  // stops hinting until its next prefetch. A read-ahead is never stale: an
+  // it now. True when the store has that read in flight (or the range needs
+  // no read: an NVMe store's host part); false when it has no room for it
+  // now (a resident store never reads ahead), and the caller stops hinting
+  // until its next prefetch. A read-ahead is never stale: an
   // update cancels every one first.
   virtual bool ReadAhead(int64_t begin, int64_t n) { return false; }
   // Drops every read-ahead not fetched (the end of a pass); the first
