@@ -13,6 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "google/protobuf/struct.pb.h"
+#include "infinity/nvme_state_store.h"
+#include "runtime/bounds.h"
 #include "runtime/files.h"
 #include "runtime/status.h"
 #include "zero/config.h"
@@ -30,11 +32,6 @@ using zero::TrainingConfig;
 const std::map<std::string, std::string>& Refusals() {
   static const auto* refusals = new std::map<std::string, std::string>{
       {"amp", "use \"bf16\": {\"enabled\": true} or the \"fp16\" block"},
-      {"zero_optimization.offload_optimizer.buffer_count",
-       "give the NVMe swap buffers' pinned bytes instead (--set='zero { offload_optimizer { pinned_budget_bytes: N } }')"},
-      {"zero_optimization.offload_param.buffer_size",
-       "swap buffers hold zero_optimization.sub_group_size elements (offload_optimizer.tile_elements)"},
-      {"zero_optimization.offload_param.max_in_cpu", "memwall keeps no host cache of NVMe parameters; delete the key"},
       {"zero_optimization.zero_hpz_partition_size", "ZeRO++ is not implemented; delete the key"},
       {"zero_optimization.zero_quantized_weights", "ZeRO++ is not implemented; delete the key"},
       {"zero_optimization.zero_quantized_gradients", "ZeRO++ is not implemented; delete the key"},
@@ -231,6 +228,18 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
       tr.Refuse(key, absl::StrCat("must be \"cpu\", \"nvme\" or \"none\", not ", JsonValueText(v)));
     }
   };
+  // DeepSpeed's pin_memory (false by default) asks for page-locked
+  // buffers; memwall's transfers always go through pinned memory, planned
+  // to the byte, so either value keeps memwall's (`keep` sets it).
+  auto pinned = [&](const std::string& key, const Value& v, const std::function<void()>& keep) {
+    const std::optional<bool> b = tr.Bool(key, v);
+    if (!b) return;
+    keep();
+    tr.Line(key, v, *b ? "memwall's behaviour (pinned host memory)"
+                       : "pinned all the same: memwall stages every host transfer through pinned buffers, exactly "
+                         "the plan's bytes (//repro:estimate --buffers), without the rounding of a pinned allocator");
+  };
+  std::optional<int64_t> optimizer_buffers;  // offload_optimizer.buffer_count
   using H = Translator::Handler;
   const std::map<std::string, H> offload_optimizer = {
       {"device", [&](auto& k, auto& v) {
@@ -242,8 +251,11 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
       {"nvme_path", [&](auto& k, auto& v) {
          if (auto s = tr.String(k, v)) opt.set_nvme_path(*s), tr.Line(k, v, "zero.offload_optimizer.nvme_path");
        }},
-      {"pin_memory", [&](auto& k, auto& v) {
-         if (auto b = tr.Bool(k, v)) opt.set_pin_memory(*b), tr.Line(k, v, "zero.offload_optimizer.pin_memory");
+      {"pin_memory", [&](auto& k, auto& v) { pinned(k, v, [&] { opt.set_pin_memory(true); }); }},
+      {"buffer_count", [&](auto& k, auto& v) {
+         if (auto n = tr.Integer(k, v, 1, zero::kMaxSwapBuffers)) {
+           optimizer_buffers = *n, tr.Line(k, v, "zero.offload_optimizer.pinned_budget_bytes");  // completed below
+         }
        }},
       {"pipeline_read", [&](auto& k, auto& v) { tr.Only(k, v, true, "memwall always overlaps swap-in with the step; set it to true or delete it"); }},
       {"pipeline_write", [&](auto& k, auto& v) { tr.Only(k, v, true, "memwall always overlaps swap-out with the step; set it to true or delete it"); }},
@@ -261,10 +273,21 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
       {"nvme_path", [&](auto& k, auto& v) {
          if (auto s = tr.String(k, v)) param.set_nvme_path(*s), tr.Line(k, v, "zero.offload_param.nvme_path");
        }},
-      {"pin_memory", [&](auto& k, auto& v) { tr.Only(k, v, true, "memwall's parameter stores are always pinned; set it to true or delete it"); }},
+      {"pin_memory", [&](auto& k, auto& v) { pinned(k, v, [] {}); }},
       {"buffer_count", [&](auto& k, auto& v) {
          if (auto n = tr.Integer(k, v, 2, zero::kMaxSwapBuffers)) {
            param.set_buffer_count(*n), tr.Line(k, v, "zero.offload_param.buffer_count");
+         }
+       }},
+      {"buffer_size", [&](auto& k, auto& v) {
+         if (auto n = tr.Integer(k, v, 1, zero::kMaxTileElements)) {
+           param.set_buffer_elements(*n), tr.Line(k, v, "zero.offload_param.buffer_elements (a swap buffer's elements)");
+         }
+       }},
+      {"max_in_cpu", [&](auto& k, auto& v) {
+         if (auto n = tr.Integer(k, v, 0, kMaxParameters)) {
+           param.set_host_elements(*n);
+           tr.Line(k, v, "zero.offload_param.host_elements (the shard's first elements, kept in pinned host memory)");
          }
        }},
   };
@@ -587,6 +610,49 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
       if (!absl::StartsWith(line, "aio.")) continue;
       line = absl::StrCat(line.substr(0, line.find(" -> ")), " -> nothing: no NVMe offload");
     }
+  }
+
+  // DeepSpeed reads the NVMe keys of an offload block only when its device
+  // is nvme; so does the translation, and their lines say so.
+  // The line of zero_optimization.<block>.<key>, now saying `becomes`.
+  auto say = [&](const std::string& block, const std::string& key, const std::string& becomes) {
+    const std::string name = absl::StrCat("zero_optimization.", block, ".", key, " = ");
+    for (std::string& line : out.lines) {
+      if (absl::StartsWith(line, name)) line = absl::StrCat(line.substr(0, line.find(" -> ")), " -> ", becomes);
+    }
+  };
+  auto no_nvme = [&](const std::string& block, const std::vector<std::string>& keys) {
+    for (const std::string& key : keys) say(block, key, absl::StrCat("nothing: ", block, ".device is not nvme"));
+  };
+  if (param.device() != OffloadParamConfig::NVME) {
+    param.clear_nvme_path(), param.clear_buffer_count(), param.clear_buffer_elements(), param.clear_host_elements();
+    no_nvme("offload_param", {"nvme_path", "buffer_count", "buffer_size", "max_in_cpu"});
+  } else if (!param.has_host_elements()) {
+    param.set_host_elements(1000000000);
+    tr.Note("zero_optimization.offload_param.max_in_cpu",
+            "zero.offload_param.host_elements: 1000000000 (DeepSpeed's default: its stage-3 optimizer keeps up to "
+            "that many of a rank's parameter elements in pinned host memory; memwall's is 0, all on the drive)");
+  }
+  if (opt.device() != OffloadOptimizerConfig::NVME) {
+    opt.clear_nvme_path();
+    no_nvme("offload_optimizer", {"nvme_path", "buffer_count"});
+  } else if (optimizer_buffers) {
+    // DeepSpeed pins b buffers of one fp32 state of a sub-group each (4
+    // bytes an element); a memwall swap buffer holds a sub-group's master,
+    // exp_avg and exp_avg_sq. The same pinned bytes, in whole buffers, at
+    // least memwall's 3 (pinned_budget_bytes 0).
+    const int64_t sub_group = opt.has_tile_elements() ? opt.tile_elements() : zero::kDefaultOffloadTileElements;
+    const int64_t g = infinity::SwapBufferBytes(sub_group);
+    const int64_t deepspeed_bytes = *optimizer_buffers * 4 * sub_group;
+    const int64_t count = std::max<int64_t>(infinity::kMinSwapBuffers, deepspeed_bytes / g);
+    opt.set_pinned_budget_bytes(count == infinity::kMinSwapBuffers ? 0 : count * g);
+    say("offload_optimizer", "buffer_count",
+        absl::StrCat("zero.offload_optimizer.pinned_budget_bytes: ", opt.pinned_budget_bytes(), " (", count,
+                     " swap buffers of a sub-group's master, exp_avg and exp_avg_sq, ", g, " bytes each: DeepSpeed's ",
+                     *optimizer_buffers, " buffers of one fp32 state pin ", deepspeed_bytes,
+                     count == infinity::kMinSwapBuffers
+                         ? absl::StrCat(" bytes; memwall's least is ", infinity::kMinSwapBuffers, ")")
+                         : " bytes)"));
   }
 
   // What DeepSpeed assumes where a key is absent, when memwall's default differs.

@@ -170,8 +170,8 @@ TEST(DeepSpeedConfig, StatesDeepSpeedsDefaultsWhereMemwallsDiffer) {
 TEST(DeepSpeedConfig, RefusesEachKeyItCannotHonourByName) {
   ExpectRefused(R"({"zero_optimization": {"stage": 2, "round_robin_gradients": true}})",
                 "zero_optimization.round_robin_gradients", "set it to false");
-  ExpectRefused(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "max_in_cpu": 1e9}}})",
-                "zero_optimization.offload_param.max_in_cpu", "no host cache");
+  ExpectRefused(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}})",
+                "zero_optimization.zero_hpz_partition_size", "ZeRO++ is not implemented");
   ExpectRefused(R"({"zero_optimization": {"offload_optimizer": {"device": "gpu"}}})",
                 "zero_optimization.offload_optimizer.device", "must be \"cpu\", \"nvme\" or \"none\"");
   ExpectRefused(R"({"fp16": {"enabled": true, "loss_scale": 128}})", "fp16.loss_scale", "dynamically only");
@@ -305,6 +305,97 @@ TEST(DeepSpeedConfig, TheAioBlockSetsTheNvmeEngine) {
   EXPECT_TRUE(absl::StrContains(odd.status().message(), "zero.aio.block_bytes = 1000 must be a multiple of 4096"))
       << odd.status();
   EXPECT_TRUE(absl::StrContains(odd.status().message(), "aio.block_size")) << odd.status();
+}
+
+// The offload blocks' buffer keys, as PyTorch Lightning's DeepSpeedStrategy
+// writes them into every config (whatever the device) and as DeepSpeed's
+// ZeRO-Infinity tutorial sets them for NVMe.
+TEST(DeepSpeedConfig, OffloadBufferKeysTranslateForNvmeAndDoNothingOtherwise) {
+  // Lightning's ZeRO-Offload (stage 2, optimizer on the CPU) and its
+  // parameter offload (stage 3, parameters on the CPU): the NVMe keys do
+  // nothing, as in DeepSpeed, and pin_memory false still pins.
+  auto lightning = Translate(R"({"zero_allow_untested_optimizer": true,
+    "zero_optimization": {"stage": 3, "contiguous_gradients": true, "overlap_comm": true,
+      "allgather_partitions": true, "reduce_scatter": true, "allgather_bucket_size": 200000000,
+      "reduce_bucket_size": 200000000, "sub_group_size": 1000000000000,
+      "offload_optimizer": {"device": "cpu", "nvme_path": "/local_nvme", "buffer_count": 4, "pin_memory": false},
+      "offload_param": {"device": "cpu", "nvme_path": "/local_nvme", "buffer_count": 5, "buffer_size": 100000000,
+                        "max_in_cpu": 1000000000, "pin_memory": false}},
+    "aio": {"block_size": 1048576, "queue_depth": 8, "single_submit": false, "overlap_events": true,
+            "thread_count": 1}})");
+  ASSERT_TRUE(lightning.ok()) << lightning.status();
+  const zero::ZeroConfig& z = lightning->training.zero();
+  EXPECT_EQ(z.offload_optimizer().device(), zero::OffloadOptimizerConfig::CPU);
+  EXPECT_EQ(z.offload_param().device(), zero::OffloadParamConfig::CPU);
+  EXPECT_TRUE(z.offload_optimizer().pin_memory());
+  EXPECT_TRUE(z.offload_optimizer().nvme_path().empty());
+  EXPECT_FALSE(z.offload_optimizer().has_pinned_budget_bytes());
+  EXPECT_FALSE(!z.offload_param().nvme_path().empty() || z.offload_param().has_buffer_count() ||
+               z.offload_param().has_buffer_elements() || z.offload_param().has_host_elements());
+  std::string lines = absl::StrJoin(lightning->lines, "\n");
+  for (const char* said : {"offload_optimizer.buffer_count = 4 -> nothing: offload_optimizer.device is not nvme",
+                           "offload_optimizer.nvme_path = \"/local_nvme\" -> nothing: offload_optimizer.device is not nvme",
+                           "offload_param.buffer_size = 100000000 -> nothing: offload_param.device is not nvme",
+                           "offload_param.max_in_cpu = 1000000000 -> nothing: offload_param.device is not nvme",
+                           "offload_param.buffer_count = 5 -> nothing: offload_param.device is not nvme",
+                           "offload_optimizer.pin_memory = false -> pinned all the same",
+                           "offload_param.pin_memory = false -> pinned all the same"}) {
+    EXPECT_TRUE(absl::StrContains(lines, said)) << said << "\n" << lines;
+  }
+
+  // ZeRO-Infinity's tutorial: everything on NVMe. DeepSpeed's 4 optimizer
+  // buffers of one fp32 state pin less than memwall's 3 buffers of three
+  // states: memwall's least (pinned_budget_bytes 0), said.
+  auto infinity = Translate(R"({"bf16": {"enabled": true},
+    "zero_optimization": {"stage": 3, "sub_group_size": 1e9,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true, "buffer_count": 4,
+                            "fast_init": false},
+      "offload_param": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true, "buffer_count": 5,
+                        "buffer_size": 1e8, "max_in_cpu": 1e9}}})");
+  ASSERT_TRUE(infinity.ok()) << infinity.status();
+  const zero::OffloadParamConfig& p = infinity->training.zero().offload_param();
+  EXPECT_EQ(p.buffer_count(), 5);
+  EXPECT_EQ(p.buffer_elements(), 100000000);
+  EXPECT_EQ(p.host_elements(), 1000000000);
+  EXPECT_EQ(p.nvme_path(), "/local_nvme");
+  EXPECT_EQ(infinity->training.zero().offload_optimizer().pinned_budget_bytes(), 0);
+  lines = absl::StrJoin(infinity->lines, "\n");
+  EXPECT_TRUE(absl::StrContains(lines, "offload_param.max_in_cpu = 1000000000 -> zero.offload_param.host_elements"))
+      << lines;
+  EXPECT_TRUE(absl::StrContains(lines, "offload_optimizer.buffer_count = 4 -> zero.offload_optimizer.pinned_budget_bytes: 0"))
+      << lines;
+  EXPECT_TRUE(absl::StrContains(lines, "memwall's least is 3")) << lines;
+
+  // More buffers than memwall's least: the same pinned bytes, 12 buffers
+  // of 4 bytes a sub-group element making 4 of memwall's 12.
+  auto twelve = Translate(R"({"zero_optimization": {"stage": 2, "sub_group_size": 1048576,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "buffer_count": 12}}})");
+  ASSERT_TRUE(twelve.ok()) << twelve.status();
+  EXPECT_EQ(twelve->training.zero().offload_optimizer().pinned_budget_bytes(), int64_t{12} * 4 * 1048576);
+
+  // Parameters on NVMe without max_in_cpu: DeepSpeed's default, said; 0
+  // puts the whole shard on the drive.
+  auto absent = Translate(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+      "offload_param": {"device": "nvme", "nvme_path": "/local_nvme"}}})");
+  ASSERT_TRUE(absent.ok()) << absent.status();
+  EXPECT_EQ(absent->training.zero().offload_param().host_elements(), 1000000000);
+  EXPECT_TRUE(absl::StrContains(absl::StrJoin(absent->lines, "\n"),
+                                "offload_param.max_in_cpu (absent) -> zero.offload_param.host_elements: 1000000000 "
+                                "(DeepSpeed's default"))
+      << absl::StrJoin(absent->lines, "\n");
+  auto none = Translate(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+      "offload_param": {"device": "nvme", "nvme_path": "/local_nvme", "max_in_cpu": 0}}})");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->training.zero().offload_param().host_elements(), 0);
+
+  ExpectRefused(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "buffer_size": 0}}})",
+                "zero_optimization.offload_param.buffer_size", "whole number in [1, ");
+  ExpectRefused(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "max_in_cpu": -1}}})",
+                "zero_optimization.offload_param.max_in_cpu", "whole number in [0, ");
+  ExpectRefused(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "buffer_count": 0}}})",
+                "zero_optimization.offload_optimizer.buffer_count", "whole number in [1, ");
+  ExpectRefused(R"({"zero_optimization": {"offload_param": {"pin_memory": "yes"}}})",
+                "zero_optimization.offload_param.pin_memory", "must be true or false");
 }
 
 TEST(DeepSpeedConfig, StageThreeNvmeOffloadKeepsTheGradientPartitionOnNvmeAsDeepSpeedDoes) {

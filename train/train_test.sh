@@ -79,6 +79,26 @@ train/train --steps=1 --device=cpu --out="$out/fp16" --export=none \
   > "$TEST_TMPDIR/fp16.log" 2>&1 || { cat "$TEST_TMPDIR/fp16.log"; echo "an fp16 stage-3 run"; exit 1; }
 grep -q "^train: stage 3, optimizer states on the device, parameters on the device, a module kept within 5000 elements of its next use; fp16 (loss scale 1024, x2 after 1000 clean steps, hysteresis 2); " \
   "$TEST_TMPDIR/fp16.log" || { cat "$TEST_TMPDIR/fp16.log"; echo "no fp16 and reuse in the start line"; exit 1; }
+# DeepSpeed's ZeRO-Infinity parameter offload with its buffer keys: the
+# parameters on NVMe, a shard's first 20000 elements in pinned host memory
+# (max_in_cpu), swap buffers of 3000 elements (buffer_size); the start line
+# says so, and pinned memory peaks at the estimate.
+mkdir -p "$TEST_TMPDIR/nvme"
+cat > "$TEST_TMPDIR/infinity.json" <<EOF
+{"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 3, "sub_group_size": 100000,
+   "offload_optimizer": {"device": "cpu", "nvme_path": "/local_nvme", "buffer_count": 4, "pin_memory": false},
+   "offload_param": {"device": "nvme", "nvme_path": "$TEST_TMPDIR/nvme", "pin_memory": true, "buffer_count": 5,
+                     "buffer_size": 3000, "max_in_cpu": 20000}}}
+EOF
+train/train --steps=2 --device=cpu --out="$out/infinity" --export=none --deepspeed_config="$TEST_TMPDIR/infinity.json" \
+  > "$TEST_TMPDIR/infinity.log" 2>&1 || { cat "$TEST_TMPDIR/infinity.log"; echo "a ZeRO-Infinity DeepSpeed config"; exit 1; }
+grep -q "^train: stage 3, optimizer states on CPU, parameters on NVME (a shard's first 20000 elements in pinned host memory)" \
+  "$TEST_TMPDIR/infinity.log" || { cat "$TEST_TMPDIR/infinity.log"; echo "no host part in the start line"; exit 1; }
+grep -q "offload_param.buffer_size = 3000 -> zero.offload_param.buffer_elements" "$TEST_TMPDIR/infinity.log" ||
+  { cat "$TEST_TMPDIR/infinity.log"; echo "no buffer_size line"; exit 1; }
+grep -Eq "pinned host peak ([0-9.]+ [KMG]iB) of \1 estimated" "$TEST_TMPDIR/infinity.log" ||
+  { cat "$TEST_TMPDIR/infinity.log"; echo "the pinned peak is not the estimate"; exit 1; }
 # A model file named bare, as a user types it in their directory.
 mkdir -p "$TEST_TMPDIR/user"
 printf 'name: "mine" layers: 1 hidden: 64 heads: 2 vocab: 256 positions: 32\n' > "$TEST_TMPDIR/user/mine.textproto"
