@@ -737,11 +737,12 @@ absl::Status CheckTrainBatchSize(DeepSpeedTranslation& translation, int world_si
                                              t.accumulation(), " (train_batch_size / (micro batch x ranks))"));
     return absl::OkStatus();
   }
-  if (per_step * t.accumulation() != translation.train_batch_size) {
+  const std::optional<int64_t> total = CheckedMul(per_step, t.accumulation());  // up to 2^31 x 2^20 x 2^31
+  if (total != translation.train_batch_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "train_batch_size ", translation.train_batch_size, " != train_micro_batch_size_per_gpu ", micro,
         " x gradient_accumulation_steps ", t.accumulation(), " x ", world_size, " ranks = ",
-        per_step * t.accumulation()));
+        total ? absl::StrCat(*total) : "more than 2^63"));
   }
   return absl::OkStatus();
 }

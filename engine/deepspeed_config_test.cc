@@ -90,6 +90,14 @@ TEST(DeepSpeedConfig, TranslatesTheZeroOffloadTutorialConfig) {
   EXPECT_TRUE(absl::StrContains(four.message(), "train_batch_size 32 != train_micro_batch_size_per_gpu 4 x "
                                                 "gradient_accumulation_steps 4 x 4 ranks = 64"))
       << four;
+  // The largest micro-batch and accumulation on 2^20 ranks: a product past
+  // int64, refused as such.
+  auto large = Translate(R"({"train_batch_size": 1024, "train_micro_batch_size_per_gpu": 16777215,
+                             "gradient_accumulation_steps": 2147483647})");
+  ASSERT_TRUE(large.ok()) << large.status();
+  const absl::Status past = CheckTrainBatchSize(*large, 1 << 20);
+  EXPECT_EQ(past.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(past.message(), "x 1048576 ranks = more than 2^63")) << past;
 }
 
 TEST(DeepSpeedConfig, BucketBytesFollowThePrecision) {
