@@ -251,6 +251,27 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 }
 
 absl::Status ParseJsonObject(absl::string_view json, google::protobuf::Struct& out) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < json.size(); ++i) {
+    const char c = json[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character, a quote or a backslash among them
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        return absl::InvalidArgumentError(absl::StrCat("arrays and objects nested deeper than ", kMaxJsonDepth,
+                                                       " levels (at byte ", i, ")"));
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
   const auto st = google::protobuf::util::JsonStringToMessage(std::string(json), &out);
   if (st.ok()) return absl::OkStatus();
   // The parser's own words, without its status code's name.

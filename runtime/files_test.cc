@@ -121,6 +121,30 @@ TEST(ParseJsonObject, ParsesAnObjectAndSaysWhatElseItMet) {
   EXPECT_FALSE(cut.message().empty());
   EXPECT_EQ(cut.message().find("INVALID_ARGUMENT"), std::string::npos) << cut;
   EXPECT_NE(cut.message()[0], ':') << cut;
+
+  // Nesting: the parser's time grows with the square of an array's depth,
+  // so a config nested past kMaxJsonDepth is refused before it, at once;
+  // brackets inside strings (escaped quotes too) are not nesting.
+  auto nested = [](int levels, char open) {
+    std::string inner = "1";
+    for (int i = 0; i < levels; ++i) inner = open == '[' ? "[" + inner + "]" : "{\"k\": " + inner + "}";
+    return "{\"a\": " + inner + "}";
+  };
+  EXPECT_TRUE(ParseJsonObject(nested(kMaxJsonDepth - 1, '['), s).ok());
+  EXPECT_TRUE(ParseJsonObject(nested(kMaxJsonDepth - 1, '{'), s).ok());
+  for (const char open : {'[', '{'}) {
+    const absl::Status deep = ParseJsonObject(nested(kMaxJsonDepth, open), s);
+    EXPECT_EQ(deep.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(deep.message(), absl::StrCat("arrays and objects nested deeper than ", kMaxJsonDepth, " levels (at byte ",
+                                           open == '[' ? 5 + kMaxJsonDepth : 6 + 6 * (kMaxJsonDepth - 1), ")"))
+        << deep;
+  }
+  // 200000 levels: the parser would take about 20 minutes.
+  const std::string hostile = "{\"a\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
+  EXPECT_EQ(ParseJsonObject(hostile, s).message(), absl::StrCat("arrays and objects nested deeper than ",
+                                                                kMaxJsonDepth, " levels (at byte ", 5 + kMaxJsonDepth, ")"));
+  ASSERT_TRUE(ParseJsonObject(R"({"a": "[[[[{{{{\"[[[\\", "b": ["]]]]"]})", s).ok());
+  EXPECT_EQ(s.fields().at("a").string_value(), "[[[[{{{{\"[[[\\");
 }
 
 // Everything that is not a regular file is refused by kind, naming the

@@ -70,6 +70,9 @@ CLI_CASES = [
     ("consolidate: an empty directory", ["zero/consolidate", "{tmp}/empty", "{tmp}/o.safetensors"], 1, "empty"),
     ("consolidate: a directory of other things", ["zero/consolidate", "{tmp}", "{tmp}/o.safetensors"],
      1, "is not a checkpoint; its subdirectory"),
+    ("train: a DeepSpeed config nested 200000 deep", ["train/train", "--steps=1", "--device=cpu",
+                                                      "--deepspeed_config={tmp}/deep.json", "--out={tmp}/qs"], 1,
+     "arrays and objects nested deeper than 32 levels"),
     ("train: --resume the run's parent directory", ["train/train", "--steps=1", "--device=cpu", "--resume={tmp}",
                                                     "--out={tmp}/qs"], 1, "is not a checkpoint; its subdirectory"),
 ]
@@ -84,6 +87,9 @@ class HostileInputs(unittest.TestCase):
         os.symlink(os.path.join(t, "loop_b"), os.path.join(t, "loop_a"))
         os.symlink(os.path.join(t, "loop_a"), os.path.join(t, "loop_b"))
         os.mkdir(os.path.join(t, "empty"))
+        # A DeepSpeed config whose parse alone would take about 20 minutes.
+        with open(os.path.join(t, "deep.json"), "w") as f:
+            f.write('{"a": ' + "[" * 200000 + "]" * 200000 + "}")
         # A step directory whose marker and metadata are /dev/zero, and one
         # whose marker is a FIFO that nobody writes.
         os.mkdir(os.path.join(t, "zero_meta"))
