@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -348,30 +349,31 @@ class HostPartStore : public zero::ParameterStore {
   DType dtype() const override { return part_.dtype(); }
   std::optional<Tensor> resident() const override { return std::nullopt; }
   int64_t FetchLimit(int64_t begin) const override {
-    return begin < H() ? H() - begin : drive_->FetchLimit(begin - H());
+    if (begin < H()) return H() - begin;
+    return drive_ ? drive_->FetchLimit(begin - H()) : std::numeric_limits<int64_t>::max();
   }
   bool fails_alone() const override { return drive_ != nullptr; }
   absl::Status health() const override { return drive_ ? drive_->health() : absl::OkStatus(); }
 
   absl::StatusOr<Tensor> Fetch(int64_t begin, int64_t n, Stream& stream) override {
     MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
-    if (begin < H()) return part_.Slice(begin, n);
+    if (begin < H() || !drive_) return part_.Slice(begin, n);
     return drive_->Fetch(begin - H(), n, stream);
   }
   absl::Status Release(const Tensor& fetched, Stream& stream) override {
-    return InHost(fetched) ? absl::OkStatus() : drive_->Release(fetched, stream);
+    return InHost(fetched) || !drive_ ? absl::OkStatus() : drive_->Release(fetched, stream);
   }
   absl::StatusOr<Tensor> BeginUpdate(int64_t begin, int64_t n, Stream& stream) override {
     MEMWALL_RETURN_IF_ERROR(CheckRange(begin, n));
-    if (begin < H()) return part_.Slice(begin, n);
+    if (begin < H() || !drive_) return part_.Slice(begin, n);
     return drive_->BeginUpdate(begin - H(), n, stream);
   }
   absl::Status EndUpdate(const Tensor& updated, Stream& stream) override {
-    return InHost(updated) ? absl::OkStatus() : drive_->EndUpdate(updated, stream);
+    return InHost(updated) || !drive_ ? absl::OkStatus() : drive_->EndUpdate(updated, stream);
   }
   absl::Status Sync() override { return drive_ ? drive_->Sync() : absl::OkStatus(); }
   bool ReadAhead(int64_t begin, int64_t n) override {
-    if (begin < H()) return true;  // nothing to read: the caller hints on
+    if (begin < H() || !drive_) return true;  // nothing to read: the caller hints on
     return drive_->ReadAhead(begin - H(), n);
   }
   absl::Status CancelReadAhead() override { return drive_ ? drive_->CancelReadAhead() : absl::OkStatus(); }
