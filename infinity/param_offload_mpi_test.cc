@@ -111,6 +111,24 @@ Outcome Train(Communicator& comm, const Case& c, int steps, const CpuDeviceOptio
   return out;
 }
 
+// The estimator's plan for `training` on this launch's ranks.
+absl::StatusOr<engine::Estimate> EstimateOf(const zero::TrainingConfig& training, int ranks,
+                                            const models::GptConfig& model = zero::test::SmallGpt()) {
+  engine::EstimateInput in;
+  in.model = model;
+  in.ranks = ranks;
+  in.training = training;
+  return engine::EstimateMemory(in);
+}
+
+// Pinned host memory at its peak equals the estimate, tag by tag.
+void ExpectPinnedAsEstimated(const engine::Estimate& est, const Outcome& run) {
+  for (int tag = 0; tag < kNumMemoryTags; ++tag) {
+    const MemoryTag t = static_cast<MemoryTag>(tag);
+    EXPECT_EQ(est.host_of(t), int64_t(run.pinned_peaks[tag])) << "pinned " << MemoryTagName(t);
+  }
+}
+
 // The module at `path` below `root`, or nullptr.
 models::Module* FindModule(models::Module& root, absl::string_view path) {
   std::vector<models::Module*> todo = {&root};
@@ -249,11 +267,7 @@ TEST_F(ParamOffload, TheShardLeavesTheDeviceAsEstimated) {
       const Outcome h = Train(*comm_, offloaded, 2);
       // The device loses exactly the shard (2 bytes an element in bf16) ...
       EXPECT_EQ(int64_t(d.device_peaks[p16]) - int64_t(h.device_peaks[p16]), 2 * shard);
-      engine::EstimateInput in;
-      in.model = zero::test::SmallGpt();
-      in.ranks = W();
-      in.training = Options(offloaded, W()).training;
-      auto est = engine::EstimateMemory(in);
+      auto est = EstimateOf(Options(offloaded, W()).training, W());
       ASSERT_TRUE(est.ok()) << est.status();
       if (where == OffloadParamConfig::CPU) {
         // ... which the host gains.
@@ -265,10 +279,7 @@ TEST_F(ParamOffload, TheShardLeavesTheDeviceAsEstimated) {
         EXPECT_EQ(est->nvme[p16], (2 * shard + 4095) / 4096 * 4096);
         EXPECT_EQ(int64_t(h.pinned_peaks[p16]) - int64_t(d.pinned_peaks[p16]), 6 * (4096 + 4096));
       }
-      for (int t = 0; t < kNumMemoryTags; ++t) {
-        EXPECT_EQ(est->host_of(static_cast<MemoryTag>(t)), int64_t(h.pinned_peaks[t]))
-            << "pinned " << MemoryTagName(static_cast<MemoryTag>(t));
-      }
+      ExpectPinnedAsEstimated(*est, h);
     }
   }
 }
@@ -354,11 +365,7 @@ TEST_F(ParamOffload, AHostPartAndItsOwnSwapBufferSizeGiveStageThreeBitForBit) {
         EXPECT_LE(file_end->load(), file_bytes) << "the file holds only what the host part does not";
       }
 
-      engine::EstimateInput in;
-      in.model = zero::test::SmallGpt();
-      in.ranks = W();
-      in.training = o.training;
-      auto est = engine::EstimateMemory(in);
+      auto est = EstimateOf(o.training, W());
       ASSERT_TRUE(est.ok()) << est.status();
       EXPECT_EQ(est->nvme[p16], file_bytes);
       // Six swap buffers (4 in, 2 out) of a buffer's elements rounded up
@@ -373,10 +380,7 @@ TEST_F(ParamOffload, AHostPartAndItsOwnSwapBufferSizeGiveStageThreeBitForBit) {
         }
       }
       EXPECT_EQ(params_host, 2 * host + (host < shard ? 6 * buffer : 0)) << est->plan.ToText();
-      for (int tag = 0; tag < kNumMemoryTags; ++tag) {
-        EXPECT_EQ(est->host_of(static_cast<MemoryTag>(tag)), int64_t(got.pinned_peaks[tag]))
-            << "pinned " << MemoryTagName(static_cast<MemoryTag>(tag));
-      }
+      ExpectPinnedAsEstimated(*est, got);
       EXPECT_EQ(est->nvme[p16] > 0, host < shard);
     }
   }
@@ -394,11 +398,7 @@ TEST_F(ParamOffload, TrainsAModelWhoseParametersExceedTheDevice) {
     SCOPED_TRACE(c.Name());
     models::GptConfig wide = zero::test::SmallGpt(4, 384);
     wide.set_activation_checkpointing(true);
-    engine::EstimateInput in;
-    in.model = wide;
-    in.ranks = W();
-    in.training = Options(c, W()).training;
-    auto est = engine::EstimateMemory(in);
+    auto est = EstimateOf(Options(c, W()).training, W(), wide);
     ASSERT_TRUE(est.ok()) << est.status();
     const int64_t params16 = 2 * models::CountParameters(wide);
     ASSERT_LT(est->total_device_bytes, params16) << "the model's 16-bit parameters must exceed the budget\n"
@@ -708,11 +708,7 @@ TEST_F(ParamOffload, TilingTrainsTheSameModelGatheringATileAtATime) {
     ASSERT_TRUE(t.ok()) << t.status();
     Outcome run;
     zero::test::RunSteps(**t, *device, 2, run, is_tiled ? "tiled" : "untiled");
-    engine::EstimateInput in;
-    in.model = config;
-    in.ranks = W();
-    in.training = o.training;
-    auto est = engine::EstimateMemory(in);
+    auto est = EstimateOf(o.training, W(), config);
     ASSERT_TRUE(est.ok()) << est.status();
     for (int tag = 0; tag < kNumMemoryTags; ++tag) {
       const MemoryTag mt = static_cast<MemoryTag>(tag);
