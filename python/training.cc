@@ -11,16 +11,20 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/deepspeed_config.h"
 #include "engine/engine.h"
 #include "engine/estimate.h"
 #include "models/data.h"
 #include "models/gpt.h"
 #include "models/gpt_io.h"
+#include "absl/strings/ascii.h"
 #include "python/bindings.h"
 #include "runtime/agreement.h"
 #include "runtime/best_device.h"
 #include "runtime/communicator.h"
+#include "google/protobuf/text_format.h"
 #include "runtime/files.h"
+#include "runtime/launch.h"
 #include "runtime/timeline.h"
 #include "runtime/status.h"
 #include "zero/checkpoint.h"
@@ -74,6 +78,36 @@ py::dict Estimate(py::handle config, py::handle model, py::handle params, int64_
   in.disk_bytes = disk_bytes;
   const engine::Estimate e = Unwrap(engine::EstimateMemory(in));
   return FromJson(e.ToJson());
+}
+
+// A DeepSpeed JSON config (a path, or a dict) as memwall's: the
+// TrainingConfig text proto for Trainer and estimate, the translation's
+// lines, and the model's side of activation_checkpointing.
+py::dict DeepSpeedConfig(py::handle source, std::optional<int> ranks) {
+  std::string json, origin;
+  if (py::isinstance<py::dict>(source)) {
+    json = py::module_::import("json").attr("dumps")(source).cast<std::string>();
+    origin = "deepspeed_config (a dict)";
+  } else {
+    origin = PathFromPython(source, "deepspeed_config");
+    json = Unwrap(ReadRegularFile(origin, "deepspeed_config"));
+  }
+  engine::DeepSpeedTranslation t = Unwrap(engine::TranslateDeepSpeedConfig(json, origin));
+  const int world = ranks.value_or(CurrentLaunch().world_size);
+  if (world < 1) throw py::value_error("ranks = " + std::to_string(world) + " must be >= 1");
+  ThrowIfError(engine::CheckTrainBatchSize(t, world));
+  std::string text;
+  google::protobuf::TextFormat::Printer printer;
+  printer.SetSingleLineMode(true);
+  printer.PrintToString(t.training, &text);
+  py::dict d;
+  d["config"] = std::string(absl::StripTrailingAsciiWhitespace(text));
+  d["lines"] = t.lines;
+  d["activation_checkpointing"] = t.activation_checkpointing;
+  d["offload_activations"] = t.offload_activations;
+  d["train_batch_size"] = t.train_batch_size;
+  d["steps_per_print"] = t.steps_per_print;
+  return d;
 }
 
 std::string ModelConfig(py::handle path, const std::string& name) {
@@ -260,6 +294,20 @@ raises ValueError naming the field.)");
       .value("PARAM_SWAP_OUT", ZoneKind::kParamSwapOut);
   m.def("zone_name", [](ZoneKind kind) { return std::string(ZoneName(kind)); }, py::arg("zone"),
         "The name a timeline zone has in step breakdowns and traces (runtime/timeline.h).");
+  m.def("deepspeed_config", &DeepSpeedConfig, py::arg("source"), py::kw_only(), py::arg("ranks") = py::none(),
+        R"(A DeepSpeed JSON config as memwall's (engine/deepspeed_config.h, docs/deepspeed.md).
+
+source: the path of a ds_config.json, or the config as a dict.
+ranks: the launch's data-parallel ranks, for train_batch_size (default: this
+  process's launch, 1 without a launcher).
+
+Returns a dict: config (the TrainingConfig as a text proto, for Trainer and
+estimate), lines (what each DeepSpeed key became, one line a key, DeepSpeed's
+defaults where memwall's differ), activation_checkpointing and
+offload_activations (the model's side of the activation_checkpointing block;
+None when it is absent: set them in the model), train_batch_size and
+steps_per_print (0 when absent). A key memwall cannot honour raises
+ValueError naming every such key with what to write instead.)");
   m.def("model_config", &ModelConfig, py::arg("path"), py::arg("name"),
         "The GptConfig text proto of entry `name` in a GptConfigList file (e.g. models/configs/gpt.textproto).");
   m.def(

@@ -27,8 +27,8 @@ if any(k.startswith("OMPI_COMM_WORLD") for k in _os.environ):
     from memwall import _memwall  # noqa: F401 (loaded global here; the names come below)
     _sys.setdlopenflags(_flags)
 
-from memwall._memwall import (DEFAULT_REDUCE_BUCKET_BYTES, Trainer, Zone, build_info, count_parameters, estimate,
-                              forward_flops_per_token, latest_checkpoint, load_safetensors, model_config,
+from memwall._memwall import (DEFAULT_REDUCE_BUCKET_BYTES, Trainer, Zone, build_info, count_parameters,
+                              deepspeed_config, estimate, forward_flops_per_token, latest_checkpoint, load_safetensors, model_config,
                               model_shape, prune_checkpoints, save_safetensors, user_path, workspace_dir,
                               write_provenance, zone_name)
 from memwall import cpu_adam, dtype, perf_model
@@ -36,7 +36,8 @@ from memwall import cpu_adam, dtype, perf_model
 # The quickstart's training text (data/quickstart.txt in the source tree).
 QUICKSTART_TEXT = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "data", "quickstart.txt")
 
-__all__ = ["DEFAULT_REDUCE_BUCKET_BYTES", "QUICKSTART_TEXT", "Trainer", "Zone", "build_info", "count_parameters", "cpu_adam", "dtype", "estimate",
+__all__ = ["DEFAULT_REDUCE_BUCKET_BYTES", "QUICKSTART_TEXT", "Trainer", "Zone", "build_info", "count_parameters", "cpu_adam",
+           "deepspeed_config", "dtype", "estimate",
            "forward_flops_per_token", "latest_checkpoint", "load_safetensors", "model_config", "model_shape",
            "perf_model", "prune_checkpoints", "save_safetensors", "user_path", "workspace_dir", "write_provenance",
            "zone_name"]

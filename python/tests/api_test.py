@@ -6,6 +6,7 @@ deletes all but the newest; the submodules import
 as modules."""
 import errno
 import importlib
+import json
 import os
 import pathlib
 import tempfile
@@ -52,6 +53,49 @@ class ConfigFormsTest(unittest.TestCase):
         self.assertEqual([text.step()["loss"] for _ in range(2)], [ids.step()["loss"] for _ in range(2)])
         with self.assertRaisesRegex(ValueError, "data format 'u16' is not one of auto, text, uint16"):
             memwall.Trainer(MODEL, data=tokens, data_format="u16", seq=32)
+
+    def test_a_deepspeed_config_trains_as_its_memwall_config(self):
+        # DeepSpeed's ZeRO-Offload shape, as a dict and as a file; the
+        # memwall config docs/deepspeed.md gives for it, written by hand,
+        # trains the same losses.
+        ds = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0,
+              "bf16": {"enabled": True},
+              "zero_optimization": {"stage": 2, "reduce_bucket_size": 5e5, "overlap_comm": True,
+                                    "offload_optimizer": {"device": "cpu", "nvme_path": "/local_nvme",
+                                                          "buffer_count": 4, "pin_memory": False}},
+              "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "eps": 1e-8,
+                                                        "weight_decay": 0.1}}}
+        got = memwall.deepspeed_config(ds, ranks=2)
+        path = os.path.join(tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR")), "ds_config.json")
+        with open(path, "w") as f:
+            json.dump(ds, f)
+        from_file = memwall.deepspeed_config(pathlib.Path(path), ranks=2)
+        self.assertEqual(from_file["config"], got["config"])
+        self.assertEqual(from_file["lines"], got["lines"])
+        self.assertIn("zero_optimization.stage = 2 -> zero.stage", got["lines"])
+        self.assertIn("gradient_accumulation_steps (absent) -> accumulation: 2 (train_batch_size / (micro batch x "
+                      "ranks))", got["lines"])
+        self.assertEqual((got["train_batch_size"], got["steps_per_print"]), (8, 0))
+        self.assertIsNone(got["activation_checkpointing"])
+        by_hand = ("seq: 32 micro_batch: 2 accumulation: 2 precision: BF16 clip_norm: 1 "
+                   "adam { lr: 0.003 beta1: 0.9 beta2: 0.95 eps: 1e-8 weight_decay: 0.1 adamw: true } "
+                   "schedule { warmup_steps: 0 decay_steps: 0 } "
+                   "zero { stage: 2 reduce_bucket_bytes: 1000000 overlap_comm: true offload_optimizer { device: CPU } }")
+        translated = memwall.Trainer(MODEL, got["config"], data=TEXT, seq=32)
+        written = memwall.Trainer(MODEL, by_hand, data=TEXT)
+        self.assertEqual([translated.step()["loss"] for _ in range(3)], [written.step()["loss"] for _ in range(3)])
+        # On one rank the same batch takes an accumulation of 4; on 3 it is
+        # no whole number.
+        self.assertIn("accumulation: 4", memwall.deepspeed_config(ds, ranks=1)["config"])
+        with self.assertRaisesRegex(ValueError, "train_batch_size 8 is not a multiple of "
+                                                "train_micro_batch_size_per_gpu 2 x 3 ranks"):
+            memwall.deepspeed_config(ds, ranks=3)
+        with self.assertRaisesRegex(ValueError, r"deepspeed_config \(a dict\): 1 key memwall cannot honour:\n  amp: "):
+            memwall.deepspeed_config({"amp": {"enabled": True}})
+        with self.assertRaises(FileNotFoundError):
+            memwall.deepspeed_config(path + ".missing")
+        with self.assertRaisesRegex(ValueError, "ranks = 0 must be >= 1"):
+            memwall.deepspeed_config(ds, ranks=0)
 
     def test_a_wrong_field_type_or_value_is_named(self):
         cases = [
