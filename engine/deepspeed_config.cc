@@ -44,7 +44,6 @@ const std::map<std::string, std::string>& Refusals() {
       {"data_efficiency", "not implemented; delete the block"},
       {"sparse_attention", "not implemented; delete the block"},
       {"pipeline", "memwall is data parallel only; delete the block"},
-      {"communication_data_type", "memwall reduces gradients in the parameters' type; delete the key"},
   };
   return *refusals;
 }
@@ -121,6 +120,11 @@ class Translator {
     const std::optional<bool> b = Bool(key, v);
     if (!b) return;
     if (*b != expected) return Refuse(key, why);
+    Line(key, v, "memwall's behaviour");
+  }
+  // A key whose null (DeepSpeed's default) is memwall's behaviour.
+  void OnlyNull(const std::string& key, const Value& v, const std::string& why) {
+    if (v.kind_case() != Value::kNullValue) return Refuse(key, why);
     Line(key, v, "memwall's behaviour");
   }
   void Only(const std::string& key, const Value& v, double expected, const std::string& why) {
@@ -342,6 +346,23 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
          if (tr.Bool(k, v)) tr.Line(k, v, "nothing: the train command's --export writes the full fp32 weights");
        }},
       {"ignore_unused_parameters", [&](auto& k, auto& v) { tr.Only(k, v, true, "every GPT parameter is used; set it to true"); }},
+      // DeepSpeed's older spelling of offload_optimizer { device: cpu }.
+      {"cpu_offload", [&](auto& k, auto& v) {
+         const std::optional<bool> b = tr.Bool(k, v);
+         if (!b) return;
+         if (!*b) return tr.Line(k, v, "memwall's behaviour (no offload unless offload_optimizer says)");
+         if (top.at("zero_optimization").struct_value().fields().count("offload_optimizer")) {
+           return tr.Refuse(k, "give offload_optimizer alone (cpu_offload is its older spelling)");
+         }
+         opt.set_device(OffloadOptimizerConfig::CPU);
+         tr.Line(k, v, "zero.offload_optimizer.device: CPU (DeepSpeed's older spelling of offload_optimizer)");
+       }},
+      {"memory_efficient_linear", [&](auto& k, auto& v) {
+         if (tr.Bool(k, v)) tr.Line(k, v, "nothing: memwall's linear layers save only their input for backward");
+       }},
+      {"stage3_module_granularity_threshold", [&](auto& k, auto& v) {
+         tr.Only(k, v, 0.0, "memwall gathers each module on its own; set it to 0 or delete it");
+       }},
       {"stage3_max_reuse_distance", [&](auto& k, auto& v) {
          if (auto n = tr.Integer(k, v, 0, int64_t{1} << 53)) {
            zero.set_max_reuse_distance(*n);
@@ -395,6 +416,9 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
          }
        }},
       {"auto_cast", [&](auto& k, auto& v) { tr.Only(k, v, false, "memwall's GPT runs in the parameters' type; set it to false"); }},
+      {"fp16_master_weights_and_grads", [&](auto& k, auto& v) {
+         tr.Only(k, v, false, "memwall keeps fp32 master weights; set it to false or delete it");
+       }},
   };
   // ZeRO-Infinity's I/O engine (infinity/aio.h) for the NVMe swap files.
   auto aio_count = [&](void (zero::AioConfig::*set)(int64_t), int64_t max, const char* field) {
@@ -542,6 +566,30 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
       {"profile", [&](auto& k, auto& v) { tr.Only(k, v, false, "--trace_dir writes a Chrome trace; set it to false"); }},
   };
 
+  const std::map<std::string, H> data_types = {
+      {"grad_accum_dtype", [&](auto& k, auto& v) {
+         tr.OnlyNull(k, v, "memwall accumulates gradients where its placement keeps them; set it to null or delete it");
+       }},
+  };
+  // DeepSpeed's checkpoint block: how its own checkpoints are checked and
+  // written. memwall's always carry the model and config, checked on load.
+  const std::map<std::string, H> checkpoint_block = {
+      {"tag_validation", [&](auto& k, auto& v) {
+         if (auto s = tr.String(k, v)) {
+           const std::string t = absl::AsciiStrToLower(*s);
+           if (t != "ignore" && t != "warn" && t != "fail") {
+             return tr.Refuse(k, absl::StrCat("must be \"Ignore\", \"Warn\" or \"Fail\", not ", JsonValueText(v)));
+           }
+           tr.Line(k, v, "nothing: every rank's checkpoint is checked against the model and config on load");
+         }
+       }},
+      {"load_universal", [&](auto& k, auto& v) {
+         tr.Only(k, v, false, "memwall reads its own checkpoints, which re-partition to any world size; set it to false");
+       }},
+      {"use_node_local_storage", [&](auto& k, auto& v) {
+         tr.Only(k, v, false, "every rank saves under --save_dir; set it to false");
+       }},
+  };
   const std::map<std::string, H> top_level = {
       {"train_batch_size", [&](auto& k, auto& v) {
          if (auto n = tr.Integer(k, v, 1, int64_t{1} << 40)) {
@@ -571,6 +619,23 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
        }},
       {"zero_allow_untested_optimizer", [&](auto& k, auto& v) { if (tr.Bool(k, v)) tr.Line(k, v, "nothing"); }},
       {"zero_force_ds_cpu_optimizer", [&](auto& k, auto& v) { if (tr.Bool(k, v)) tr.Line(k, v, "nothing: offload always steps with memwall's CPU Adam"); }},
+      {"memory_breakdown", [&](auto& k, auto& v) {
+         if (tr.Bool(k, v)) tr.Line(k, v, "nothing: the run ends with its device and pinned peaks beside the estimate");
+       }},
+      {"dump_state", [&](auto& k, auto& v) { if (tr.Bool(k, v)) tr.Line(k, v, "nothing: these lines are the config"); }},
+      {"sparse_gradients", [&](auto& k, auto& v) { tr.Only(k, v, false, "memwall's gradients are dense; set it to false"); }},
+      {"disable_allgather", [&](auto& k, auto& v) {
+         tr.Only(k, v, false, "memwall all-gathers the updated partitions; set it to false");
+       }},
+      {"communication_data_type", [&](auto& k, auto& v) {
+         tr.OnlyNull(k, v, "memwall reduces gradients in the parameters' type; set it to null or delete the key");
+       }},
+      {"data_types", [&](auto& k, auto& v) {
+         if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", data_types);
+       }},
+      {"checkpoint", [&](auto& k, auto& v) {
+         if (const Struct* s = tr.Object(k, v)) tr.Walk(*s, k + ".", checkpoint_block);
+       }},
       {"fp16", [&](auto& k, auto& v) {
          const Struct* s = tr.Object(k, v);
          if (s == nullptr) return;

@@ -248,6 +248,23 @@ TEST(DeepSpeedConfig, RefusesEachKeyItCannotHonourByName) {
             "set it to false or delete it"},
            {R"({"gradient_predivide_factor": 1.0})", R"({"gradient_predivide_factor": 8})", "gradient_predivide_factor",
             "set it to 1 or delete it"},
+           // DeepSpeed's defaults, which configs often state.
+           {R"({"sparse_gradients": false})", R"({"sparse_gradients": true})", "sparse_gradients", "set it to false"},
+           {R"({"disable_allgather": false})", R"({"disable_allgather": true})", "disable_allgather", "set it to false"},
+           {R"({"communication_data_type": null})", R"({"communication_data_type": "fp32"})", "communication_data_type",
+            "set it to null or delete the key"},
+           {R"({"data_types": {"grad_accum_dtype": null}})", R"({"data_types": {"grad_accum_dtype": "fp32"}})",
+            "data_types.grad_accum_dtype", "set it to null or delete it"},
+           {R"({"fp16": {"enabled": true, "fp16_master_weights_and_grads": false}})",
+            R"({"fp16": {"enabled": true, "fp16_master_weights_and_grads": true}})", "fp16.fp16_master_weights_and_grads",
+            "memwall keeps fp32 master weights"},
+           {R"({"zero_optimization": {"stage": 3, "stage3_module_granularity_threshold": 0}})",
+            R"({"zero_optimization": {"stage": 3, "stage3_module_granularity_threshold": 4096}})",
+            "zero_optimization.stage3_module_granularity_threshold", "set it to 0 or delete it"},
+           {R"({"checkpoint": {"use_node_local_storage": false}})", R"({"checkpoint": {"use_node_local_storage": true}})",
+            "checkpoint.use_node_local_storage", "set it to false"},
+           {R"({"checkpoint": {"load_universal": false}})", R"({"checkpoint": {"load_universal": true}})",
+            "checkpoint.load_universal", "set it to false"},
        }) {
     auto t = Translate(o.accepted);
     ASSERT_TRUE(t.ok()) << o.accepted << ": " << t.status();
@@ -255,6 +272,17 @@ TEST(DeepSpeedConfig, RefusesEachKeyItCannotHonourByName) {
     EXPECT_TRUE(absl::StrContains(absl::StrJoin(t->lines, "\n"), "-> memwall's behaviour")) << o.accepted;
     ExpectRefused(o.refused, o.key, o.says);
   }
+  ExpectRefused(R"({"checkpoint": {"tag_validation": "Sometimes"}})", "checkpoint.tag_validation",
+                "must be \"Ignore\", \"Warn\" or \"Fail\"");
+  // The older spelling of CPU offload; with offload_optimizer too it is refused.
+  auto legacy = Translate(R"({"zero_optimization": {"stage": 2, "cpu_offload": true}})");
+  ASSERT_TRUE(legacy.ok()) << legacy.status();
+  EXPECT_EQ(legacy->training.zero().offload_optimizer().device(), zero::OffloadOptimizerConfig::CPU);
+  auto no_offload = Translate(R"({"zero_optimization": {"stage": 2, "cpu_offload": false}})");
+  ASSERT_TRUE(no_offload.ok()) << no_offload.status();
+  EXPECT_EQ(no_offload->training.zero().offload_optimizer().device(), zero::OffloadOptimizerConfig::NONE);
+  ExpectRefused(R"({"zero_optimization": {"stage": 2, "cpu_offload": true, "offload_optimizer": {"device": "cpu"}}})",
+                "zero_optimization.cpu_offload", "give offload_optimizer alone");
   // Checkpoints re-partition to any world size whatever elastic_checkpoint says.
   for (const char* b : {"true", "false"}) {
     auto t = Translate(absl::StrCat(R"({"zero_optimization": {"elastic_checkpoint": )", b, "}}"));
