@@ -689,7 +689,20 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
   auto no_nvme = [&](const std::string& block, const std::vector<std::string>& keys) {
     for (const std::string& key : keys) say(block, key, absl::StrCat("nothing: ", block, ".device is not nvme"));
   };
-  if (param.device() != OffloadParamConfig::NVME) {
+  // DeepSpeed reads offload_param at stage 3 only (below it the parameters
+  // are not partitioned); so does the translation.
+  const auto zero_block = top.find("zero_optimization");
+  const bool param_unread = zero.stage() < 3 && zero_block != top.end() &&
+                            zero_block->second.kind_case() == Value::kStructValue &&
+                            zero_block->second.struct_value().fields().count("offload_param");
+  if (param_unread) {
+    param.Clear();
+    for (std::string& line : out.lines) {
+      if (absl::StartsWith(line, "zero_optimization.offload_param.")) {
+        line = absl::StrCat(line.substr(0, line.find(" -> ")), " -> nothing: offload_param is stage 3's");
+      }
+    }
+  } else if (param.device() != OffloadParamConfig::NVME) {
     param.clear_nvme_path(), param.clear_buffer_count(), param.clear_buffer_elements(), param.clear_host_elements();
     no_nvme("offload_param", {"nvme_path", "buffer_count", "buffer_size", "max_in_cpu"});
   } else if (!param.has_host_elements()) {

@@ -283,6 +283,15 @@ TEST(DeepSpeedConfig, RefusesEachKeyItCannotHonourByName) {
   EXPECT_EQ(no_offload->training.zero().offload_optimizer().device(), zero::OffloadOptimizerConfig::NONE);
   ExpectRefused(R"({"zero_optimization": {"stage": 2, "cpu_offload": true, "offload_optimizer": {"device": "cpu"}}})",
                 "zero_optimization.cpu_offload", "give offload_optimizer alone");
+  // offload_param below stage 3: DeepSpeed does not read it, nor does the
+  // translation.
+  auto stage2 = Translate(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
+      "offload_param": {"device": "cpu", "pin_memory": true}}})");
+  ASSERT_TRUE(stage2.ok()) << stage2.status();
+  EXPECT_EQ(stage2->training.zero().offload_param().device(), zero::OffloadParamConfig::NONE);
+  EXPECT_TRUE(absl::StrContains(absl::StrJoin(stage2->lines, "\n"),
+                                "zero_optimization.offload_param.device = \"cpu\" -> nothing: offload_param is stage 3's"))
+      << absl::StrJoin(stage2->lines, "\n");
   // Checkpoints re-partition to any world size whatever elastic_checkpoint says.
   for (const char* b : {"true", "false"}) {
     auto t = Translate(absl::StrCat(R"({"zero_optimization": {"elastic_checkpoint": )", b, "}}"));
