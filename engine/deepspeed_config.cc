@@ -667,16 +667,6 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
   };
   tr.Walk(root, "", top_level);
 
-  // DeepSpeed reads the aio block only for NVMe offload; memwall's config
-  // refuses zero.aio without it, so the block's lines say it does nothing.
-  if (zero.has_aio() && opt.device() != OffloadOptimizerConfig::NVME && param.device() != OffloadParamConfig::NVME) {
-    zero.clear_aio();
-    for (std::string& line : out.lines) {
-      if (!absl::StartsWith(line, "aio.")) continue;
-      line = absl::StrCat(line.substr(0, line.find(" -> ")), " -> nothing: no NVMe offload");
-    }
-  }
-
   // DeepSpeed reads the NVMe keys of an offload block only when its device
   // is nvme; so does the translation, and their lines say so.
   // The line of zero_optimization.<block>.<key>, now saying `becomes`.
@@ -731,6 +721,16 @@ absl::StatusOr<DeepSpeedTranslation> TranslateDeepSpeedConfig(absl::string_view 
                      count == infinity::kMinSwapBuffers
                          ? absl::StrCat(" bytes; memwall's least is ", infinity::kMinSwapBuffers, ")")
                          : " bytes)"));
+  }
+
+  // DeepSpeed reads the aio block only for NVMe offload; memwall's config
+  // refuses zero.aio without it, so the block's lines say it does nothing.
+  if (zero.has_aio() && opt.device() != OffloadOptimizerConfig::NVME && param.device() != OffloadParamConfig::NVME) {
+    zero.clear_aio();
+    for (std::string& line : out.lines) {
+      if (!absl::StartsWith(line, "aio.")) continue;
+      line = absl::StrCat(line.substr(0, line.find(" -> ")), " -> nothing: no NVMe offload");
+    }
   }
 
   // What DeepSpeed assumes where a key is absent, when memwall's default differs.

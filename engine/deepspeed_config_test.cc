@@ -289,6 +289,13 @@ TEST(DeepSpeedConfig, RefusesEachKeyItCannotHonourByName) {
       "offload_param": {"device": "cpu", "pin_memory": true}}})");
   ASSERT_TRUE(stage2.ok()) << stage2.status();
   EXPECT_EQ(stage2->training.zero().offload_param().device(), zero::OffloadParamConfig::NONE);
+  // Parameters on NVMe below stage 3, with an aio block: no NVMe offload is
+  // left, so the block does nothing either.
+  auto nvme2 = Translate(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
+      "offload_param": {"device": "nvme", "nvme_path": "/local_nvme"}}, "aio": {"queue_depth": 8}})");
+  ASSERT_TRUE(nvme2.ok()) << nvme2.status();
+  EXPECT_FALSE(nvme2->training.zero().has_aio());
+  EXPECT_TRUE(absl::StrContains(absl::StrJoin(nvme2->lines, "\n"), "aio.queue_depth = 8 -> nothing: no NVMe offload"));
   EXPECT_TRUE(absl::StrContains(absl::StrJoin(stage2->lines, "\n"),
                                 "zero_optimization.offload_param.device = \"cpu\" -> nothing: offload_param is stage 3's"))
       << absl::StrJoin(stage2->lines, "\n");
