@@ -21,8 +21,14 @@ MemoryPlan& MemoryPlan::Add(absl::string_view name, MemorySpace space, MemoryTag
                  std::string(name).c_str(), static_cast<long long>(bytes));
     std::abort();
   }
+  index_.emplace(std::string(name), buffers_.size());
   buffers_.push_back({std::string(name), space, tag, bytes, transient, ""});
   return *this;
+}
+
+PlannedBuffer* MemoryPlan::Find(absl::string_view name) {
+  const auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &buffers_[it->second];
 }
 
 MemoryPlan& MemoryPlan::AddFile(absl::string_view name, absl::string_view file, MemoryTag tag, int64_t bytes) {
@@ -32,16 +38,14 @@ MemoryPlan& MemoryPlan::AddFile(absl::string_view name, absl::string_view file, 
 }
 
 MemoryPlan& MemoryPlan::Grow(absl::string_view name, MemorySpace space, MemoryTag tag, int64_t bytes) {
-  for (PlannedBuffer& b : buffers_) {
-    if (b.name != name) continue;
-    if (b.space != space || b.tag != tag || bytes < 0) {
-      std::fprintf(stderr, "MemoryPlan: buffer '%s' grown with another space or tag\n", std::string(name).c_str());
-      std::abort();
-    }
-    b.bytes += bytes;
-    return *this;
+  PlannedBuffer* b = Find(name);
+  if (b == nullptr) return Add(name, space, tag, bytes);
+  if (b->space != space || b->tag != tag || bytes < 0) {
+    std::fprintf(stderr, "MemoryPlan: buffer '%s' grown with another space or tag\n", std::string(name).c_str());
+    std::abort();
   }
-  return Add(name, space, tag, bytes);
+  b->bytes += bytes;
+  return *this;
 }
 
 MemoryPlan& MemoryPlan::Append(const MemoryPlan& other, absl::string_view prefix) {
@@ -52,17 +56,10 @@ MemoryPlan& MemoryPlan::Append(const MemoryPlan& other, absl::string_view prefix
   return *this;
 }
 
-bool MemoryPlan::contains(absl::string_view name) const {
-  for (const PlannedBuffer& b : buffers_) {
-    if (b.name == name) return true;
-  }
-  return false;
-}
+bool MemoryPlan::contains(absl::string_view name) const { return index_.contains(name); }
 
 const PlannedBuffer& MemoryPlan::at(absl::string_view name) const {
-  for (const PlannedBuffer& b : buffers_) {
-    if (b.name == name) return b;
-  }
+  if (const auto it = index_.find(name); it != index_.end()) return buffers_[it->second];
   std::fprintf(stderr, "MemoryPlan: no buffer '%s' in the plan:\n%s", std::string(name).c_str(), ToText().c_str());
   std::abort();
 }

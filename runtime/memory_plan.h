@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "runtime/device.h"
@@ -68,7 +69,13 @@ class MemoryPlan {
   std::string ToText() const;
 
  private:
+  PlannedBuffer* Find(absl::string_view name);
+
   std::vector<PlannedBuffer> buffers_;
+  // Name to position in buffers_: adding, finding and allocating a buffer
+  // stay O(1) in a plan of tens of thousands (an NVMe store's swap buffers
+  // of a small sub-group under a large budget).
+  absl::flat_hash_map<std::string, size_t> index_;
 };
 
 // Whether `plan` fits what is left, checked before anything of it is
