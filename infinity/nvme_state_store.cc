@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status.h"
+#include "zero/config.h"
 
 namespace memwall::infinity {
 namespace {
@@ -121,7 +122,7 @@ absl::StatusOr<int64_t> SwapBufferCount(const NvmeStateStoreOptions& o) {
         " elements x 4 bytes); reading sub-group k+1 while stepping k while writing k-1 needs ", need, " = ", need * g,
         " bytes: raise the budget or lower offload_optimizer.tile_elements"));
   }
-  return std::min(fit, groups);
+  return std::min({fit, groups, zero::kMaxSwapBuffers});  // each is a pinned allocation and a plan entry
 }
 
 MemoryPlan NvmeStateStorePlan(const NvmeStateStoreOptions& o) {

@@ -65,8 +65,9 @@ inline constexpr absl::string_view kSwapOutTrack = "nvme swap-out";
 
 // G: one sub-group's bytes in the file and in a swap buffer.
 int64_t SwapBufferBytes(int64_t sub_group_elements);
-// How many swap buffers the budget holds (at most one per sub-group), or an
-// InvalidArgument with the numbers when fewer than kMinSwapBuffers fit.
+// How many swap buffers the budget holds (at most one per sub-group, and at
+// most zero::kMaxSwapBuffers), or an InvalidArgument with the numbers when
+// fewer than kMinSwapBuffers fit.
 absl::StatusOr<int64_t> SwapBufferCount(const NvmeStateStoreOptions& options);
 // "swap buffer <i>", pinned host memory (kOptimizerStates), G bytes each
 // (kMinSwapBuffers of them where the budget is too small: Create refuses),
